@@ -1,0 +1,1 @@
+"""The control record: what happened to each plan, kept in the warehouse beside the data."""

@@ -1,0 +1,129 @@
+"""One exception tree for the whole product.
+
+Every error names what was wrong and how to fix it in one line; the CLI prints ``str(error)`` and
+exits with ``error.exit_code`` (1: refused / incomplete / unapproved, 2: unreadable input or misuse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class BackfillError(Exception):
+    """Base of every error the product raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(f"{message}: {fix}" if fix else message)
+
+
+class UsageError(BackfillError):
+    """The command was misused (bad option, unknown plan, file not found)."""
+
+    exit_code = 2
+
+
+class PlanReadError(BackfillError):
+    """The plan file cannot be read or parsed."""
+
+    exit_code = 2
+
+
+class PlanProblem:
+    """One problem in a plan: the key, the bad value, and the fix."""
+
+    __slots__ = ("key", "value", "fix")
+
+    def __init__(self, key: str, value: object, fix: str) -> None:
+        self.key = key
+        self.value = value
+        self.fix = fix
+
+    def __str__(self) -> str:
+        if self.value == "<missing>":
+            return f"{self.key} is missing: {self.fix}"
+        return f"{self.key} = {self.value!r}: {self.fix}"
+
+    def __repr__(self) -> str:
+        return f"PlanProblem({self.key!r}, {self.value!r}, {self.fix!r})"
+
+
+class PlanInvalidError(BackfillError):
+    """The plan parsed but is incomplete or wrong; carries every problem found."""
+
+    def __init__(self, path: str, problems: Sequence[PlanProblem]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{path}: {len(self.problems)} problem(s)\n{lines}")
+
+
+class ApprovalError(BackfillError):
+    """An approval was refused (owner, repeat approver, invalid plan)."""
+
+
+class PlanRefused(BackfillError):
+    """The plan may not run (not approved, edited since approval, wrong phase)."""
+
+
+class PhaseError(BackfillError):
+    """An illegal phase transition was asked for."""
+
+
+class PartitionRefused(BackfillError):
+    """The plan gate refused to write a partition."""
+
+    def __init__(self, message: str, *, plan_id: str | None, partition: str, fix: str) -> None:
+        self.plan_id = plan_id
+        self.partition = partition
+        super().__init__(message, fix=fix)
+
+
+class WindowError(BackfillError):
+    """A window or partition list is outside what the asset or plan allows."""
+
+    exit_code = 2
+
+
+class WarehouseError(BackfillError):
+    """The warehouse refused an operation (lock held too long, missing table, bad identifier)."""
+
+
+class IdentifierError(WarehouseError):
+    """An identifier from configuration is not a plain SQL identifier."""
+
+    exit_code = 2
+
+
+class WriteRefused(WarehouseError):
+    """A partition write would lose data (e.g. an empty recomputation over existing rows)."""
+
+
+class GateFailed(BackfillError):
+    """One or more reconciliation gates failed."""
+
+
+class PublishBlocked(BackfillError):
+    """Publish may not reopen yet; the message says what blocks it."""
+
+
+class RollbackRefused(BackfillError):
+    """A rollback cannot be done safely (a later plan wrote the same partitions)."""
+
+
+class EvidenceChainBroken(BackfillError):
+    """The evidence log's hash chain does not verify."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        super().__init__(
+            f"evidence row {seq} does not verify ({reason})",
+            fix="the control record was edited outside backfill; restore it from backup",
+        )
+
+
+class DagsterCompatError(BackfillError):
+    """The installed Dagster changed an internal API this product relies on."""

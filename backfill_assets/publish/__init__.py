@@ -1,0 +1,1 @@
+"""Write-audit-publish: the pause, the publish rule, and notifying downstream owners."""

@@ -1,0 +1,1 @@
+"""All SQL the product runs: partition writes, snapshots, fingerprints and gate queries."""
