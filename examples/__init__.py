@@ -1,0 +1,1 @@
+"""The demo pipeline: orders -> daily_revenue -> published_revenue. One user of the library."""

@@ -1,0 +1,63 @@
+"""The demo's replayable table: revenue per day and region, recomputed from order events.
+
+It ships the buggy transform that counted refunds twice (what is published before the replay) and
+the fixed one, so the demo repairs something real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from backfill_assets.table import Column, Metric, TableSpec
+
+FIXED_SELECT = """
+SELECT order_date, region,
+       count(*) AS orders,
+       sum(amount) AS gross,
+       coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) AS refunds,
+       sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) AS net_revenue,
+       count(DISTINCT customer_id) AS customers
+FROM orders
+WHERE order_date = $partition
+GROUP BY order_date, region
+"""
+
+# The 2025-12 release subtracted refunds twice from net revenue.
+BUGGY_SELECT = FIXED_SELECT.replace(
+    "sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) AS net_revenue",
+    "sum(amount) - 2 * coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) AS net_revenue",
+)
+
+REFUNDED = "coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0)"
+
+DAILY_REVENUE = TableSpec(
+    name="daily_revenue",
+    source="orders",
+    select_sql=FIXED_SELECT,
+    partition_column="order_date",
+    source_partition_column="order_date",
+    business_keys=("order_date", "region"),
+    contract=(
+        Column("order_date", "DATE", nullable=False),
+        Column("region", "VARCHAR", nullable=False),
+        Column("orders", "BIGINT", nullable=False),
+        Column("gross", "DECIMAL(18,2)", nullable=False),
+        Column("refunds", "DECIMAL(18,2)", nullable=False),
+        Column("net_revenue", "DECIMAL(18,2)", nullable=False),
+        Column("customers", "BIGINT", nullable=False),
+    ),
+    metrics=(
+        Metric("orders", "sum(orders)", "count(*)"),
+        Metric("gross", "sum(gross)", "sum(amount)"),
+        Metric("refunds", "sum(refunds)", REFUNDED),
+        Metric("net_revenue", "sum(net_revenue)", f"sum(amount) - {REFUNDED}"),
+        Metric("customers", "sum(customers)", "count(DISTINCT (region, customer_id))"),
+    ),
+    expected_rows_sql="count(DISTINCT region)",
+    publish_as="published_revenue",
+    code_version="2",
+    description="Revenue per day and region: orders, gross, refunds, net revenue, customers.",
+)
+
+# What was deployed before the fix: same table, same contract, the buggy transform.
+DAILY_REVENUE_V1 = replace(DAILY_REVENUE, select_sql=BUGGY_SELECT, code_version="1")
