@@ -4,4 +4,6 @@ from __future__ import annotations
 
 
 def modules() -> list:
-    return []
+    from backfill_assets.cli import run_cmds, sample_cmd
+
+    return [run_cmds, sample_cmd]

@@ -65,6 +65,11 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.gate_results (
     write_at VARCHAR,
     recorded_at VARCHAR NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
+    asset VARCHAR PRIMARY KEY,
+    partition_key VARCHAR NOT NULL,
+    recorded_at VARCHAR NOT NULL
+);
 CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox (
     plan_id VARCHAR NOT NULL,
     event VARCHAR NOT NULL,

@@ -1,0 +1,40 @@
+"""`backfill sample`: deterministic order events in the warehouse."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from backfill_assets.cli.common import add_home, home_of
+from backfill_assets.errors import UsageError
+from backfill_assets.sample import generate_orders
+from backfill_assets.warehouse.connection import connection
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sample = sub.add_parser("sample", help="write deterministic sample orders into the warehouse")
+    sample.add_argument("--days", type=int, required=True)
+    sample.add_argument("--rows-per-day", type=int, required=True)
+    sample.add_argument("--seed", type=int, default=7)
+    sample.add_argument("--start", default="2026-01-01", help="first day (YYYY-MM-DD)")
+    add_home(sample)
+    sample.set_defaults(handler=cmd_sample)
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    try:
+        start = dt.date.fromisoformat(args.start)
+    except ValueError:
+        raise UsageError(f"--start {args.start!r} is not a date", fix="use YYYY-MM-DD") from None
+    if args.days < 1 or args.rows_per_day < 1:
+        raise UsageError("--days and --rows-per-day must be at least 1", fix="pass positive counts")
+    end = start + dt.timedelta(days=args.days - 1)
+    if end > dt.datetime.now(dt.UTC).date():
+        raise UsageError(f"the sample would end on {end}, in the future",
+                         fix="start earlier or generate fewer days")
+    home = home_of(args)
+    with connection(home.warehouse) as con:
+        rows = generate_orders(con, start=start, days=args.days, rows_per_day=args.rows_per_day,
+                               seed=args.seed)
+    print(f"wrote {rows} orders for {start}..{end} into {home.warehouse}")
+    return 0

@@ -1,0 +1,1 @@
+"""Executing a cleared slice: writes, fingerprints, gates; and the CLI's staged backfill run."""
