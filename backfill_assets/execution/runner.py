@@ -23,7 +23,6 @@ from backfill_assets.execution.stages import Stage, contiguous_ranges
 from backfill_assets.plan.gate import PLAN_TAG
 from backfill_assets.warehouse.connection import connection
 
-
 # the console shows our progress bar; Dagster's own event log stays in the instance and the UI
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 

@@ -60,10 +60,11 @@ def write_partition(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_k
                              for k in spec.business_keys)
         updates = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in spec.columns
                             if c not in spec.business_keys)
+        values = ", ".join("s." + quote(c) for c in spec.columns)
         con.execute(
             f"MERGE INTO {target} AS t USING backfill_stage AS s ON {match} "
             + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
-            + f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({', '.join('s.' + quote(c) for c in spec.columns)})"
+            + f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})"
         )
     else:
         keys = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
