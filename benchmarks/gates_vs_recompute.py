@@ -7,7 +7,7 @@ then times, interleaved over several rounds (medians, since the machine is share
   (a) recomputing the window the way the framework writes: per partition, DELETE + INSERT of
       select_sql in one transaction;
   (b) every gate for the window with the metrics the demo plan checks (orders, gross, refunds,
-      net_revenue), once per gate strategy;
+      net_revenue), once per gate strategy of evaluate_slice (auto is the default);
   (c) the same plus the `customers` metric, a COUNT(DISTINCT) over the source;
   (d) a bare scan `count(*), sum(amount)` of the window's orders, for reference.
 The goal is gates <= 0.4x recomputation.
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.threads:
                 con.execute(f"SET threads = {int(args.threads)}")
             threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-            for name, op in ops.items():  # warm-up: first touches pay for reading the file
+            for op in ops.values():  # warm-up: first touches pay for reading the file
                 op(con)
             names = list(ops)
             for r in range(args.rounds):

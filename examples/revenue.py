@@ -59,5 +59,11 @@ DAILY_REVENUE = TableSpec(
     description="Revenue per day and region: orders, gross, refunds, net revenue, customers.",
 )
 
-# What was deployed before the fix: same table, same contract, the buggy transform.
-DAILY_REVENUE_V1 = replace(DAILY_REVENUE, select_sql=BUGGY_SELECT, code_version="1")
+# What was deployed before the fix: the buggy transform, and a net-revenue definition with the same
+# mistake, which is why its gates passed and the error reached consumers.
+DAILY_REVENUE_V1 = replace(
+    DAILY_REVENUE, select_sql=BUGGY_SELECT, code_version="1",
+    metrics=tuple(
+        Metric("net_revenue", "sum(net_revenue)", f"sum(amount) - 2 * {REFUNDED}")
+        if m.name == "net_revenue" else m for m in DAILY_REVENUE.metrics),
+)

@@ -50,3 +50,18 @@ def run_subprocess(home: Path, tmp_path: Path):
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
+
+
+@pytest.fixture
+def instance():
+    import dagster as dg
+
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def world(tmp_path, instance):
+    from tests.world import make_world
+
+    return make_world(tmp_path, instance)

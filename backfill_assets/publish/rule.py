@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import duckdb
 
 from backfill_assets.control import evidence_log, gate_record, record
-from backfill_assets.errors import PublishBlocked
+from backfill_assets.errors import PublishBlocked, WarehouseError
 from backfill_assets.plan.gate import PLAN_TAG
 from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
@@ -58,6 +58,18 @@ def publish(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str]
     part = quote(spec.partition_column)
     cols = ", ".join(quote(c) for c in spec.columns)
     dates = [as_date(k) for k in keys]
+    try:
+        return _copy(con, spec, keys, dates, plan_id, actor, target, published, part, cols)
+    except duckdb.Error as exc:
+        raise WarehouseError(
+            f"publish of {spec.publish_as} failed and was rolled back, consumers keep the previous "
+            f"data: {str(exc).splitlines()[0]}", fix="fix the published table, then publish again"
+        ) from None
+
+
+def _copy(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str], dates: list,
+          plan_id: str | None, actor: str, target: str, published: str, part: str,
+          cols: str) -> int:
     with transaction(con):
         ensure_table(con, spec, spec.publish_table)
         if plan_id:

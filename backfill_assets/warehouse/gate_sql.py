@@ -9,9 +9,12 @@ the TableSpec (code reviewed like any other code) and are spliced as written.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import duckdb
 
@@ -29,14 +32,20 @@ from backfill_assets.gates.results import (
 from backfill_assets.table import Metric, TableSpec
 from backfill_assets.warehouse.identifiers import quote
 
-# per_partition: one aggregate query per partition (target, then source).
-# grouped: one GROUP BY query over the whole slice (target, then source).
-# Measured by benchmarks/gates_vs_recompute.py: with COUNT(DISTINCT ...) in the figures, the small
-# per-partition hash tables win over one large grouped one (see PERF-NOTES and the benchmark).
-STRATEGIES = ("per_partition", "grouped")
-DEFAULT_STRATEGY = "per_partition"
+# per_partition: one aggregate query per partition and table.
+# grouped: one GROUP BY query per table over the whole slice.
+# auto: grouped, except DISTINCT aggregates whose sets are expected to be large, which run per
+#   partition. Measured by benchmarks/gates_vs_recompute.py (10M orders, 30 days): grouped wins
+#   when the DISTINCT sets are small (per-query overhead dominates), per-partition wins for a
+#   COUNT(DISTINCT) over ~25k values a day; auto tracks the faster of the two in both cases.
+STRATEGIES = ("auto", "grouped", "per_partition")
+DEFAULT_STRATEGY = "auto"
+# DISTINCT entries (summed over the slice) above which a grouped hash table outgrows the cache
+GROUPED_DISTINCT_LIMIT = 100_000
 
 UNKNOWN_VERSION = "unknown"
+
+_DISTINCT = re.compile(r"\bDISTINCT\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,7 @@ def evaluate_slice(
     # a column the table lacks cannot be counted; the contract gate already reports it missing
     null_columns = [c.name for c in spec.contract if not c.nullable and c.name.lower() in schema.found]
     target = _target_figures(con, spec, days, metrics, null_columns, strategy)
-    source = _source_figures(con, spec, days, metrics, strategy)
+    source = _source_figures(con, spec, days, metrics, target, strategy)
     versions = _code_version_results(keys, code_versions)
 
     results: dict[str, list[GateResult]] = {}
@@ -132,36 +141,65 @@ def key_hash_sql(keys: Sequence[str]) -> str:
     return f"hash({', '.join(quote(k, 'business key') for k in keys)})"
 
 
+def _apart(exprs: Sequence[str], strategy: str, estimates: Sequence[float]) -> list[bool]:
+    """Which expressions run in per-partition queries (True) rather than the grouped pass.
+
+    `estimates` is the expected size of each expression's DISTINCT set over the whole slice.
+    """
+    if strategy == "per_partition":
+        return [True] * len(exprs)
+    if strategy == "grouped":
+        return [False] * len(exprs)
+    # auto: a grouped DISTINCT keeps one hash table for the whole slice, and past cache size it
+    # loses to small per-partition tables; below that, per-query overhead (1-3 ms) dominates
+    return [bool(_DISTINCT.search(e)) and est > GROUPED_DISTINCT_LIMIT
+            for e, est in zip(exprs, estimates, strict=True)]
+
+
 def _aggregate(con: duckdb.DuckDBPyConnection, table: str, partition_column: str,
-               days: Mapping[str, dt.date], exprs: Sequence[str], strategy: str,
+               days: Mapping[str, dt.date], exprs: Sequence[str], apart: Sequence[bool],
                what: str) -> dict[str, tuple]:
-    """`exprs` aggregated over each partition's rows; a partition with no rows still gets a row."""
-    select = ", ".join(exprs)
+    """`exprs` aggregated over each partition's rows; a partition with no rows still gets a row.
+
+    Expressions flagged in `apart` run in one query per partition, the others in one GROUP BY
+    query over the whole slice.
+    """
     column = quote(partition_column, "partition column")
     source = quote(table, "table")
+    alone = [e for e, a in zip(exprs, apart, strict=True) if a]
+    together = [e for e, a in zip(exprs, apart, strict=True) if not a]
+    per_rows: dict[str, tuple] = {key: () for key in days}
+    grouped_rows: dict[str, tuple] = {key: () for key in days}
     try:
-        if strategy == "per_partition":
-            # no GROUP BY: an aggregate without one always returns a row, even for an empty partition
-            sql = f"SELECT {select} FROM {source} WHERE {column} = ?"
-            return {key: _one_row(con, sql, [day]) for key, day in days.items()}
-        placeholders = ", ".join("?" for _ in days)
-        # IN with one bound value per key, not `= ANY(list)`: DuckDB plans the list form as a semi
-        # join, while IN constants reach the scan as a filter that skips other row groups
-        sql = (f"SELECT {column}, {select} FROM {source} WHERE {column} IN ({placeholders}) "
-               f"GROUP BY {column}")
-        by_day = {day: key for key, day in days.items()}
-        rows = {by_day[r[0]]: tuple(r[1:]) for r in con.execute(sql, list(days.values())).fetchall()}
-        if len(rows) < len(days):
-            # the values these aggregates take over no rows (0 for count, NULL for sum)
-            empty = _one_row(con, f"SELECT {select} FROM {source} WHERE false", [])
-            rows.update({key: empty for key in days if key not in rows})
-        return rows
+        if alone:
+            # no GROUP BY: an aggregate without one returns a row even for an empty partition
+            sql = f"SELECT {', '.join(alone)} FROM {source} WHERE {column} = ?"
+            per_rows = {key: _one_row(con, sql, [day]) for key, day in days.items()}
+        if together:
+            select = ", ".join(together)
+            # IN with one bound value per key, not `= ANY(?)`: DuckDB plans the list form as a semi
+            # join (1.6-1.7x slower measured), while IN values reach the scan as a row-group filter
+            placeholders = ", ".join("?" for _ in days)
+            sql = (f"SELECT {column}, {select} FROM {source} WHERE {column} IN ({placeholders}) "
+                   f"GROUP BY {column}")
+            by_day = {day: key for key, day in days.items()}
+            found = {by_day[r[0]]: tuple(r[1:]) for r in con.execute(sql, list(days.values())).fetchall()}
+            if len(found) < len(days):
+                # what these aggregates give over no rows (0 for count, NULL for sum), as above
+                empty = _one_row(con, f"SELECT {select} FROM {source} WHERE false", [])
+                found.update({key: empty for key in days if key not in found})
+            grouped_rows = found
     except duckdb.Error as exc:
         raise WarehouseError(
             f"{what} gate query on {table} failed: {str(exc).splitlines()[0]}",
             fix="check that the table exists and that the TableSpec's metric and expected-rows "
                 "SQL match its columns",
         ) from exc
+    out = {}
+    for key in days:
+        a, t = iter(per_rows[key]), iter(grouped_rows[key])
+        out[key] = tuple(next(a) if flag else next(t) for flag in apart)
+    return out
 
 
 def _one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> tuple:
@@ -171,13 +209,23 @@ def _one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> 
     return tuple(row)
 
 
+def _table_rows(con: duckdb.DuckDBPyConnection, table: str) -> float:
+    row = con.execute(
+        "SELECT estimated_size FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = current_schema() AND lower(table_name) = lower(?)", [table]).fetchone()
+    return float(row[0]) if row and row[0] is not None else math.inf
+
+
 def _target_figures(con: duckdb.DuckDBPyConnection, spec: TableSpec, days: Mapping[str, dt.date],
                     metrics: Sequence[Metric], null_columns: Sequence[str],
                     strategy: str) -> dict[str, _TargetFigures]:
     exprs = ["count(*)", f"count(DISTINCT {key_hash_sql(spec.business_keys)})"]
     exprs += [f"count(*) FILTER (WHERE {quote(c)} IS NULL)" for c in null_columns]
     exprs += [f"({m.target_sql})" for m in metrics]
-    rows = _aggregate(con, spec.table, spec.partition_column, days, exprs, strategy, "target")
+    # the slice holds at most the whole table: a cheap upper bound of any DISTINCT set's size
+    size = _table_rows(con, spec.table) if strategy == "auto" else 0.0
+    apart = _apart(exprs, strategy, [size] * len(exprs))
+    rows = _aggregate(con, spec.table, spec.partition_column, days, exprs, apart, "target")
     out = {}
     n_nulls = len(null_columns)
     for key, row in rows.items():
@@ -191,13 +239,31 @@ def _target_figures(con: duckdb.DuckDBPyConnection, spec: TableSpec, days: Mappi
 
 
 def _source_figures(con: duckdb.DuckDBPyConnection, spec: TableSpec, days: Mapping[str, dt.date],
-                    metrics: Sequence[Metric], strategy: str) -> dict[str, _SourceFigures]:
-    # expected rows and every metric in the same pass: the source is the big table
+                    metrics: Sequence[Metric], target: Mapping[str, _TargetFigures],
+                    strategy: str) -> dict[str, _SourceFigures]:
+    # expected rows and every metric in the same scan: the source is the big table
     exprs = [f"({spec.expected_rows_sql})"] + [f"({m.source_sql})" for m in metrics]
-    rows = _aggregate(con, spec.source_table, spec.source_partition_column, days, exprs, strategy,
+    # the target, already counted, says how large each DISTINCT set should be: expected rows
+    # count what the target holds, and a distinct-count metric is the size of its own set. A wrong
+    # estimate (a broken target) only picks the slower plan; the figures are the same either way.
+    estimates = [float(sum(t.rows for t in target.values()))]
+    estimates += [_magnitude(t.metrics[m.name] for t in target.values()) for m in metrics]
+    apart = _apart(exprs, strategy, estimates)
+    rows = _aggregate(con, spec.source_table, spec.source_partition_column, days, exprs, apart,
                       "source")
     return {key: _SourceFigures(row[0], {m.name: v for m, v in zip(metrics, row[1:], strict=True)})
             for key, row in rows.items()}
+
+
+def _magnitude(values: Iterable[object]) -> float:
+    total = 0.0
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+            return math.inf  # not a count: no estimate, so no shared hash table either
+        total += abs(float(value))
+    return total
 
 
 def _exact_duplicates(con: duckdb.DuckDBPyConnection, spec: TableSpec, day: dt.date) -> int:
