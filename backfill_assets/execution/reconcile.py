@@ -51,7 +51,7 @@ class Reconciliation:
         failures = []
         for key, results in self.results.items():
             if results is None:
-                lines.append(f"{key:<12}" + f"{'not written':>{10 * len(GATE_NAMES)}}")
+                lines.append(f"{key:<12}" + f"{'-':>10}" * len(GATE_NAMES) + "  (not written)")
                 continue
             lines.append(f"{key:<12}" + "".join(f"{'ok' if g.passed else 'FAIL':>10}"
                                                 for g in results))

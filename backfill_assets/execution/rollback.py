@@ -32,10 +32,14 @@ class RollbackReport:
         verb = "would restore" if self.dry_run else "restored"
         out = []
         for table, parts in self.tables.items():
-            out.append(f"{verb} {len(parts)} partition(s) of {table}")
+            span = f"{min(parts)}..{max(parts)}" if parts else ""
+            if not self.dry_run:
+                out.append(f"{verb} {len(parts)} partition(s) of {table} ({span}); every "
+                           "fingerprint equals the one taken before the plan's first write")
+                continue
+            out.append(f"{verb} {len(parts)} partition(s) of {table} ({span}):")
             for key, (before, now) in parts.items():
-                out.append(f"  {key}: {'now ' + str(now) + ' -> ' if self.dry_run else ''}"
-                           f"{before}" + ("" if self.dry_run else " (fingerprint matches)"))
+                out.append(f"  {key}: now {now} -> {before}")
         out.append(f"plan {self.plan_id} " + ("unchanged (dry run)" if self.dry_run
                                               else "is rolled_back"))
         return out
