@@ -13,6 +13,7 @@ DAILY_RUN_LIMIT = 4
 
 
 def dagster_yaml(home: Home) -> str:
+    path = home.dagster_home
     caps = "\n".join(
         f"      - key: \"{CAP_TAG.format(n)}\"\n        value: {{applyLimitPerUniqueValue: true}}\n"
         f"        limit: {n}" for n in range(1, MAX_CAP + 1))
@@ -30,6 +31,14 @@ run_coordinator:
 {caps}
       - key: "dagster/schedule_name"
         limit: {DAILY_RUN_LIMIT}
+# One sqlite file for every run's events instead of a file per run plus an index copy: each
+# event is written once, which is most of a backfill's per-partition orchestration cost here
+# (benchmarks/run_overhead.py). For production scale use a Postgres-backed instance instead.
+event_log_storage:
+  module: dagster._core.storage.event_log
+  class: ConsolidatedSqliteEventLogStorage
+  config:
+    base_dir: "{path}/event_log"
 telemetry:
   enabled: false
 """

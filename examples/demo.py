@@ -20,7 +20,6 @@ from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import UsageError
 from backfill_assets.home import Home
 from backfill_assets.plan.gate import BACKFILL_TAG
-from backfill_assets.sample import generate_orders
 from backfill_assets.warehouse.connection import connection
 from examples.definitions import build_definitions
 from examples.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
