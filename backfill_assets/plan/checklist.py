@@ -91,8 +91,9 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: ApprovalTal
         planned(3, f"mode {plan.execution.mode} on {', '.join(plan.execution.business_keys)}"
                 if plan else ""),
         planned(4, "strategy written" if plan else ""),
-        planned(5, f"{3 + len(plan.checks.metrics)} gate(s) with thresholds"
-                if plan else ""),
+        planned(5, f"row count <= {plan.checks.row_count_parity.max_diff_pct}%, duplicates <= "
+                   f"{plan.checks.duplicates.max_rows}, {len(plan.checks.metrics)} metric(s), "
+                   "contract, one code version" if plan else ""),
     ]
     if by_item.get(6) or plan is None or approvals is None:
         items.append(planned(6, ""))

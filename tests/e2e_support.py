@@ -1,0 +1,547 @@
+"""End-to-end support: a real `dagster dev` (webserver + daemon) on a free port, driven over GraphQL.
+
+`dagster_dev(...)` starts `dagster dev -w <repo>/workspace.yaml` in its own process group with
+BACKFILL_HOME/DAGSTER_HOME in a temp folder (after `backfill init` wrote dagster.yaml there), waits
+until the code location is loaded, yields a `DagsterDev` client and, on exit, terminates the whole
+process group (SIGTERM, then SIGKILL) so no webserver, daemon, code server or run worker survives.
+
+The client talks to /graphql with urllib and offers what the UI does: launch a partition backfill
+(`launchPartitionBackfill`, as the "Materialize selected" dialog does for assets), read its status,
+its runs with their failure messages, and the asset check executions per partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+# Backfill states that will not change any more (BulkActionStatus in dagster_graphql).
+BACKFILL_DONE = frozenset({"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"})
+RUN_DONE = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
+
+# --- the GraphQL documents (Dagster 1.13 schema) ------------------------------------------------
+
+WORKSPACE_QUERY = """
+query Workspace {
+  workspaceOrError {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        loadStatus
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+    ... on PythonError { message }
+  }
+}
+"""
+
+LAUNCH_BACKFILL_MUTATION = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId launchedRunIds }
+    ... on Error { message }
+    ... on PythonError { stack }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+BACKFILL_QUERY = """
+query PartitionBackfill($backfillId: String!) {
+  partitionBackfillOrError(backfillId: $backfillId) {
+    __typename
+    ... on PartitionBackfill {
+      id
+      status
+      partitionNames
+      numPartitions
+      endTimestamp
+      error { message }
+    }
+    ... on BackfillNotFoundError { message }
+    ... on PythonError { message }
+  }
+}
+"""
+
+RUNS_QUERY = """
+query RunsByTag($filter: RunsFilter!) {
+  runsOrError(filter: $filter) {
+    __typename
+    ... on Runs {
+      results {
+        runId
+        status
+        startTime
+        endTime
+        tags { key value }
+        eventConnection {
+          events {
+            __typename
+            ... on MessageEvent { message eventType }
+            ... on ErrorEvent { error { message } }
+          }
+        }
+      }
+    }
+    ... on InvalidPipelineRunsFilterError { message }
+    ... on PythonError { message }
+  }
+}
+"""
+
+CHECK_EXECUTIONS_QUERY = """
+query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition: String, $limit: Int!) {
+  assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, partition: $partition,
+                       limit: $limit) {
+    id
+    runId
+    status
+    partition
+    timestamp
+    evaluation {
+      success
+      partition
+      description
+      severity
+      metadataEntries {
+        __typename
+        label
+        ... on TextMetadataEntry { text }
+        ... on JsonMetadataEntry { jsonString }
+        ... on IntMetadataEntry { intValue }
+        ... on FloatMetadataEntry { floatValue }
+        ... on BoolMetadataEntry { boolValue }
+      }
+    }
+  }
+}
+"""
+
+ASSET_CHECKS_QUERY = """
+query AssetChecks($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    __typename
+    ... on AssetNode {
+      assetChecksOrError {
+        __typename
+        ... on AssetChecks { checks { name blocking } }
+      }
+    }
+  }
+}
+"""
+
+SET_NUX_SEEN_MUTATION = "mutation SetNuxSeen { setNuxSeen }"
+
+
+class GraphQLError(AssertionError):
+    pass
+
+
+# --- results ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunEvent:
+    type: str | None
+    message: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: str
+    tags: dict[str, str]
+    start_time: float | None
+    end_time: float | None
+    events: list[RunEvent]
+
+    @property
+    def partition(self) -> str | None:
+        return self.tags.get("dagster/partition")
+
+    def event_types(self) -> list[str]:
+        return [e.type for e in self.events if e.type]
+
+    @property
+    def failure_messages(self) -> list[str]:
+        """RUN_FAILURE / STEP_FAILURE messages and the errors they carry, in order."""
+        out: list[str] = []
+        for e in self.events:
+            if e.type in ("RUN_FAILURE", "STEP_FAILURE"):
+                out.append(e.message)
+                if e.error:
+                    out.append(e.error)
+        return out
+
+
+@dataclass(frozen=True)
+class CheckExecution:
+    check_name: str
+    status: str  # SUCCEEDED, FAILED, EXECUTION_FAILED, IN_PROGRESS, SKIPPED
+    run_id: str
+    partition: str | None
+    passed: bool | None
+    description: str | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _metadata(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for entry in entries:
+        if "jsonString" in entry:
+            out[entry["label"]] = json.loads(entry["jsonString"])
+        else:
+            value = next((entry[k] for k in ("text", "intValue", "floatValue", "boolValue") if k in entry),
+                         None)
+            out[entry["label"]] = value
+    return out
+
+
+# --- waiting ------------------------------------------------------------------------------------
+
+def wait_until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 2.0,
+               describe: Callable[[], str] | None = None) -> T:
+    """Call `probe` until it returns something truthy; fail with `what` (and `describe()`) at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{describe()}" if describe else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the warehouse, read briefly (DuckDB lets one process hold the file) ------------------------
+
+def query_warehouse(path: Path, sql: str, params: Sequence[Any] | None = None, *,
+                    timeout: float = 60.0) -> list[tuple]:
+    """Run one read-only query, retrying while a run, the daemon or the CLI holds the lock."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+            continue
+        try:
+            return con.execute(sql, list(params or [])).fetchall()
+        finally:
+            con.close()
+
+
+def table_exists(path: Path, table: str, schema: str = "main") -> bool:
+    rows = query_warehouse(path, "SELECT count(*) FROM information_schema.tables "
+                                 "WHERE table_schema = ? AND table_name = ?", [schema, table])
+    return rows[0][0] > 0
+
+
+def plan_phase(path: Path, plan_id: str) -> str | None:
+    rows = query_warehouse(path, "SELECT phase FROM backfill_control.plans WHERE plan_id = ?", [plan_id])
+    return rows[0][0] if rows else None
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+@dataclass
+class DagsterDev:
+    port: int
+    backfill_home: Path
+    dagster_home: Path
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.backfill_home / "warehouse.duckdb"
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None, *,
+                timeout: float = 60.0) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(f"{self.url}/graphql", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            payload = json.load(response)
+        if payload.get("errors"):
+            raise GraphQLError(f"GraphQL errors: {json.dumps(payload['errors'])[:2000]}")
+        return payload["data"]
+
+    # - backfills -
+
+    def launch_backfill(self, asset: str, partitions: Sequence[str], *, title: str,
+                        tags: dict[str, str] | None = None) -> str:
+        """What the UI's launch dialog sends for a partitioned asset: assetSelection + partitionNames."""
+        params = {
+            "assetSelection": [{"path": asset.split("/")}],
+            "partitionNames": list(partitions),
+            "fromFailure": False,
+            "tags": [{"key": k, "value": v} for k, v in (tags or {}).items()],
+            "title": title,
+        }
+        result = self.graphql(LAUNCH_BACKFILL_MUTATION, {"backfillParams": params})
+        launched = result["launchPartitionBackfill"]
+        if launched["__typename"] != "LaunchBackfillSuccess":
+            raise GraphQLError(f"launchPartitionBackfill failed: {json.dumps(launched)[:2000]}")
+        return launched["backfillId"]
+
+    def backfill(self, backfill_id: str) -> dict[str, Any]:
+        result = self.graphql(BACKFILL_QUERY, {"backfillId": backfill_id})["partitionBackfillOrError"]
+        if result["__typename"] != "PartitionBackfill":
+            raise GraphQLError(f"backfill {backfill_id}: {json.dumps(result)}")
+        return result
+
+    def wait_for_backfill(self, backfill_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+        """Until the daemon marks the backfill finished and every run it launched has ended."""
+
+        def done() -> dict[str, Any] | None:
+            self.assert_alive()
+            state = self.backfill(backfill_id)
+            if state["status"] not in BACKFILL_DONE:
+                return None
+            if any(r.status not in RUN_DONE for r in self.backfill_runs(backfill_id)):
+                return None
+            return state
+
+        return wait_until(done, timeout=timeout, what=f"backfill {backfill_id} to finish",
+                          describe=lambda: self._describe_backfill(backfill_id))
+
+    def _describe_backfill(self, backfill_id: str) -> str:
+        try:
+            state = self.backfill(backfill_id)
+            runs = [(r.partition, r.status) for r in self.backfill_runs(backfill_id)]
+            return (f"backfill status {state['status']}, runs {runs}\n"
+                    f"--- dagster dev log ---\n{self.log_tail()}")
+        except Exception as exc:  # noqa: BLE001 - only a description for a failure message
+            return f"(could not describe: {exc})\n{self.log_tail()}"
+
+    # - runs -
+
+    def runs_with_tag(self, key: str, value: str) -> list[RunInfo]:
+        result = self.graphql(RUNS_QUERY, {"filter": {"tags": [{"key": key, "value": value}]}})
+        runs = result["runsOrError"]
+        if runs["__typename"] != "Runs":
+            raise GraphQLError(f"runsOrError: {json.dumps(runs)}")
+        out = []
+        for r in runs["results"]:
+            events = [RunEvent(e.get("eventType"), e.get("message") or "",
+                               (e.get("error") or {}).get("message"))
+                      for e in r["eventConnection"]["events"]]
+            out.append(RunInfo(r["runId"], r["status"], {t["key"]: t["value"] for t in r["tags"]},
+                               r["startTime"], r["endTime"], events))
+        return out
+
+    def backfill_runs(self, backfill_id: str) -> list[RunInfo]:
+        return self.runs_with_tag("dagster/backfill", backfill_id)
+
+    # - asset checks -
+
+    def asset_checks(self, asset: str) -> dict[str, bool]:
+        """Check name -> blocking, as the asset node declares them."""
+        node = self.graphql(ASSET_CHECKS_QUERY, {"assetKey": {"path": asset.split("/")}})
+        checks = node["assetNodeOrError"]["assetChecksOrError"]["checks"]
+        return {c["name"]: c["blocking"] for c in checks}
+
+    def check_executions(self, asset: str, check_name: str, partition: str | None,
+                         limit: int = 10) -> list[CheckExecution]:
+        """Executions of one check, newest first (one partition when given)."""
+        result = self.graphql(CHECK_EXECUTIONS_QUERY, {
+            "assetKey": {"path": asset.split("/")}, "checkName": check_name,
+            "partition": partition, "limit": limit})
+        out = []
+        for e in result["assetCheckExecutions"]:
+            evaluation = e["evaluation"] or {}
+            out.append(CheckExecution(
+                check_name=check_name, status=e["status"], run_id=e["runId"],
+                partition=e["partition"], passed=evaluation.get("success"),
+                description=evaluation.get("description"),
+                metadata=_metadata(evaluation.get("metadataEntries") or [])))
+        return out
+
+    def latest_checks(self, asset: str, partition: str,
+                      check_names: Sequence[str]) -> dict[str, CheckExecution | None]:
+        """The newest execution of each check on one partition (None when it never ran there)."""
+        out: dict[str, CheckExecution | None] = {}
+        for name in check_names:
+            executions = self.check_executions(asset, name, partition, limit=1)
+            out[name] = executions[0] if executions else None
+        return out
+
+    def location_names(self) -> list[str]:
+        workspace = self.graphql(WORKSPACE_QUERY)["workspaceOrError"]
+        return [e["name"] for e in workspace["locationEntries"]]
+
+    def set_nux_seen(self) -> None:
+        """What the UI's "Skip" does on its first-visit community dialog."""
+        self.graphql(SET_NUX_SEEN_MUTATION)
+
+    # - the process -
+
+    def assert_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise AssertionError(f"dagster dev exited with code {code}\n{self.log_tail()}")
+
+
+def run_backfill_cli(*args: str, backfill_home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The installed `backfill` console script, as a user types it (cwd: the repo root)."""
+    env = {**os.environ, "BACKFILL_HOME": str(backfill_home), "PYTHONWARNINGS": "ignore"}
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.run([str(BIN / "backfill"), *args, "--home", str(backfill_home)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"backfill {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+    return proc
+
+
+def _reset_sigint() -> None:
+    # A shell's background job starts with SIGINT ignored and children inherit that; `dagster dev`
+    # maps SIGTERM onto the SIGINT handler, so an ignored SIGINT would make it ignore SIGTERM too.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pids_with_env(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (our temp DAGSTER_HOME): strays of this server."""
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def stop_process_group(process: subprocess.Popen, *, grace: float = 30.0) -> None:
+    pgid = process.pid  # start_new_session=True: the leader's pid is the group id
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        process.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.25)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
+                prepare: Callable[[Path], None] | None = None) -> Iterator[DagsterDev]:
+    """`backfill init` in tmp/home, then `dagster dev` on a free port until the location loads.
+
+    `prepare(backfill_home)` runs after init and before the server starts (e.g. sample data).
+    """
+    backfill_home = (tmp / "home").resolve()
+    dagster_home = backfill_home / "dagster"
+    run_backfill_cli("init", backfill_home=backfill_home)
+    assert (dagster_home / "dagster.yaml").is_file(), "backfill init wrote no dagster.yaml"
+    if prepare is not None:
+        prepare(backfill_home)
+
+    port = free_port()
+    log_path = tmp / "dagster-dev.log"
+    env = {**os.environ, "BACKFILL_HOME": str(backfill_home), "DAGSTER_HOME": str(dagster_home),
+           "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
+    log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
+    process = subprocess.Popen(
+        [str(BIN / "dagster"), "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1",
+         "-p", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True, preexec_fn=_reset_sigint)
+    server = DagsterDev(port, backfill_home, dagster_home, log_path, process)
+    try:
+        def loaded() -> bool:
+            server.assert_alive()
+            try:
+                workspace = server.graphql(WORKSPACE_QUERY, timeout=5)["workspaceOrError"]
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                return False
+            if workspace["__typename"] != "Workspace":
+                return False
+            entries = workspace["locationEntries"]
+            for entry in entries:
+                loc = entry["locationOrLoadError"] or {}
+                if loc.get("__typename") == "PythonError":
+                    raise AssertionError(f"code location {entry['name']} failed to load: {loc['message']}")
+            return bool(entries) and all(e["loadStatus"] == "LOADED" and
+                                         (e["locationOrLoadError"] or {}).get("__typename") ==
+                                         "RepositoryLocation" for e in entries)
+
+        wait_until(loaded, timeout=startup_timeout, interval=1.0,
+                   what=f"dagster dev on port {port} to serve GraphQL with the workspace loaded",
+                   describe=server.log_tail)
+        yield server
+    finally:
+        stop_process_group(process)
+        # a run worker or code server that left the group would still carry our DAGSTER_HOME
+        strays = _pids_with_env(f"DAGSTER_HOME={dagster_home}")
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+        if strays:
+            raise AssertionError(f"processes outlived dagster dev's process group: {strays}")
