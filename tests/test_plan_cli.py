@@ -202,3 +202,15 @@ def test_show_lists_partitions_hash_and_approvals(tmp_path, run_cli):
     assert "2026-01-01, 2026-01-02, 2026-01-03, 2026-01-04, 2026-01-05, 2026-01-06" in shown.out
     assert "2/2 counted (approved)" in shown.out
     assert "counted  alice" in shown.out and "counted  bob" in shown.out
+
+
+def test_schema_and_rule_problems_are_reported_together(tmp_path, run_cli):
+    doc = complete_plan(start="2026-01-18", end="2026-01-05", proof=("2026-01-06",))
+    doc["reason"] = "TODO"
+    doc["execution"]["max_concurent_partitions"] = 4
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", doc)))
+    assert result.code == 1
+    assert "3 problem(s)" in result.err
+    assert "  - reason = 'TODO': still a placeholder" in result.err
+    assert "  - execution.max_concurent_partitions = 4: unknown key" in result.err
+    assert "  - window = '2026-01-18..2026-01-05': start is after end; swap them" in result.err

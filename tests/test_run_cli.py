@@ -6,8 +6,6 @@ import re
 
 import pytest
 
-from tests.world import keys
-
 
 @pytest.fixture
 def cli(world, run_subprocess):

@@ -146,6 +146,7 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
     for path in todo:
         problems.append(PlanProblem(path, "TODO", f"still a placeholder; {fix_for(path)}"))
         _drop(document, path)
+    plan: Plan | None = None
     try:
         plan = Plan.model_validate(document)
     except ValidationError as exc:
@@ -155,39 +156,58 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
             if any(path == t or path.startswith(t + ".") for t in todo):
                 continue
             if error["type"] == "extra_forbidden":
-                problems.append(PlanProblem(path, _value_at(document, loc), "unknown key; "
-                                            + fix_for(path)))
+                problems.append(PlanProblem(
+                    path, _value_at(document, loc),
+                    "unknown key; remove it or check its spelling against "
+                    "templates/backfill-plan.yaml"))
             elif error["type"] == "missing":
                 problems.append(PlanProblem(path, MISSING, f"required; {fix_for(path)}"))
             else:
                 problems.append(
                     PlanProblem(path, error.get("input"), f"{error['msg']}; {fix_for(path)}")
                 )
-        return None, problems
-    if problems:
-        return None, problems
-    return plan, _rule_problems(plan)
+    # the cross-key rules run on whatever parsed, so they are reported beside schema problems
+    problems += _rule_problems(document)
+    return (plan if not problems else None), problems
 
 
-def _rule_problems(plan: Plan, today: dt.date | None = None) -> list[PlanProblem]:
+def _date(value: Any) -> dt.date | None:
+    if isinstance(value, dt.datetime):
+        return None
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> list[PlanProblem]:
     """Rules that span keys: a bounded, past window and proof partitions inside it."""
     today = today or dt.datetime.now(dt.UTC).date()
     problems = []
-    w = plan.window
-    if w.start > w.end:
+    window = document.get("window") if isinstance(document.get("window"), dict) else {}
+    start, end = _date(window.get("start")), _date(window.get("end"))
+    if start and end and start > end:
+        problems.append(PlanProblem("window", f"{start}..{end}", "start is after end; swap them"))
+    if end and end > today:
         problems.append(PlanProblem(
-            "window", f"{w.start}..{w.end}", "start is after end; swap them"))
-    if w.end > today:
-        problems.append(PlanProblem(
-            "window.end", str(w.end), f"is in the future (today is {today}); end on or before "
+            "window.end", str(end), f"is in the future (today is {today}); end on or before "
             "today"))
-    for key in plan.execution.proof_partitions:
-        if not (w.start <= key <= w.end):
-            problems.append(PlanProblem(
-                "execution.proof_partitions", str(key),
-                f"is outside the window {w.start}..{w.end}; pick keys inside it"))
-    names = [m.name for m in plan.checks.metrics]
-    for name in {n for n in names if names.count(n) > 1}:
+    execution = document.get("execution") if isinstance(document.get("execution"), dict) else {}
+    proof = execution.get("proof_partitions")
+    if start and end and start <= end and isinstance(proof, list):
+        for key in filter(None, (_date(k) for k in proof)):
+            if not (start <= key <= end):
+                problems.append(PlanProblem(
+                    "execution.proof_partitions", str(key),
+                    f"is outside the window {start}..{end}; pick keys inside it"))
+    checks = document.get("checks") if isinstance(document.get("checks"), dict) else {}
+    metrics = checks.get("metrics") if isinstance(checks.get("metrics"), list) else []
+    names = [m.get("name") for m in metrics if isinstance(m, dict) and m.get("name")]
+    for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(PlanProblem("checks.metrics.name", name, "listed twice; keep one"))
     return problems
 
