@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import yaml
+
 from backfill_assets.gates.results import GATE_NAMES
 from examples.definitions import defs as demo_defs
 from tests.world import BUGGY, failure_text, keys
@@ -75,3 +77,15 @@ def test_scheduled_run_on_frozen_partition_writes_nothing_and_cursor_ignores_bac
     outside = world.materialize(keys(6, 6))  # an incremental day outside the window still runs
     assert outside.success
     assert world.sql("SELECT partition_key FROM backfill_control.watermarks") == [("2026-01-06",)]
+
+
+def test_a_second_plan_overlapping_an_active_one_cannot_be_approved(world, capsys):
+    world.approved_plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    second = world.plan("second", start="2026-01-04", end="2026-01-06", proof=("2026-01-05",))
+    assert world.cli("plan", "approve", str(second), "--by", "alice") == 1
+    err = capsys.readouterr().err
+    assert "plan first (approved) already holds daily_revenue 2026-01-01..2026-01-04" in err
+    assert yaml.safe_load(second.read_text())["approvals"]["granted"] == []
+    # once the first plan is finished the second may be approved
+    world.sql("UPDATE backfill_control.plans SET phase = 'closed' WHERE plan_id = 'first'")
+    assert world.cli("plan", "approve", str(second), "--by", "alice") == 0

@@ -89,6 +89,8 @@ def test_failed_gate_blocks_publish_in_the_same_run_and_a_later_run_until_fixed(
     assert world.sql("SELECT event FROM backfill_control.outbox ORDER BY recorded_at") == [
         ("paused",), ("reopened",)]
     assert evaluate_sensor(world).run_requests == []  # fires once
+    assert world.cli("plan", "close", str(world.root / "fix.yaml")) == 0
+    assert phase(world) == "closed"
 
 
 def test_a_failure_part_way_through_publish_leaves_the_published_table_unchanged(world):

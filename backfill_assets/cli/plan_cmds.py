@@ -10,8 +10,9 @@ from pathlib import Path
 from backfill_assets.cli.common import actor, add_home, home_of
 from backfill_assets.control import record
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.errors import PlanInvalidError, UsageError
+from backfill_assets.errors import ApprovalError, PlanInvalidError, UsageError
 from backfill_assets.plan import approvals, collect_problems, read_plan_document, resolve
+from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_pause
 from backfill_assets.warehouse.connection import connection, transaction
 
@@ -35,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     approve.add_argument("--by", required=True, help="who approves (not the owner)")
     add_home(approve)
     approve.set_defaults(handler=cmd_approve)
+
+    close = plan_sub.add_parser("close", help="close a published plan (consumers confirmed)")
+    close.add_argument("plan_file")
+    close.add_argument("--note", default="")
+    add_home(close)
+    close.set_defaults(handler=cmd_close)
 
     show = plan_sub.add_parser("show", help="partitions, hash, approvals counted and void")
     show.add_argument("plan_file")
@@ -90,6 +97,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     home = home_of(args)
     with connection(home.warehouse) as con:
         ensure_schema(con)
+        _refuse_overlap(con, resolved.plan)
         with transaction(con):
             record.register(con, resolved.plan, resolved.sha256, path, actor())
             record.record_approval(con, resolved.plan_id, approval)
@@ -107,6 +115,31 @@ def cmd_approve(args: argparse.Namespace) -> int:
     status = "approved" if after.tally.approved else "needs more approvals"
     print(f"{args.by} approved {after.plan_id} at {after.sha256[:12]}: "
           f"{len(after.tally.counted)}/{after.tally.required} counted, {status}")
+    return 0
+
+
+def _refuse_overlap(con, plan) -> None:
+    """Two active plans may not hold the same partitions of one table."""
+    for other in record.active_plans(con, target=plan.target):
+        if other.plan_id == plan.plan_id:
+            continue
+        if other.window_start <= plan.window.end and plan.window.start <= other.window_end:
+            raise ApprovalError(
+                f"plan {other.plan_id} ({other.phase}) already holds {plan.target} "
+                f"{other.window_start}..{other.window_end}, which overlaps "
+                f"{plan.window.start}..{plan.window.end}",
+                fix=f"wait until {other.plan_id} is published, closed or rolled back, or move "
+                    "the window")
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    plan = resolve(args.plan_file).plan
+    with connection(home_of(args).warehouse) as con:
+        ensure_schema(con)
+        with transaction(con):
+            state = record.transition(con, plan.plan_id, Phase.CLOSED, actor(),
+                                      note=args.note or "consumers confirmed")
+    print(f"plan {state.plan_id} is {state.phase}")
     return 0
 
 

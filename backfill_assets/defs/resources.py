@@ -13,7 +13,7 @@ from backfill_assets.control.schema import ensure_schema
 from backfill_assets.home import resolve_home
 from backfill_assets.plan import gate
 from backfill_assets.plan.gate import Clearance
-from backfill_assets.warehouse.connection import connection
+from backfill_assets.warehouse.connection import LOCK_WAIT_SECONDS, connection
 
 
 class WarehouseResource(DuckDBResource):
@@ -31,8 +31,9 @@ class WarehouseResource(DuckDBResource):
         return self.database or str(resolve_home().warehouse)
 
     @contextmanager
-    def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        with connection(self.path) as con:
+    def get_connection(self, wait_seconds: float = LOCK_WAIT_SECONDS
+                       ) -> Iterator[duckdb.DuckDBPyConnection]:
+        with connection(self.path, wait_seconds=wait_seconds) as con:
             ensure_schema(con)
             yield con
 

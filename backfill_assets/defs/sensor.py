@@ -10,11 +10,13 @@ import dagster as dg
 
 from backfill_assets.control import record
 from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.progress import advance
 from backfill_assets.plan.gate import PLAN_TAG
 from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
 
+SENSOR_LOCK_WAIT_SECONDS = 10.0
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 
@@ -34,14 +36,18 @@ def make_reopen_sensor(spec: TableSpec, publish_key: dg.AssetKey) -> dg.SensorDe
     )
     def reopen(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
         requests, notes = [], []
-        with warehouse.get_connection() as con:
-            for state in record.active_plans(con, target=spec.name):
-                state = advance(con, state, actor="reopen-sensor")
-                notes.append(f"{state.plan_id}: {state.phase}")
-                if state.phase is Phase.RECONCILED:
-                    requests.append(dg.RunRequest(
-                        run_key=f"publish:{state.plan_id}:{state.approved_sha256}",
-                        asset_selection=[publish_key], tags=publish_run_tags(state)))
+        try:
+            # a tick must stay short: if a run holds the warehouse, try again next tick
+            with warehouse.get_connection(wait_seconds=SENSOR_LOCK_WAIT_SECONDS) as con:
+                for state in record.active_plans(con, target=spec.name):
+                    state = advance(con, state, actor="reopen-sensor")
+                    notes.append(f"{state.plan_id}: {state.phase}")
+                    if state.phase is Phase.RECONCILED:
+                        requests.append(dg.RunRequest(
+                            run_key=f"publish:{state.plan_id}:{state.approved_sha256}",
+                            asset_selection=[publish_key], tags=publish_run_tags(state)))
+        except WarehouseError as exc:
+            return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")
         if not requests:
             return dg.SkipReason("; ".join(notes) or f"no active plan for {spec.name}")
         return requests

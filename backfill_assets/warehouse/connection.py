@@ -47,8 +47,9 @@ def open_connection(path: str | Path, *, read_only: bool = False,
 
 
 @contextmanager
-def connection(path: str | Path, *, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = open_connection(path, read_only=read_only)
+def connection(path: str | Path, *, read_only: bool = False,
+               wait_seconds: float = LOCK_WAIT_SECONDS) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = open_connection(path, read_only=read_only, wait_seconds=wait_seconds)
     try:
         yield con
     finally:
