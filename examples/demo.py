@@ -18,6 +18,7 @@ from backfill_assets.cli import main as cli
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import UsageError
+from backfill_assets.execution.runner import enable_event_batching
 from backfill_assets.home import Home
 from backfill_assets.plan.gate import BACKFILL_TAG
 from backfill_assets.warehouse.connection import connection
@@ -122,6 +123,7 @@ def _in_process(defs: dg.Definitions, instance: dg.DagsterInstance, assets: list
 
 def run_demo(home: Home) -> int:
     started = time.monotonic()
+    enable_event_batching()
     _prepare(home)
     h = ["--home", str(home.root)]
     plan = home.root / "plans" / f"{PLAN_ID}.yaml"

@@ -22,6 +22,7 @@ import pytest
 from backfill_assets.warehouse.connection import connection
 from tests.e2e_support import (
     ROOT,
+    RUN_DONE,
     DagsterDev,
     RunInfo,
     dagster_dev,
@@ -131,6 +132,14 @@ def published_plan(ui: DagsterDev) -> PublishedPlan:
     window = (backfill_id, ui.wait_for_backfill(backfill_id))
     wait_until(lambda: plan_phase(ui.warehouse, PLAN_ID) == "published", timeout=150,
                what=f"the reopen sensor's publish run to publish {PLAN_ID}",
+               describe=describe_plan(ui, PLAN_ID))
+
+    def publish_run_ended() -> bool:  # the run commits "published", then reports its own success
+        runs = [r for r in ui.runs_with_tag("backfill_assets/plan", PLAN_ID)
+                if "dagster/backfill" not in r.tags]
+        return bool(runs) and all(r.status in RUN_DONE for r in runs)
+
+    wait_until(publish_run_ended, timeout=60, what="the publish run to end",
                describe=describe_plan(ui, PLAN_ID))
     return PublishedPlan(path, proofs, window)
 

@@ -12,7 +12,7 @@ from backfill_assets.dagster_setup import instance_for
 from backfill_assets.errors import PlanRefused, WindowError
 from backfill_assets.execution import rollback as rollback_mod
 from backfill_assets.execution.registry import ensure_window_inside_partitions, load_defs
-from backfill_assets.execution.runner import execute, settle
+from backfill_assets.execution.runner import enable_event_batching, execute, settle
 from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
 from backfill_assets.plan import resolve
 from backfill_assets.plan.gate import verify_unchanged
@@ -44,6 +44,7 @@ def _context(args: argparse.Namespace):
     home = home_of(args)
     # in-process runs resolve the warehouse from BACKFILL_HOME, like the UI's runs do
     os.environ["BACKFILL_HOME"] = str(home.root)
+    enable_event_batching()
     resolved = resolve(args.plan_file)
     loaded = load_defs(args.defs)
     table = loaded.table(resolved.plan.target)

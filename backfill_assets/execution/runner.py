@@ -7,6 +7,7 @@ The run halts at the first slice whose gates fail; a rerun skips what is already
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,15 @@ from backfill_assets.warehouse.connection import connection
 
 # the console shows our progress bar; Dagster's own event log stays in the instance and the UI
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+# Dagster writes a range run's per-partition materialization events one transaction each unless
+# this is set; batched, they are one write per run (benchmarks/run_overhead.py measures it).
+# Check evaluations are not batchable in Dagster 1.13 and stay one write each.
+EVENT_BATCH_ENV = ("DAGSTER_EVENT_BATCH_SIZE", "1000")
+
+
+def enable_event_batching() -> None:
+    os.environ.setdefault(*EVENT_BATCH_ENV)
 
 
 @dataclass
