@@ -186,12 +186,13 @@ def save_screenshot(page, tmp_path: Path, name: str) -> Path:
 # --- tests --------------------------------------------------------------------------------------
 
 def test_unapproved_window_is_refused_before_any_write(ui: DagsterDev):
-    keys = ["2026-01-07", "2026-01-08"]
+    # two days of the window the next test's plan will hold, launched before any plan exists
+    keys = ["2026-01-03", "2026-01-04"]
     active = query_warehouse(ui.warehouse, "SELECT plan_id FROM backfill_control.plans WHERE phase IN "
                                            "('approved', 'proving', 'proven', 'running', 'reconciled') "
-                                           "AND window_start <= DATE '2026-01-08' "
-                                           "AND window_end >= DATE '2026-01-07'")
-    assert active == [], "precondition: no plan may cover the partitions of this test"
+                                           "AND window_start <= DATE '2026-01-04' "
+                                           "AND window_end >= DATE '2026-01-03'")
+    assert active == [], "precondition: no plan may cover the partitions of this test (run it first)"
 
     backfill_id = ui.launch_backfill(ASSET, keys, title="no plan")
     state = ui.wait_for_backfill(backfill_id)
@@ -216,10 +217,13 @@ def test_unapproved_window_is_refused_before_any_write(ui: DagsterDev):
                                          "WHERE partition_key = ANY(?)", [keys]) == [(0,)]
     assert query_warehouse(ui.warehouse, "SELECT count(*) FROM backfill_control.gate_results "
                                          "WHERE partition_key = ANY(?)", [keys]) == [(0,)]
-    # and Dagster recorded no check evaluation for them
+    # Dagster planned the 5 checks when it created each run; none was evaluated
+    by_partition = {r.partition: r.run_id for r in runs}
     for key in keys:
-        for gate, execution in ui.latest_checks(ASSET, key, GATES).items():
-            assert execution is None or execution.passed is None, (key, gate, execution)
+        for gate in GATES:
+            executions = ui.check_executions(ASSET, gate, key)
+            assert [(e.status, e.passed, e.run_id) for e in executions] == \
+                [("EXECUTION_FAILED", None, by_partition[key])], (key, gate, executions)
 
 
 def test_approved_plan_proves_runs_and_publishes_through_the_ui(ui: DagsterDev,
@@ -308,8 +312,10 @@ def test_failed_gate_is_shown_in_the_ui_with_its_figures(ui: DagsterDev, publish
     assert [(r.partition, r.status) for r in runs] == [(key, "FAILURE")]
     run = runs[0]
     assert run.tags["backfill_assets/plan"] == "ui-replay-check"
-    # the write happened, then the blocking gate failed the step
+    # the write happened and is recorded, then the blocking gate failed the step
     assert "ASSET_MATERIALIZATION" in run.event_types() and "STEP_FAILURE" in run.event_types()
+    assert any("blocking asset check failed" in m and "metrics_match_source" in m
+               for m in run.failure_messages), run.failure_messages
 
     detail = f"net_revenue: target {target:.2f} vs source {source:.2f}"
     latest = ui.latest_checks(ASSET, key, GATES)
@@ -335,6 +341,9 @@ def test_failed_gate_is_shown_in_the_ui_with_its_figures(ui: DagsterDev, publish
     assert detail in latest_section
     assert "Failed" in latest_section and key in latest_section
     assert re.search(r"This is a\s+blocking\s+asset check", body), body[:2000]
+    # the list of checks beside it: only this gate failed on the latest materialization
+    listed = dict(re.findall(rf"({'|'.join(GATES)})\n\1\n(Succeeded|Failed)\n", body))
+    assert listed == {g: "Failed" if g == "metrics_match_source" else "Succeeded" for g in GATES}, body[:1500]
     shot = save_screenshot(page, tmp_path, "failed-gate.png")
     assert shot.stat().st_size > 20_000
 

@@ -48,14 +48,13 @@ REGISTRY: dict[str, ReplayableTable] = {}
 
 
 def _check_event(spec: TableSpec, result: GateResult, partition_key: str | None):
-    kwargs = dict(asset_key=dg.AssetKey(spec.name.split("/")), check_name=result.gate,
+    """A yielded result in a one-partition run, else an evaluation logged for its partition."""
+    common = dict(asset_key=dg.AssetKey(spec.name.split("/")), check_name=result.gate,
                   passed=result.passed, metadata=result.metadata(),
-                  severity=dg.AssetCheckSeverity.ERROR,
-                  description=result.detail)
+                  severity=dg.AssetCheckSeverity.ERROR, description=result.detail)
     if partition_key is None:
-        return dg.AssetCheckResult(**kwargs)
-    return dg.AssetCheckEvaluation(**{k: v for k, v in kwargs.items() if k != "description"},
-                                   partition=partition_key)
+        return dg.AssetCheckResult(**common)
+    return dg.AssetCheckEvaluation(**common, blocking=True, partition=partition_key)
 
 
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
@@ -93,6 +92,9 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 raise dg.Failure(description=str(exc)) from None
         plan_id = clearance.plan.plan_id if clearance.plan else "incremental"
         single = len(writes) == 1
+        # The rows are written whatever the gates say, so Dagster records the materialization and
+        # the checks judge it (the asset's page then shows a failed gate on the current data);
+        # publish is what refuses them.
         yield dg.MaterializeResult(asset_key=key, metadata={
             "plan": plan_id,
             "rows": sum(w.rows for w in writes),
@@ -105,9 +107,21 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 if result.gate not in selected:
                     continue
                 if single:
-                    yield _check_event(spec, result, None)
+                    yield _check_event(spec, result, None)  # Dagster's blocking fails the step
                 else:
                     context.log_event(_check_event(spec, result, write.partition_key))
+        failed = {w.partition_key: [r for r in results[w.partition_key] if not r.passed]
+                  for w in writes}
+        failed = {k: v for k, v in failed.items() if v}
+        if failed and not single:
+            # logged evaluations are not blocking in Dagster: fail the range run ourselves
+            summary = "; ".join(f"{k}: " + ", ".join(f"{r.gate} ({r.detail})" for r in gates)
+                                for k, gates in failed.items())
+            raise dg.Failure(
+                description=f"gates failed on {len(failed)} partition(s) of {spec.name}: "
+                            f"{summary}. The rows stay unpublished; fix the cause and re-run "
+                            "those partitions.",
+                metadata={"plan": plan_id, "failed_partitions": ", ".join(failed)})
 
     publish = make_publish_asset(spec, partitions_def, key, group_name=group_name)
     sensor = make_reopen_sensor(spec, publish.key)
