@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+
+from tests.conftest import BIN, ROOT
 
 
 @pytest.fixture
@@ -111,3 +114,29 @@ def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
     (foreign / "plans").mkdir(parents=True)
     refused = run_subprocess("demo", "--home", str(foreign))
     assert refused.code == 2 and "not the demo's" in refused.err
+
+
+def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, cli):
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    blocked = cli("publish", str(path))
+    assert blocked.code == 1
+    assert "publish of plan fix is blocked: 2026-01-02: materialized 0 time(s)" in blocked.err
+    status = cli("status", str(path), "--json")
+    assert status.code == 0
+    report = json.loads(status.out)
+    assert report["phase"] == "approved" and report["publish"] == "paused"
+    assert report["next"].startswith("run the proof: backfill run")
+    assert cli("run", str(path), "--proof").code == 0
+    assert cli("run", str(path)).code == 0
+    published = cli("publish", str(path))
+    assert published.code == 0 and "downstream owners notified" in published.out
+    final = json.loads(cli("status", str(path), "--json").out)
+    assert (final["phase"], final["written"], final["reconciled"]) == ("published", 3, 3)
+    assert final["publish"].startswith("reopened at")
+
+
+def test_workspace_definitions_validate_with_the_dagster_cli(run_subprocess):
+    result = run_subprocess(command=[str(BIN / "dagster"), "definitions", "validate", "-w",
+                                     str(ROOT / "workspace.yaml")], timeout=300)
+    assert result.code == 0, result.err[-2000:]
+    assert "All code locations passed validation" in result.err + result.out
