@@ -194,3 +194,22 @@ def test_reconcile_evidence_render_and_verify_from_the_cli(world, run_subprocess
     con.close()
     broken = run_subprocess("--home", str(world.home), "evidence", "verify")
     assert broken.code == 1 and "evidence row 5 does not verify" in broken.err
+
+
+def test_a_rerun_after_reconciliation_is_reconciled_again_before_publish(world):
+    proven_plan(world)
+    assert world.plan_run("fix", keys(1, 4)).success
+    first = evaluate_sensor(world).run_requests
+    assert phase(world) == "reconciled" and len(first) == 1
+    world.sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, "
+              "order_date, amount, status FROM orders WHERE order_date = '2026-01-03' LIMIT 1")
+    assert not world.plan_run("fix", keys(3, 3)).success  # a re-run that now fails its gates
+    assert phase(world) == "running"
+    assert evaluate_sensor(world).run_requests == []
+    blocked = world.materialize(keys(1, 4), tags=dict(first[0].tags), target=False, publish=True)
+    assert not blocked.success and "paused by plan fix (running)" in failure_text(blocked)
+    world.sql("DELETE FROM orders WHERE region IS NULL")
+    assert world.plan_run("fix", keys(3, 3)).success
+    second = evaluate_sensor(world).run_requests
+    assert phase(world) == "reconciled" and len(second) == 1
+    assert second[0].run_key != first[0].run_key

@@ -8,7 +8,7 @@ tagged with the plan (the run key makes it fire once per approved plan version).
 
 import dagster as dg
 
-from backfill_assets.control import record
+from backfill_assets.control import evidence_log, record
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.progress import advance
@@ -43,8 +43,10 @@ def make_reopen_sensor(spec: TableSpec, publish_key: dg.AssetKey) -> dg.SensorDe
                     state = advance(con, state, actor="reopen-sensor")
                     notes.append(f"{state.plan_id}: {state.phase}")
                     if state.phase is Phase.RECONCILED:
+                        # one request per reconciliation: a re-run window asks again
+                        reconciled = evidence_log.rows(con, state.plan_id, "window_reconciled")
                         requests.append(dg.RunRequest(
-                            run_key=f"publish:{state.plan_id}:{state.approved_sha256}",
+                            run_key=f"publish:{state.plan_id}:{reconciled[-1].seq}",
                             asset_selection=[publish_key], tags=publish_run_tags(state)))
         except WarehouseError as exc:
             return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")

@@ -58,6 +58,10 @@ def write_slice(con: duckdb.DuckDBPyConnection, spec: TableSpec, clearance: Clea
                 elif phase is Phase.PROVEN and key not in plan.proof_keys:
                     record.transition(con, plan.plan_id, Phase.RUNNING, actor,
                                       note=f"first write past the proof ({key})")
+                elif phase is Phase.RECONCILED:
+                    # a re-run after reconciliation must be reconciled again before publish
+                    record.transition(con, plan.plan_id, Phase.RUNNING, actor,
+                                      note=f"re-materializing {key} after reconciliation")
                 ensure_snapshot(con, spec, spec.table, plan.plan_id, key, actor)
             rows = write_partition(con, spec, key, mode, allow_empty=allow_empty)
             fp = fingerprint(con, spec.table, spec.partition_column, key)
@@ -83,12 +87,6 @@ def _advance_watermark(con: duckdb.DuckDBPyConnection, asset: str, key: str) -> 
         f"INSERT INTO {SCHEMA}.watermarks VALUES (?, ?, ?) ON CONFLICT (asset) DO UPDATE SET "
         "partition_key = greatest(partition_key, excluded.partition_key), "
         "recorded_at = excluded.recorded_at", [asset, key, evidence_log.now_iso()])
-
-
-def watermark(con: duckdb.DuckDBPyConnection, asset: str) -> str | None:
-    row = con.execute(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?",
-                      [asset]).fetchone()
-    return row[0] if row else None
 
 
 def code_versions(con: duckdb.DuckDBPyConnection, spec: TableSpec,
