@@ -7,7 +7,7 @@ from pathlib import Path
 
 from backfill_assets.cli.common import add_home, home_of
 from backfill_assets.control import milestones
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.schema import has_control_schema
 from backfill_assets.plan import collect_problems, read_plan_document, tally
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.warehouse.connection import connection
@@ -20,12 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     guard.set_defaults(handler=cmd_guard)
 
 
-def _has_control_record(con) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?", [SCHEMA]
-    ).fetchone()[0])
-
-
 def guard_items(plan_file: Path, home) -> list[Item]:
     document = read_plan_document(plan_file)
     plan, problems = collect_problems(document)
@@ -34,7 +28,7 @@ def guard_items(plan_file: Path, home) -> list[Item]:
     if plan is not None and approvals is not None and home.warehouse.exists():
         # read-only: the guard is also a CI step and must not change anything
         with connection(home.warehouse, read_only=True) as con:
-            if _has_control_record(con):
+            if has_control_schema(con):
                 execution = milestones.execution_state(con, plan.plan_id, approvals.sha256)
                 notice = milestones.pause_notice(con, plan.plan_id)
     return build(plan, problems, approvals, execution, notice)

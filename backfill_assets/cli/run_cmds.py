@@ -7,7 +7,8 @@ import os
 
 from backfill_assets.cli.common import actor, add_home, home_of
 from backfill_assets.control import gate_record, record
-from backfill_assets.control.schema import ensure_schema
+from backfill_assets.control.record import PlanState
+from backfill_assets.control.schema import ensure_schema, has_control_schema
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.errors import PlanRefused, WindowError
 from backfill_assets.execution import rollback as rollback_mod
@@ -59,26 +60,25 @@ def _context(args: argparse.Namespace):
     return home, resolved, loaded, table
 
 
-def _state(home, plan_id: str, read_only: bool = False):
+def _plan_progress(home, plan_id: str) -> tuple[PlanState | None, set[str]]:
+    """The plan's record and its reconciled partitions, read without writing (dry runs too)."""
     if not home.warehouse.exists():
-        return None
-    with connection(home.warehouse, read_only=read_only) as con:
-        if not read_only:
-            ensure_schema(con)
-        return record.get(con, plan_id)
-
-
-def _reconciled(home, state) -> set[str]:
-    with connection(home.warehouse) as con:
+        return None, set()
+    with connection(home.warehouse, read_only=True) as con:
+        if not has_control_schema(con):
+            return None, set()
+        state = record.get(con, plan_id)
+        if state is None:
+            return None, set()
         latest = gate_record.latest(con, state.target, state.partition_keys, state.plan_id)
-    return {k for k, e in latest.items() if e is not None and e.passed}
+    return state, {k for k, e in latest.items() if e is not None and e.passed}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     home, resolved, loaded, table = _context(args)
     plan = resolved.plan
     size = plan.execution.max_concurrent_partitions
-    state = _state(home, plan.plan_id)
+    state, reconciled = _plan_progress(home, plan.plan_id)
     if args.partitions:
         keys = [k.strip() for k in args.partitions.split(",") if k.strip()]
         outside = [k for k in keys if k not in plan.partition_keys]
@@ -90,8 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif args.proof:
         stage = proof_stage(plan.proof_keys, size)
     else:
-        done = _reconciled(home, state) if state else set()
-        stage = window_stage(plan.partition_keys, plan.proof_keys, done, size)
+        stage = window_stage(plan.partition_keys, plan.proof_keys, reconciled, size)
     if args.dry_run:
         print(f"plan {plan.plan_id}: {plan.target} mode {plan.execution.mode}, window "
               f"{plan.window.start}..{plan.window.end}, slices of {size} (dry run: nothing written)")

@@ -84,3 +84,10 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox (
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(DDL)
+
+
+def has_control_schema(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the control record exists, for readers that must not create it."""
+    return bool(con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = "
+        "'plans'", [SCHEMA]).fetchone()[0])
