@@ -67,8 +67,9 @@ def render(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> dict
                        "partitions": len(published.payload.get("partitions", []))}
                       if published else None),
         "rollback": ({"at": rolled.at, "by": rolled.actor} if rolled else None),
-        "chain": {"rows": len(rows), "verified": verified, "rendered_at": evidence_log.now_iso(),
-                  "rendered_by": actor},
+        "chain": {"rows": len(rows), "verified": verified,
+                  "head_seq": evidence_log.head(con)[0], "head_hash": evidence_log.head(con)[1],
+                  "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
 
 

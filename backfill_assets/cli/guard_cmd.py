@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 
 from backfill_assets.cli.common import add_home, home_of
-from backfill_assets.control import milestones
+from backfill_assets.control import milestones, record
 from backfill_assets.control.schema import has_control_schema
 from backfill_assets.plan import collect_problems, read_plan_document, tally
+from backfill_assets.plan.approvals import restrict_to_recorded
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
+from backfill_assets.plan.gate import recorded_approvers
 from backfill_assets.warehouse.connection import connection
 
 
@@ -28,9 +30,12 @@ def guard_items(plan_file: Path, home) -> list[Item]:
     if plan is not None and approvals is not None and home.warehouse.exists():
         # read-only: the guard is also a CI step and must not change anything
         with connection(home.warehouse, read_only=True) as con:
-            if has_control_schema(con):
+            if has_control_schema(con) and record.get(con, plan.plan_id) is not None:
                 execution = milestones.execution_state(con, plan.plan_id, approvals.sha256)
                 notice = milestones.pause_notice(con, plan.plan_id)
+                # where the control record knows the plan, hand-written approvals do not count
+                approvals = restrict_to_recorded(
+                    approvals, recorded_approvers(con, plan.plan_id, approvals.sha256))
     return build(plan, problems, approvals, execution, notice)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from importlib import resources
 from pathlib import Path
@@ -12,6 +13,7 @@ from backfill_assets.control import record
 from backfill_assets.control.schema import ensure_schema
 from backfill_assets.errors import ApprovalError, PlanInvalidError, UsageError
 from backfill_assets.plan import approvals, collect_problems, read_plan_document, resolve
+from backfill_assets.plan.gate import recorded_approvers
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_pause
 from backfill_assets.warehouse.connection import connection, transaction
@@ -98,12 +100,16 @@ def cmd_approve(args: argparse.Namespace) -> int:
     with connection(home.warehouse) as con:
         ensure_schema(con)
         _refuse_overlap(con, resolved.plan)
+        _refuse_edit_of_running_plan(con, resolved)
         with transaction(con):
             record.register(con, resolved.plan, resolved.sha256, path, actor())
             record.record_approval(con, resolved.plan_id, approval)
             approvals.write_approval(path, resolved.plan, approval)
             try:
                 after = resolve(path)
+                recorded = recorded_approvers(con, after.plan_id, after.sha256)
+                after = dataclasses.replace(
+                    after, tally=approvals.restrict_to_recorded(after.tally, recorded))
                 if after.tally.approved:
                     was_active = record.require(con, after.plan_id).active
                     record.mark_approved(con, after.plan_id, after.tally, args.by)
@@ -130,6 +136,17 @@ def _refuse_overlap(con, plan) -> None:
                 f"{plan.window.start}..{plan.window.end}",
                 fix=f"wait until {other.plan_id} is published, closed or rolled back, or move "
                     "the window")
+
+
+def _refuse_edit_of_running_plan(con, resolved) -> None:
+    """Once a plan has written, its approved version is what its snapshots and proof belong to."""
+    state = record.get(con, resolved.plan_id)
+    if (state is not None and state.approved_sha256 not in (None, resolved.sha256)
+            and state.phase not in (Phase.DRAFTED, Phase.APPROVED)):
+        raise ApprovalError(
+            f"plan {state.plan_id} is {state.phase} at hash {state.approved_sha256[:12]}; an edited "
+            f"version ({resolved.sha256[:12]}) cannot take over what it started",
+            fix=f"finish or roll back {state.plan_id}, then approve the change under a new plan_id")
 
 
 def cmd_close(args: argparse.Namespace) -> int:

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import yaml
+
 from backfill_assets import evidence
 from backfill_assets.cli.common import actor, add_home, home_of
 from backfill_assets.control import evidence_log, gate_record, record
@@ -19,6 +21,7 @@ from backfill_assets.execution.reconcile import reconcile
 from backfill_assets.execution.registry import load_defs
 from backfill_assets.execution.runner import QUIET
 from backfill_assets.plan import load_plan, resolve
+from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.warehouse.connection import connection
@@ -47,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("evidence", help="render the release-gate evidence, or `verify` the log")
     ev.add_argument("plan_file", help="a plan file, or the word `verify`")
     ev.add_argument("--out", help="write the YAML here instead of stdout")
+    ev.add_argument("--against", help="with verify: a rendered evidence file whose pinned head "
+                                      "must still be in the log")
     add_home(ev)
     ev.set_defaults(handler=cmd_evidence)
 
@@ -63,7 +68,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     with connection(home.warehouse) as con:
         ensure_schema(con)
         state = record.require(con, resolved.plan_id)
-        result = reconcile(con, table.spec, state, resolved, actor())
+        ensure_approved_version(resolved, state)
+        # thresholds come from the approved file the control record points at, never a copy
+        approved = verify_unchanged(state, con)
+        result = reconcile(con, table.spec, state, approved, actor())
     if args.json:
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2))
@@ -82,7 +90,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     table = loaded.table(resolved.plan.target)
     with connection(home.warehouse) as con:
         ensure_schema(con)
-        state = advance(con, record.require(con, resolved.plan_id), actor())
+        state = record.require(con, resolved.plan_id)
+        ensure_approved_version(resolved, state)
+        state = advance(con, state, actor())
         if state.phase is Phase.PUBLISHED:
             print(f"plan {state.plan_id} is already published")
             return 0
@@ -158,14 +168,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pinned_head(path: str) -> tuple[int, str]:
+    try:
+        chain = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("chain") or {}
+        return int(chain["head_seq"]), str(chain["head_hash"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError(f"{path} is not a rendered evidence file with a chain head",
+                         fix="pass a file written by `backfill evidence PLAN --out FILE`") from None
+
+
 def cmd_evidence(args: argparse.Namespace) -> int:
     home = home_of(args)
     if args.plan_file == "verify":
         if not home.warehouse.exists():
             raise UsageError(f"no warehouse at {home.warehouse}", fix="pass --home")
+        pinned = _pinned_head(args.against) if args.against else None
         with connection(home.warehouse, read_only=True) as con:
-            count = evidence_log.verify(con)
-        print(f"evidence chain verified: {count} row(s) intact")
+            count = evidence_log.verify(con, pinned)
+        print(f"evidence chain verified: {count} row(s) intact"
+              + (f", up to row {pinned[0]} pinned by {args.against}" if pinned else ""))
         return 0
     with connection(home.warehouse) as con:
         ensure_schema(con)

@@ -16,7 +16,7 @@ from backfill_assets.execution.registry import ensure_window_inside_partitions, 
 from backfill_assets.execution.runner import enable_event_batching, execute, settle
 from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
 from backfill_assets.plan import resolve
-from backfill_assets.plan.gate import verify_unchanged
+from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
 from backfill_assets.plan.phases import PAST_PROOF, Phase
 from backfill_assets.warehouse.connection import connection
 
@@ -57,6 +57,11 @@ def _context(args: argparse.Namespace):
                           fix=f"set source_of_truth: {table.spec.source}")
     for metric in plan.checks.metrics:
         table.spec.metric(metric.name)
+    if set(plan.execution.business_keys) != set(table.spec.business_keys):
+        raise PlanRefused(
+            f"the plan's business_keys ({', '.join(plan.execution.business_keys)}) are not "
+            f"{plan.target}'s ({', '.join(table.spec.business_keys)})",
+            fix=f"set execution.business_keys: [{', '.join(table.spec.business_keys)}]")
     return home, resolved, loaded, table
 
 
@@ -100,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if state is None or state.approved_sha256 is None:
         raise PlanRefused(f"plan {plan.plan_id} has not been approved",
                           fix=f"run `backfill guard {args.plan_file}` and collect the approvals")
+    ensure_approved_version(resolved, state)
     verify_unchanged(state)
     if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
         raise PlanRefused(f"plan {plan.plan_id} is {state.phase}; the proof is not open",
@@ -122,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 1
     after = settle(str(home.warehouse), plan.plan_id, actor())
     if args.proof:
-        if after.phase is not Phase.PROVEN:
+        if after.phase in (Phase.APPROVED, Phase.PROVING):
             from backfill_assets.execution.progress import proof_verdict
 
             with connection(home.warehouse) as con:
@@ -131,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"  {line}")
             print(f"proof NOT passed; plan {plan.plan_id} stays {after.phase}")
             return 1
-        print(f"proof passed: fingerprints identical on both runs; plan {plan.plan_id} is proven")
+        print(f"proof passed: fingerprints identical on both runs; plan {plan.plan_id} is "
+              f"{after.phase}")
         return 0
     print(f"plan {plan.plan_id} is {after.phase}"
           + ("; the reopen sensor (or `backfill publish`) reopens publish"

@@ -72,8 +72,19 @@ def rows(con: duckdb.DuckDBPyConnection, plan_id: str | None = None,
     return [EvidenceRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in result]
 
 
-def verify(con: duckdb.DuckDBPyConnection) -> int:
-    """Check the whole chain; return the number of rows, or raise naming the first broken row."""
+def head(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
+    """The last row's number and hash: what a rendered evidence file pins."""
+    row = con.execute(f"SELECT seq, row_hash FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1"
+                      ).fetchone()
+    return (row[0], row[1]) if row else (0, GENESIS)
+
+
+def verify(con: duckdb.DuckDBPyConnection, pinned: tuple[int, str] | None = None) -> int:
+    """Check the whole chain; return the number of rows, or raise naming the first broken row.
+
+    A chain alone cannot reveal rows cut off its end; `pinned` (a head recorded earlier, e.g. in
+    a rendered evidence file) must still be in the chain, unchanged.
+    """
     prev = GENESIS
     expected_seq = 1
     count = 0
@@ -92,4 +103,10 @@ def verify(con: duckdb.DuckDBPyConnection) -> int:
             prev = row_hash
             expected_seq += 1
             count += 1
+    if pinned is not None and pinned[0] > 0:
+        found = con.execute(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?",
+                            [pinned[0]]).fetchone()
+        if found is None or found[0] != pinned[1]:
+            raise EvidenceChainBroken(pinned[0], "the rendered evidence pinned it, but it is "
+                                                 "missing or different now (rows were cut off)")
     return count

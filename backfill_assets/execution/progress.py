@@ -55,6 +55,15 @@ def window_verdict(con: duckdb.DuckDBPyConnection, state: PlanState) -> Verdict:
         blockers.append(f"{len(missing)} partition(s) not written yet: {', '.join(missing[:5])}"
                         + (" ..." if len(missing) > 5 else ""))
     blockers += [f"{k}: {', '.join(g)} failed" for k, g in failed.items()]
+    versions: dict[str, list[str]] = {}
+    for key, entry in gates.items():
+        if entry is not None:
+            versions.setdefault(str(entry.code_version), []).append(key)
+    if len(versions) > 1:
+        # judged on the whole window now: a result recorded slice by slice may predate the mix
+        blockers.append("the window mixes code versions: " + "; ".join(
+            f"{v} ({len(ks)} partition(s), e.g. {ks[0]})" for v, ks in sorted(versions.items()))
+            + "; re-run the odd partitions with one version")
     return Verdict(not blockers, blockers,
                    {"partitions": len(gates), "missing": missing, "failed": failed})
 
@@ -70,6 +79,13 @@ def advance(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> Pla
                     "fingerprints": verdict.details, "sha256": state.approved_sha256})
                 state = record.transition(con, state.plan_id, Phase.PROVEN, actor,
                                           note="proof slice idempotent and gates passed")
+    if state.phase is Phase.RECONCILED:
+        verdict = window_verdict(con, state)
+        if not verdict.passed:
+            with transaction(con):
+                state = record.transition(con, state.plan_id, Phase.RUNNING, actor,
+                                          note="no longer reconciled: " + verdict.blockers[0])
+        return state
     if state.phase in (Phase.PROVEN, Phase.RUNNING):
         verdict = window_verdict(con, state)
         if verdict.passed:

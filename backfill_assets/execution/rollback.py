@@ -19,7 +19,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.connection import transaction
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
-from backfill_assets.warehouse.snapshots import restore, snapshot_fingerprints
+from backfill_assets.warehouse.snapshots import restore, snapshot_fingerprints, snapshotted
 
 
 @dataclass
@@ -45,6 +45,13 @@ class RollbackReport:
         return out
 
 
+def written_keys(con: duckdb.DuckDBPyConnection, state: PlanState) -> list[str]:
+    """Every partition the plan snapshotted before writing, whatever its window says now."""
+    return sorted(snapshotted(con, state.plan_id, state.target)
+                  | {k for k, in con.execute(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes "
+                                             "WHERE plan_id = ?", [state.plan_id]).fetchall()})
+
+
 def later_writers(con: duckdb.DuckDBPyConnection, state: PlanState) -> list[tuple[str, str]]:
     return con.execute(
         f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key
@@ -52,7 +59,7 @@ def later_writers(con: duckdb.DuckDBPyConnection, state: PlanState) -> list[tupl
             WHERE asset = ? AND partition_key = ANY(?) AND plan_id IS DISTINCT FROM ?
               AND recorded_at > (SELECT min(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ?)
             ORDER BY 2""",
-        [state.target, state.partition_keys, state.plan_id, state.plan_id]).fetchall()
+        [state.target, written_keys(con, state), state.plan_id, state.plan_id]).fetchall()
 
 
 def rollback(con: duckdb.DuckDBPyConnection, spec: TableSpec, state: PlanState, actor: str, *,
@@ -77,7 +84,7 @@ def rollback(con: duckdb.DuckDBPyConnection, spec: TableSpec, state: PlanState, 
         return report
     with transaction(con):
         for table in tables:
-            restored = restore(con, spec, table, state.plan_id, state.partition_keys)
+            restored = restore(con, spec, table, state.plan_id, written_keys(con, state))
             if restored:
                 report.tables[table] = restored
         record.transition(con, state.plan_id, Phase.ROLLED_BACK, actor,

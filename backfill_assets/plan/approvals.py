@@ -64,6 +64,15 @@ def tally(plan: Plan) -> ApprovalTally:
     return ApprovalTally(sha, plan.approvals.required, counted, void)
 
 
+def restrict_to_recorded(current: ApprovalTally, recorded: set[str]) -> ApprovalTally:
+    """Only approvals the control record saw given (casefolded names) count."""
+    counted = [a for a in current.counted if a.by.casefold() in recorded]
+    void = list(current.void) + [
+        VoidApproval(a, "not given with `backfill plan approve` (no record of it)")
+        for a in current.counted if a.by.casefold() not in recorded]
+    return ApprovalTally(current.sha256, current.required, counted, void)
+
+
 def check_can_approve(plan: Plan, approver: str) -> None:
     if not approver.strip():
         raise ApprovalError("approver name is empty", fix="pass --by NAME")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from backfill_assets.control import record
+from backfill_assets.control import evidence_log, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.errors import BackfillError, PartitionRefused
+from backfill_assets.errors import BackfillError, PartitionRefused, PlanRefused
 from backfill_assets.plan.phases import PAST_PROOF
 from backfill_assets.plan.resolved import ResolvedPlan, resolve
 
@@ -46,8 +46,12 @@ def _refuse(message: str, plan_id: str | None, partition: str, fix: str) -> Part
     return PartitionRefused(message, plan_id=plan_id, partition=partition, fix=fix)
 
 
-def verify_unchanged(state: PlanState) -> ResolvedPlan:
-    """Re-read the plan file: it must still be approved at the hash the control record bound."""
+def verify_unchanged(state: PlanState, con: duckdb.DuckDBPyConnection | None = None) -> ResolvedPlan:
+    """Re-read the plan file: it must still be approved at the hash the control record bound.
+
+    With a connection, only approvals that `backfill plan approve` recorded count: an entry typed
+    into the file by hand does not.
+    """
     try:
         resolved = resolve(state.path)
     except BackfillError as exc:
@@ -58,7 +62,34 @@ def verify_unchanged(state: PlanState) -> ResolvedPlan:
             f"plan {state.plan_id} was edited since its approval (now {resolved.sha256[:12]}, "
             f"approved {str(state.approved_sha256)[:12]}); its approvals are void",
             state.plan_id, "*", f"run `backfill guard {state.path}` and collect approvals again")
+    if con is not None:
+        recorded = recorded_approvers(con, state.plan_id, resolved.sha256)
+        counted = [a.by for a in resolved.tally.counted if a.by.casefold() in recorded]
+        if len(counted) < resolved.tally.required:
+            unrecorded = [a.by for a in resolved.tally.counted if a.by.casefold() not in recorded]
+            raise _refuse(
+                f"plan {state.plan_id} has {len(counted)} recorded approval(s) of "
+                f"{resolved.tally.required}; not given with `backfill plan approve`: "
+                f"{', '.join(unrecorded)}", state.plan_id, "*",
+                "remove hand-written approvals and approve with `backfill plan approve`")
     return resolved
+
+
+def recorded_approvers(con: duckdb.DuckDBPyConnection, plan_id: str, sha: str) -> set[str]:
+    return {row.actor.casefold() for row in evidence_log.rows(con, plan_id, "approval")
+            if row.payload.get("plan_sha256") == sha}
+
+
+def ensure_approved_version(resolved: ResolvedPlan, state: PlanState) -> None:
+    """The file a command was given must be the approved version of the plan."""
+    if state.approved_sha256 is None:
+        raise PlanRefused(f"plan {state.plan_id} has not been approved",
+                          fix=f"run `backfill guard {resolved.path}` and collect the approvals")
+    if resolved.sha256 != state.approved_sha256:
+        raise PlanRefused(
+            f"{resolved.path} is not the approved version of plan {state.plan_id} (hash "
+            f"{resolved.sha256[:12]}, approved {state.approved_sha256[:12]} at {state.path})",
+            fix="use the approved file, or have this version approved")
 
 
 def clear_backfill(con: duckdb.DuckDBPyConnection, target: str, keys: Sequence[str],
@@ -96,7 +127,7 @@ def clear_backfill(con: duckdb.DuckDBPyConnection, target: str, keys: Sequence[s
                 f"({', '.join(plan.proof_keys)}) may run until the proof passes, not {key}",
                 plan.plan_id, key, f"run `backfill run {plan.path} --proof` first")
     assert chosen is not None
-    return Clearance(tuple(keys), chosen, verify_unchanged(chosen))
+    return Clearance(tuple(keys), chosen, verify_unchanged(chosen, con))
 
 
 def clear_incremental(con: duckdb.DuckDBPyConnection, target: str, keys: Sequence[str]) -> Clearance:

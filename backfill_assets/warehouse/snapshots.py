@@ -7,6 +7,7 @@ back and must reproduce that fingerprint exactly.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import duckdb
@@ -20,7 +21,9 @@ from backfill_assets.warehouse.identifiers import checked, qualified, quote
 
 
 def snapshot_table(plan_id: str, table: str) -> str:
-    return checked(f"{plan_id.replace('-', '_')}__{table}", "snapshot table")
+    # '-' is not allowed in a plain identifier; the digest keeps `fix-a` and `fix_a` apart
+    digest = hashlib.sha256(plan_id.encode()).hexdigest()[:8]
+    return checked(f"{plan_id.replace('-', '_')}_{digest}__{table}", "snapshot table")
 
 
 def snapshotted(con: duckdb.DuckDBPyConnection, plan_id: str, table: str) -> set[str]:

@@ -42,6 +42,16 @@ def write_partition(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_k
     if mode not in MODES:
         raise WriteRefused(f"unknown write mode {mode!r}", fix=f"use one of {', '.join(MODES)}")
     staged = _stage(con, spec, partition_key)
+    target, part = quote(spec.table), quote(spec.partition_column)
+    key = as_date(partition_key)
+    stray = con.execute(f"SELECT count(*) FROM backfill_stage WHERE {part} IS DISTINCT FROM ?",
+                        [key]).fetchone()[0]
+    if stray:
+        # a row for another day would land in a partition that was never snapshotted
+        raise WriteRefused(
+            f"the recomputation of {spec.name} partition {partition_key} yielded {stray} row(s) "
+            f"whose {spec.partition_column} is not {partition_key}",
+            fix="make select_sql filter on $partition and return it as the partition column")
     if staged == 0 and not allow_empty:
         existing = _existing(con, spec, partition_key)
         if existing:
@@ -49,22 +59,22 @@ def write_partition(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_k
                 f"the recomputation of {spec.name} partition {partition_key} yielded no rows where "
                 f"{existing} exist", fix="check the source for that day, or set "
                 "execution.allow_empty_partitions: true in the plan if the day is really empty")
-    target, part = quote(spec.table), quote(spec.partition_column)
     cols = ", ".join(quote(c) for c in spec.columns)
-    key = as_date(partition_key)
     if mode == "overwrite":
         con.execute(f"DELETE FROM {target} WHERE {part} = ?", [key])
         con.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM backfill_stage")
     elif mode == "merge":
-        match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}"
-                             for k in spec.business_keys)
+        # the partition filter keeps the upsert inside its partition whatever the business keys
+        match = " AND ".join([f"t.{part} = ?"] + [f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}"
+                                                  for k in spec.business_keys])
         updates = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in spec.columns
                             if c not in spec.business_keys)
         values = ", ".join("s." + quote(c) for c in spec.columns)
         con.execute(
             f"MERGE INTO {target} AS t USING backfill_stage AS s ON {match} "
             + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
-            + f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})"
+            + f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})",
+            [key],
         )
     else:
         keys = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
