@@ -101,11 +101,13 @@ def cmd_approve(args: argparse.Namespace) -> int:
         ensure_schema(con)
         _refuse_overlap(con, resolved.plan)
         _refuse_edit_of_running_plan(con, resolved)
-        with transaction(con):
-            record.register(con, resolved.plan, resolved.sha256, path, actor())
-            record.record_approval(con, resolved.plan_id, approval)
-            approvals.write_approval(path, resolved.plan, approval)
-            try:
+        try:
+            # the file and the record change together: a failure anywhere, the commit included,
+            # puts the file back as it was
+            with transaction(con):
+                record.register(con, resolved.plan, resolved.sha256, path, actor())
+                record.record_approval(con, resolved.plan_id, approval)
+                approvals.write_approval(path, resolved.plan, approval)
                 after = resolve(path)
                 recorded = recorded_approvers(con, after.plan_id, after.sha256)
                 after = dataclasses.replace(
@@ -115,9 +117,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
                     record.mark_approved(con, after.plan_id, after.tally, args.by)
                     if not was_active:
                         announce_pause(con, after.plan, actor=args.by)
-            except BaseException:
+        except BaseException:
+            if path.read_text(encoding="utf-8") != original:
                 path.write_text(original, encoding="utf-8")
-                raise
+            raise
     status = "approved" if after.tally.approved else "needs more approvals"
     print(f"{args.by} approved {after.plan_id} at {after.sha256[:12]}: "
           f"{len(after.tally.counted)}/{after.tally.required} counted, {status}")
