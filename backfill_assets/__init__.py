@@ -1,20 +1,26 @@
 """backfill-assets: plan-gated, reconciled, reversible backfills on Dagster and DuckDB.
 
 The public surface a team uses to declare a replayable table; everything else is reached through
-the `backfill` command.
+the `backfill` command. Imported lazily, so `backfill guard` (a CI step) does not load Dagster.
 """
 
-from backfill_assets.defs.replayable import ReplayableTable, make_replayable_table
-from backfill_assets.defs.resources import PlanGateResource, WarehouseResource, backfill_resources
-from backfill_assets.table import Column, Metric, TableSpec
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "Column",
-    "Metric",
-    "PlanGateResource",
-    "ReplayableTable",
-    "TableSpec",
-    "WarehouseResource",
-    "backfill_resources",
-    "make_replayable_table",
-]
+_EXPORTS = {
+    "Column": "backfill_assets.table",
+    "Metric": "backfill_assets.table",
+    "TableSpec": "backfill_assets.table",
+    "ReplayableTable": "backfill_assets.defs.replayable",
+    "make_replayable_table": "backfill_assets.defs.replayable",
+    "PlanGateResource": "backfill_assets.defs.resources",
+    "WarehouseResource": "backfill_assets.defs.resources",
+    "backfill_resources": "backfill_assets.defs.resources",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'backfill_assets' has no attribute {name!r}")

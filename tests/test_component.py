@@ -49,3 +49,10 @@ def test_component_rejects_unknown_keys_and_bad_identifiers():
         {**ATTRIBUTES, "business_keys": ["order_date; DROP TABLE orders"]}))
     with pytest.raises(IdentifierError, match="not a plain SQL identifier"):
         bad.spec()
+
+
+def test_public_api_is_importable_from_the_package():
+    import backfill_assets
+
+    assert backfill_assets.make_replayable_table.__name__ == "make_replayable_table"
+    assert backfill_assets.TableSpec is DAILY_REVENUE.__class__
