@@ -214,3 +214,13 @@ def test_schema_and_rule_problems_are_reported_together(tmp_path, run_cli):
     assert "  - reason = 'TODO': still a placeholder" in result.err
     assert "  - execution.max_concurent_partitions = 4: unknown key" in result.err
     assert "  - window = '2026-01-18..2026-01-05': start is after end; swap them" in result.err
+
+
+def test_the_guard_does_not_load_dagster(run_subprocess):
+    """The guard runs as a CI step or git hook: it must stay light."""
+    import sys
+
+    probe = ("import sys; from backfill_assets.cli import main; "
+             "main(['guard', '/nonexistent.yaml']); print('dagster' in sys.modules)")
+    result = run_subprocess(command=[sys.executable, "-c", probe])
+    assert result.out.strip() == "False", result

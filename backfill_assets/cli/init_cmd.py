@@ -6,7 +6,6 @@ import argparse
 
 from backfill_assets.cli.common import add_home, home_of
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.dagster_setup import ensure_dagster_home
 from backfill_assets.warehouse.connection import connection
 
 
@@ -17,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from backfill_assets.dagster_setup import ensure_dagster_home
+
     home = home_of(args)
     with connection(home.warehouse) as con:
         ensure_schema(con)

@@ -13,13 +13,9 @@ from backfill_assets import evidence
 from backfill_assets.cli.common import actor, add_home, home_of
 from backfill_assets.control import evidence_log, gate_record, record
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.dagster_setup import instance_for
-from backfill_assets.defs.sensor import publish_run_tags
 from backfill_assets.errors import PublishBlocked, UsageError
 from backfill_assets.execution.progress import advance, proof_verdict, window_verdict
 from backfill_assets.execution.reconcile import reconcile
-from backfill_assets.execution.registry import load_defs
-from backfill_assets.execution.runner import QUIET
 from backfill_assets.plan import load_plan, resolve
 from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
 from backfill_assets.plan.phases import Phase
@@ -62,6 +58,8 @@ def _state(con, plan_file: str):
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
+    from backfill_assets.execution.registry import load_defs
+
     home = home_of(args)
     resolved = resolve(args.plan_file)
     table = load_defs(args.defs).table(resolved.plan.target)
@@ -83,6 +81,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.sensor import publish_run_tags
+    from backfill_assets.execution.registry import load_defs
+    from backfill_assets.execution.runner import QUIET
+
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)
     resolved = resolve(args.plan_file)

@@ -9,11 +9,8 @@ from backfill_assets.cli.common import actor, add_home, home_of
 from backfill_assets.control import gate_record, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import ensure_schema, has_control_schema
-from backfill_assets.dagster_setup import instance_for
 from backfill_assets.errors import PlanRefused, WindowError
 from backfill_assets.execution import rollback as rollback_mod
-from backfill_assets.execution.registry import ensure_window_inside_partitions, load_defs
-from backfill_assets.execution.runner import enable_event_batching, execute, settle
 from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
 from backfill_assets.plan import resolve
 from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
@@ -42,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _context(args: argparse.Namespace):
+    # Dagster loads only for commands that run it; `backfill guard` stays light
+    from backfill_assets.execution.registry import ensure_window_inside_partitions, load_defs
+    from backfill_assets.execution.runner import enable_event_batching
+
     home = home_of(args)
     # in-process runs resolve the warehouse from BACKFILL_HOME, like the UI's runs do
     os.environ["BACKFILL_HOME"] = str(home.root)
@@ -80,6 +81,9 @@ def _plan_progress(home, plan_id: str) -> tuple[PlanState | None, set[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.execution.runner import execute, settle
+
     home, resolved, loaded, table = _context(args)
     plan = resolved.plan
     size = plan.execution.max_concurrent_partitions
