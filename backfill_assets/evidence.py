@@ -31,6 +31,7 @@ def render(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> dict
     published = last("published")
     rolled = last("rollback")
     latest = gate_record.latest(con, state.target, state.partition_keys, state.plan_id)
+    head_seq, head_hash = evidence_log.head(con)
     try:
         evidence_log.verify(con)
         verified: bool | str = True
@@ -68,7 +69,7 @@ def render(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> dict
                       if published else None),
         "rollback": ({"at": rolled.at, "by": rolled.actor} if rolled else None),
         "chain": {"rows": len(rows), "verified": verified,
-                  "head_seq": evidence_log.head(con)[0], "head_hash": evidence_log.head(con)[1],
+                  "head_seq": head_seq, "head_hash": head_hash,
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
 

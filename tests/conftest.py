@@ -65,3 +65,11 @@ def world(tmp_path, instance):
     from tests.world import make_world
 
     return make_world(tmp_path, instance)
+
+
+@pytest.fixture
+def cli(world, run_subprocess):
+    """The `backfill` console script as a subprocess, on the world's home."""
+    def run(*args: str) -> Result:
+        return run_subprocess("--home", str(world.home), *args)
+    return run

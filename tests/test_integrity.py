@@ -16,13 +16,6 @@ from backfill_assets.warehouse.writes import ensure_table, write_partition
 from tests.world import FIXED, failure_text, keys
 
 
-@pytest.fixture
-def cli(world, run_subprocess):
-    def run(*args):
-        return run_subprocess("--home", str(world.home), *args)
-    return run
-
-
 def test_a_recomputation_that_returns_other_days_is_refused(world):
     assert world.materialize(keys(1, 3)).success
     before = world.fingerprints("daily_revenue", keys(1, 3))

@@ -5,16 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from tests.conftest import BIN, ROOT
-
-
-@pytest.fixture
-def cli(world, run_subprocess):
-    def run(*args):
-        return run_subprocess("--home", str(world.home), *args)
-    return run
 
 
 def test_dry_run_prints_the_slices_and_writes_nothing(world, cli):

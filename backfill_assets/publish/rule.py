@@ -13,8 +13,10 @@ import duckdb
 
 from backfill_assets.control import evidence_log, gate_record, record
 from backfill_assets.errors import PublishBlocked, WarehouseError
+from backfill_assets.plan import load_plan
 from backfill_assets.plan.gate import PLAN_TAG
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.connection import transaction
 from backfill_assets.warehouse.fingerprints import as_date
@@ -86,9 +88,6 @@ def _copy(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str], 
                 "table": spec.publish_as, "partitions": list(keys), "rows": copied,
                 "sha256": state.approved_sha256})
             if set(state.partition_keys) <= set(keys):
-                from backfill_assets.plan import load_plan
-                from backfill_assets.publish.notify import announce_reopen
-
                 record.transition(con, plan_id, Phase.PUBLISHED, actor,
                                   note=f"{len(keys)} partition(s) published")
                 announce_reopen(con, load_plan(state.path), actor)
