@@ -47,11 +47,14 @@ class World:
         path = write_plan(self.root / f"{name}.yaml", complete_plan(plan_id=name, **kwargs))
         return path
 
-    def approved_plan(self, name: str = "fix", **kwargs) -> Path:
-        path = self.plan(name, **kwargs)
+    def approve(self, path: Path) -> Path:
+        """Two approvals by non-owners, through the CLI."""
         assert self.cli("plan", "approve", str(path), "--by", "alice") == 0
         assert self.cli("plan", "approve", str(path), "--by", "bob") == 0
         return path
+
+    def approved_plan(self, name: str = "fix", **kwargs) -> Path:
+        return self.approve(self.plan(name, **kwargs))
 
     def materialize(self, keys: list[str] | str, *, tags: dict[str, str] | None = None,
                     spec: TableSpec = DAILY_REVENUE, publish: bool = False,
