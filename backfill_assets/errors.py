@@ -127,3 +127,19 @@ class EvidenceChainBroken(BackfillError):
 
 class DagsterCompatError(BackfillError):
     """The installed Dagster changed an internal API this product relies on."""
+
+
+class PrincipalError(BackfillError):
+    """A name (owner, approver, actor) is not a canonical ASCII principal."""
+
+    exit_code = 2
+
+
+class SignatureError(BackfillError):
+    """An SSH signature is malformed, does not verify, or its key is not allowed for the principal."""
+
+
+class AllowedSignersError(BackfillError):
+    """The allowed_signers file cannot be read or has a malformed line."""
+
+    exit_code = 2
