@@ -1,4 +1,4 @@
-"""backfill-assets: plan-gated, reconciled, reversible backfills on Dagster and DuckDB.
+"""backfill-assets: plan-gated, reconciled, reversible backfills on Dagster.
 
 The public surface a team uses to declare a replayable table; everything else is reached through
 the `backfill` command. Imported lazily, so `backfill guard` (a CI step) does not load Dagster.
@@ -13,7 +13,6 @@ _EXPORTS = {
     "TableSpec": "backfill_assets.table",
     "ReplayableTable": "backfill_assets.defs.replayable",
     "make_replayable_table": "backfill_assets.defs.replayable",
-    "PlanGateResource": "backfill_assets.defs.resources",
     "WarehouseResource": "backfill_assets.defs.resources",
     "backfill_resources": "backfill_assets.defs.resources",
 }

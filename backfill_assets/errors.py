@@ -45,10 +45,16 @@ class PlanProblem:
     def __str__(self) -> str:
         if self.value == "<missing>":
             return f"{self.key} is missing: {self.fix}"
-        return f"{self.key} = {self.value!r}: {self.fix}"
+        shown = repr(self.value)
+        if len(shown) > 60:  # a hostile value must not flood the terminal
+            shown = shown[:57] + "..."
+        return f"{self.key[:80]} = {shown}: {self.fix}"
 
     def __repr__(self) -> str:
         return f"PlanProblem({self.key!r}, {self.value!r}, {self.fix!r})"
+
+
+MAX_PROBLEMS_SHOWN = 40
 
 
 class PlanInvalidError(BackfillError):
@@ -57,7 +63,10 @@ class PlanInvalidError(BackfillError):
     def __init__(self, path: str, problems: Sequence[PlanProblem]) -> None:
         self.path = path
         self.problems = list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
+        shown = self.problems[:MAX_PROBLEMS_SHOWN]
+        lines = "\n".join(f"  - {p}" for p in shown)
+        if len(self.problems) > len(shown):
+            lines += f"\n  ... and {len(self.problems) - len(shown)} more"
         super().__init__(f"{path}: {len(self.problems)} problem(s)\n{lines}")
 
 

@@ -1,28 +1,47 @@
-"""Rendering the release-gate evidence (templates/release-gate-evidence.yaml) from the record."""
+"""Rendering the release-gate evidence (templates/release-gate-evidence.yaml) from the record.
+
+One file per plan that summarises: counts, every failure in full, and a digest of all gate
+results and snapshots, so it stays small and renders in seconds for thousands of partitions
+(the rows themselves stay in the keyed chain, which `backfill evidence verify` checks).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
-import duckdb
 import yaml
 
-from backfill_assets.control import evidence_log, gate_record
+from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import EvidenceChainBroken
+from backfill_assets.errors import BackfillError, EvidenceChainBroken
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.identifiers import table_for_asset
+from backfill_assets.warehouse.snapshots import snapshotted
 
 
-def render(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> dict[str, Any]:
-    plan_json = json.loads(con.execute(f"SELECT plan_json FROM {SCHEMA}.plans WHERE plan_id = ?",
-                                       [state.plan_id]).fetchone()[0])
-    rows = evidence_log.rows(con, plan_id=state.plan_id)
-    sha = state.approved_sha256 or state.sha256
+class ChainNotVerified(BackfillError):
+    """The rendered evidence says the chain does not verify."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the evidence was written, but its chain does not verify: {reason}",
+                         fix="restore the control record (and its key) from backup; `backfill evidence verify` "
+                             "names the first bad row")
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, Any], bool | str]:
+    rows = evidence_log.rows(session, plan_id=state.plan_id)
+    sha = state.approved_sha256
+    version = state.version
+    plan = version.plan if version else None
 
     def last(kind: str, **match: Any) -> evidence_log.EvidenceRow | None:
-        found = [r for r in rows if r.kind == kind
-                 and all(r.payload.get(k) == v for k, v in match.items())]
+        found = [r for r in rows if r.kind == kind and all(r.payload.get(k) == v for k, v in match.items())]
         return found[-1] if found else None
 
     pause = last("notification", event="paused")
@@ -30,48 +49,46 @@ def render(con: duckdb.DuckDBPyConnection, state: PlanState, actor: str) -> dict
     reconciled = last("window_reconciled")
     published = last("published")
     rolled = last("rollback")
-    latest = gate_record.latest(con, state.target, state.partition_keys, state.plan_id)
-    head_seq, head_hash = evidence_log.head(con)
+    keys = list(state.partition_keys)
+    latest = ledger.latest(session, state.target, keys, state.plan_id)
+    failures = {k: {g: figures.get("detail") for g, (passed, figures) in e.gates.items() if not passed}
+                for k, e in latest.items() if e is not None and not e.passed}
+    results = {k: {g: [p, f.get("numbers")] for g, (p, f) in e.gates.items()}
+               for k, e in latest.items() if e is not None}
+    snaps = {table: {k: [f.rows, f.digest] for k, f in snapshotted(session, state.plan_id, table).items()}
+             for table in (table_for_asset(state.target),)}
+    head_seq, head_hash = evidence_log.head(session)
     try:
-        evidence_log.verify(con)
+        evidence_log.verify(session)
         verified: bool | str = True
-    except EvidenceChainBroken as exc:
+    except (EvidenceChainBroken, BackfillError) as exc:
         verified = f"NO: {exc}"
-    return {
+    document = {
         "plan": {
-            "plan_id": state.plan_id, "sha256": sha, "path": state.path, "owner": state.owner,
-            "target": state.target, "source_of_truth": plan_json["source_of_truth"],
-            "window": {"start": state.window_start.isoformat(),
-                       "end": state.window_end.isoformat()},
-            "mode": plan_json["execution"]["mode"], "phase": state.phase.value,
+            "plan_id": state.plan_id, "sha256": sha, "owner": state.owner, "target": state.target,
+            "source_of_truth": plan.source_of_truth if plan else None,
+            "window": {"start": keys[0] if keys else None, "end": keys[-1] if keys else None,
+                       "partitions": len(keys)},
+            "mode": plan.execution.mode if plan else None, "phase": state.phase.value,
+            "file": version.source_file if version else None,
         },
-        "approvals": [r.payload for r in rows if r.kind == "approval"
-                      and r.payload.get("plan_sha256") == sha],
+        "approvals": [{"by": a.principal, "at": a.approved_at, "key": a.key_fingerprint, "recorded_by": a.actor,
+                       "plan_sha256": sha} for a in (record.approvals(session, sha) if sha else [])],
         "publish_pause": {"paused_at": pause.at if pause else None,
                           "notified": pause.payload.get("recipients") if pause else []},
-        "proof": {"partitions": list(state.proof_keys),
-                  "fingerprints": proof.payload.get("fingerprints") if proof else {},
-                  "passed_at": proof.at if proof else None},
-        "snapshots": [{"table": r.payload["table"], "partition": r.payload["partition"],
-                       "rows": r.payload["rows"], "fingerprint": r.payload["fingerprint"]}
-                      for r in rows if r.kind == "snapshot"],
-        "gates": [
-            {"partition": key, "written_at": entry.write_at if entry else None,
-             "fingerprint": entry.fingerprint if entry else None,
-             "results": [{"gate": gate, "passed": passed,
-                          **{k: figures.get(k) for k in ("expected", "actual", "threshold",
-                                                         "difference")}}
-                         for gate, (passed, figures) in (entry.gates.items() if entry else [])]}
-            for key, entry in latest.items()],
+        "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
+        "snapshots": {"partitions": sum(len(v) for v in snaps.values()), "sha256": _digest(snaps)},
+        "gates": {"partitions": len(keys), "written": len(results),
+                  "passed": sum(1 for e in latest.values() if e is not None and e.passed),
+                  "failed": failures, "results_sha256": _digest(results)},
         "reconciled_at": reconciled.at if reconciled else None,
-        "published": ({"at": published.at, "by": published.actor,
-                       "partitions": len(published.payload.get("partitions", []))}
+        "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows")}
                       if published else None),
         "rollback": ({"at": rolled.at, "by": rolled.actor} if rolled else None),
-        "chain": {"rows": len(rows), "verified": verified,
-                  "head_seq": head_seq, "head_hash": head_hash,
+        "chain": {"rows": len(rows), "verified": verified, "head_seq": head_seq, "head_hash": head_hash,
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
+    return document, verified
 
 
 def to_yaml(document: dict[str, Any]) -> str:

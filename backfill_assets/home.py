@@ -1,4 +1,7 @@
-"""Where state lives: BACKFILL_HOME (the warehouse) and DAGSTER_HOME (the Dagster instance)."""
+"""Where state lives: BACKFILL_HOME (the embedded warehouse, keys, logs) and DAGSTER_HOME.
+
+Everything is read at call time, never at import.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WAREHOUSE_FILE = "warehouse.duckdb"
+HOME_ENV = "BACKFILL_HOME"
+WAREHOUSE_URL_ENV = "BACKFILL_WAREHOUSE_URL"
+EVIDENCE_KEY_ENV = "BACKFILL_EVIDENCE_KEY_FILE"
 
 
 @dataclass(frozen=True)
@@ -15,15 +21,37 @@ class Home:
 
     @property
     def warehouse(self) -> Path:
+        """The embedded DuckDB file (the default engine)."""
         return self.root / WAREHOUSE_FILE
+
+    @property
+    def warehouse_url(self) -> str:
+        """$BACKFILL_WAREHOUSE_URL when set (e.g. postgresql://...), else the DuckDB file here."""
+        return os.environ.get(WAREHOUSE_URL_ENV) or f"duckdb:///{self.warehouse}"
 
     @property
     def dagster_home(self) -> Path:
         configured = os.environ.get("DAGSTER_HOME")
         return Path(configured) if configured else self.root / "dagster"
 
+    @property
+    def evidence_key(self) -> Path:
+        """The HMAC key of the evidence chain: kept outside the warehouse, mode 0600."""
+        configured = os.environ.get(EVIDENCE_KEY_ENV)
+        return Path(configured) if configured else self.root / "keys" / "evidence.key"
+
+    @property
+    def evidence_heads(self) -> Path:
+        """Every chain head, appended after each commit: shows rows cut off the chain's end."""
+        return self.evidence_key.parent / "evidence-heads.log"
+
+    @property
+    def log_file(self) -> Path:
+        """Dagster's own log lines and stack traces from CLI runs (`--verbose` shows them)."""
+        return self.root / "logs" / "backfill.log"
+
 
 def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Home:
-    """--home wins, then $BACKFILL_HOME, then ./.backfill (read at call time, never at import)."""
-    raw = explicit or os.environ.get("BACKFILL_HOME") or ".backfill"
+    """--home wins, then $BACKFILL_HOME, then ./.backfill."""
+    raw = explicit or os.environ.get(HOME_ENV) or ".backfill"
     return Home(Path(raw).expanduser().resolve())

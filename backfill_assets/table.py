@@ -1,28 +1,31 @@
 """What a team declares about a replayable table: its SQL, keys, metrics and contract.
 
-Every identifier is validated when the spec is built, so nothing unchecked ever reaches SQL.
+Every identifier is validated when the spec is built, so nothing unchecked ever reaches SQL. The
+spec travels with the definitions (as asset metadata), so the CLI, runs, the sensor and publish
+all use the spec of the definitions actually loaded.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from backfill_assets.errors import IdentifierError
-from backfill_assets.warehouse.identifiers import checked, table_for_asset
+from backfill_assets.warehouse.identifiers import checked, quote, table_for_asset
 
-_TYPE = re.compile(r"^[A-Z]+( ?\(\d+(, ?\d+)?\))?(\[\])?$")
+_TYPE = re.compile(r"^[A-Z]+( [A-Z]+)*( ?\(\d+(, ?\d+)?\))?(\[\])?$")
 
 
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # DuckDB type name as information_schema reports it, e.g. DATE, BIGINT, DECIMAL(18,2)
+    type: str  # a plain SQL type name: DATE, BIGINT, VARCHAR, DECIMAL(18,2), TIMESTAMP ...
     nullable: bool = True
 
     def __post_init__(self) -> None:
         checked(self.name, "contract column")
-        if not _TYPE.match(self.type.upper()):
+        if not isinstance(self.type, str) or not _TYPE.match(self.type.upper()):
             raise IdentifierError(f"column type {self.type!r} of {self.name} is not a plain SQL type",
                                   fix="use a type name such as BIGINT, VARCHAR or DECIMAL(18,2)")
 
@@ -31,9 +34,10 @@ class Column:
 class Metric:
     """A business aggregate computed on the target and, independently, on the source.
 
-    `target_sql` aggregates the target's rows of one partition; `source_sql` aggregates the source's
-    rows of the same partition. Both are SQL expressions written by the table's owners (code, not
-    YAML input), e.g. target ``sum(net_revenue)`` against source ``sum(amount) - 2 * ...``.
+    Both are aggregate SQL expressions written by the table's owners (code, not YAML input),
+    evaluated per business-key group: `target_sql` over the target's rows of one key group,
+    `source_sql` over the source rows of the same group, e.g. target ``sum(net_revenue)`` against
+    source ``sum(amount) - sum(amount) FILTER (WHERE status = 'refunded')``.
     """
 
     name: str
@@ -48,9 +52,10 @@ class Metric:
 class TableSpec:
     """A partitioned target recomputed from a source by `select_sql`.
 
-    `select_sql` must return exactly the contract's columns for the partition bound to the
-    parameter ``$partition`` (a DATE). `expected_rows_sql` is an aggregate over the source's rows of
-    one partition giving the number of rows the target should hold (row-count parity).
+    `select_sql` returns exactly the contract's columns for one partition, bound as `$partition`
+    (or `$partition_start` / `$partition_end` for a time window). `source_keys` maps each business
+    key to the source expression that yields it (default: the source column of the same name), so
+    the gates compare target and source key group by key group.
     """
 
     name: str
@@ -61,28 +66,48 @@ class TableSpec:
     business_keys: tuple[str, ...]
     contract: tuple[Column, ...]
     metrics: tuple[Metric, ...]
-    expected_rows_sql: str
     publish_as: str
-    event_id_column: str | None = None  # replay mode re-applies events keyed by this column
+    source_keys: tuple[tuple[str, str], ...] = ()
+    source_event_id: str | None = None  # a source column unique per event: its duplicates fail a gate
+    event_id_column: str | None = None  # replay mode re-applies events keyed by this target column
     code_version: str = "1"
     description: str = ""
+    _source_keys: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        table_for_asset(self.name)
-        table_for_asset(self.source)
-        table_for_asset(self.publish_as)
+        for asset in (self.name, self.source, self.publish_as):
+            table_for_asset(asset)
         checked(self.partition_column, "partition column")
         checked(self.source_partition_column, "source partition column")
-        for key in self.business_keys:
-            checked(key, "business key")
+        if not self.business_keys:
+            raise IdentifierError(f"table {self.name} declares no business keys",
+                                  fix="list the columns that identify one row")
         names = [c.name for c in self.contract]
         for key in (*self.business_keys, self.partition_column):
+            checked(key, "business key")
             if key not in names:
                 raise IdentifierError(f"{key!r} of table {self.name} is not a contract column",
                                       fix=f"declare it in the contract ({', '.join(names)})")
+        if self.partition_column not in self.business_keys:
+            raise IdentifierError(f"the partition column {self.partition_column} of {self.name} is "
+                                  "not a business key", fix="add it to business_keys")
+        mapping = dict(self.source_keys)
+        unknown = sorted(set(mapping) - set(self.business_keys))
+        if unknown:
+            raise IdentifierError(f"source_keys of {self.name} name {', '.join(unknown)}, which are "
+                                  "not business keys", fix=f"map only {', '.join(self.business_keys)}")
+        for key in self.business_keys:
+            mapping.setdefault(key, quote(key))
+        object.__setattr__(self, "_source_keys", mapping)
+        for column in (self.source_event_id,):
+            if column is not None:
+                checked(column, "source event id column")
         if self.event_id_column is not None and self.event_id_column not in names:
             raise IdentifierError(f"event id column {self.event_id_column!r} is not a contract column",
                                   fix="declare it in the contract")
+        seen = [m.name for m in self.metrics]
+        if len(set(seen)) != len(seen):
+            raise IdentifierError(f"table {self.name} declares a metric twice", fix="keep one of each")
 
     @property
     def table(self) -> str:
@@ -100,6 +125,17 @@ class TableSpec:
     def columns(self) -> list[str]:
         return [c.name for c in self.contract]
 
+    @property
+    def value_columns(self) -> list[str]:
+        return [c for c in self.columns if c not in self.business_keys]
+
+    def source_key_sql(self, key: str) -> str:
+        """The source expression that yields business key `key`."""
+        return self._source_keys[key]
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.contract if c.name == name)
+
     def metric(self, name: str) -> Metric:
         for metric in self.metrics:
             if metric.name == name:
@@ -108,10 +144,22 @@ class TableSpec:
                               fix=f"use one of: {', '.join(m.name for m in self.metrics)}")
 
     def create_sql(self, table: str | None = None) -> str:
-        from backfill_assets.warehouse.identifiers import quote
-
         # no NOT NULL in the DDL: the contract gate must see a bad transform's NULLs and block
         # publish, rather than the write failing half-way through a window
-        cols = ", ".join(f"{quote(c.name)} {c.type}"
-                         for c in self.contract)
+        cols = ", ".join(f"{quote(c.name)} {c.type}" for c in self.contract)
         return f"CREATE TABLE IF NOT EXISTS {quote(table or self.table)} ({cols})"
+
+    # --- travelling with the definitions ----------------------------------------------------------
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("_source_keys", None)
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TableSpec:
+        data = json.loads(text)
+        data["contract"] = tuple(Column(**c) for c in data["contract"])
+        data["metrics"] = tuple(Metric(**m) for m in data["metrics"])
+        data["business_keys"] = tuple(data["business_keys"])
+        data["source_keys"] = tuple(tuple(pair) for pair in data["source_keys"])
+        return cls(**data)

@@ -1,13 +1,24 @@
-"""The `backfill` command: thin argument parsing over the library, one error handler."""
+"""The `backfill` command: thin argument parsing over the library, one error handler.
+
+Every failure the product expects is one red line naming the problem and the fix, with exit code
+1 (refused, incomplete, a gate failed) or 2 (unreadable input, misuse). Anything else is one line
+too, with the traceback in the log file (`--verbose` prints it).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
-from backfill_assets.cli import guard_cmd, plan_cmds
+from backfill_assets.cli import guard_cmd, output, plan_cmds
 from backfill_assets.errors import BackfillError
+from backfill_assets.warehouse import lock_wait
+
+INTERNAL_ERROR = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,6 +30,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="backfill", description="Safe, plan-gated backfills on Dagster.")
     parser.add_argument("--home", help="state folder (default: $BACKFILL_HOME or ./.backfill)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show Dagster's own log lines and tracebacks instead of logging them")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in _command_modules():
         module.register(sub)
@@ -35,17 +48,60 @@ def _red(text: str) -> str:
     return f"\033[31m{text}\033[0m" if sys.stderr.isatty() else text
 
 
+def _relay(args: argparse.Namespace) -> None:
+    """Deliver notices queued by the command, after its transactions committed."""
+    if not getattr(args, "relay", False):
+        return
+    from backfill_assets.cli.common import warehouse_of
+    from backfill_assets.control.outbox import relay
+
+    try:
+        relay(warehouse_of(args), wait_seconds=5.0)
+    except BackfillError:
+        pass  # undelivered notices stay in the outbox; the sensor or the next command retries
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    output.set_verbose(args.verbose)
+    lock_wait.set_reporter(lambda message: output.say(f"backfill: {message}"))
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        _relay(args)
+        return code
     except BackfillError as exc:
+        _relay(args)
         sys.stderr.write(_red(f"backfill: {exc}") + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("backfill: interrupted; every partition is either old or new\n")
         return 130
+    except BrokenPipeError:
+        # `backfill ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:  # a bug: one line here, the traceback in the log
+        if args.verbose:
+            traceback.print_exc()
+        where = _log_traceback(args)
+        sys.stderr.write(_red(f"backfill: internal error: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}") +
+                         f" (traceback in {where})\n")
+        return INTERNAL_ERROR
+
+
+def _log_traceback(args: argparse.Namespace) -> str:
+    from backfill_assets.cli.common import home_of
+
+    try:
+        path = output.log_file(home_of(args))
+        logging.basicConfig(filename=path, level=logging.INFO)
+        logging.getLogger("backfill_assets").exception("internal error")
+        return str(path)
+    except OSError:
+        return "nowhere: the home is not writable"
 
 
 def entrypoint() -> None:

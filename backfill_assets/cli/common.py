@@ -1,12 +1,30 @@
-"""Helpers the subcommands share: the home, the warehouse connection, the actor's name."""
+"""What the subcommands share: the home, the warehouse, who acts, and naming a plan.
+
+A plan is named by its file or by its plan_id: commands that act on a plan read its window,
+proof partitions, mode and thresholds from the plan of record; a file given must be the approved
+version.
+"""
 
 from __future__ import annotations
 
 import argparse
 import getpass
 import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from backfill_assets.control import record
+from backfill_assets.control.record import PlanState
+from backfill_assets.control.schema import ensure_schema, has_control_schema
+from backfill_assets.errors import PlanRefused, UsageError
 from backfill_assets.home import Home, resolve_home
+from backfill_assets.plan.identity import plan_sha256
+from backfill_assets.plan.loading import load_plan
+from backfill_assets.plan.model import PLAN_ID_PATTERN
+from backfill_assets.warehouse import Warehouse, open_warehouse
+from backfill_assets.warehouse.engine import Session
 
 
 def home_of(args: argparse.Namespace) -> Home:
@@ -19,5 +37,66 @@ def add_home(parser: argparse.ArgumentParser) -> None:
                         help="state folder (default: $BACKFILL_HOME or ./.backfill)")
 
 
+def add_defs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--defs", help="definitions: a file (defs.py) or a module (pkg.module), "
+                                       "optionally :attr; default $BACKFILL_DEFS, else workspace.yaml")
+
+
 def actor() -> str:
-    return os.environ.get("BACKFILL_ACTOR") or getpass.getuser()
+    """Who runs the command: the OS user and host, never a free-text flag."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def warehouse_of(args: argparse.Namespace) -> Warehouse:
+    return open_warehouse(home_of(args))
+
+
+@contextmanager
+def reading(args: argparse.Namespace) -> Iterator[Session]:
+    """A session for a command that only reads: it never creates a warehouse or a control record."""
+    warehouse = warehouse_of(args)
+    if not warehouse.exists():
+        raise UsageError(f"no warehouse at {warehouse.engine.describe()}",
+                         fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
+    with warehouse.session(read_only=True) as session:
+        if not has_control_schema(session):
+            raise UsageError(f"{warehouse.engine.describe()} holds no backfill control record",
+                             fix="pass --home pointing at the right BACKFILL_HOME, or run `backfill init`")
+        yield session
+
+
+@contextmanager
+def writing(args: argparse.Namespace) -> Iterator[Session]:
+    with warehouse_of(args).session() as session:
+        ensure_schema(session)
+        yield session
+
+
+def plan_id_of(reference: str) -> tuple[str, Path | None]:
+    """A plan named by its file (then its plan_id is read from it) or by its plan_id."""
+    path = Path(reference)
+    if path.is_file():
+        return load_plan(path).plan_id, path
+    import re
+
+    if re.match(PLAN_ID_PATTERN, reference):
+        return reference, None
+    raise UsageError(f"{reference!r} is neither a plan file nor a plan id",
+                     fix="give the plan's YAML file or its plan_id")
+
+
+def plan_state(session: Session, reference: str) -> PlanState:
+    """The plan of record; a file given must be its approved version."""
+    plan_id, path = plan_id_of(reference)
+    state = record.require(session, plan_id)
+    if path is not None and state.approved_sha256 is not None:
+        sha = plan_sha256(load_plan(path))
+        if sha != state.approved_sha256:
+            raise PlanRefused(f"{path} is not the approved version of plan {plan_id} (hash {sha[:12]}, "
+                              f"approved {state.approved_sha256[:12]})",
+                              fix="use the approved file or the plan id, or have this version approved")
+    return state

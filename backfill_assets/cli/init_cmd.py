@@ -1,28 +1,43 @@
-"""`backfill init`: the warehouse's control schema and DAGSTER_HOME with our dagster.yaml."""
+"""`backfill init`: the control record, the evidence key, and DAGSTER_HOME with our dagster.yaml."""
 
 from __future__ import annotations
 
 import argparse
 
-from backfill_assets.cli.common import add_home, home_of
-from backfill_assets.control.schema import ensure_schema
-from backfill_assets.warehouse.connection import connection
+from backfill_assets.cli.common import add_home, home_of, writing
+from backfill_assets.control.evidence_log import create_key
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    init = sub.add_parser("init", help="create the control schema and DAGSTER_HOME/dagster.yaml")
+    init = sub.add_parser("init", help="create the control record, the evidence key and DAGSTER_HOME")
+    init.add_argument("--instance", choices=("sqlite", "postgres"), default="sqlite",
+                      help="Dagster's run, event and schedule storage: sqlite files in DAGSTER_HOME "
+                           "(default) or the Postgres server named by --instance-url")
+    init.add_argument("--instance-url", help="postgresql://user@host:port/db for --instance postgres "
+                                             "(default $BACKFILL_DAGSTER_PG_URL)")
     add_home(init)
     init.set_defaults(handler=cmd_init)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from backfill_assets.dagster_setup import ensure_dagster_home
+    import os
+
+    from backfill_assets.dagster_setup import INSTANCE_URL_ENV, ensure_dagster_home
+    from backfill_assets.errors import UsageError
 
     home = home_of(args)
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-    dagster_home = ensure_dagster_home(home)
-    print(f"warehouse    {home.warehouse}")
-    print(f"DAGSTER_HOME {dagster_home} (dagster.yaml: plan-gate run coordinator, per-plan caps)")
+    url = None
+    if args.instance == "postgres":
+        url = args.instance_url or os.environ.get(INSTANCE_URL_ENV)
+        if not url:
+            raise UsageError("--instance postgres needs a server", fix="pass --instance-url postgresql://...")
+    with writing(args) as session:
+        where = session.engine.describe()
+    key = create_key(home)
+    dagster_home = ensure_dagster_home(home, url)
+    print(f"warehouse    {where}")
+    print(f"evidence key {key} (mode 0600; keep it, and back it up apart from the warehouse)")
+    print(f"DAGSTER_HOME {dagster_home} (dagster.yaml: write-permission run coordinator, per-plan caps"
+          + (", Postgres storage)" if url else ")"))
     print(f"export BACKFILL_HOME={home.root} DAGSTER_HOME={dagster_home}")
     return 0

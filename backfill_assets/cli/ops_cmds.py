@@ -1,4 +1,4 @@
-"""The execution commands, registered after the plan commands."""
+"""The execution commands, registered after the plan commands (they load Dagster lazily)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`backfill reconcile | publish | status | evidence`."""
+"""`backfill reconcile | publish | status | diff | evidence`."""
 
 from __future__ import annotations
 
@@ -9,165 +9,152 @@ from pathlib import Path
 
 import yaml
 
-from backfill_assets import evidence
-from backfill_assets.cli.common import actor, add_home, home_of
-from backfill_assets.control import evidence_log, gate_record, record
-from backfill_assets.control.schema import ensure_schema
+from backfill_assets.cli import output
+from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
 from backfill_assets.errors import PublishBlocked, UsageError
-from backfill_assets.execution.progress import advance, proof_verdict, window_verdict
-from backfill_assets.execution.reconcile import reconcile
-from backfill_assets.plan import load_plan, resolve
-from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
-from backfill_assets.plan.phases import Phase
-from backfill_assets.publish import rule
-from backfill_assets.warehouse.connection import connection
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     rec = sub.add_parser("reconcile", help="every gate of the window on the data as it is now")
-    rec.add_argument("plan_file")
+    rec.add_argument("plan")
     rec.add_argument("--json", action="store_true")
-    rec.add_argument("--defs")
+    add_defs(rec)
     add_home(rec)
     rec.set_defaults(handler=cmd_reconcile)
 
     pub = sub.add_parser("publish", help="reopen publish now, or say what blocks it")
-    pub.add_argument("plan_file")
-    pub.add_argument("--defs")
+    pub.add_argument("plan")
+    add_defs(pub)
     add_home(pub)
-    pub.set_defaults(handler=cmd_publish)
+    pub.set_defaults(handler=cmd_publish, relay=True)
 
     status = sub.add_parser("status", help="phase, partitions, gates, publish, what to do next")
-    status.add_argument("plan_file")
+    status.add_argument("plan", nargs="?", help="a plan file or id (default: every plan)")
     status.add_argument("--json", action="store_true")
     add_home(status)
     status.set_defaults(handler=cmd_status)
 
+    diff = sub.add_parser("diff", help="what the plan changed: before (its snapshots) against now")
+    diff.add_argument("plan")
+    diff.add_argument("--partitions", help="only these keys: K1,K2")
+    diff.add_argument("--json", action="store_true")
+    diff.add_argument("--top", type=int, default=10, help="keys shown per partition (largest changes)")
+    add_defs(diff)
+    add_home(diff)
+    diff.set_defaults(handler=cmd_diff)
+
     ev = sub.add_parser("evidence", help="render the release-gate evidence, or `verify` the log")
-    ev.add_argument("plan_file", help="a plan file, or the word `verify`")
+    ev.add_argument("plan", help="a plan file or id, or the word `verify`")
     ev.add_argument("--out", help="write the YAML here instead of stdout")
-    ev.add_argument("--against", help="with verify: a rendered evidence file whose pinned head "
-                                      "must still be in the log")
+    ev.add_argument("--against", help="with verify: a rendered evidence file whose pinned head must still "
+                                      "be in the log")
     add_home(ev)
     ev.set_defaults(handler=cmd_evidence)
 
 
-def _state(con, plan_file: str):
-    plan = load_plan(plan_file)
-    return plan, record.require(con, plan.plan_id)
-
-
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from backfill_assets.execution.registry import load_defs
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.execution.reconcile import reconcile
 
-    home = home_of(args)
-    resolved = resolve(args.plan_file)
-    table = load_defs(args.defs).table(resolved.plan.target)
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-        state = record.require(con, resolved.plan_id)
-        ensure_approved_version(resolved, state)
-        # thresholds come from the approved file the control record points at, never a copy
-        approved = verify_unchanged(state, con)
-        result = reconcile(con, table.spec, state, approved, actor())
+    loaded = load_defs(args.defs)
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        result = reconcile(session, table.spec, table.scheme(), state, actor())
     if args.json:
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
-                          "passed": result.passed, "partitions": result.rows()}, indent=2))
+                          "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
     else:
         print(result.table())
-        print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan "
-              f"{state.plan_id} is {result.state.phase}")
+        print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan {state.plan_id} is "
+              f"{result.state.phase}")
     return 0 if result.passed else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.loading import load_defs
     from backfill_assets.defs.sensor import publish_run_tags
-    from backfill_assets.execution.registry import load_defs
-    from backfill_assets.execution.runner import QUIET
+    from backfill_assets.execution.advance import advance
+    from backfill_assets.execution.runner import failure_messages
+    from backfill_assets.plan.phases import Phase
+    from backfill_assets.publish import rule
+    from backfill_assets.status import plan_status
 
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)
-    resolved = resolve(args.plan_file)
     loaded = load_defs(args.defs)
-    table = loaded.table(resolved.plan.target)
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-        state = record.require(con, resolved.plan_id)
-        ensure_approved_version(resolved, state)
-        state = advance(con, state, actor())
-        if state.phase is Phase.PUBLISHED:
-            print(f"plan {state.plan_id} is already published")
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        state = advance(session, state, actor())
+        status = plan_status(session, state, table.spec, table.scheme())
+        if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+            print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
             return 0
         if state.phase is not Phase.RECONCILED:
-            verdict = (proof_verdict(con, state) if state.phase in (Phase.APPROVED, Phase.PROVING)
-                       else window_verdict(con, state))
-            blockers = verdict.blockers or [f"the plan is {state.phase}"]
-            raise PublishBlocked(f"publish of plan {state.plan_id} is blocked: "
-                                 + "; ".join(blockers[:6]),
-                                 fix="finish the proof and the window (backfill run), then retry")
-        problems = rule.blockers(con, table.spec, state.partition_keys, publish_run_tags(state))
-    if problems:
-        raise PublishBlocked("; ".join(problems[:6]), fix="re-materialize and reconcile first")
+            raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: publish reopens only after every "
+                                 f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
+                                 fix=status.next)
+        problems = rule.check(session, table.spec, table.scheme(), list(state.partition_keys)).problems
+        if problems:
+            raise PublishBlocked("; ".join(problems[:5]), fix=status.next)
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
-    result = job.execute_in_process(instance=instance_for(home), asset_selection=[table.publish.key],
-                                    tags={**publish_run_tags(state),
-                                          "backfill_assets/actor": actor()},
-                                    raise_on_error=False, run_config=QUIET)
+    import dagster as dg
+
+    with output.dagster_output(home):
+        result = job.execute_in_process(instance=instance_for(home),
+                                        asset_selection=[dg.AssetKey(table.spec.publish_as.split("/"))],
+                                        tags={**publish_run_tags(state), "backfill_assets/actor": actor()},
+                                        raise_on_error=False, run_config=output.run_config())
     if not result.success:
-        raise PublishBlocked(f"the publish run {result.run_id} failed; nothing was published",
-                             fix="see the run in the Dagster UI")
-    print(f"published {table.spec.publish_as} for {state.window_start}..{state.window_end} "
-          f"(run {result.run_id}); downstream owners notified")
+        raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "
+                             + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
+    print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
+          f"(run {result.run_id[:8]}); downstream owners notified")
     return 0
 
 
-def _next_step(phase: Phase, plan_file: str) -> str:
-    return {
-        Phase.DRAFTED: f"collect approvals: backfill plan approve {plan_file} --by NAME",
-        Phase.APPROVED: f"run the proof: backfill run {plan_file} --proof",
-        Phase.PROVING: f"finish the proof: backfill run {plan_file} --proof",
-        Phase.PROVEN: f"run the window: backfill run {plan_file}",
-        Phase.RUNNING: f"finish the window (backfill run {plan_file}); fix failing partitions "
-                       f"and re-run them with --partitions",
-        Phase.RECONCILED: f"publish reopens by the sensor, or now: backfill publish {plan_file}",
-        Phase.PUBLISHED: "done; close the plan when consumers confirm",
-        Phase.CLOSED: "nothing: the plan is closed",
-        Phase.ROLLED_BACK: "nothing: the plan was rolled back; draft a new plan to retry",
-    }[phase]
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    home = home_of(args)
-    plan = load_plan(args.plan_file)
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-        state = record.require(con, plan.plan_id)
-        latest = gate_record.latest(con, state.target, state.partition_keys, state.plan_id)
-        published = [r for r in evidence_log.rows(con, plan.plan_id, "published")]
-    written = [k for k, e in latest.items() if e is not None]
-    passed = [k for k, e in latest.items() if e is not None and e.passed]
-    failed = {k: e.failed for k, e in latest.items() if e is not None and not e.passed}
-    report = {
-        "plan_id": state.plan_id, "phase": state.phase.value, "target": state.target,
-        "window": [state.window_start.isoformat(), state.window_end.isoformat()],
-        "partitions": len(state.partition_keys), "written": len(written),
-        "reconciled": len(passed), "failed": failed,
-        "publish": ("reopened at " + published[-1].at) if published else
-                   ("paused" if state.active else "not paused"),
-        "next": _next_step(state.phase, args.plan_file),
-    }
+    from backfill_assets.control import record
+    from backfill_assets.status import plan_status
+
+    with reading(args) as session:
+        states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
+        statuses = [plan_status(session, s) for s in states]
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(statuses[0].to_json() if args.plan else [s.to_json() for s in statuses], indent=2))
         return 0
-    print(f"plan       {state.plan_id}: {state.phase}")
-    print(f"window     {report['window'][0]}..{report['window'][1]} of {state.target}, "
-          f"{report['partitions']} partitions")
-    print(f"written    {len(written)}  reconciled {len(passed)}  failed {len(failed)}")
-    for key, gates in failed.items():
-        print(f"  {key}: {', '.join(gates)}")
-    print(f"publish    {report['publish']}")
-    print(f"next       {report['next']}")
+    if not statuses:
+        print("no plans in the control record")
+    for s in statuses:
+        window = f"{s.window[0]}..{s.window[1]}" if s.window else "-"
+        print(f"plan       {s.plan_id}: {s.phase}" + (f" ({s.hold})" if s.hold else ""))
+        print(f"window     {window} of {s.target}, {s.partitions} partitions")
+        print(f"approvals  {', '.join(s.approvals) or 'none recorded'}")
+        print(f"written    {s.written}  passed {s.reconciled}  failed {len(s.failed)}")
+        for key, gates in list(s.failed.items())[:10]:
+            print(f"  {key}: {', '.join(gates)}")
+        if len(s.failed) > 10:
+            print(f"  ... {len(s.failed) - 10} more")
+        if s.running:
+            print(f"running    {s.running}")
+        print(f"publish    {s.publish}")
+        print(f"next       {s.next}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.impact import plan_impact
+
+    loaded = load_defs(args.defs)
+    with reading(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        keys = [k.strip() for k in args.partitions.split(",")] if args.partitions else None
+        report = plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top)
+    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.text())
     return 0
 
 
@@ -181,20 +168,19 @@ def _pinned_head(path: str) -> tuple[int, str]:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
-    home = home_of(args)
-    if args.plan_file == "verify":
-        if not home.warehouse.exists():
-            raise UsageError(f"no warehouse at {home.warehouse}", fix="pass --home")
+    from backfill_assets import evidence
+    from backfill_assets.control import evidence_log
+
+    if args.plan == "verify":
         pinned = _pinned_head(args.against) if args.against else None
-        with connection(home.warehouse, read_only=True) as con:
-            count = evidence_log.verify(con, pinned)
-        print(f"evidence chain verified: {count} row(s) intact"
-              + (f", up to row {pinned[0]} pinned by {args.against}" if pinned else ""))
+        with reading(args) as session:
+            count = evidence_log.verify(session, pinned)
+        print(f"evidence chain verified: {count} row(s) intact, keyed, none cut off"
+              + (f"; row {pinned[0]} pinned by {args.against} is there" if pinned else ""))
         return 0
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-        _plan, state = _state(con, args.plan_file)
-        document = evidence.render(con, state, actor())
+    with reading(args) as session:
+        state = plan_state(session, args.plan)
+        document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -202,4 +188,6 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         print(f"wrote evidence for {state.plan_id} to {args.out}")
     else:
         print(text, end="")
+    if verified is not True:
+        raise evidence.ChainNotVerified(str(verified))
     return 0

@@ -1,161 +1,185 @@
-"""`backfill run` and `backfill rollback`."""
+"""`backfill run | pause | cancel | rollback`."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from backfill_assets.cli.common import actor, add_home, home_of
-from backfill_assets.control import gate_record, record
-from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import ensure_schema, has_control_schema
+from backfill_assets.cli import output
+from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
+from backfill_assets.control import lease, ledger, record
 from backfill_assets.errors import PlanRefused, WindowError
-from backfill_assets.execution import rollback as rollback_mod
-from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
-from backfill_assets.plan import resolve
-from backfill_assets.plan.gate import ensure_approved_version, verify_unchanged
 from backfill_assets.plan.phases import PAST_PROOF, Phase
-from backfill_assets.warehouse.connection import connection
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run the plan through Dagster: --proof first, then the window")
-    run.add_argument("plan_file")
+    run.add_argument("plan", help="the plan's file or plan_id")
     mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--proof", action="store_true", help="the proof slice, twice")
+    mode.add_argument("--proof", action="store_true", help="the proof partitions, twice")
     mode.add_argument("--partitions", help="re-materialize these keys of the window: K1,K2")
-    run.add_argument("--dry-run", action="store_true", help="print the slices, write nothing")
-    run.add_argument("--defs", help="definitions to load (module:attr; default $BACKFILL_DEFS or "
-                                    "examples.definitions:defs)")
+    run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
+    add_defs(run)
     add_home(run)
-    run.set_defaults(handler=cmd_run)
+    run.set_defaults(handler=cmd_run, relay=True)
+
+    for name, text in (("pause", "stop the plan's runs before their next slice; `backfill run` resumes"),
+                       ("cancel", "end the plan's runs for good; then roll it back (or withdraw it)")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("plan")
+        add_home(cmd)
+        cmd.set_defaults(handler=cmd_pause if name == "pause" else cmd_cancel)
 
     rollback = sub.add_parser("rollback", help="restore every partition the plan wrote")
-    rollback.add_argument("plan_file")
+    rollback.add_argument("plan")
     rollback.add_argument("--dry-run", action="store_true")
-    rollback.add_argument("--defs")
+    add_defs(rollback)
     add_home(rollback)
-    rollback.set_defaults(handler=cmd_rollback)
+    rollback.set_defaults(handler=cmd_rollback, relay=True)
 
 
-def _context(args: argparse.Namespace):
-    # Dagster loads only for commands that run it; `backfill guard` stays light
-    from backfill_assets.execution.registry import ensure_window_inside_partitions, load_defs
-    from backfill_assets.execution.runner import enable_event_batching
+def _stage(args: argparse.Namespace, state, scheme, passed: set[str]):
+    from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
 
-    home = home_of(args)
-    # in-process runs resolve the warehouse from BACKFILL_HOME, like the UI's runs do
-    os.environ["BACKFILL_HOME"] = str(home.root)
-    enable_event_batching()
-    resolved = resolve(args.plan_file)
-    loaded = load_defs(args.defs)
-    table = loaded.table(resolved.plan.target)
-    plan = resolved.plan
-    ensure_window_inside_partitions(plan, table)
-    if plan.source_of_truth != table.spec.source:
-        raise PlanRefused(f"source_of_truth {plan.source_of_truth} is not the source of "
-                          f"{plan.target} ({table.spec.source})",
-                          fix=f"set source_of_truth: {table.spec.source}")
-    for metric in plan.checks.metrics:
-        table.spec.metric(metric.name)
-    if set(plan.execution.business_keys) != set(table.spec.business_keys):
-        raise PlanRefused(
-            f"the plan's business_keys ({', '.join(plan.execution.business_keys)}) are not "
-            f"{plan.target}'s ({', '.join(table.spec.business_keys)})",
-            fix=f"set execution.business_keys: [{', '.join(table.spec.business_keys)}]")
-    return home, resolved, loaded, table
+    execution = state.approved.plan.execution
+    size = execution.partitions_per_run
+    if args.partitions:
+        keys = list(dict.fromkeys(k.strip() for k in args.partitions.split(",") if k.strip()))
+        outside = [k for k in keys if not state.covers(k)]
+        if outside or not keys:
+            raise WindowError(f"partitions {', '.join(outside[:3]) or '(none)'} are not in the window "
+                              f"{state.partition_keys[0]}..{state.partition_keys[-1]} of plan {state.plan_id}",
+                              fix="name keys inside the plan's window, comma-separated")
+        return partitions_stage(keys, size, scheme)
+    if args.proof:
+        return proof_stage(state.proof_keys, size, scheme)
+    return window_stage(state.partition_keys, state.proof_keys, passed, size, scheme)
 
 
-def _plan_progress(home, plan_id: str) -> tuple[PlanState | None, set[str]]:
-    """The plan's record and its reconciled partitions, read without writing (dry runs too)."""
-    if not home.warehouse.exists():
-        return None, set()
-    with connection(home.warehouse, read_only=True) as con:
-        if not has_control_schema(con):
-            return None, set()
-        state = record.get(con, plan_id)
-        if state is None:
-            return None, set()
-        latest = gate_record.latest(con, state.target, state.partition_keys, state.plan_id)
-    return state, {k for k, e in latest.items() if e is not None and e.passed}
+def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
+    pid = state.plan_id
+    if state.phase not in (Phase.APPROVED, Phase.PROVING, *PAST_PROOF):
+        raise PlanRefused(f"plan {pid} is {state.phase}; it cannot run", fix=f"see `backfill status {pid}`")
+    if state.hold == "cancelled":
+        raise PlanRefused(f"plan {pid} was cancelled", fix=f"roll it back: `backfill rollback {pid}`")
+    if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
+        raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
+                          fix="the proof runs once, between approval and the window")
+    proof_only = set(stage.partitions) <= set(state.proof_keys)
+    if not args.proof and state.phase not in PAST_PROOF and not (args.partitions and proof_only):
+        raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed",
+                          fix=f"run `backfill run {pid} --proof`")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.execution.runner import execute, settle
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.execution.advance import advance, proof_verdict
+    from backfill_assets.execution.runner import enable_event_batching, execute, fail_dead_runs, run_range
 
-    home, resolved, loaded, table = _context(args)
-    plan = resolved.plan
-    size = plan.execution.max_concurrent_partitions
-    state, reconciled = _plan_progress(home, plan.plan_id)
-    if args.partitions:
-        keys = [k.strip() for k in args.partitions.split(",") if k.strip()]
-        outside = [k for k in keys if k not in plan.partition_keys]
-        if outside or not keys:
-            raise WindowError(f"partitions {', '.join(outside) or '(none)'} are not in the window "
-                              f"{plan.window.start}..{plan.window.end}",
-                              fix="name keys inside the plan's window, comma-separated")
-        stage = partitions_stage(keys, size)
-    elif args.proof:
-        stage = proof_stage(plan.proof_keys, size)
-    else:
-        stage = window_stage(plan.partition_keys, plan.proof_keys, reconciled, size)
-    if args.dry_run:
-        print(f"plan {plan.plan_id}: {plan.target} mode {plan.execution.mode}, window "
-              f"{plan.window.start}..{plan.window.end}, slices of {size} (dry run: nothing written)")
+    home = home_of(args)
+    os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
+    enable_event_batching()
+    warehouse = warehouse_of(args)
+    loaded = load_defs(args.defs)
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        scheme = table.scheme()
+        latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
+        passed = {k for k, e in latest.items() if e is not None and e.passed}
+        stage = _stage(args, state, scheme, passed)
+        if args.dry_run:
+            execution = state.approved.plan.execution
+            print(f"plan {state.plan_id}: {state.target} mode {execution.mode}, window "
+                  f"{state.partition_keys[0]}..{state.partition_keys[-1]} ({len(state.partition_keys)} "
+                  f"partitions), {execution.partitions_per_run} per run (dry run: nothing written)")
+            print(stage.describe())
+            return 0
+        _refuse_phase(args, state, stage)
+        if not stage.partitions:
+            print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
+            state = advance(session, state, actor())
+            print(f"plan {state.plan_id} is {state.phase}")
+            return 0
+        held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
+        if state.hold == "paused":
+            state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
+    instance = instance_for(home)
+    try:
+        fail_dead_runs(instance)
         print(stage.describe())
-        return 0
-
-    if state is None or state.approved_sha256 is None:
-        raise PlanRefused(f"plan {plan.plan_id} has not been approved",
-                          fix=f"run `backfill guard {args.plan_file}` and collect the approvals")
-    ensure_approved_version(resolved, state)
-    verify_unchanged(state)
-    if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
-        raise PlanRefused(f"plan {plan.plan_id} is {state.phase}; the proof is not open",
-                          fix="the proof runs once, between approval and the window")
-    if not args.proof and state.phase not in PAST_PROOF:
-        if not (args.partitions and set(stage.partitions) <= set(plan.proof_keys)
-                and state.phase in (Phase.APPROVED, Phase.PROVING)):
-            raise PlanRefused(f"plan {plan.plan_id} is {state.phase}: the window runs only after "
-                              "the proof passed", fix=f"run `backfill run {args.plan_file} --proof`")
-    if not stage.partitions:
-        print(f"nothing to run: every partition of {plan.plan_id} is already written and reconciled")
-    else:
-        print(stage.describe())
-        instance = instance_for(home)
-        reports = execute(stage, table, loaded.definitions, instance, str(home.warehouse), state,
-                          actor(), print)
-        print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
-        if not all(r.ok for r in reports):
-            settle(str(home.warehouse), plan.plan_id, actor())
-            return 1
-    after = settle(str(home.warehouse), plan.plan_id, actor())
+        with output.dagster_output(home) as log:
+            reports = execute(stage, loaded, table, instance, warehouse, state, held, actor(), output.say,
+                              lambda keys: run_range(loaded, table, instance, state.plan_id, keys, actor(),
+                                                     output.run_config()))
+    finally:
+        with warehouse.session() as session:
+            lease.release(session, held)
+    print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
+    with warehouse.session() as session:
+        after = advance(session, record.require(session, state.plan_id), actor())
+        verdict = proof_verdict(session, after) if args.proof else None
+    if not all(r.ok for r in reports):
+        print(f"plan {after.plan_id} is {after.phase}; Dagster's log: {log}")
+        return 1
     if args.proof:
         if after.phase in (Phase.APPROVED, Phase.PROVING):
-            from backfill_assets.execution.progress import proof_verdict
-
-            with connection(home.warehouse) as con:
-                verdict = proof_verdict(con, after)
-            for line in verdict.blockers:
+            for line in verdict.blockers if verdict else []:
                 print(f"  {line}")
-            print(f"proof NOT passed; plan {plan.plan_id} stays {after.phase}")
+            print(f"proof NOT passed; plan {after.plan_id} stays {after.phase}")
             return 1
-        print(f"proof passed: fingerprints identical on both runs; plan {plan.plan_id} is "
-              f"{after.phase}")
+        print(f"proof passed: fingerprints identical on both runs; plan {after.plan_id} is {after.phase}")
         return 0
-    print(f"plan {plan.plan_id} is {after.phase}"
-          + ("; the reopen sensor (or `backfill publish`) reopens publish"
-             if after.phase is Phase.RECONCILED else ""))
+    print(f"plan {after.plan_id} is {after.phase}"
+          + ("; the reopen sensor (or `backfill publish`) reopens publish" if after.phase is Phase.RECONCILED
+             else ""))
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        if not state.active:
+            raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
+                              fix=f"see `backfill status {state.plan_id}`")
+        state = record.set_hold(session, state.plan_id, "paused", actor())
+    print(f"plan {state.plan_id} is paused: its runs stop before their next slice (runs in flight finish); "
+          f"`backfill run {state.plan_id}` resumes")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from backfill_assets.control.schema import SCHEMA
+
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        wrote = session.scalar(f"SELECT count(DISTINCT partition_key) FROM {SCHEMA}.writes WHERE plan_id = ?",
+                               [state.plan_id])
+        if not wrote and state.phase in (Phase.DRAFTED, Phase.APPROVED, Phase.PROVING):
+            from backfill_assets.execution.rollback import withdraw
+
+            state = withdraw(session, state, actor(), "cancelled before writing")
+            print(f"plan {state.plan_id} wrote nothing and is withdrawn")
+            return 0
+        if not state.active:
+            raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to cancel",
+                              fix=f"see `backfill status {state.plan_id}`")
+        state = record.set_hold(session, state.plan_id, "cancelled", actor())
+    print(f"plan {state.plan_id} is cancelled: no new run may write; it wrote {wrote} partition(s): roll them "
+          f"back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    home, resolved, _loaded, table = _context(args)
-    with connection(home.warehouse) as con:
-        ensure_schema(con)
-        state = record.require(con, resolved.plan_id)
-        report = rollback_mod.rollback(con, table.spec, state, actor(), dry_run=args.dry_run)
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.execution.rollback import rollback
+
+    loaded = load_defs(args.defs)
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run)
     for line in report.lines():
         print(line)
     return 0

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from backfill_assets.cli.common import add_home, home_of
+from backfill_assets.cli.common import add_home, warehouse_of
+from backfill_assets.demo.sample import generate_orders
 from backfill_assets.errors import UsageError
-from backfill_assets.sample import generate_orders
-from backfill_assets.warehouse.connection import connection
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,15 +25,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
         start = dt.date.fromisoformat(args.start)
     except ValueError:
         raise UsageError(f"--start {args.start!r} is not a date", fix="use YYYY-MM-DD") from None
-    if args.days < 1 or args.rows_per_day < 1:
-        raise UsageError("--days and --rows-per-day must be at least 1", fix="pass positive counts")
+    if not (1 <= args.days <= 10_000) or not (1 <= args.rows_per_day <= 10_000_000):
+        raise UsageError("--days must be 1-10000 and --rows-per-day 1-10000000", fix="pass smaller counts")
     end = start + dt.timedelta(days=args.days - 1)
     if end > dt.datetime.now(dt.UTC).date():
-        raise UsageError(f"the sample would end on {end}, in the future",
-                         fix="start earlier or generate fewer days")
-    home = home_of(args)
-    with connection(home.warehouse) as con:
-        rows = generate_orders(con, start=start, days=args.days, rows_per_day=args.rows_per_day,
+        raise UsageError(f"the sample would end on {end}, in the future", fix="start earlier or generate fewer days")
+    warehouse = warehouse_of(args)
+    with warehouse.session() as session:
+        rows = generate_orders(session, start=start, days=args.days, rows_per_day=args.rows_per_day,
                                seed=args.seed)
-    print(f"wrote {rows} orders for {start}..{end} into {home.warehouse}")
+    print(f"wrote {rows} orders for {start}..{end} into {warehouse.engine.describe()}")
     return 0

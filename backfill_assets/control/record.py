@@ -1,139 +1,219 @@
-"""Plans seen, their phase and transitions, read and written inside the caller's transaction."""
+"""The plan of record: plans, their versions and signed approvals, and the phase machine's funnel.
+
+Once a version's approvals are complete, its canonical content lives here under its sha256 and
+everything (the write permission, the coordinator, runs, reconcile, publish, rollback) reads the
+window, proof partitions, mode and thresholds from here, never from a file path on one machine.
+Approving an edited plan records the new version beside the old one; the plan of record moves to
+it only when its own approvals are complete. Every phase change goes through `transition`.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from dataclasses import dataclass
-from pathlib import Path
-
-import duckdb
+from functools import lru_cache
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import UsageError
-from backfill_assets.plan.approvals import ApprovalTally
-from backfill_assets.plan.model import Approval, Plan
-from backfill_assets.plan.phases import ACTIVE, Phase, check_transition
+from backfill_assets.plan.identity import canonical_text, plan_from_canonical
+from backfill_assets.plan.model import Plan
+from backfill_assets.plan.phases import ACTIVE, PAST_PROOF, Phase, check_transition
+from backfill_assets.warehouse.engine import Session
+
+
+@dataclass(frozen=True)
+class PlanVersion:
+    """One version of a plan as recorded: its content and the partition keys it resolved to."""
+
+    sha256: str
+    plan: Plan
+    partition_keys: tuple[str, ...]
+    source_file: str | None
+
+    @property
+    def proof_keys(self) -> tuple[str, ...]:
+        return tuple(self.plan.proof_keys)
 
 
 @dataclass(frozen=True)
 class PlanState:
+    """A plan's row in the record with its plan of record (None until a version is approved)."""
+
     plan_id: str
-    sha256: str
-    approved_sha256: str | None
-    target: str
-    window_start: dt.date
-    window_end: dt.date
-    proof_keys: tuple[str, ...]
-    max_concurrent_partitions: int
     phase: Phase
-    path: str
+    target: str
     owner: str
+    approved_sha256: str | None
+    hold: str | None
+    updated_at: str
+    version: PlanVersion | None
 
     @property
     def active(self) -> bool:
         return self.phase in ACTIVE
 
-    def covers(self, partition_key: str) -> bool:
-        return self.window_start.isoformat() <= partition_key <= self.window_end.isoformat()
+    @property
+    def approved(self) -> PlanVersion:
+        if self.version is None:
+            raise UsageError(f"plan {self.plan_id} has no approved version yet",
+                             fix="collect its approvals with `backfill plan approve`")
+        return self.version
 
     @property
-    def partition_keys(self) -> list[str]:
-        days = (self.window_end - self.window_start).days
-        return [(self.window_start + dt.timedelta(days=i)).isoformat() for i in range(days + 1)]
+    def partition_keys(self) -> tuple[str, ...]:
+        return self.version.partition_keys if self.version else ()
+
+    @property
+    def proof_keys(self) -> tuple[str, ...]:
+        return self.version.proof_keys if self.version else ()
+
+    @property
+    def past_proof(self) -> bool:
+        return self.phase in PAST_PROOF
+
+    def covers(self, key: str) -> bool:
+        return self.version is not None and key in _key_set(self.version.sha256, self.partition_keys)
 
 
-_COLUMNS = ("plan_id, sha256, approved_sha256, target, window_start, window_end, proof_keys, "
-            "max_concurrent_partitions, phase, path, owner")
+@lru_cache(maxsize=64)
+def _key_set(sha: str, keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(keys)
 
 
-def _state(row: tuple) -> PlanState:
-    return PlanState(row[0], row[1], row[2], row[3], row[4], row[5], tuple(row[6]), row[7],
-                     Phase(row[8]), row[9], row[10])
+@lru_cache(maxsize=64)
+def _version_from(sha: str, plan_id: str, content: str, keys: str, source: str | None) -> PlanVersion:
+    # versions are content-addressed and immutable, so parsing each once per process is safe
+    return PlanVersion(sha, plan_from_canonical(content), tuple(json.loads(keys)), source)
 
 
-def get(con: duckdb.DuckDBPyConnection, plan_id: str) -> PlanState | None:
-    row = con.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE plan_id = ?",
-                      [plan_id]).fetchone()
-    return _state(row) if row else None
+def version(session: Session, sha: str) -> PlanVersion | None:
+    row = session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file "
+                      f"FROM {SCHEMA}.plan_versions WHERE sha256 = ?", [sha])
+    return _version_from(*row) if row else None
 
 
-def require(con: duckdb.DuckDBPyConnection, plan_id: str) -> PlanState:
-    state = get(con, plan_id)
+_COLUMNS = "plan_id, phase, target, owner, approved_sha256, hold, updated_at"
+
+
+def _state(session: Session, row: tuple, lock: bool = False) -> PlanState:
+    approved = version(session, row[4]) if row[4] else None
+    return PlanState(row[0], Phase(row[1]), row[2], row[3], row[4], row[5], row[6], approved)
+
+
+def get(session: Session, plan_id: str, *, lock: bool = False) -> PlanState | None:
+    """The plan's state; with `lock`, its row is held until the transaction ends (a writer's
+    re-check: a withdraw or rollback cannot slip between the check and the write)."""
+    clause = session.lock_rows_clause() if lock else ""
+    row = session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE plan_id = ?{clause}", [plan_id])
+    return _state(session, row) if row else None
+
+
+def require(session: Session, plan_id: str, *, lock: bool = False) -> PlanState:
+    state = get(session, plan_id, lock=lock)
     if state is None:
         raise UsageError(f"plan {plan_id} is not in the control record",
                          fix="approve it first with `backfill plan approve`")
     return state
 
 
-def active_plans(con: duckdb.DuckDBPyConnection, target: str | None = None) -> list[PlanState]:
+def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
     phases = [p.value for p in ACTIVE]
-    query = f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE list_contains(?, phase)"
-    params: list[object] = [phases]
+    query = f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE phase IN ({', '.join('?' for _ in phases)})"
+    params: list[object] = list(phases)
     if target is not None:
         query += " AND target = ?"
         params.append(target)
-    return [_state(r) for r in con.execute(query + " ORDER BY plan_id", params).fetchall()]
+    return [_state(session, r) for r in session.rows(query + " ORDER BY plan_id", params)]
 
 
-def all_plans(con: duckdb.DuckDBPyConnection) -> list[PlanState]:
-    return [_state(r) for r in
-            con.execute(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id").fetchall()]
+def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
+    query, params = f"SELECT {_COLUMNS} FROM {SCHEMA}.plans", []
+    if target is not None:
+        query, params = query + " WHERE target = ?", [target]
+    return [_state(session, r) for r in session.rows(query + " ORDER BY plan_id", params)]
 
 
-def register(con: duckdb.DuckDBPyConnection, plan: Plan, sha: str, path: Path,
-             actor: str) -> PlanState:
-    """Record the plan as seen (insert, or refresh its content); evidence when it is new or edited."""
-    existing = get(con, plan.plan_id)
-    content = json.dumps(plan.model_dump(mode="json"), sort_keys=True)
-    values = [sha, plan.target, plan.window.start, plan.window.end, plan.proof_keys,
-              plan.execution.max_concurrent_partitions, str(path.resolve()), plan.owner, content,
-              evidence_log.now_iso()]
-    if existing is None:
-        con.execute(
-            f"INSERT INTO {SCHEMA}.plans (plan_id, sha256, target, window_start, window_end, "
-            "proof_keys, max_concurrent_partitions, path, owner, plan_json, updated_at, phase) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [plan.plan_id, *values, Phase.DRAFTED.value],
-        )
-        evidence_log.append(con, plan_id=plan.plan_id, kind="plan_seen", actor=actor,
-                            payload={"sha256": sha, "path": str(path.resolve())})
-    elif existing.sha256 != sha or existing.path != str(path.resolve()):
-        con.execute(
-            f"UPDATE {SCHEMA}.plans SET sha256 = ?, target = ?, window_start = ?, "
-            "window_end = ?, proof_keys = ?, max_concurrent_partitions = ?, path = ?, owner = ?, "
-            "plan_json = ?, updated_at = ? WHERE plan_id = ?",
-            [*values, plan.plan_id],
-        )
-        evidence_log.append(con, plan_id=plan.plan_id, kind="plan_edited", actor=actor,
-                            payload={"from_sha256": existing.sha256, "sha256": sha})
-    return require(con, plan.plan_id)
+def record_version(session: Session, plan: Plan, sha: str, keys: list[str], source_file: str | None,
+                   actor: str) -> PlanState:
+    """Remember a version of the plan (first approval of it); the plan row starts as drafted."""
+    if version(session, sha) is None:
+        session.execute(f"INSERT INTO {SCHEMA}.plan_versions VALUES (?, ?, ?, ?, ?, ?)",
+                        [sha, plan.plan_id, canonical_text(plan), json.dumps(keys), source_file,
+                         evidence_log.now_iso()])
+        evidence_log.append(session, plan_id=plan.plan_id, kind="plan_version", actor=actor, payload={
+            "sha256": sha, "partitions": len(keys), "first": keys[0], "last": keys[-1],
+            "file": source_file})
+    if get(session, plan.plan_id) is None:
+        session.execute(f"INSERT INTO {SCHEMA}.plans ({_COLUMNS}) VALUES (?, ?, ?, ?, NULL, NULL, ?)",
+                        [plan.plan_id, Phase.DRAFTED.value, plan.target, plan.owner,
+                         evidence_log.now_iso()])
+    return require(session, plan.plan_id)
 
 
-def record_approval(con: duckdb.DuckDBPyConnection, plan_id: str, approval: Approval) -> None:
-    evidence_log.append(con, plan_id=plan_id, kind="approval", actor=approval.by,
-                        payload=approval.model_dump(mode="json"))
+@dataclass(frozen=True)
+class RecordedApproval:
+    principal: str
+    signature: str
+    key_fingerprint: str
+    actor: str
+    approved_at: str
 
 
-def mark_approved(con: duckdb.DuckDBPyConnection, plan_id: str, tally: ApprovalTally,
-                  actor: str) -> PlanState:
-    """Bind the approved hash; move drafted plans to approved."""
-    state = require(con, plan_id)
-    con.execute(f"UPDATE {SCHEMA}.plans SET approved_sha256 = ? WHERE plan_id = ?",
-                [tally.sha256, plan_id])
+def approvals(session: Session, sha: str) -> list[RecordedApproval]:
+    return [RecordedApproval(*r) for r in session.rows(
+        f"SELECT principal, signature, key_fingerprint, actor, approved_at FROM {SCHEMA}.approvals "
+        "WHERE sha256 = ? ORDER BY approved_at, principal", [sha])]
+
+
+def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApproval,
+                 signers_sha256: str) -> bool:
+    """Record a verified approval once; False when this principal already approved this version."""
+    if any(a.principal == approval.principal for a in approvals(session, sha)):
+        return False
+    session.execute(f"INSERT INTO {SCHEMA}.approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [sha, plan_id, approval.principal, approval.signature, approval.key_fingerprint,
+                     signers_sha256, approval.actor, approval.approved_at])
+    evidence_log.append(session, plan_id=plan_id, kind="approval", actor=approval.actor, payload={
+        "sha256": sha, "principal": approval.principal, "key": approval.key_fingerprint,
+        "allowed_signers_sha256": signers_sha256, "signature": approval.signature})
+    return True
+
+
+def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
+    """Make `sha` the plan of record (its approvals are complete); drafted plans become approved."""
+    state = require(session, plan_id, lock=True)
+    chosen = version(session, sha)
+    assert chosen is not None
+    session.execute(f"UPDATE {SCHEMA}.plans SET approved_sha256 = ?, target = ?, owner = ?, "
+                    "updated_at = ? WHERE plan_id = ?",
+                    [sha, chosen.plan.target, chosen.plan.owner, evidence_log.now_iso(), plan_id])
+    evidence_log.append(session, plan_id=plan_id, kind="plan_of_record", actor=actor, payload={
+        "sha256": sha, "previous": state.approved_sha256})
     if state.phase is Phase.DRAFTED:
-        transition(con, plan_id, Phase.APPROVED, actor,
-                   note=f"approved by {', '.join(tally.approvers)}")
-    return require(con, plan_id)
+        return transition(session, plan_id, Phase.APPROVED, actor, note="approvals complete")
+    return require(session, plan_id)
 
 
-def transition(con: duckdb.DuckDBPyConnection, plan_id: str, target: Phase, actor: str,
-               note: str = "") -> PlanState:
-    state = require(con, plan_id)
-    check_transition(plan_id, state.phase, target)
-    con.execute(f"UPDATE {SCHEMA}.plans SET phase = ?, updated_at = ? WHERE plan_id = ?",
-                [target.value, evidence_log.now_iso(), plan_id])
-    evidence_log.append(con, plan_id=plan_id, kind="transition", actor=actor,
-                        payload={"from": state.phase.value, "to": target.value, "note": note})
-    return require(con, plan_id)
+def transition(session: Session, plan_id: str, target: Phase, actor: str, note: str = "") -> PlanState:
+    """The one place a plan's phase changes; recorded in the evidence in the same transaction."""
+    with session.transaction():
+        state = require(session, plan_id, lock=True)
+        check_transition(plan_id, state.phase, target)
+        session.execute(f"UPDATE {SCHEMA}.plans SET phase = ?, updated_at = ? WHERE plan_id = ?",
+                        [target.value, evidence_log.now_iso(), plan_id])
+        evidence_log.append(session, plan_id=plan_id, kind="transition", actor=actor, payload={
+            "from": state.phase.value, "to": target.value, "note": note,
+            "sha256": state.approved_sha256})
+        return require(session, plan_id)
+
+
+def set_hold(session: Session, plan_id: str, hold: str | None, actor: str, note: str = "") -> PlanState:
+    """Pause (`paused`), cancel (`cancelled`) or resume (None) a plan's further runs."""
+    with session.transaction():
+        state = require(session, plan_id, lock=True)
+        session.execute(f"UPDATE {SCHEMA}.plans SET hold = ?, updated_at = ? WHERE plan_id = ?",
+                        [hold, evidence_log.now_iso(), plan_id])
+        evidence_log.append(session, plan_id=plan_id, kind="hold", actor=actor, payload={
+            "from": state.hold, "to": hold, "note": note})
+        return require(session, plan_id)

@@ -7,7 +7,7 @@ A team puts this in `defs/<name>/defs.yaml` of a `dg` project:
       name: daily_revenue
       source: orders
       publish_as: published_revenue
-      partitions_start_date: "2026-01-01"
+      partitions: {cadence: daily, start: "2026-01-01"}
       select_sql: "SELECT ... FROM orders WHERE order_date = $partition GROUP BY ..."
       ...
 
@@ -15,9 +15,13 @@ It builds exactly what `make_replayable_table` builds. Unknown keys are errors (
 extras), and every identifier is validated by TableSpec before any SQL exists.
 """
 
+from __future__ import annotations
+
+from typing import Literal
+
 import dagster as dg
 
-from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.replayable import DEFAULT_PARTITIONS_PER_RUN, make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
 from backfill_assets.table import Column, Metric, TableSpec
 
@@ -34,40 +38,57 @@ class MetricModel(dg.Model):
     source_sql: str
 
 
+class PartitionsModel(dg.Model):
+    cadence: Literal["hourly", "daily", "weekly", "monthly", "static"] = "daily"
+    start: str | None = None        # first key of a time cadence, e.g. "2026-01-01" or "2026-01-01-00:00"
+    timezone: str | None = None
+    keys: list[str] | None = None   # the keys of a static partitioning
+
+    def build(self) -> dg.PartitionsDefinition:
+        if self.cadence == "static":
+            return dg.StaticPartitionsDefinition(self.keys or [])
+        kinds = {"hourly": dg.HourlyPartitionsDefinition, "daily": dg.DailyPartitionsDefinition,
+                 "weekly": dg.WeeklyPartitionsDefinition, "monthly": dg.MonthlyPartitionsDefinition}
+        extra = {"timezone": self.timezone} if self.timezone else {}
+        return kinds[self.cadence](start_date=self.start or "2026-01-01", **extra)
+
+
 class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     """A partitioned target recomputed from a source, with its gates, publish asset and sensor."""
 
     name: str
     source: str
     publish_as: str
-    partitions_start_date: str
+    partitions: PartitionsModel = PartitionsModel()
     select_sql: str
     partition_column: str
     source_partition_column: str
     business_keys: list[str]
+    source_keys: dict[str, str] = {}
+    source_event_id: str | None = None
     contract: list[ColumnModel]
     metrics: list[MetricModel]
-    expected_rows_sql: str
     event_id_column: str | None = None
     code_version: str | int = "1"  # `code_version: 2` in YAML is an int
     description: str = ""
     group_name: str | None = None
-    database: str = ""  # empty: $BACKFILL_HOME/warehouse.duckdb, resolved when a run connects
+    partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN
+    home: str = ""  # empty: $BACKFILL_HOME, resolved when a run connects
+    warehouse_url: str = ""  # empty: $BACKFILL_WAREHOUSE_URL, else the DuckDB file in the home
 
     def spec(self) -> TableSpec:
         return TableSpec(
             name=self.name, source=self.source, select_sql=self.select_sql,
-            partition_column=self.partition_column,
-            source_partition_column=self.source_partition_column,
-            business_keys=tuple(self.business_keys),
+            partition_column=self.partition_column, source_partition_column=self.source_partition_column,
+            business_keys=tuple(self.business_keys), source_keys=tuple(self.source_keys.items()),
+            source_event_id=self.source_event_id,
             contract=tuple(Column(c.name, c.type, c.nullable) for c in self.contract),
             metrics=tuple(Metric(m.name, m.target_sql, m.source_sql) for m in self.metrics),
-            expected_rows_sql=self.expected_rows_sql, publish_as=self.publish_as,
-            event_id_column=self.event_id_column, code_version=str(self.code_version),
-            description=self.description)
+            publish_as=self.publish_as, event_id_column=self.event_id_column,
+            code_version=str(self.code_version), description=self.description)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        partitions = dg.DailyPartitionsDefinition(start_date=self.partitions_start_date)
-        table = make_replayable_table(self.spec(), partitions, group_name=self.group_name)
+        table = make_replayable_table(self.spec(), self.partitions.build(), group_name=self.group_name,
+                                      partitions_per_run=self.partitions_per_run)
         return dg.Definitions(assets=list(table.assets), sensors=[table.sensor],
-                              resources=backfill_resources(self.database))
+                              resources=backfill_resources(self.home, self.warehouse_url))

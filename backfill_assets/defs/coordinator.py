@@ -1,16 +1,15 @@
-"""A run coordinator that refuses an uncovered backfill run before it starts.
+"""A run coordinator that refuses an uncovered backfill run of a replayable table before it starts.
 
-Dagster has no hook on backfill creation, but every run passes `submit_run`. A run tagged
-`dagster/backfill` that targets a replayable table (its op carries `backfill_assets/replayable`)
-must be covered by an approved plan; otherwise it is failed with the plan gate's message and
-never launched. A covered run is tagged with its plan and with `backfill_assets/plan-cap-N`, so the
-tag concurrency limits in dagster.yaml cap each plan at its own max_concurrent_partitions,
-apart from daily runs.
+Dagster has no hook on backfill creation, but every run passes `submit_run`. Only runs whose job
+holds a replayable table (its op carries `backfill_assets/replayable`) and that Dagster tagged as
+part of a backfill are looked at; every other run (other assets, other partitionings) passes
+untouched. A covered run is tagged with its plan and with `backfill_assets/plan-cap-N`, so the
+tag concurrency limits in dagster.yaml cap each plan at its own `runs_at_once`. The run's op
+checks the write permission again, partition by partition, whatever this coordinator decided.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,46 +18,78 @@ from dagster._config import Field, StringSource
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun
 
-from backfill_assets.errors import BackfillError
-from backfill_assets.home import resolve_home
-from backfill_assets.plan.gate import BACKFILL_TAG, PLAN_TAG, REPLAYABLE_OP_TAG, clear_backfill
-from backfill_assets.warehouse.connection import connection
+from backfill_assets.control import record
+from backfill_assets.control.record import PlanState
+from backfill_assets.control.schema import has_control_schema
+from backfill_assets.errors import BackfillError, PartitionRefused
+from backfill_assets.home import Home
+from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG, REPLAYABLE_OP_TAG
+from backfill_assets.plan.phases import WRITABLE
+from backfill_assets.warehouse import open_warehouse
 
 MAX_CAP = 16
 CAP_TAG = "backfill_assets/plan-cap-{}"
 
 
-def run_partition_keys(tags: Mapping[str, str]) -> list[str]:
+def run_span(tags: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first and last partition key a run names (no parsing: keys may be any text)."""
     if "dagster/partition" in tags:
-        return [tags["dagster/partition"]]
-    start = tags.get("dagster/asset_partition_range_start")
-    end = tags.get("dagster/asset_partition_range_end")
-    if not (start and end):
-        return []
-    first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
-    return [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+        return tags["dagster/partition"], tags["dagster/partition"]
+    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    return (start, end) if start and end else None
 
 
-def cap_tags(plan_id: str, max_concurrent: int) -> dict[str, str]:
-    return {PLAN_TAG: plan_id, CAP_TAG.format(min(max_concurrent, MAX_CAP)): plan_id}
+def cap_tags(plan_id: str, runs_at_once: int) -> dict[str, str]:
+    return {PLAN_TAG: plan_id, CAP_TAG.format(min(runs_at_once, MAX_CAP)): plan_id}
+
+
+def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) -> PlanState:
+    """The active plan whose window holds both ends of the span (its window is contiguous, so it
+    holds every key between them), in a phase and hold that let it start a run."""
+    first, last = span
+    for plan in plans:
+        if plan.covers(first) and plan.covers(last):
+            keys = list(plan.partition_keys)
+            inside = keys[keys.index(first):keys.index(last) + 1]
+            if plan.phase not in WRITABLE or plan.hold:
+                why = plan.hold or plan.phase
+                raise PartitionRefused(f"plan {plan.plan_id} is {why}: no new run may write {target}",
+                                       plan_id=plan.plan_id, partition=first,
+                                       fix=f"see `backfill status {plan.plan_id}`")
+            if not plan.past_proof and not set(inside) <= set(plan.proof_keys):
+                raise PartitionRefused(
+                    f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
+                    f"({', '.join(plan.proof_keys)}) may run until the proof passes",
+                    plan_id=plan.plan_id, partition=first, fix=f"run `backfill run {plan.plan_id} --proof`")
+            return plan
+    raise PartitionRefused(f"no approved replay plan covers partitions {first}..{last} of {target}; "
+                           "backfill runs may only write inside an approved plan's window",
+                           plan_id=None, partition=first,
+                           fix=f"draft one with `backfill plan new plans/<id>.yaml --target {target}`, "
+                               "have it approved, then relaunch")
 
 
 class PlanGateRunCoordinator(QueuedRunCoordinator):
-    def __init__(self, backfill_home: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, backfill_home: str | None = None, warehouse_url: str | None = None,
+                 **kwargs: Any) -> None:
         self._backfill_home = backfill_home
+        self._warehouse_url = warehouse_url
         super().__init__(**kwargs)
 
     @classmethod
     def config_type(cls):
         schema = dict(super().config_type())
         schema["backfill_home"] = Field(StringSource, is_required=False,
-                                        description="BACKFILL_HOME holding warehouse.duckdb")
+                                        description="BACKFILL_HOME (keys, the embedded warehouse)")
+        schema["warehouse_url"] = Field(StringSource, is_required=False,
+                                        description="the warehouse, when not the embedded DuckDB")
         return schema
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):
         base = super().from_config_value(inst_data, config_value)
         base._backfill_home = config_value.get("backfill_home")
+        base._warehouse_url = config_value.get("warehouse_url")
         return base
 
     def _replayable_targets(self, run: DagsterRun) -> list[str]:
@@ -68,31 +99,30 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
         names = {op.tags[REPLAYABLE_OP_TAG] for op in snapshot.node_defs_snapshot.op_def_snaps
                  if REPLAYABLE_OP_TAG in (op.tags or {})}
         selection = run.asset_selection
-        return sorted(n for n in names
-                      if not selection or AssetKey(n.split("/")) in selection)
+        return sorted(n for n in names if not selection or AssetKey(n.split("/")) in selection)
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run
-        if BACKFILL_TAG in run.tags:
-            targets = self._replayable_targets(run)
-            keys = run_partition_keys(run.tags)
-            if targets and keys:
-                try:
-                    with connection(resolve_home(self._backfill_home).warehouse) as con:
-                        from backfill_assets.control.schema import ensure_schema
+        span = run_span(run.tags)
+        targets = self._replayable_targets(run) if BACKFILL_TAG in run.tags and span else []
+        if targets and span:
+            try:
+                extra: dict[str, str] = {}
+                from pathlib import Path
 
-                        ensure_schema(con)
-                        extra: dict[str, str] = {}
-                        for target in targets:
-                            clearance = clear_backfill(con, target, keys, run.tags)
-                            assert clearance.plan is not None
-                            extra.update(cap_tags(clearance.plan.plan_id,
-                                                  clearance.plan.max_concurrent_partitions))
-                except BackfillError as exc:
-                    self._instance.report_run_failed(
-                        run, message=f"Refused by the backfill plan gate: {exc}")
-                    return self._instance.get_run_by_id(run.run_id) or run
-                self._instance.add_run_tags(run.run_id, extra)
-                run = self._instance.get_run_by_id(run.run_id) or run
-                context = SubmitRunContext(run, context.workspace)
+                from backfill_assets.home import resolve_home
+
+                home = Home(Path(self._backfill_home)) if self._backfill_home else resolve_home()
+                warehouse = open_warehouse(home, self._warehouse_url)
+                with warehouse.session() as session:
+                    plans = record.active_plans(session) if has_control_schema(session) else []
+                for target in targets:
+                    plan = covering_plan([p for p in plans if p.target == target], target, span)
+                    extra.update(cap_tags(plan.plan_id, plan.approved.plan.execution.runs_at_once))
+            except BackfillError as exc:
+                self._instance.report_run_failed(run, message=f"Refused by the backfill write permission: {exc}")
+                return self._instance.get_run_by_id(run.run_id) or run
+            self._instance.add_run_tags(run.run_id, extra)
+            run = self._instance.get_run_by_id(run.run_id) or run
+            context = SubmitRunContext(run, context.workspace)
         return super().submit_run(context)

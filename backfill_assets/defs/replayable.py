@@ -1,39 +1,41 @@
 """`make_replayable_table`: a team's TableSpec in, Dagster definitions out.
 
-The target asset asks the plan gate before writing, writes each partition in one transaction,
-fingerprints it and runs the gates in the warehouse. Its gates are blocking asset checks, one
-result per partition: yielded normally in a one-partition run, logged once per partition in a
-range run (Dagster otherwise records a range run's checks without their partition).
+The target asset asks the write permission before writing, writes each partition in one
+transaction, fingerprints it and runs the gates in the warehouse. Its gates are blocking asset
+checks with one result per partition: yielded in a one-partition run, logged once per partition
+in a range run (Dagster otherwise records a range run's checks without their partition). A UI
+backfill runs ranges of `partitions_per_run` partitions (a backfill policy), like `backfill run`.
 """
 
 
+import os
+import socket
 from dataclasses import dataclass
 
 import dagster as dg
 
 from backfill_assets.defs.publish_asset import make_publish_asset
-from backfill_assets.defs.resources import PlanGateResource, WarehouseResource
+from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, PartitionRefused
-from backfill_assets.execution.slice_write import gate_slice, write_slice
-from backfill_assets.gates.results import GATE_NAMES, GateResult
-from backfill_assets.plan.gate import PLAN_TAG, REPLAYABLE_OP_TAG
+from backfill_assets.execution.audit import judge
+from backfill_assets.execution.write import write_partitions
+from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
+from backfill_assets.partitions import PartitionScheme, scheme_for
+from backfill_assets.permission import PLAN_TAG, REPLAYABLE_OP_TAG, permit
 from backfill_assets.table import TableSpec
 
+SPEC_METADATA = "backfill_assets/spec"
 ACTOR_TAG = "backfill_assets/actor"
-
-GATE_DESCRIPTIONS = {
-    "row_count_matches_source": "Row count within the plan's max_diff_pct of what the source implies.",
-    "no_duplicate_business_keys": "Rows sharing the business keys stay within max_rows.",
-    "metrics_match_source": "Each checked business aggregate matches the source within tolerance.",
-    "contract_holds": "Column names, types and nullability are as declared; no NULL in a key.",
-    "single_code_version": "Every partition of the window was written by the same code version.",
-}
+PID_TAG = "backfill_assets/pid"
+HOST_TAG = "backfill_assets/host"
+DEFAULT_PARTITIONS_PER_RUN = 30
 
 
 @dataclass(frozen=True)
 class ReplayableTable:
     spec: TableSpec
+    partitions_def: dg.PartitionsDefinition
     target: dg.AssetsDefinition
     publish: dg.AssetsDefinition
     sensor: dg.SensorDefinition
@@ -42,64 +44,87 @@ class ReplayableTable:
     def assets(self) -> list[dg.AssetsDefinition]:
         return [self.target, self.publish]
 
+    def scheme(self) -> PartitionScheme:
+        """Built afresh each time: a time-window definition gains a key every period."""
+        return scheme_for(self.partitions_def, self.spec.column(self.spec.partition_column).type,
+                          name=self.spec.name)
 
-# Every table the factory built in this process, by asset name: how the CLI finds a plan's target.
-REGISTRY: dict[str, ReplayableTable] = {}
+
+def run_actor(context: dg.AssetExecutionContext) -> str:
+    """Who acts in a run: the run itself, and who launched it when Dagster or our CLI says so."""
+    tags = context.run.tags
+    launched = tags.get("dagster/user") or tags.get(ACTOR_TAG) or \
+        ("the Dagster UI" if tags.get("dagster/from_ui") else None)
+    return f"dagster run {context.run_id[:8]}" + (f" launched by {launched}" if launched else "")
 
 
-def _check_event(spec: TableSpec, result: GateResult, partition_key: str | None):
+def _check_event(key: dg.AssetKey, result: GateResult, partition_key: str | None):
     """A yielded result in a one-partition run, else an evaluation logged for its partition."""
-    common = dict(asset_key=dg.AssetKey(spec.name.split("/")), check_name=result.gate,
-                  passed=result.passed, metadata=result.metadata(),
-                  severity=dg.AssetCheckSeverity.ERROR, description=result.detail)
+    metadata: dict[str, object] = {f"figure.{k}": dg.MetadataValue.float(v) for k, v in result.numbers.items()}
+    metadata["detail"] = dg.MetadataValue.text(result.detail)
+    metadata["figures"] = dg.MetadataValue.json({"expected": result.expected, "actual": result.actual,
+                                                 "threshold": result.threshold,
+                                                 "difference": result.difference})
+    common = dict(asset_key=key, check_name=result.gate, passed=result.passed, metadata=metadata,
+                  severity=dg.AssetCheckSeverity.ERROR, description=result.detail[:1000])
     if partition_key is None:
         return dg.AssetCheckResult(**common)
     return dg.AssetCheckEvaluation(**common, blocking=True, partition=partition_key)
 
 
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
-                          group_name: str | None = None) -> ReplayableTable:
+                          group_name: str | None = None,
+                          partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> ReplayableTable:
     key = dg.AssetKey(spec.name.split("/"))
+    # built once here to refuse an unsupported partitioning when the definitions load
+    scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
+    holder: dict[str, ReplayableTable] = {}
 
     @dg.multi_asset(
         name=spec.table,
         specs=[dg.AssetSpec(key, deps=[dg.AssetKey(spec.source.split("/"))],
                             partitions_def=partitions_def, code_version=spec.code_version,
-                            description=spec.description, group_name=group_name,
-                            kinds={"duckdb"}, tags={"backfill_assets/replayable": ""})],
+                            description=spec.description, group_name=group_name, kinds={"sql"},
+                            tags={"backfill_assets/replayable": ""},
+                            metadata={SPEC_METADATA: spec.to_json()})],
         check_specs=check_specs,
         partitions_def=partitions_def,
         can_subset=True,
+        backfill_policy=dg.BackfillPolicy.multi_run(partitions_per_run),
         op_tags={REPLAYABLE_OP_TAG: spec.name},
     )
-    def target(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-               plan_gate: PlanGateResource):
+    def target(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
         keys = list(context.partition_keys)
         tags = dict(context.run.tags)
-        actor = tags.get(ACTOR_TAG, "dagster")
-        with warehouse.get_connection() as con:
-            try:
-                clearance = plan_gate.clear(con, spec.name, keys, tags)
-            except PartitionRefused as exc:
-                raise dg.Failure(description=str(exc), metadata={
-                    "plan": exc.plan_id or "none", "partition": exc.partition}) from None
-            try:
-                writes = write_slice(con, spec, clearance, run_id=context.run_id, actor=actor)
-                results = gate_slice(con, spec, clearance, writes, actor)
-            except BackfillError as exc:
-                raise dg.Failure(description=str(exc)) from None
-        plan_id = clearance.plan.plan_id if clearance.plan else "incremental"
+        actor = run_actor(context)
+        scheme = holder["table"].scheme()
+        try:
+            with warehouse.session() as session:
+                try:
+                    permission = permit(session, spec, scheme, keys, tags)
+                except PartitionRefused as exc:
+                    raise dg.Failure(description=str(exc), metadata={
+                        "plan": exc.plan_id or "none", "partition": exc.partition}) from None
+                writes = write_partitions(session, spec, scheme, permission, run_id=context.run_id,
+                                          actor=actor)
+                results = judge(session, spec, scheme, permission.plan,
+                                {w.partition_key: (w.write_id, w.fingerprint) for w in writes}, actor)
+        except BackfillError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        plan_id = permission.plan.plan_id if permission.plan else "incremental"
         single = len(writes) == 1
+        failed = {k: [r.gate for r in rs if not r.passed] for k, rs in results.items()}
+        failed = {k: g for k, g in failed.items() if g}
         # The rows are written whatever the gates say, so Dagster records the materialization and
-        # the checks judge it (the asset's page then shows a failed gate on the current data);
-        # publish is what refuses them.
+        # the checks judge it; publish is what refuses them.
         yield dg.MaterializeResult(asset_key=key, metadata={
-            "plan": plan_id,
-            "rows": sum(w.rows for w in writes),
+            "plan": plan_id, "rows": sum(w.rows for w in writes),
+            "partitions": dg.MetadataValue.int(len(writes)),
+            "partitions_failing_gates": dg.MetadataValue.int(len(failed)),
             **({"fingerprint": str(writes[0].fingerprint)} if single else
-               {"partitions": f"{keys[0]}..{keys[-1]}"}),
+               {"range": f"{keys[0]}..{keys[-1]}"}),
         })
         selected = {c.name for c in context.selected_asset_check_keys}
         for write in writes:
@@ -107,27 +132,40 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 if result.gate not in selected:
                     continue
                 if single:
-                    yield _check_event(spec, result, None)  # Dagster's blocking fails the step
+                    yield _check_event(key, result, None)  # Dagster's blocking fails the step
                 else:
-                    context.log_event(_check_event(spec, result, write.partition_key))
-        failed = {w.partition_key: [r for r in results[w.partition_key] if not r.passed]
-                  for w in writes}
-        failed = {k: v for k, v in failed.items() if v}
+                    context.log_event(_check_event(key, result, write.partition_key))
         if failed and not single:
-            # logged evaluations are not blocking in Dagster: fail the range run ourselves
-            summary = "; ".join(f"{k}: " + ", ".join(f"{r.gate} ({r.detail})" for r in gates)
-                                for k, gates in failed.items())
-            raise dg.Failure(
-                description=f"gates failed on {len(failed)} partition(s) of {spec.name}: "
-                            f"{summary}. The rows stay unpublished; fix the cause and re-run "
-                            "those partitions.",
-                metadata={"plan": plan_id, "failed_partitions": ", ".join(failed)})
+            first = next(iter(failed))
+            raise dg.Failure(description=f"gates failed on {len(failed)} of {len(writes)} partition(s), "
+                                         f"first {first}: {', '.join(failed[first])}")
 
-    publish = make_publish_asset(spec, partitions_def, key, group_name=group_name)
-    sensor = make_reopen_sensor(spec, publish.key)
-    table = ReplayableTable(spec, target, publish, sensor)
-    REGISTRY[spec.name] = table
+    publish = make_publish_asset(spec, partitions_def, key, holder, group_name=group_name)
+    sensor = make_reopen_sensor(spec, holder, publish.key)
+    table = ReplayableTable(spec, partitions_def, target, publish, sensor)
+    holder["table"] = table
     return table
 
 
-__all__ = ["PLAN_TAG", "ReplayableTable", "make_replayable_table"]
+def cli_run_tags(plan_id: str | None, actor: str) -> dict[str, str]:
+    """Tags of the runs `backfill run` launches: labels for the UI and for finding dead runs."""
+    tags = {ACTOR_TAG: actor, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    if plan_id:
+        tags[PLAN_TAG] = plan_id
+    return tags
+
+
+def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
+    """The replayable tables of loaded definitions, from the spec each target carries."""
+    found = {}
+    for asset in definitions.resolve_asset_graph().asset_nodes:
+        raw = asset.metadata.get(SPEC_METADATA)
+        if raw is None:
+            continue
+        text = raw.value if hasattr(raw, "value") else raw
+        spec = TableSpec.from_json(str(text))
+        found[spec.name] = (spec, asset.partitions_def)
+    return found
+
+
+__all__ = ["PLAN_TAG", "ReplayableTable", "find_tables", "make_replayable_table"]

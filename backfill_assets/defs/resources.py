@@ -1,50 +1,40 @@
-"""The two resources a replayable table needs: the warehouse and the plan gate."""
+"""The one resource a replayable table needs: the warehouse, chosen by configuration."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
-import duckdb
-from dagster_duckdb import DuckDBResource
 
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.home import resolve_home
-from backfill_assets.plan import gate
-from backfill_assets.plan.gate import Clearance
-from backfill_assets.warehouse.connection import LOCK_WAIT_SECONDS, connection
+from backfill_assets.home import Home, resolve_home
+from backfill_assets.warehouse import Warehouse, open_warehouse
+from backfill_assets.warehouse.engine import Session
 
 
-class WarehouseResource(DuckDBResource):
-    """dagster-duckdb's resource, pointed at $BACKFILL_HOME/warehouse.duckdb by default.
+class WarehouseResource(dg.ConfigurableResource):
+    """The warehouse runs write to: `url` (e.g. postgresql://...), else $BACKFILL_WAREHOUSE_URL,
+    else the embedded DuckDB file in `home` (default $BACKFILL_HOME or ./.backfill).
 
-    `database` left empty resolves BACKFILL_HOME when a connection is opened, not at import. The
-    connection waits for the single-writer lock instead of failing, since the webserver, daemon,
-    runs and CLI share the file.
+    Both are resolved when a session opens, never at import. Sessions are short: with DuckDB the
+    webserver, the daemon, runs and the CLI share one file lock.
     """
 
-    database: str = ""
+    home: str = ""
+    url: str = ""
 
-    @property
-    def path(self) -> str:
-        return self.database or str(resolve_home().warehouse)
+    def warehouse(self) -> Warehouse:
+        home = Home(Path(self.home).expanduser().resolve()) if self.home else resolve_home()
+        return open_warehouse(home, self.url or None)
 
     @contextmanager
-    def get_connection(self, wait_seconds: float = LOCK_WAIT_SECONDS
-                       ) -> Iterator[duckdb.DuckDBPyConnection]:
-        with connection(self.path, wait_seconds=wait_seconds) as con:
-            ensure_schema(con)
-            yield con
+    def session(self, wait_seconds: float | None = None) -> Iterator[Session]:
+        with self.warehouse().session(wait_seconds=wait_seconds) as session:
+            ensure_schema(session)
+            yield session
 
 
-class PlanGateResource(dg.ConfigurableResource):
-    """Asked by every replayable target before it writes. See `backfill_assets.plan.gate`."""
-
-    def clear(self, con: duckdb.DuckDBPyConnection, target: str, keys: Sequence[str],
-              tags: Mapping[str, str]) -> Clearance:
-        return gate.clear(con, target, keys, tags)
-
-
-def backfill_resources(database: str = "") -> dict[str, object]:
-    return {"warehouse": WarehouseResource(database=database), "plan_gate": PlanGateResource()}
+def backfill_resources(home: str = "", url: str = "") -> dict[str, object]:
+    return {"warehouse": WarehouseResource(home=home, url=url)}

@@ -1,57 +1,86 @@
-"""The reopen sensor: moves active plans forward on evidence and requests their publish run.
+"""The reopen sensor: moves a table's plans forward on evidence, requests their publish run, keeps
+the plan-state entry on the target current in the Dagster UI, and delivers pending notices.
 
-It runs by default every 30 seconds. For each active plan of the table it records a passed proof,
-marks a fully reconciled window, and once reconciled requests one publish run over the window,
-tagged with the plan (the run key makes it fire once per approved plan version).
+It runs by default every 30 seconds. A plan whose window reconciled gets one publish run per
+reconciliation, only when the publish rule would pass now (so a partition changed after its
+gates ran is never requested).
 """
 
 
+import hashlib
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
-from backfill_assets.control import evidence_log, record
+from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import WarehouseError
-from backfill_assets.execution.progress import advance
-from backfill_assets.plan.gate import PLAN_TAG
-from backfill_assets.plan.phases import Phase
+from backfill_assets.execution.advance import advance
+from backfill_assets.permission import PLAN_TAG
+from backfill_assets.plan.phases import ENDED, Phase
+from backfill_assets.publish import rule
+from backfill_assets.status import markdown, plan_status
 from backfill_assets.table import TableSpec
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.replayable import ReplayableTable
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
+PLAN_STATE_METADATA = "backfill_assets/plans"
 
 
 def publish_run_tags(state: record.PlanState) -> dict[str, str]:
-    return {PLAN_TAG: state.plan_id, RANGE_START: state.partition_keys[0],
-            RANGE_END: state.partition_keys[-1], "backfill_assets/actor": "reopen-sensor"}
+    keys = state.partition_keys
+    return {PLAN_TAG: state.plan_id, RANGE_START: keys[0], RANGE_END: keys[-1],
+            "backfill_assets/actor": "reopen-sensor"}
 
 
-def make_reopen_sensor(spec: TableSpec, publish_key: dg.AssetKey) -> dg.SensorDefinition:
+def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
+                       publish_key: dg.AssetKey) -> dg.SensorDefinition:
+    target_key = dg.AssetKey(spec.name.split("/"))
+
     @dg.sensor(
         name=f"{spec.table}__reopen_publish",
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
         asset_selection=[publish_key],
-        description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate.",
+        description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate, "
+                    f"and shows {spec.name}'s plans on the asset.",
     )
     def reopen(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-        requests, notes = [], []
+        requests, notes, statuses = [], [], []
+        scheme = holder["table"].scheme()
         try:
             # a tick must stay short: if a run holds the warehouse, try again next tick
-            with warehouse.get_connection(wait_seconds=SENSOR_LOCK_WAIT_SECONDS) as con:
-                for state in record.active_plans(con, target=spec.name):
-                    state = advance(con, state, actor="reopen-sensor")
+            with warehouse.session(wait_seconds=SENSOR_LOCK_WAIT_SECONDS) as session:
+                for state in record.active_plans(session, target=spec.name):
+                    state = advance(session, state, actor="reopen-sensor")
                     notes.append(f"{state.plan_id}: {state.phase}")
-                    if state.phase is Phase.RECONCILED:
-                        # one request per reconciliation: a re-run window asks again
-                        reconciled = evidence_log.rows(con, state.plan_id, "window_reconciled")
+                    if state.phase is Phase.RECONCILED and not rule.check(
+                            session, spec, scheme, list(state.partition_keys)).problems:
+                        reconciled = evidence_log.rows(session, state.plan_id, "window_reconciled")
                         requests.append(dg.RunRequest(
                             run_key=f"publish:{state.plan_id}:{reconciled[-1].seq}",
                             asset_selection=[publish_key], tags=publish_run_tags(state)))
+                plans = sorted(record.all_plans(session, target=spec.name), key=lambda s: s.updated_at)
+                shown = [s for s in plans if s.phase not in ENDED] + [s for s in plans if s.phase in ENDED][-5:]
+                statuses = [plan_status(session, s, spec, scheme) for s in shown]
+            outbox.relay(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS)
         except WarehouseError as exc:
-            return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")
-        if not requests:
-            return dg.SkipReason("; ".join(notes) or f"no active plan for {spec.name}")
-        return requests
+            return dg.SkipReason(f"warehouse busy or unavailable, retrying next tick ({exc.message})")
+        table = markdown(statuses)
+        cursor = hashlib.sha256(table.encode()).hexdigest()
+        events = []
+        if cursor != context.cursor:  # an observation only when the plans' state changed
+            events.append(dg.AssetObservation(asset_key=target_key, metadata={
+                PLAN_STATE_METADATA: dg.MetadataValue.md(table),
+                "active_plans": dg.MetadataValue.int(sum(1 for s in statuses if s.phase not in
+                                                         ("closed", "rolled_back", "withdrawn"))),
+            }))
+        return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor,
+                               skip_reason=None if requests or events else
+                               ("; ".join(notes) or f"no active plan for {spec.name}"))
 
     return reopen

@@ -1,24 +1,25 @@
 """Re-running the gates of a plan's window on the data as it is now, and recording them.
 
-Recorded results judge the latest write of each partition; re-evaluating catches a partition
-edited after its write (the fresh, failing result then blocks publish).
+Results judge each partition's latest write under the plan; a partition edited after its write
+fails `unchanged_since_checked` (and whatever else the edit broke), which blocks publish, and
+after a publish moves the plan to `repairing`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
-
-from backfill_assets.control import gate_record
+from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
-from backfill_assets.execution.progress import advance
-from backfill_assets.execution.slice_write import PartitionWrite, gate_slice
+from backfill_assets.execution.advance import advance
+from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GATE_NAMES, GateResult
-from backfill_assets.plan.gate import Clearance
-from backfill_assets.plan.resolved import ResolvedPlan
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.engine import Session
+
+SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version", "source", "same"),
+                 strict=True))
 
 
 @dataclass(frozen=True)
@@ -36,36 +37,37 @@ class Reconciliation:
             if results is None:
                 out.append({"partition": key, "written": False, "passed": False, "gates": {}})
                 continue
-            out.append({"partition": key, "written": True,
-                        "passed": all(g.passed for g in results),
-                        "gates": {g.gate: {"passed": g.passed, "expected": g.expected,
-                                           "actual": g.actual, "threshold": g.threshold,
-                                           "difference": g.difference, "detail": g.detail}
-                                  for g in results}})
+            out.append({"partition": key, "written": True, "passed": all(g.passed for g in results),
+                        "gates": {g.gate: g.to_json() for g in results}})
         return out
 
-    def table(self) -> str:
-        short = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version"), strict=True))
-        header = f"{'partition':<12}" + "".join(f"{short[g]:>10}" for g in GATE_NAMES)
-        lines = [header]
-        failures = []
+    def table(self, limit: int = 40) -> str:
+        header = f"{'partition':<18}" + "".join(f"{SHORT[g]:>9}" for g in GATE_NAMES)
+        lines, failures = [header], []
+        shown = 0
         for key, results in self.results.items():
-            if results is None:
-                lines.append(f"{key:<12}" + f"{'-':>10}" * len(GATE_NAMES) + "  (not written)")
-                continue
-            lines.append(f"{key:<12}" + "".join(f"{'ok' if g.passed else 'FAIL':>10}"
-                                                for g in results))
-            failures += [f"  {key} {g.gate}: {g.detail}" for g in results if not g.passed]
-        return "\n".join(lines + failures)
+            bad = results is None or not all(g.passed for g in results)
+            if results is not None:
+                failures += [f"  {key} {g.gate}: {g.detail}" for g in results if not g.passed]
+            if shown < limit or bad:
+                shown += 1
+                if results is None:
+                    lines.append(f"{key:<18}" + f"{'-':>9}" * len(GATE_NAMES) + "  (not written)")
+                else:
+                    lines.append(f"{key:<18}" + "".join(f"{'ok' if g.passed else 'FAIL':>9}" for g in results))
+        hidden = len(self.results) - shown
+        if hidden > 0:
+            lines.append(f"... {hidden} more partition(s), all passed")
+        return "\n".join(lines + failures[:60])
 
 
-def reconcile(con: duckdb.DuckDBPyConnection, spec: TableSpec, state: PlanState,
-              resolved: ResolvedPlan, actor: str) -> Reconciliation:
-    latest = gate_record.latest(con, spec.name, state.partition_keys, state.plan_id)
-    writes = [PartitionWrite(k, 0, Fingerprint(0, e.fingerprint), e.write_at)
-              for k, e in latest.items() if e is not None]
+def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
+              actor: str, slice_size: int = 200) -> Reconciliation:
+    latest = ledger.latest(session, spec.name, list(state.partition_keys), state.plan_id)
     results: dict[str, list[GateResult] | None] = {k: None for k in state.partition_keys}
-    if writes:
-        clearance = Clearance(tuple(w.partition_key for w in writes), state, resolved)
-        results.update(gate_slice(con, spec, clearance, writes, actor))
-    return Reconciliation(advance(con, state, actor), results)
+    written = [(k, e) for k, e in latest.items() if e is not None]
+    for i in range(0, len(written), slice_size):
+        part = written[i:i + slice_size]
+        results.update(judge(session, spec, scheme, state,
+                             {k: (e.write_id, e.fingerprint) for k, e in part}, actor))
+    return Reconciliation(advance(session, state, actor), results)

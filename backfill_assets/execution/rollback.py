@@ -1,25 +1,29 @@
-"""Rollback: every partition the plan wrote, target and published, back to its snapshot.
+"""Ending a plan: rollback (every partition it wrote, target and published, back to its snapshot)
+and withdraw (a plan that wrote nothing).
 
-One transaction restores both tables; the restored fingerprints must equal those taken before the
-plan's first write, or nothing changes. Refused when a later writer (another plan, or an
-incremental run after the plan finished) has since written the same partitions.
+Rollback is whole or refused. It first checks that every partition the plan wrote has its snapshot
+record and rows; then one transaction restores both tables, and the restored fingerprints must
+equal those taken before the plan's first write, or nothing changes. It is refused, naming the
+writer, when a later writer (another plan, or an incremental run) has since written the same
+partitions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
-
+from backfill_assets import faults
 from backfill_assets.control import evidence_log, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import RollbackRefused
+from backfill_assets.errors import PlanRefused, RollbackRefused
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish.notify import announce_end
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.connection import transaction
+from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
-from backfill_assets.warehouse.snapshots import restore, snapshot_fingerprints, snapshotted
+from backfill_assets.warehouse.snapshots import incomplete, restore, snapshotted
 
 
 @dataclass
@@ -28,67 +32,108 @@ class RollbackReport:
     dry_run: bool
     tables: dict[str, dict[str, tuple[Fingerprint, Fingerprint]]] = field(default_factory=dict)
 
-    def lines(self) -> list[str]:
+    def lines(self, limit: int = 20) -> list[str]:
         verb = "would restore" if self.dry_run else "restored"
         out = []
         for table, parts in self.tables.items():
-            span = f"{min(parts)}..{max(parts)}" if parts else ""
+            span = f" ({min(parts)}..{max(parts)})" if parts else ""
             if not self.dry_run:
-                out.append(f"{verb} {len(parts)} partition(s) of {table} ({span}); every "
-                           "fingerprint equals the one taken before the plan's first write")
+                out.append(f"{verb} {len(parts)} partition(s) of {table}{span}; every fingerprint equals "
+                           "the one taken before the plan's first write")
                 continue
-            out.append(f"{verb} {len(parts)} partition(s) of {table} ({span}):")
-            for key, (before, now) in parts.items():
-                out.append(f"  {key}: now {now} -> {before}")
-        out.append(f"plan {self.plan_id} " + ("unchanged (dry run)" if self.dry_run
-                                              else "is rolled_back"))
+            out.append(f"{verb} {len(parts)} partition(s) of {table}{span}:")
+            for key, (before, now) in list(parts.items())[:limit]:
+                out.append(f"  {key}: now {now} -> {before}" + ("  (unchanged)" if now == before else ""))
+            if len(parts) > limit:
+                out.append(f"  ... {len(parts) - limit} more")
+        out.append(f"plan {self.plan_id} " + ("unchanged (dry run)" if self.dry_run else "is rolled_back"))
         return out
 
 
-def written_keys(con: duckdb.DuckDBPyConnection, state: PlanState) -> list[str]:
-    """Every partition the plan snapshotted before writing, whatever its window says now."""
-    return sorted(snapshotted(con, state.plan_id, state.target)
-                  | {k for k, in con.execute(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes "
-                                             "WHERE plan_id = ?", [state.plan_id]).fetchall()})
+def written_keys(session: Session, spec: TableSpec, state: PlanState) -> list[str]:
+    """Every partition the plan wrote or snapshotted, whatever its window says now."""
+    wrote = {k for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ?",
+                                        [state.plan_id])}
+    return sorted(wrote | set(snapshotted(session, state.plan_id, spec.table)))
 
 
-def later_writers(con: duckdb.DuckDBPyConnection, state: PlanState) -> list[tuple[str, str]]:
-    return con.execute(
-        f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key
-            FROM {SCHEMA}.writes
-            WHERE asset = ? AND partition_key = ANY(?) AND plan_id IS DISTINCT FROM ?
-              AND recorded_at > (SELECT min(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ?)
-            ORDER BY 2""",
-        [state.target, written_keys(con, state), state.plan_id, state.plan_id]).fetchall()
+def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[tuple[str, str]]:
+    if not keys:
+        return []
+    return [(str(w), str(k)) for w, k in session.rows(
+        f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key FROM {SCHEMA}.writes
+            WHERE asset = ? AND partition_key = ANY(?) AND (plan_id IS NULL OR plan_id <> ?)
+              AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
+            ORDER BY 2""", [state.target, keys, state.plan_id, state.plan_id])]
 
 
-def rollback(con: duckdb.DuckDBPyConnection, spec: TableSpec, state: PlanState, actor: str, *,
-             dry_run: bool = False) -> RollbackReport:
-    if state.phase is Phase.ROLLED_BACK:
-        raise RollbackRefused(f"plan {state.plan_id} is already rolled back", fix="nothing to do")
-    later = later_writers(con, state)
+def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
+             *, dry_run: bool = False) -> RollbackReport:
+    if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
+        raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
+    keys = written_keys(session, spec, state)
+    later = later_writers(session, state, keys)
     if later:
         who = sorted({w for w, _ in later})
         raise RollbackRefused(
             f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
             f"(first {later[0][1]}); restoring would erase that work",
             fix=f"roll back {who[0]} first, or replay the window with a new plan")
+    published = sorted(snapshotted(session, state.plan_id, spec.publish_table))
+    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys) + \
+        incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
+    if problems:
+        raise RollbackRefused(f"plan {state.plan_id} cannot be rolled back whole: "
+                              + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5
+                                                           else ""),
+                              fix="nothing was changed; restore backfill_snapshots (and the control "
+                                  "record) from backup before rolling back")
     report = RollbackReport(state.plan_id, dry_run)
-    tables = [spec.table, spec.publish_table]
+    tables = {spec.table: keys, spec.publish_table: published}
     if dry_run:
-        for table in tables:
-            expected = snapshot_fingerprints(con, state.plan_id, table)
-            if expected:
-                now = fingerprints(con, table, spec.partition_column, list(expected))
-                report.tables[table] = {k: (v, now[k]) for k, v in expected.items()}
+        for table, table_keys in tables.items():
+            expected = snapshotted(session, state.plan_id, table)
+            if table_keys and session.engine.table_exists(session, table):
+                now = fingerprints(session, table, spec.columns, scheme, spec.partition_column, table_keys)
+                report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
         return report
-    with transaction(con):
-        for table in tables:
-            restored = restore(con, spec, table, state.plan_id, written_keys(con, state))
+    with session.transaction():
+        for table, table_keys in tables.items():
+            restored = restore(session, spec, scheme, table, state.plan_id, table_keys)
             if restored:
                 report.tables[table] = restored
-        record.transition(con, state.plan_id, Phase.ROLLED_BACK, actor,
+        faults.checkpoint("rollback.before_commit")
+        evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
+            t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
+            for t, parts in report.tables.items()})
+        was_active = state.active
+        record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
                           note="restored from pre-write snapshots")
-        evidence_log.append(con, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
-            t: {k: str(v[0]) for k, v in parts.items()} for t, parts in report.tables.items()})
+        if was_active and state.version is not None:
+            announce_end(session, state.version.plan, actor, "rolled_back")
     return report
+
+
+def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
+    import hashlib
+
+    text = "\n".join(f"{k} {v[0].rows} {v[0].digest}" for k, v in sorted(parts.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
+    """End a plan that wrote nothing: lifts the freeze and the pause. Recorded in the evidence."""
+    with session.transaction():
+        state = record.require(session, state.plan_id, lock=True)
+        if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
+            raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
+        wrote = session.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE plan_id = ?", [state.plan_id])
+        if wrote:
+            raise PlanRefused(f"plan {state.plan_id} has written {wrote} partition(s); withdrawing would "
+                              "leave them", fix=f"roll it back instead: `backfill rollback {state.plan_id}`")
+        was_active = state.active
+        ended = record.transition(session, state.plan_id, Phase.WITHDRAWN, actor,
+                                  note=note or "withdrawn before writing")
+        if was_active and state.version is not None:
+            announce_end(session, state.version.plan, actor, "withdrawn")
+    return ended

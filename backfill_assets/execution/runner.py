@@ -1,13 +1,16 @@
 """`backfill run`: the plan's stages through Dagster, on the instance the UI shows.
 
-Each slice is one in-process Dagster run per contiguous range of partitions (tagged with the plan),
-so every partition gets its own check results while the run overhead is paid once per slice.
-The run halts at the first slice whose gates fail; a rerun skips what is already reconciled.
+Each slice is one Dagster run over a contiguous range of partitions, tagged with the plan, so
+every partition gets its own check results while the run overhead is paid once per slice. The
+run holds the plan's lease, renews it between slices, stops before the next slice when the plan
+is paused or cancelled, honours the plan's throttle, and halts at the first slice whose gates
+fail; a rerun skips what already passed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -15,21 +18,16 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from backfill_assets.control import gate_record, record
+from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.defs.replayable import ACTOR_TAG, ReplayableTable
+from backfill_assets.defs.loading import LoadedDefs, LoadedTable
+from backfill_assets.defs.replayable import HOST_TAG, PID_TAG, cli_run_tags
 from backfill_assets.defs.sensor import RANGE_END, RANGE_START
-from backfill_assets.execution.progress import advance
-from backfill_assets.execution.stages import Stage, contiguous_ranges
-from backfill_assets.plan.gate import PLAN_TAG
-from backfill_assets.warehouse.connection import connection
-
-# the console shows our progress bar; Dagster's own event log stays in the instance and the UI
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+from backfill_assets.execution.stages import Stage
+from backfill_assets.warehouse import Warehouse
 
 # Dagster writes a range run's per-partition materialization events one transaction each unless
 # this is set; batched, they are one write per run (benchmarks/run_overhead.py measures it).
-# Check evaluations are not batchable in Dagster 1.13 and stay one write each.
 EVENT_BATCH_ENV = ("DAGSTER_EVENT_BATCH_SIZE", "1000")
 
 
@@ -52,11 +50,11 @@ class SliceReport:
 class Progress:
     """done/total, elapsed and ETA on stderr; redrawn in place on a terminal."""
 
-    def __init__(self, total: int, label: str, out=sys.stderr) -> None:
-        self.total, self.label, self.out = total, label, out
+    def __init__(self, total: int, label: str, out=None) -> None:
+        self.total, self.label, self.out = total, label, out or sys.stderr
         self.done = 0
         self.started = time.monotonic()
-        self.tty = out.isatty()
+        self.tty = self.out.isatty()
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -72,60 +70,91 @@ class Progress:
         self.out.flush()
 
 
-def run_slice(table: ReplayableTable, definitions: dg.Definitions, instance: dg.DagsterInstance,
-              state: PlanState, keys: list[str], actor: str) -> SliceReport:
-    job = definitions.resolve_implicit_global_asset_job_def()
-    report = SliceReport(list(keys))
-    for first, last in contiguous_ranges(keys):
-        tags = {PLAN_TAG: state.plan_id, ACTOR_TAG: actor}
-        if first == last:
-            tags["dagster/partition"] = first
-        else:
-            tags.update({RANGE_START: first, RANGE_END: last})
-        result = job.execute_in_process(
-            instance=instance, asset_selection=[table.target.key],
-            tags=tags, raise_on_error=False, run_config=QUIET,
-        )
-        report.run_ids.append(result.run_id)
-        if not result.success:
-            failures = [e.event_specific_data.error.message.strip().splitlines()[0]
-                        for e in result.all_events
-                        if e.is_step_failure and e.event_specific_data is not None
-                        and getattr(e.event_specific_data, "error", None) is not None]
-            report.errors += failures or [f"run {result.run_id} failed"]
-    return report
+def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
+    """The first line of each failed step's error: our one-line messages, the SQL error's cause."""
+    out = []
+    for event in result.all_events:
+        if not event.is_step_failure or event.event_specific_data is None:
+            continue
+        user = getattr(event.event_specific_data, "user_failure_data", None)
+        error = getattr(event.event_specific_data, "error", None)
+        text = (user.description if user is not None and user.description else None) or \
+            (error.message if error is not None else "step failed")
+        cause = getattr(error, "cause", None)
+        while cause is not None and "Error occurred while executing" in text:
+            text, cause = cause.message, getattr(cause, "cause", None)
+        out.append(text.strip().splitlines()[0] if text.strip() else "step failed")
+    return out
 
 
-def gate_failures(warehouse: str, state: PlanState, keys: list[str]) -> dict[str, list[str]]:
-    with connection(warehouse) as con:
-        latest = gate_record.latest(con, state.target, keys, state.plan_id)
+def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance, plan_id: str,
+              keys: list[str], actor: str, run_config: dict) -> tuple[str, list[str]]:
+    """One Dagster run of the target over `keys` (contiguous); returns its id and failures."""
+    job = loaded.definitions.resolve_implicit_global_asset_job_def()
+    tags = cli_run_tags(plan_id, actor)
+    if len(keys) == 1:
+        tags["dagster/partition"] = keys[0]
+    else:
+        tags.update({RANGE_START: keys[0], RANGE_END: keys[-1]})
+    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(table.spec.name.split("/"))],
+                                    tags=tags, raise_on_error=False, run_config=run_config)
+    return result.run_id, ([] if result.success else failure_messages(result) or [f"run {result.run_id} failed"])
+
+
+def gate_failures(warehouse: Warehouse, state: PlanState, keys: list[str]) -> dict[str, list[str]]:
+    with warehouse.session() as session:
+        latest = ledger.latest(session, state.target, keys, state.plan_id)
     return {k: (e.failed or ["not evaluated"]) if e else ["not written"]
             for k, e in latest.items() if e is None or not e.passed}
 
 
-def execute(stage: Stage, table: ReplayableTable, definitions: dg.Definitions,
-            instance: dg.DagsterInstance, warehouse: str, state: PlanState, actor: str,
-            say: Callable[[str], None]) -> list[SliceReport]:
-    """Run the stage's slices in order, halting at the first slice that fails."""
+def execute(stage: Stage, loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance,
+            warehouse: Warehouse, state: PlanState, held: lease.Lease, actor: str,
+            say: Callable[[str], None], run_one: Callable[[list[str]], tuple[str, list[str]]]) -> list[SliceReport]:
+    """Run the stage's slices in order; stop when paused or cancelled, halt at the first failure."""
     reports: list[SliceReport] = []
     progress = Progress(len(stage.partitions) * stage.repeats, stage.name)
+    throttle = state.approved.plan.execution.max_partitions_per_minute
     for repeat in range(stage.repeats):
         for keys in stage.slices:
-            report = run_slice(table, definitions, instance, state, list(keys), actor)
+            started = time.monotonic()
+            with warehouse.session() as session:
+                now = record.require(session, state.plan_id)
+                if now.hold:
+                    say(f"plan {state.plan_id} is {now.hold}: stopped before {keys[0]} (runs in flight "
+                        "finished); " + ("`backfill run` resumes" if now.hold == "paused"
+                                         else f"roll it back with `backfill rollback {state.plan_id}`"))
+                    return reports + [SliceReport(list(keys), errors=[f"plan {now.hold}"])]
+                lease.renew(session, held)
+            run_id, errors = run_one(list(keys))
+            report = SliceReport(list(keys), run_ids=[run_id], errors=errors)
             report.failed = gate_failures(warehouse, state, list(keys))
             reports.append(report)
             progress.advance(len(keys))
             if not report.ok:
-                for error in report.errors:
+                for error in report.errors[:3]:
                     say(f"  run failed: {error}")
-                for key, gates in report.failed.items():
+                for key, gates in list(report.failed.items())[:10]:
                     say(f"  {key}: {', '.join(gates)} failed")
-                say(f"halted at {stage.name} slice {', '.join(keys)} (pass {repeat + 1})")
+                say(f"halted at {stage.name} run {keys[0]}..{keys[-1]} (pass {repeat + 1})")
                 return reports
+            if throttle:
+                budget = len(keys) * 60.0 / throttle
+                time.sleep(max(0.0, budget - (time.monotonic() - started)))
     return reports
 
 
-def settle(warehouse: str, plan_id: str, actor: str) -> PlanState:
-    """Record what the evidence now proves (proof passed, window reconciled)."""
-    with connection(warehouse) as con:
-        return advance(con, record.require(con, plan_id), actor)
+def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Runs our CLI started whose process died (kill -9) are marked failed, not STARTED forever."""
+    host = socket.gethostname()
+    dead = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
+                                                                 dg.DagsterRunStatus.STARTING])):
+        pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+        if run_host != host or not (pid or "").isdigit() or int(pid) == os.getpid():
+            continue
+        if not lease.pid_running(int(pid)):
+            instance.report_run_failed(run, message=f"the backfill process (pid {pid}) died while the run "
+                                                    "was in progress; every partition is wholly old or new")
+            dead.append(run.run_id)
+    return dead

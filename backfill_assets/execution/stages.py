@@ -1,15 +1,16 @@
 """A backfill run as a list of small stages; `--dry-run` prints them and stops.
 
 ProofStage runs the proof partitions twice; WindowStage runs the rest of the window in slices of
-at most max_concurrent_partitions; PartitionsStage re-runs named partitions after a fix. Each
-slice becomes Dagster runs over contiguous partition ranges.
+at most `partitions_per_run` contiguous partitions; PartitionsStage re-runs named partitions after
+a fix. Each slice is one Dagster run over a partition range.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from backfill_assets.partitions import PartitionScheme
 
 
 @dataclass(frozen=True)
@@ -22,39 +23,40 @@ class Stage:
     def partitions(self) -> list[str]:
         return [k for s in self.slices for k in s]
 
-    def describe(self) -> str:
+    def describe(self, limit: int = 4) -> str:
         times = f" x{self.repeats}" if self.repeats > 1 else ""
-        lines = [f"{self.name}{times}: {len(self.partitions)} partition(s) in "
-                 f"{len(self.slices)} slice(s)"]
-        lines += [f"  slice {i + 1}: {', '.join(s)}" for i, s in enumerate(self.slices)]
+        lines = [f"{self.name}{times}: {len(self.partitions)} partition(s) in {len(self.slices)} run(s)"]
+        shown = list(enumerate(self.slices))
+        if len(shown) > limit:
+            shown = shown[:limit - 1] + [shown[-1]]
+        for i, (n, keys) in enumerate(shown):
+            if i == limit - 1 and len(self.slices) > limit:
+                lines.append(f"  ... {len(self.slices) - limit} more run(s)")
+            span = keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]} ({len(keys)})"
+            lines.append(f"  run {n + 1}: {span}")
         return "\n".join(lines)
 
 
-def slices_of(keys: Sequence[str], size: int) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(keys[i:i + size]) for i in range(0, len(keys), size))
+def slices_of(keys: Sequence[str], size: int, scheme: PartitionScheme) -> tuple[tuple[str, ...], ...]:
+    """Contiguous runs of the definition's keys, each cut into pieces of at most `size`."""
+    out: list[tuple[str, ...]] = []
+    position = {k: i for i, k in enumerate(keys)}
+    for first, last in scheme.runs(list(keys)):
+        run = [k for k in scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1]
+               if k in position]
+        out += [tuple(run[i:i + size]) for i in range(0, len(run), size)]
+    return tuple(out)
 
 
-def contiguous_ranges(keys: Sequence[str]) -> list[tuple[str, str]]:
-    """Daily keys grouped into (first, last) runs of consecutive days: one Dagster run each."""
-    ranges: list[tuple[str, str]] = []
-    for key in sorted(keys):
-        if ranges and dt.date.fromisoformat(key) - dt.date.fromisoformat(ranges[-1][1]) == \
-                dt.timedelta(days=1):
-            ranges[-1] = (ranges[-1][0], key)
-        else:
-            ranges.append((key, key))
-    return ranges
+def proof_stage(proof_keys: Sequence[str], size: int, scheme: PartitionScheme) -> Stage:
+    return Stage("proof", slices_of(list(proof_keys), size, scheme), repeats=2)
 
 
-def proof_stage(proof_keys: Sequence[str], size: int) -> Stage:
-    return Stage("proof", slices_of(list(proof_keys), size), repeats=2)
-
-
-def window_stage(window: Sequence[str], proof_keys: Sequence[str], done: set[str],
-                 size: int) -> Stage:
+def window_stage(window: Sequence[str], proof_keys: Sequence[str], done: set[str], size: int,
+                 scheme: PartitionScheme) -> Stage:
     todo = [k for k in window if k not in proof_keys and k not in done]
-    return Stage("window", slices_of(todo, size))
+    return Stage("window", slices_of(todo, size, scheme))
 
 
-def partitions_stage(keys: Sequence[str], size: int) -> Stage:
-    return Stage("partitions", slices_of(list(keys), size))
+def partitions_stage(keys: Sequence[str], size: int, scheme: PartitionScheme) -> Stage:
+    return Stage("partitions", slices_of(list(keys), size, scheme))

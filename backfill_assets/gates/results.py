@@ -1,7 +1,7 @@
 """Gate names, thresholds and per-partition gate results.
 
-A result carries its figures as plain JSON values so it can be logged as Dagster check metadata and
-stored in the control record without a custom encoder, and read back unchanged.
+A result carries its figures as plain JSON values so it can be stored in the control record and
+read back unchanged, and as numeric Dagster metadata so the UI can plot them across partitions.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ NO_DUPLICATE_BUSINESS_KEYS = "no_duplicate_business_keys"
 METRICS_MATCH_SOURCE = "metrics_match_source"
 CONTRACT_HOLDS = "contract_holds"
 SINGLE_CODE_VERSION = "single_code_version"
+SOURCE_HAS_NO_DUPLICATES = "source_has_no_duplicates"
+UNCHANGED_SINCE_CHECKED = "unchanged_since_checked"
 
 GATE_NAMES: tuple[str, ...] = (
     ROW_COUNT_MATCHES_SOURCE,
@@ -31,30 +33,66 @@ GATE_NAMES: tuple[str, ...] = (
     METRICS_MATCH_SOURCE,
     CONTRACT_HOLDS,
     SINGLE_CODE_VERSION,
+    SOURCE_HAS_NO_DUPLICATES,
+    UNCHANGED_SINCE_CHECKED,
 )
+
+GATE_DESCRIPTIONS = {
+    ROW_COUNT_MATCHES_SOURCE: "The target holds one row per business-key group of the source, "
+                              "within the plan's max_diff_pct.",
+    NO_DUPLICATE_BUSINESS_KEYS: "Rows sharing the business keys stay within max_rows.",
+    METRICS_MATCH_SOURCE: "Every checked metric matches the source in every business-key group "
+                          "(no swapped, moved, missing or extra group), within tolerance.",
+    CONTRACT_HOLDS: "Column names, types and nullability are as declared.",
+    SINGLE_CODE_VERSION: "Every partition of the window was written by the same code version.",
+    SOURCE_HAS_NO_DUPLICATES: "The source partition holds no duplicated event ids, so parity is "
+                              "not measured against a double-loaded source.",
+    UNCHANGED_SINCE_CHECKED: "The partition's data is byte for byte what its write produced and "
+                             "the gates checked (fingerprints equal).",
+}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a metric may differ from the source: within either bound passes.
+
+    `pct` is in percent of the source figure (0.01 means 0.01%, one part in ten thousand);
+    `abs` is in the metric's own unit. Both 0 (the default) means exact.
+    """
+
+    pct: float = 0.0
+    abs: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.pct <= 100) or self.abs < 0 or math.isnan(self.abs):
+            raise UsageError("a metric tolerance must be 0-100 percent and a non-negative amount",
+                             fix="give tolerance_pct between 0 and 100 and tolerance_abs >= 0")
+
+    def describe(self) -> str:
+        if not self.pct and not self.abs:
+            return "exact"
+        parts = ([f"{_num(self.abs)}"] if self.abs else []) + ([f"{_num(self.pct)}%"] if self.pct else [])
+        return "within " + " or ".join(parts)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The plan's `checks` block: what each gate tolerates. Percentages are 0-100."""
+    """The plan's `checks` block: what each gate tolerates."""
 
     max_row_diff_pct: float
     max_duplicate_rows: int
-    metric_tolerance_pct: Mapping[str, float] = field(default_factory=dict)
+    metric_tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    max_source_duplicates: int = 0
 
     def __post_init__(self) -> None:
-        # a frozen dataclass holding a plain dict could still be mutated through that dict
-        frozen = MappingProxyType({str(k): float(v) for k, v in self.metric_tolerance_pct.items()})
-        object.__setattr__(self, "metric_tolerance_pct", frozen)
-        if self.max_row_diff_pct < 0 or self.max_duplicate_rows < 0 or any(
-                v < 0 for v in frozen.values()):
+        object.__setattr__(self, "metric_tolerances", MappingProxyType(dict(self.metric_tolerances)))
+        if self.max_row_diff_pct < 0 or self.max_duplicate_rows < 0 or self.max_source_duplicates < 0:
             raise UsageError("gate thresholds must not be negative",
-                             fix="give percentages between 0 and 100 and a row count >= 0")
+                             fix="give percentages between 0 and 100 and row counts >= 0")
 
     def __hash__(self) -> int:
-        # mappingproxy is not hashable; hash its items instead so Thresholds can key a cache
-        return hash((self.max_row_diff_pct, self.max_duplicate_rows,
-                     tuple(sorted(self.metric_tolerance_pct.items()))))
+        return hash((self.max_row_diff_pct, self.max_duplicate_rows, self.max_source_duplicates,
+                     tuple(sorted(self.metric_tolerances.items()))))
 
     @classmethod
     def from_plan(cls, plan: Plan) -> Thresholds:
@@ -62,33 +100,14 @@ class Thresholds:
         return cls(
             max_row_diff_pct=float(checks.row_count_parity.max_diff_pct),
             max_duplicate_rows=int(checks.duplicates.max_rows),
-            metric_tolerance_pct={m.name: float(m.tolerance_pct) for m in checks.metrics},
+            metric_tolerances={m.name: Tolerance(float(m.tolerance_pct), float(m.tolerance_abs))
+                               for m in checks.metrics},
+            max_source_duplicates=int(checks.source_duplicates.max_rows),
         )
 
 
-def pct_diff(expected: object, actual: object) -> float:
-    """|actual - expected| / |expected| * 100; a zero baseline gives 0 or 100, never inf (not JSON).
-
-    NULL (an aggregate over no rows) counts as 0, so a missing partition differs by 100%.
-    """
-    e, a = _decimal(expected), _decimal(actual)
-    if e == 0:
-        return 0.0 if a == 0 else 100.0
-    return float(abs(a - e) / abs(e) * 100)
-
-
-def _decimal(value: object) -> Decimal:
-    if value is None:
-        return Decimal(0)
-    if isinstance(value, Decimal):
-        return value
-    if isinstance(value, bool | int):
-        return Decimal(int(value))
-    if isinstance(value, float):
-        # via str so 0.1 compares as 0.1, not as its binary expansion
-        return Decimal(repr(value))
-    raise UsageError(f"gate figure {value!r} is not a number",
-                     fix="make the metric or expected-rows expression return a number")
+def _num(value: float) -> str:
+    return f"{value:g}"
 
 
 def plain(value: object) -> Any:
@@ -110,7 +129,11 @@ def plain(value: object) -> Any:
 
 @dataclass(frozen=True)
 class GateResult:
-    """One gate on one partition. Figures are plain JSON values (see `plain`)."""
+    """One gate on one partition. Figures are plain JSON values (see `plain`).
+
+    `numbers` are the figures worth plotting across partitions, by name (e.g.
+    `net_revenue.expected`); Dagster shows them as numeric metadata.
+    """
 
     gate: str
     partition_key: str
@@ -120,59 +143,39 @@ class GateResult:
     threshold: object
     difference: object
     detail: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.gate not in GATE_NAMES:
             raise UsageError(f"unknown gate {self.gate!r}", fix=f"use one of: {', '.join(GATE_NAMES)}")
         for name in ("expected", "actual", "threshold", "difference"):
             object.__setattr__(self, name, plain(getattr(self, name)))
-
-    def metadata(self) -> dict[str, object]:
-        """Dagster check metadata: scalars stay scalars, dicts become JSON metadata."""
-        return {
-            "partition": self.partition_key,
-            "expected": self.expected,
-            "actual": self.actual,
-            "threshold": self.threshold,
-            "difference": self.difference,
-            "detail": self.detail,
-        }
+        clean = {k: float(v) for k, v in self.numbers.items()
+                 if isinstance(v, int | float | Decimal) and not isinstance(v, bool)
+                 and math.isfinite(float(v))}
+        object.__setattr__(self, "numbers", MappingProxyType(clean))
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "gate": self.gate,
-            "partition_key": self.partition_key,
-            "passed": self.passed,
-            "expected": self.expected,
-            "actual": self.actual,
-            "threshold": self.threshold,
-            "difference": self.difference,
-            "detail": self.detail,
-        }
+        return {"gate": self.gate, "partition_key": self.partition_key, "passed": self.passed,
+                "expected": self.expected, "actual": self.actual, "threshold": self.threshold,
+                "difference": self.difference, "detail": self.detail, "numbers": dict(self.numbers)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> GateResult:
+    def from_json(cls, data: Mapping[str, Any]) -> GateResult:
         try:
-            return cls(
-                gate=str(data["gate"]),
-                partition_key=str(data["partition_key"]),
-                passed=bool(data["passed"]),
-                expected=data.get("expected"),
-                actual=data.get("actual"),
-                threshold=data.get("threshold"),
-                difference=data.get("difference"),
-                detail=str(data.get("detail", "")),
-            )
+            return cls(gate=str(data["gate"]), partition_key=str(data["partition_key"]),
+                       passed=bool(data["passed"]), expected=data.get("expected"),
+                       actual=data.get("actual"), threshold=data.get("threshold"),
+                       difference=data.get("difference"), detail=str(data.get("detail", "")),
+                       numbers=data.get("numbers") or {})
         except KeyError as exc:
             raise UsageError(f"stored gate result lacks {exc.args[0]!r}",
                              fix="store results with GateResult.to_json()") from None
 
 
 def all_passed(results: Mapping[str, list[GateResult]]) -> bool:
-    """True when every gate passed on every partition of a slice."""
     return all(r.passed for per_partition in results.values() for r in per_partition)
 
 
 def failures(results: Mapping[str, list[GateResult]]) -> list[GateResult]:
-    """The failed results of a slice, by partition then gate order."""
     return [r for key in sorted(results) for r in results[key] if not r.passed]

@@ -1,7 +1,10 @@
-"""Which approvals count, and writing a new one into the plan file.
+"""Which approvals count, and mirroring signed approvals into the plan file.
 
-An approval counts only if it is bound to the plan's current hash, its approver is not the owner,
-and it is that approver's first counted approval.
+An approval is an SSH signature (the SSHSIG format git uses, namespace `backfill-plan`) over the
+plan's sha256 by a principal. It counts only if the signature verifies for that principal against
+the team's reviewed `allowed_signers` file, it is bound to the plan's current hash, the principal
+is not the owner, and that principal was not counted already. The guard, `plan show` and
+`plan approve` all use `tally`, so they give the same answer with or without a control record.
 """
 
 from __future__ import annotations
@@ -13,11 +16,49 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from backfill_assets.errors import ApprovalError, PlanReadError
+from backfill_assets.errors import AllowedSignersError, PlanReadError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
+from backfill_assets.plan.yaml_document import read_yaml_text
+from backfill_assets.signing import sshsig
+from backfill_assets.signing.allowed_signers import AllowedSigners
+
+SIGNERS_ENV = "BACKFILL_ALLOWED_SIGNERS"
+DEFAULT_SIGNERS = Path("approvers") / "allowed_signers"
+
+
+def signed_message(sha256: str) -> bytes:
+    """What an approver signs: the plan's sha256 as 64 hex characters, nothing else."""
+    return sha256.encode("ascii")
+
+
+def signing_command(sha256: str) -> str:
+    return (f"printf '%s' {sha256} | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {sshsig.NAMESPACE} "
+            "> approval.sig")
+
+
+def find_allowed_signers(plan_file: str | Path | None = None, explicit: str | None = None) -> Path:
+    """--allowed-signers, then $BACKFILL_ALLOWED_SIGNERS, then approvers/allowed_signers in the plan
+    file's folder or any folder above it, then in the current directory."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(SIGNERS_ENV):
+        return Path(os.environ[SIGNERS_ENV])
+    if plan_file is not None:
+        for folder in Path(plan_file).resolve().parents:
+            candidate = folder / DEFAULT_SIGNERS
+            if candidate.exists():
+                return candidate
+    return DEFAULT_SIGNERS.resolve()
+
+
+def load_signers(plan_file: str | Path | None = None, explicit: str | None = None
+                 ) -> tuple[AllowedSigners | None, str | None]:
+    """The allowed signers, or None with the reason (approvals cannot count without them)."""
+    try:
+        return AllowedSigners.load(find_allowed_signers(plan_file, explicit)), None
+    except AllowedSignersError as exc:
+        return None, str(exc)
 
 
 @dataclass(frozen=True)
@@ -41,70 +82,56 @@ class ApprovalTally:
     def approvers(self) -> list[str]:
         return [a.by for a in self.counted]
 
+    def describe(self) -> str:
+        who = f" ({', '.join(self.approvers)})" if self.counted else ""
+        void = "; void: " + "; ".join(f"{v.approval.by} ({v.reason})" for v in self.void) if self.void else ""
+        return f"{len(self.counted)}/{self.required} signed approvals counted{who}{void}"
 
-def _same_person(a: str, b: str) -> bool:
-    return a.strip().casefold() == b.strip().casefold()
 
-
-def tally(plan: Plan) -> ApprovalTally:
+def tally(plan: Plan, signers: AllowedSigners | None, why_no_signers: str | None = None) -> ApprovalTally:
     sha = plan_sha256(plan)
     counted: list[Approval] = []
     void: list[VoidApproval] = []
     for approval in plan.approvals.granted:
-        if approval.plan_sha256 != sha:
-            void.append(VoidApproval(approval, f"given for plan {approval.plan_sha256[:12]}, but "
-                                     f"the plan is now {sha[:12]} (edited since approval)"))
-        elif _same_person(approval.by, plan.owner):
-            void.append(VoidApproval(approval, "the owner cannot approve their own plan"))
-        elif any(_same_person(approval.by, c.by) for c in counted):
-            void.append(VoidApproval(approval, f"{approval.by} already approved; each approver "
-                                     "counts once"))
-        else:
+        reason = void_reason(approval, plan, sha, signers, why_no_signers, counted)
+        if reason is None:
             counted.append(approval)
+        else:
+            void.append(VoidApproval(approval, reason))
     return ApprovalTally(sha, plan.approvals.required, counted, void)
 
 
-def restrict_to_recorded(current: ApprovalTally, recorded: set[str]) -> ApprovalTally:
-    """Only approvals the control record saw given (casefolded names) count."""
-    counted = [a for a in current.counted if a.by.casefold() in recorded]
-    void = list(current.void) + [
-        VoidApproval(a, "not given with `backfill plan approve` (no record of it)")
-        for a in current.counted if a.by.casefold() not in recorded]
-    return ApprovalTally(current.sha256, current.required, counted, void)
+def void_reason(approval: Approval, plan: Plan, sha: str, signers: AllowedSigners | None,
+                why_no_signers: str | None, counted: list[Approval]) -> str | None:
+    if approval.plan_sha256 != sha:
+        return (f"given for plan {approval.plan_sha256[:12]}, but the plan is now {sha[:12]} "
+                "(edited since approval)")
+    if approval.by == plan.owner:
+        return "the owner cannot approve their own plan"
+    if any(approval.by == c.by for c in counted):
+        return f"{approval.by} already approved; each approver counts once"
+    if signers is None:
+        return f"cannot be verified: {why_no_signers or 'no allowed_signers file'}"
+    try:
+        signers.verify_approval(approval.by, signed_message(sha), approval.signature)
+    except SignatureError as exc:
+        return f"signature refused: {exc.message}"
+    return None
 
 
-def check_can_approve(plan: Plan, approver: str) -> None:
-    if not approver.strip():
-        raise ApprovalError("approver name is empty", fix="pass --by NAME")
-    if _same_person(approver, plan.owner):
-        raise ApprovalError(
-            f"{approver} owns plan {plan.plan_id} and cannot approve it",
-            fix="ask someone other than the owner to approve",
-        )
-    current = tally(plan)
-    if any(_same_person(approver, a.by) for a in current.counted):
-        raise ApprovalError(
-            f"{approver} already approved plan {plan.plan_id} at this hash",
-            fix="ask a different approver; each approver counts once",
-        )
-
-
-def new_approval(plan: Plan, approver: str, now: dt.datetime | None = None) -> Approval:
-    at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    return Approval(by=approver.strip(), at=at, plan_sha256=plan_sha256(plan))
-
+# --- the file mirror ------------------------------------------------------------------------------
 
 def _entry_line(indent: str, approval: Approval) -> str:
-    at = approval.at.isoformat().replace("+00:00", "Z")
-    by = approval.by.replace('"', '\\"')
-    return f'{indent}- {{by: "{by}", at: "{at}", plan_sha256: "{approval.plan_sha256}"}}\n'
+    at = approval.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    return (f'{indent}- {{by: "{approval.by}", at: "{at}", plan_sha256: "{approval.plan_sha256}", '
+            f'signature: "{sshsig.one_line(approval.signature)}"}}\n')
 
 
 def append_approval_text(text: str, approval: Approval) -> str:
     """Append an approval under `approvals.granted`, keeping the rest of the file as written."""
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
-        match = re.match(r"^(\s*)granted:\s*(\[\s*\])?\s*(#.*)?$", line.rstrip("\n"))
+        match = re.match(r"^(\s*)granted:\s*(\[\s*\])?\s*(#.*)?$", line.rstrip("\r\n"))
         if not match:
             continue
         indent = match.group(1)
@@ -116,9 +143,7 @@ def append_approval_text(text: str, approval: Approval) -> str:
             stripped = nxt.strip()
             nxt_indent = len(nxt) - len(nxt.lstrip())
             if stripped and not stripped.startswith("#") and (
-                nxt_indent < len(indent) or (nxt_indent == len(indent)
-                                             and not stripped.startswith("-"))
-            ):
+                nxt_indent < len(indent) or (nxt_indent == len(indent) and not stripped.startswith("-"))):
                 break
             end += 1
         while end > i + 1 and not lines[end - 1].strip():
@@ -129,30 +154,46 @@ def append_approval_text(text: str, approval: Approval) -> str:
         item_indent = items[0][: len(items[0]) - len(items[0].lstrip())] if items else indent + "  "
         lines.insert(end, _entry_line(item_indent, approval))
         return "".join(lines)
-    raise PlanReadError(
-        "the plan has no `approvals.granted` key to append to",
-        fix="add `granted: []` under approvals",
-    )
+    raise PlanReadError("the plan has no `approvals.granted` key to append to",
+                        fix="add `granted: []` under approvals, as in the template")
 
 
-def write_approval(path: Path, plan: Plan, approval: Approval) -> None:
-    """Append the approval to the file atomically and check the file still means the same plan."""
+def _granted(text: str, source: str) -> list[dict]:
+    document = read_yaml_text(text, source)
+    approvals = document.get("approvals")
+    granted = approvals.get("granted") if isinstance(approvals, dict) else None
+    return [g for g in granted if isinstance(g, dict)] if isinstance(granted, list) else []
+
+
+def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
+    """Write every given approval the file lacks into it, atomically, keeping comments and layout.
+
+    Idempotent: an approval already in the file (same principal, hash and signature) is skipped,
+    so re-running after a crash converges. Returns how many were added.
+    """
     text = path.read_text(encoding="utf-8")
-    updated = append_approval_text(text, approval)
-    try:
-        granted = (yaml.safe_load(updated).get("approvals") or {}).get("granted") or []
-    except (yaml.YAMLError, AttributeError):
-        granted = []
-    if len(granted) != len(plan.approvals.granted) + 1:
-        raise PlanReadError(
-            f"{path}: could not append the approval without changing the plan's layout",
-            fix="write `granted:` as a block list under approvals, as in the template",
-        )
+    present = {(g.get("by"), g.get("plan_sha256"), sshsig.one_line(str(g.get("signature", ""))))
+               for g in _granted(text, str(path)) if g.get("signature")}
+    updated, added = text, 0
+    for approval in approvals:
+        mark = (approval.by, approval.plan_sha256, sshsig.one_line(approval.signature))
+        if mark not in present:
+            updated = append_approval_text(updated, approval)
+            present.add(mark)
+            added += 1
+    if not added:
+        return 0
+    if len(_granted(updated, str(path))) != len(_granted(text, str(path))) + added:
+        raise PlanReadError(f"{path}: could not append the approval without changing the plan's layout",
+                            fix="write `granted:` as a block list under approvals, as in the template")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(updated)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return added

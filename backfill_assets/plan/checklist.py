@@ -28,12 +28,13 @@ class ExecutionState:
     reconciled: str | None = None
     published: str | None = None
     pending_proof: str = "not run yet: `backfill run PLAN --proof`"
-    pending_reconcile: str = "not run yet: `backfill run PLAN`, then `backfill reconcile PLAN`"
+    pending_reconcile: str = "not yet: `backfill run PLAN`, then `backfill reconcile PLAN`"
     pending_publish: str = "not reopened yet: the sensor or `backfill publish PLAN` does it"
 
 
 # Plan keys by the checklist item they belong to; anything unlisted belongs to the first item.
 _ITEM_KEYS = {
+    0: ("target", "source_of_truth", "owner", "reason", "plan_id"),
     1: ("window", "execution.proof_partitions"),
     2: ("publish", "downstream"),
     3: ("execution", "incremental"),
@@ -82,27 +83,23 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: ApprovalTal
 
     items = [
         planned(0, f"owner {plan.owner}; reason given" if plan else ""),
-        planned(1, f"{plan.window.start}..{plan.window.end}, {len(plan.partition_keys)} "
-                   f"partition(s), proof {', '.join(plan.proof_keys)}" if plan else ""),
+        planned(1, f"{plan.window.start}..{plan.window.end}, proof {', '.join(plan.proof_keys[:3])}"
+                if plan else ""),
         planned(2, (pause_notice or "pause set; notice goes to "
                     + ", ".join(sorted({o for c in plan.downstream for o in c.owners}
                                        | set(plan.publish.notify)))
                     + " when the plan is approved") if plan else ""),
-        planned(3, f"mode {plan.execution.mode} on {', '.join(plan.execution.business_keys)}"
-                if plan else ""),
+        planned(3, f"mode {plan.execution.mode}; {plan.execution.idempotency[:60]}" if plan else ""),
         planned(4, "strategy written" if plan else ""),
-        planned(5, f"row count <= {plan.checks.row_count_parity.max_diff_pct}%, duplicates <= "
-                   f"{plan.checks.duplicates.max_rows}, {len(plan.checks.metrics)} metric(s), "
-                   "contract, one code version" if plan else ""),
+        planned(5, f"row count <= {plan.checks.row_count_parity.max_diff_pct:g}%, duplicates <= "
+                   f"{plan.checks.duplicates.max_rows}, {len(plan.checks.metrics)} metric(s) per key group, "
+                   "contract, one code version, source without duplicates, unchanged since checked"
+                if plan else ""),
     ]
     if by_item.get(6) or plan is None or approvals is None:
         items.append(planned(6, ""))
     else:
-        void = f"; void: {'; '.join(f'{v.approval.by} ({v.reason})' for v in approvals.void)}" \
-            if approvals.void else ""
-        counted = f"{len(approvals.counted)}/{approvals.required} counted"
-        who = f" ({', '.join(approvals.approvers)})" if approvals.counted else ""
-        items.append(Item(LABELS[6], approvals.approved, counted + who + void, True))
+        items.append(Item(LABELS[6], approvals.approved, approvals.describe(), True))
     items.append(Item(LABELS[7], execution.proof is not None,
                       execution.proof or execution.pending_proof, False))
     items.append(Item(LABELS[8], execution.reconciled is not None,

@@ -1,23 +1,37 @@
-"""A plan's identity: the sha256 of its canonical content without `approvals.granted`.
+"""A plan's identity: the sha256 of what it states, without `approvals.granted`.
 
-Canonical means the validated model dumped as sorted JSON, so re-indenting or re-commenting the
-YAML keeps the identity while any change of meaning voids every approval bound to it.
+Canonical means the validated model dumped as sorted JSON with every value that equals its
+default left out. Re-indenting or re-commenting the YAML keeps the identity, any change of
+meaning voids every approval bound to it, and a release that adds an optional field (with a
+default) leaves the identity of every existing plan unchanged. A default, once released, is
+never changed; a change of meaning gets a new field instead.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from backfill_assets.plan.model import Plan
 
 
-def canonical_content(plan: Plan) -> dict:
-    content = plan.model_dump(mode="json")
-    content["approvals"].pop("granted", None)
+def canonical_content(plan: Plan) -> dict[str, Any]:
+    content = plan.model_dump(mode="json", exclude_defaults=True)
+    approvals = content.get("approvals", {})
+    approvals.pop("granted", None)
     return content
 
 
+def canonical_text(plan: Plan) -> str:
+    return json.dumps(canonical_content(plan), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)
+
+
 def plan_sha256(plan: Plan) -> str:
-    text = json.dumps(canonical_content(plan), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_text(plan).encode("ascii")).hexdigest()
+
+
+def plan_from_canonical(text: str) -> Plan:
+    """The plan of record read back: defaults are filled in by the model of this release."""
+    return Plan.model_validate(json.loads(text))

@@ -1,44 +1,55 @@
-"""Reading a plan file into a `Plan`, reporting every problem at once.
+"""Reading a plan file into a `Plan`, reporting every problem at once, in time linear in the file.
 
-A plan is refused with one line per problem: the key, the bad value, and how to fix it. A
-``TODO`` placeholder counts as missing, so a half-filled template never validates.
+A plan is refused with one line per problem: the key, the bad value (shortened), and how to fix
+it. A ``TODO`` placeholder counts as missing, so a half-filled template never validates. The
+checks that need the target's definitions (its partitions, keys, metrics) live in `plan.fit`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from backfill_assets.errors import PlanInvalidError, PlanProblem, PlanReadError
+from backfill_assets.errors import PlanInvalidError, PlanProblem
 from backfill_assets.plan.model import Plan
+from backfill_assets.plan.yaml_document import read_yaml_file
 
 MISSING = "<missing>"
+MAX_WINDOW_ENV = "BACKFILL_MAX_WINDOW_PARTITIONS"
+DEFAULT_MAX_WINDOW = 3660
+_TODO = re.compile(r"\bTODO\b")
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_HOUR = re.compile(r"^(\d{4}-\d{2}-\d{2})-(\d{2}):(\d{2})$")
 
 # How to fix a key, by its dotted path (list indexes dropped). The most specific path wins.
 FIXES: dict[str, str] = {
     "plan_id": "use lowercase letters, digits, '-' and '_' (e.g. revenue-refund-fix)",
-    "owner": "name the person who runs the backfill",
+    "owner": "name the person who runs the backfill, as their principal (e.g. olivia)",
     "reason": "say why the replay is needed (incident, logic change, late data)",
     "target": "give the asset key of the replayable table, e.g. daily_revenue",
-    "window": "give {start: YYYY-MM-DD, end: YYYY-MM-DD}, inclusive partition keys",
-    "window.start": "give the first partition key as YYYY-MM-DD",
-    "window.end": "give the last partition key as YYYY-MM-DD",
+    "window": "give {start: KEY, end: KEY}, inclusive partition keys of the target",
+    "window.start": "give the first partition key, e.g. 2026-01-05",
+    "window.end": "give the last partition key, e.g. 2026-01-18",
     "source_of_truth": "give the asset key the gates compare against, e.g. orders",
     "downstream": "list the consumers as [{asset: ..., owners: [...]}]",
     "downstream.asset": "give the consumer's asset key",
     "downstream.owners": "list at least one owner to notify",
-    "execution": "fill mode, idempotency, business_keys, max_concurrent_partitions, "
-    "proof_partitions",
+    "execution": "fill mode, idempotency and proof_partitions",
     "execution.mode": "use one of overwrite, merge, replay",
     "execution.idempotency": "state plainly why a rerun adds nothing",
-    "execution.business_keys": "list the columns that identify a row, e.g. [order_date, region]",
-    "execution.max_concurrent_partitions": "give an integer >= 1",
-    "execution.proof_partitions": "list one or more partition keys (YYYY-MM-DD) inside the window",
+    "execution.business_keys": "leave it out (the table's keys are used) or list exactly the table's keys",
+    "execution.partitions_per_run": "give an integer from 1 to 1000 (30 is a fast default)",
+    "execution.runs_at_once": "give an integer from 1 to 16 (runs of this plan at once)",
+    "execution.max_partitions_per_minute": "give an integer >= 1, or remove the key",
+    "execution.proof_partitions": "list one or more partition keys inside the window",
     "execution.allow_empty_partitions": "use true or false",
+    "execution.max_concurrent_partitions": "renamed: use partitions_per_run (partitions in one run) "
+                                           "and runs_at_once (runs in parallel)",
     "incremental": "fill watermark and metrics_comparable",
     "incremental.watermark": "say how the daily cursor behaves during and after the replay",
     "incremental.metrics_comparable": "say why metric definitions stay comparable",
@@ -53,14 +64,19 @@ FIXES: dict[str, str] = {
     "checks.row_count_parity.max_diff_pct": "give a percentage between 0 and 100",
     "checks.duplicates": "give {max_rows: N}",
     "checks.duplicates.max_rows": "give an integer >= 0 (usually 0)",
-    "checks.metrics": "list [{name: ..., tolerance_pct: N}], at least one",
+    "checks.source_duplicates": "give {max_rows: N}",
+    "checks.source_duplicates.max_rows": "give an integer >= 0 (usually 0)",
+    "checks.metrics": "list [{name: ..., tolerance_abs: 0}], at least one",
     "checks.metrics.name": "name a metric the target declares, e.g. net_revenue",
-    "checks.metrics.tolerance_pct": "give a percentage between 0 and 100",
+    "checks.metrics.tolerance_pct": "give a percentage of the source figure between 0 and 100 "
+                                    "(0.01 means 0.01%), or leave it out for exact",
+    "checks.metrics.tolerance_abs": "give an amount >= 0 in the metric's unit, or leave it out for exact",
+    "checks.metrics.tolerance": "name the unit: tolerance_pct (percent) or tolerance_abs (amount)",
     "checks.contract": "give {enforce: true}",
     "checks.contract.enforce": "must be true: the contract gate cannot be switched off",
     "approvals": "give {required: N, granted: []}",
-    "approvals.required": "give an integer >= 1",
-    "approvals.granted": "leave it to `backfill plan approve`; do not edit by hand",
+    "approvals.required": "give an integer from 1 to 20",
+    "approvals.granted": "leave it to `backfill plan approve`; entries need a valid SSH signature",
 }
 
 
@@ -74,59 +90,42 @@ def fix_for(path: str) -> str:
     return "remove it or check its spelling against templates/backfill-plan.yaml"
 
 
-def read_plan_document(path: Path) -> dict[str, Any]:
-    """Parse the YAML file into a mapping; unreadable input is a PlanReadError (exit 2)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanReadError(
-            f"{path}: no such plan file", fix="check the path, or create one with "
-            "`backfill plan new`"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanReadError(f"{path}: cannot read ({exc})", fix="check the file") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise PlanReadError(
-            f"{path}: malformed YAML{where} ({problem})",
-            fix="fix the indentation or quoting there",
-        ) from None
-    if not isinstance(document, dict):
-        raise PlanReadError(
-            f"{path}: expected a mapping of plan keys, found {type(document).__name__}",
-            fix="start from templates/backfill-plan.yaml",
-        )
-    return document
+def max_window_partitions() -> int:
+    raw = os.environ.get(MAX_WINDOW_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_WINDOW
 
 
-def _todo_paths(node: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of every value that is still a TODO placeholder."""
-    found: list[str] = []
+def read_plan_document(path: str | Path) -> dict[str, Any]:
+    """Parse the file into plain data (bounded, strict YAML); a PlanReadError (exit 2) otherwise."""
+    return read_yaml_file(Path(path))
+
+
+def _todo_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths of every value that is still a TODO placeholder (the loader bounds the size)."""
+    found: list[tuple[Any, ...]] = []
     if isinstance(node, dict):
         for key, value in node.items():
-            found += _todo_paths(value, f"{prefix}{key}" if not prefix else f"{prefix}.{key}")
+            found += _todo_paths(value, (*prefix, key))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            found += _todo_paths(value, f"{prefix}.{i}")
-    elif isinstance(node, str) and "TODO" in node:
+            found += _todo_paths(value, (*prefix, i))
+    elif isinstance(node, str) and _TODO.search(node):
         found.append(prefix)
     return found
 
 
-def _drop(document: Any, path: str) -> None:
-    parts = path.split(".")
+def _dotted(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _without(document: Any, path: tuple[Any, ...]) -> None:
     node = document
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    last = parts[-1]
+    for part in path[:-1]:
+        node = node[part]
     if isinstance(node, list):
-        node[int(last)] = None
+        node[path[-1]] = None
     else:
-        del node[last]
+        del node[path[-1]]
 
 
 def _value_at(document: Any, loc: tuple[Any, ...]) -> Any:
@@ -144,77 +143,99 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
     problems: list[PlanProblem] = []
     todo = _todo_paths(document)
     for path in todo:
-        problems.append(PlanProblem(path, "TODO", f"still a placeholder; {fix_for(path)}"))
-        _drop(document, path)
+        problems.append(PlanProblem(_dotted(path), "TODO", f"still a placeholder; {fix_for(_dotted(path))}"))
+        _without(document, path)
+    todo_paths = {_dotted(p) for p in todo}
     plan: Plan | None = None
     try:
         plan = Plan.model_validate(document)
     except ValidationError as exc:
-        for error in exc.errors():
+        for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
-            path = ".".join(str(p) for p in loc)
-            if any(path == t or path.startswith(t + ".") for t in todo):
+            path = _dotted(loc)
+            if any(path == t or path.startswith(t + ".") for t in todo_paths):
                 continue
             if error["type"] == "extra_forbidden":
-                problems.append(PlanProblem(
-                    path, _value_at(document, loc),
-                    "unknown key; remove it or check its spelling against "
-                    "templates/backfill-plan.yaml"))
+                problems.append(PlanProblem(path, _value_at(document, loc), fix_for(path)
+                                            if path.split(".")[-1] in ("max_concurrent_partitions",
+                                                                      "tolerance")
+                                            else "unknown key; remove it or check its spelling "
+                                                 "against templates/backfill-plan.yaml"))
             elif error["type"] == "missing":
                 problems.append(PlanProblem(path, MISSING, f"required; {fix_for(path)}"))
             else:
-                problems.append(
-                    PlanProblem(path, error.get("input"), f"{error['msg']}; {fix_for(path)}")
-                )
+                message = str(error["msg"]).removeprefix("Value error, ")
+                problems.append(PlanProblem(path, error.get("input"), f"{message}; {fix_for(path)}"))
     # the cross-key rules run on whatever parsed, so they are reported beside schema problems
     problems += _rule_problems(document)
     return (plan if not problems else None), problems
 
 
-def _date(value: Any) -> dt.date | None:
-    if isinstance(value, dt.datetime):
-        return None
-    if isinstance(value, dt.date):
-        return value
-    if isinstance(value, str):
+def _day(value: Any) -> dt.date | None:
+    if isinstance(value, str) and _DAY.match(value.strip()):
         try:
-            return dt.date.fromisoformat(value)
+            return dt.date.fromisoformat(value.strip())
         except ValueError:
             return None
     return None
+
+
+def estimate_window(start: Any, end: Any) -> int | None:
+    """Partitions between two keys when their form tells (days or hours), else None."""
+    first, last = _day(start), _day(end)
+    if first and last:
+        return (last - first).days + 1
+    if isinstance(start, str) and isinstance(end, str):
+        a, b = _HOUR.match(start.strip()), _HOUR.match(end.strip())
+        if a and b and _day(a.group(1)) and _day(b.group(1)):
+            try:
+                t0 = dt.datetime.fromisoformat(f"{a.group(1)}T{a.group(2)}:{a.group(3)}")
+                t1 = dt.datetime.fromisoformat(f"{b.group(1)}T{b.group(2)}:{b.group(3)}")
+            except ValueError:
+                return None
+            return int((t1 - t0).total_seconds() // 3600) + 1
+    return None
+
+
+def _block(document: dict[str, Any], name: str) -> dict[str, Any]:
+    value = document.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> list[PlanProblem]:
     """Rules that span keys: a bounded, past window and proof partitions inside it."""
     today = today or dt.datetime.now(dt.UTC).date()
     problems = []
-    window = document.get("window") if isinstance(document.get("window"), dict) else {}
-    start, end = _date(window.get("start")), _date(window.get("end"))
-    if start and end and start > end:
-        problems.append(PlanProblem("window", f"{start}..{end}", "start is after end; swap them"))
-    if end and end > today:
-        problems.append(PlanProblem(
-            "window.end", str(end), f"is in the future (today is {today}); end on or before "
-            "today"))
-    execution = document.get("execution") if isinstance(document.get("execution"), dict) else {}
-    proof = execution.get("proof_partitions")
-    if start and end and start <= end and isinstance(proof, list):
-        for key in filter(None, (_date(k) for k in proof)):
-            if not (start <= key <= end):
-                problems.append(PlanProblem(
-                    "execution.proof_partitions", str(key),
-                    f"is outside the window {start}..{end}; pick keys inside it"))
-    checks = document.get("checks") if isinstance(document.get("checks"), dict) else {}
-    metrics = checks.get("metrics") if isinstance(checks.get("metrics"), list) else []
-    names = [m.get("name") for m in metrics if isinstance(m, dict) and m.get("name")]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    window = _block(document, "window")
+    start, end = window.get("start"), window.get("end")
+    first, last = _day(start), _day(end)
+    if first and last and first > last:
+        problems.append(PlanProblem("window", f"{first}..{last}", "start is after end; swap them"))
+    if last and last > today:
+        problems.append(PlanProblem("window.end", str(last), f"is in the future (today is {today}); "
+                                    "end on or before today"))
+    size = estimate_window(start, end)
+    limit = max_window_partitions()
+    if size is not None and size > limit:
+        problems.append(PlanProblem("window", f"{start}..{end}", f"spans {size:,} partitions, more than "
+                                    f"the limit of {limit:,}; split it into bounded plans (or raise "
+                                    f"{MAX_WINDOW_ENV})"))
+    proof = _block(document, "execution").get("proof_partitions")
+    if first and last and first <= last and isinstance(proof, list):
+        for key in proof:
+            day = _day(key)
+            if day and not (first <= day <= last):
+                problems.append(PlanProblem("execution.proof_partitions", str(day),
+                                            f"is outside the window {first}..{last}; pick keys inside it"))
+    metrics = _block(document, "checks").get("metrics")
+    names = [m.get("name") for m in metrics if isinstance(m, dict)] if isinstance(metrics, list) else []
+    for name in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1}):
         problems.append(PlanProblem("checks.metrics.name", name, "listed twice; keep one"))
     return problems
 
 
 def load_plan(path: str | Path) -> Plan:
     """Load and validate a plan file, raising with every problem when it is not complete."""
-    path = Path(path)
     plan, problems = collect_problems(read_plan_document(path))
     if problems or plan is None:
         raise PlanInvalidError(str(path), problems)

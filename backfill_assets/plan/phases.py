@@ -1,7 +1,13 @@
 """The phase machine of a plan.
 
-drafted → approved → proving → proven → running → reconciled → published → closed, and
-rolled_back from any phase but itself. Anything else is an illegal transition.
+    drafted → approved → proving → proven → running → reconciled → published → closed
+                                               ↑            │           │
+                                               └────────────┘      repairing (a failed
+                                                                   reconcile after publish)
+    rolled_back from any phase that wrote or may write; withdrawn from drafted, approved or
+    proving (a plan that wrote nothing). Anything else is an illegal transition.
+
+Every state has a way out by a command: withdraw, rollback, close.
 """
 
 from __future__ import annotations
@@ -19,42 +25,45 @@ class Phase(StrEnum):
     RUNNING = "running"
     RECONCILED = "reconciled"
     PUBLISHED = "published"
+    REPAIRING = "repairing"
     CLOSED = "closed"
     ROLLED_BACK = "rolled_back"
+    WITHDRAWN = "withdrawn"
 
 
 _NEXT: dict[Phase, set[Phase]] = {
-    Phase.DRAFTED: {Phase.APPROVED},
-    Phase.APPROVED: {Phase.PROVING},
+    Phase.DRAFTED: {Phase.APPROVED, Phase.WITHDRAWN},
+    Phase.APPROVED: {Phase.PROVING, Phase.WITHDRAWN, Phase.ROLLED_BACK},
     # a failed proof stays in proving; a passed one moves on
-    Phase.PROVING: {Phase.PROVEN},
-    Phase.PROVEN: {Phase.RUNNING},
-    Phase.RUNNING: {Phase.RECONCILED},
+    Phase.PROVING: {Phase.PROVEN, Phase.WITHDRAWN, Phase.ROLLED_BACK},
+    Phase.PROVEN: {Phase.RUNNING, Phase.ROLLED_BACK},
+    Phase.RUNNING: {Phase.RECONCILED, Phase.ROLLED_BACK},
     # a fix re-materializes named partitions after the window reconciled
-    Phase.RECONCILED: {Phase.PUBLISHED, Phase.RUNNING},
-    Phase.PUBLISHED: {Phase.CLOSED},
-    Phase.CLOSED: set(),
+    Phase.RECONCILED: {Phase.PUBLISHED, Phase.RUNNING, Phase.ROLLED_BACK},
+    Phase.PUBLISHED: {Phase.CLOSED, Phase.REPAIRING, Phase.ROLLED_BACK},
+    Phase.REPAIRING: {Phase.RECONCILED, Phase.ROLLED_BACK},
+    Phase.CLOSED: {Phase.ROLLED_BACK},
     Phase.ROLLED_BACK: set(),
+    Phase.WITHDRAWN: set(),
 }
 
 # Phases in which a plan holds its window: the freeze lock and the publish pause apply.
-ACTIVE = frozenset(
-    {Phase.APPROVED, Phase.PROVING, Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED}
-)
-# Phases in which a backfill run may write beyond the proof partitions.
-PAST_PROOF = frozenset({Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED})
+ACTIVE = frozenset({Phase.APPROVED, Phase.PROVING, Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED,
+                    Phase.REPAIRING})
+# Phases in which the plan may write beyond its proof partitions.
+PAST_PROOF = frozenset({Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED, Phase.REPAIRING})
+# Phases in which the plan may write at all.
+WRITABLE = frozenset({Phase.APPROVED, Phase.PROVING}) | PAST_PROOF
+ENDED = frozenset({Phase.CLOSED, Phase.ROLLED_BACK, Phase.WITHDRAWN})
 
 
 def allowed_next(phase: Phase) -> set[Phase]:
-    nxt = set(_NEXT[phase])
-    if phase is not Phase.ROLLED_BACK:
-        nxt.add(Phase.ROLLED_BACK)
-    return nxt
+    return set(_NEXT[phase])
 
 
 def check_transition(plan_id: str, current: Phase, target: Phase) -> None:
     if target not in allowed_next(current):
-        allowed = ", ".join(sorted(allowed_next(current))) or "none (the plan is finished)"
+        allowed = ", ".join(sorted(allowed_next(current))) or "none (the plan has ended)"
         raise PhaseError(
             f"plan {plan_id} cannot move from {current} to {target}",
             fix=f"from {current} it may move to: {allowed}",

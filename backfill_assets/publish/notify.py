@@ -1,20 +1,14 @@
-"""Telling downstream owners that publish paused or reopened: always an outbox row, and a webhook
-POST when the plan names one. A failed webhook is recorded, never fatal: the outbox is the record.
+"""What downstream owners are told, and when: publish paused, reopened, rolled back, withdrawn.
+
+Every notice is queued in the outbox inside the transaction that makes the change; the relay
+(`control.outbox.relay`) delivers webhook notices after the commit.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
-import duckdb
-
-from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control import outbox
 from backfill_assets.plan.model import Plan
-
-WEBHOOK_TIMEOUT_SECONDS = 3.0
+from backfill_assets.warehouse.engine import Session
 
 
 def recipients(plan: Plan) -> list[str]:
@@ -22,41 +16,29 @@ def recipients(plan: Plan) -> list[str]:
     return sorted(owners | set(plan.publish.notify))
 
 
-def _post(url: str, body: dict) -> str:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
-            return f"delivered ({response.status})"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return f"failed ({exc})"
+def _notice(session: Session, plan: Plan, event: str, message: str, actor: str,
+            extra: dict | None = None) -> int:
+    body = {"plan_id": plan.plan_id, "window": [plan.window.start, plan.window.end],
+            "target": plan.target, "downstream": [c.asset for c in plan.downstream], **(extra or {})}
+    return outbox.enqueue(session, plan_id=plan.plan_id, event=event, recipients=recipients(plan),
+                          message=message, body=body, webhook_url=plan.publish.webhook_url, actor=actor)
 
 
-def notify(con: duckdb.DuckDBPyConnection, plan: Plan, event: str, message: str,
-           actor: str) -> dict:
-    to = recipients(plan)
-    body = {"plan_id": plan.plan_id, "event": event, "message": message, "recipients": to,
-            "window": [plan.window.start.isoformat(), plan.window.end.isoformat()],
-            "downstream": [c.asset for c in plan.downstream]}
-    url = plan.publish.webhook_url
-    status = _post(url, body) if url else None
-    con.execute(f"INSERT INTO {SCHEMA}.outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [plan.plan_id, event, ", ".join(to), message, url, status,
-                 evidence_log.now_iso()])
-    evidence_log.append(con, plan_id=plan.plan_id, kind="notification", actor=actor,
-                        payload={"event": event, "recipients": to, "webhook": status})
-    return body
+def announce_pause(session: Session, plan: Plan, actor: str) -> int:
+    return _notice(session, plan, "paused",
+                   f"publish of {', '.join(c.asset for c in plan.downstream)} is paused for "
+                   f"{plan.window.start}..{plan.window.end} while plan {plan.plan_id} replays "
+                   f"{plan.target}; you keep the last good data", actor)
 
 
-def announce_pause(con: duckdb.DuckDBPyConnection, plan: Plan, actor: str) -> dict:
-    return notify(con, plan, "paused",
-                  f"publish of {', '.join(c.asset for c in plan.downstream)} is paused for "
-                  f"{plan.window.start}..{plan.window.end} while plan {plan.plan_id} replays "
-                  f"{plan.target}; you keep the last good data", actor)
+def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None) -> int:
+    return _notice(session, plan, "reopened",
+                   f"publish reopened for {plan.window.start}..{plan.window.end}: every gate of plan "
+                   f"{plan.plan_id} passed and the evidence is recorded", actor,
+                   {"impact": impact} if impact else None)
 
 
-def announce_reopen(con: duckdb.DuckDBPyConnection, plan: Plan, actor: str) -> dict:
-    return notify(con, plan, "reopened",
-                  f"publish reopened for {plan.window.start}..{plan.window.end}: every gate of "
-                  f"plan {plan.plan_id} passed and the evidence is recorded", actor)
+def announce_end(session: Session, plan: Plan, actor: str, how: str) -> int:
+    return _notice(session, plan, how,
+                   f"plan {plan.plan_id} was {how.replace('_', ' ')}; publish of "
+                   f"{plan.window.start}..{plan.window.end} is no longer paused by it", actor)

@@ -1,94 +1,164 @@
 """The publish rule, enforced across runs (Dagster's blocking checks only hold inside one run).
 
-A partition may be copied to the published table only if every gate passed on its latest write;
-and a partition held by an active plan only once that plan's whole window reconciled and the
-publish is the plan's own (tagged with the plan). Until then consumers keep the last good data.
+A partition may be copied to the published table only if every gate passed on its latest write,
+those gates checked exactly the data that write produced, and the data is still that data: in
+the copy's transaction its current fingerprint must equal the write's. A partition held by an
+active plan is published only with the plan's whole window, once the window reconciled. Anything
+else refuses the whole copy, names the partitions, and leaves consumers on the last good data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-import duckdb
-
-from backfill_assets.control import evidence_log, gate_record, record
-from backfill_assets.errors import PublishBlocked, WarehouseError
-from backfill_assets.plan import load_plan
-from backfill_assets.plan.gate import PLAN_TAG
+from backfill_assets import faults
+from backfill_assets.control import evidence_log, ledger, record
+from backfill_assets.control.record import PlanState
+from backfill_assets.errors import PublishBlocked
+from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.connection import transaction
-from backfill_assets.warehouse.fingerprints import as_date
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from backfill_assets.warehouse.identifiers import quote
-from backfill_assets.warehouse.snapshots import ensure_snapshot
+from backfill_assets.warehouse.snapshots import ensure_snapshots
 from backfill_assets.warehouse.writes import ensure_table
 
 
-def blockers(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str],
-             tags: Mapping[str, str]) -> list[str]:
-    problems: list[str] = []
-    plans = record.active_plans(con, target=spec.name)
-    for plan in plans:
+@dataclass
+class Check:
+    problems: list[str] = field(default_factory=list)
+    changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)  # key -> (now, written, write_id)
+    plans: list[PlanState] = field(default_factory=list)
+
+
+def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> Check:
+    """Everything that blocks publishing `keys` now; reads only (data fingerprints included)."""
+    found = Check()
+    keys = list(dict.fromkeys(keys))
+    wanted = set(keys)
+    for plan in record.active_plans(session, target=spec.name):
         held = [k for k in keys if plan.covers(k)]
         if not held:
             continue
+        found.plans.append(plan)
         if plan.phase is not Phase.RECONCILED:
-            problems.append(f"{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
-                            "publish reopens only after every gate of the window passed")
-        elif tags.get(PLAN_TAG) != plan.plan_id:
-            problems.append(f"{held[0]}..{held[-1]} belong to plan {plan.plan_id}: publish them "
-                            f"with the plan (`backfill publish {plan.path}` or the sensor)")
-    for key, entry in gate_record.latest(con, spec.name, keys).items():
+            found.problems.append(f"{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
+                                  "publish reopens only after every gate of the window passed")
+        elif not set(plan.partition_keys) <= wanted:
+            found.problems.append(f"{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose window "
+                                  "is published whole: publish all of it (the sensor or `backfill publish`)")
+    latest = ledger.latest(session, spec.name, keys)
+    now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys) \
+        if session.engine.table_exists(session, spec.table) else {}
+    for key in keys:
+        entry = latest[key]
         if entry is None:
-            problems.append(f"{key}: {spec.name} has no recorded write to publish")
-        elif not entry.passed:
-            problems.append(f"{key}: gate(s) {', '.join(entry.failed) or 'not evaluated'} did not "
-                            "pass on the latest materialization")
-    return problems
+            found.problems.append(f"{key}: {spec.name} has no recorded write to publish")
+            continue
+        if not entry.passed:
+            found.problems.append(f"{key}: gate(s) {', '.join(entry.failed) or 'not evaluated'} did not "
+                                  "pass on the latest write")
+        stale = sorted(g for g, fp in entry.checked.items() if fp != entry.fingerprint.digest)
+        if stale:
+            found.problems.append(f"{key}: the gates checked other data than the latest write produced")
+        current = now.get(key, Fingerprint(0, "0"))
+        if current != entry.fingerprint:
+            found.changed[key] = (current, entry.fingerprint, entry.write_id)
+            found.problems.append(f"{key}: changed since its gates checked it (now {current}, checked "
+                                  f"{entry.fingerprint})")
+    return found
 
 
-def publish(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str],
-            tags: Mapping[str, str], actor: str) -> int:
-    """Copy the partitions into the published table in one transaction; refuse before any write."""
-    problems = blockers(con, spec, keys, tags)
-    if problems:
-        raise PublishBlocked(f"publish of {spec.publish_as} refused: {'; '.join(problems)}",
-                             fix="fix and re-materialize the failing partitions, then publish again")
-    plan_id = tags.get(PLAN_TAG)
-    target, published = quote(spec.table), quote(spec.publish_table)
-    part = quote(spec.partition_column)
-    cols = ", ".join(quote(c) for c in spec.columns)
-    dates = [as_date(k) for k in keys]
+@dataclass(frozen=True)
+class Published:
+    rows: int
+    partitions: list[str]
+    plans_published: list[str]
+
+
+class _Refused(Exception):
+    def __init__(self, found: Check) -> None:
+        self.found = found
+
+
+def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+            actor: str) -> Published:
+    """Copy the partitions into the published table in one transaction, or refuse before any write."""
+    keys = list(dict.fromkeys(keys))
+    with session.transaction():
+        ensure_table(session, spec, spec.publish_table)
     try:
-        return _copy(con, spec, keys, dates, plan_id, actor, target, published, part, cols)
-    except duckdb.Error as exc:
-        raise WarehouseError(
-            f"publish of {spec.publish_as} failed and was rolled back, consumers keep the previous "
-            f"data: {str(exc).splitlines()[0]}", fix="fix the published table, then publish again"
-        ) from None
+        with session.transaction():
+            session.hold_table(spec.table)  # no writer may change the target between check and copy
+            found = check(session, spec, scheme, keys)
+            if found.problems:
+                raise _Refused(found)
+            published = _copy(session, spec, scheme, keys, found.plans, actor)
+    except _Refused as refused:
+        _record_changed(session, spec, refused.found, actor)
+        problems = refused.found.problems
+        error = PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: "
+                               + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
+                                                            if len(problems) > 5 else ""),
+                               fix=_fix(refused.found))
+        error.changed = refused.found.changed  # type: ignore[attr-defined]
+        raise error from None
+    return published
 
 
-def _copy(con: duckdb.DuckDBPyConnection, spec: TableSpec, keys: Sequence[str], dates: list,
-          plan_id: str | None, actor: str, target: str, published: str, part: str,
-          cols: str) -> int:
-    with transaction(con):
-        ensure_table(con, spec, spec.publish_table)
-        if plan_id:
-            for key in keys:
-                ensure_snapshot(con, spec, spec.publish_table, plan_id, key, actor)
-        con.execute(f"DELETE FROM {published} WHERE {part} = ANY(?)", [dates])
-        con.execute(f"INSERT INTO {published} ({cols}) SELECT {cols} FROM {target} "
-                    f"WHERE {part} = ANY(?)", [dates])
-        copied = con.execute(f"SELECT count(*) FROM {published} WHERE {part} = ANY(?)",
-                             [dates]).fetchone()[0]
-        if plan_id:
-            state = record.require(con, plan_id)
-            evidence_log.append(con, plan_id=plan_id, kind="published", actor=actor, payload={
-                "table": spec.publish_as, "partitions": list(keys), "rows": copied,
-                "sha256": state.approved_sha256})
-            if set(state.partition_keys) <= set(keys):
-                record.transition(con, plan_id, Phase.PUBLISHED, actor,
-                                  note=f"{len(keys)} partition(s) published")
-                announce_reopen(con, load_plan(state.path), actor)
-    return copied
+def _fix(found: Check) -> str:
+    if found.changed:
+        key = next(iter(found.changed))
+        return (f"re-run the changed partitions through the plan (`backfill run PLAN --partitions {key}`), "
+                "or roll back")
+    return "fix and re-run the failing partitions (`backfill run PLAN --partitions KEY`), then publish again"
+
+
+def _record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
+    """A partition changed after its gates ran: a failed `unchanged_since_checked`, for the UI too."""
+    if not found.changed:
+        return
+    from backfill_assets.warehouse.gate_sql import unchanged_result
+
+    plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k)}
+    with session.transaction():
+        for key, (now, written, write_id) in found.changed.items():
+            result: GateResult = unchanged_result(key, now, written)
+            ledger.record_results(session, plan_id=plan_of.get(key), asset=spec.name,
+                                  judged=[(write_id, key, now, [result])])
+        for plan_id in sorted(set(plan_of.values())):
+            evidence_log.append(session, plan_id=plan_id, kind="publish_refused", actor=actor, payload={
+                "gate": UNCHANGED_SINCE_CHECKED,
+                "partitions": {k: {"now": str(n), "checked": str(w)} for k, (n, w, _) in found.changed.items()
+                               if plan_of.get(k) == plan_id}})
+
+
+def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list[str],
+          plans: list[PlanState], actor: str) -> Published:
+    at = evidence_log.now_iso()
+    for plan in plans:
+        held = [k for k in keys if plan.covers(k)]
+        ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at)
+    target, published = quote(spec.table), quote(spec.publish_table)
+    cols = ", ".join(quote(c) for c in spec.columns)
+    where, params = scheme.many_predicate(quote(spec.partition_column), keys)
+    session.execute(f"DELETE FROM {published} WHERE {where}", params)
+    faults.checkpoint("publish.between_delete_and_insert")
+    session.execute(f"INSERT INTO {published} ({cols}) SELECT {cols} FROM {target} WHERE {where}", params)
+    copied = int(session.scalar(f"SELECT count(*) FROM {published} WHERE {where}", params))
+    done = []
+    for plan in plans:
+        evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
+            "table": spec.publish_as, "partitions": len(plan.partition_keys),
+            "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied,
+            "sha256": plan.approved_sha256})
+        record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
+                          note=f"{len(plan.partition_keys)} partition(s) published")
+        announce_reopen(session, plan.approved.plan, actor)
+        done.append(plan.plan_id)
+    faults.checkpoint("publish.before_commit")
+    return Published(copied, keys, done)

@@ -1,4 +1,4 @@
-"""Pre-write snapshots, taken once per plan and table for each partition, and their restore.
+"""Pre-write snapshots, taken once per plan, table and partition, and their restore.
 
 A snapshot is a copy of the partition's rows inside the warehouse (schema `backfill_snapshots`,
 one table per plan and table) plus its fingerprint in the control record; a restore puts the rows
@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-import duckdb
-
-from backfill_assets.control import evidence_log
 from backfill_assets.control.schema import SCHEMA, SNAPSHOT_SCHEMA
 from backfill_assets.errors import RollbackRefused
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.fingerprints import Fingerprint, as_date, fingerprint, fingerprints
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import checked, qualified, quote
 
 
@@ -26,56 +26,71 @@ def snapshot_table(plan_id: str, table: str) -> str:
     return checked(f"{plan_id.replace('-', '_')}_{digest}__{table}", "snapshot table")
 
 
-def snapshotted(con: duckdb.DuckDBPyConnection, plan_id: str, table: str) -> set[str]:
-    rows = con.execute(f"SELECT partition_key FROM {SCHEMA}.snapshots WHERE plan_id = ? AND "
-                       "table_name = ?", [plan_id, table]).fetchall()
-    return {r[0] for r in rows}
+def snapshotted(session: Session, plan_id: str, table: str) -> dict[str, Fingerprint]:
+    rows = session.rows(f"SELECT partition_key, row_count, fingerprint FROM {SCHEMA}.snapshots "
+                        "WHERE plan_id = ? AND table_name = ?", [plan_id, table])
+    return {k: Fingerprint(int(n), str(d)) for k, n, d in rows}
 
 
-def ensure_snapshot(con: duckdb.DuckDBPyConnection, spec: TableSpec, table: str, plan_id: str,
-                    partition_key: str, actor: str) -> Fingerprint | None:
-    """Copy the partition's current rows aside unless this plan already did; inside a transaction."""
-    if partition_key in snapshotted(con, plan_id, table):
-        return None
+def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str,
+                     plan_id: str, keys: Sequence[str], recorded_at: str) -> dict[str, Fingerprint]:
+    """Copy aside the current rows of every key this plan has not snapshotted yet.
+
+    Inside the caller's transaction, before it changes those partitions. Returns what it took.
+    """
+    wanted = [k for k in dict.fromkeys(keys) if k not in snapshotted(session, plan_id, table)]
+    if not wanted:
+        return {}
     snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
     cols = ", ".join(quote(c) for c in spec.columns)
-    con.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} LIMIT 0")
-    part = quote(spec.partition_column)
-    con.execute(f"INSERT INTO {snap} SELECT {cols} FROM {quote(table)} WHERE {part} = ?",
-                [as_date(partition_key)])
-    before = fingerprint(con, table, spec.partition_column, partition_key)
-    con.execute(f"INSERT INTO {SCHEMA}.snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [plan_id, table, partition_key, before.rows, before.digest,
-                 snapshot_table(plan_id, table), evidence_log.now_iso()])
-    evidence_log.append(con, plan_id=plan_id, kind="snapshot", actor=actor,
-                        payload={"table": table, "partition": partition_key, "rows": before.rows,
-                                 "fingerprint": before.digest})
+    session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
+    before = fingerprints(session, table, spec.columns, scheme, spec.partition_column, wanted)
+    where, params = scheme.many_predicate(quote(spec.partition_column), wanted)
+    session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(table)} WHERE {where}",
+                    params)
+    for key in wanted:
+        session.execute(f"INSERT INTO {SCHEMA}.snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [plan_id, table, key, before[key].rows, before[key].digest,
+                         snapshot_table(plan_id, table), recorded_at])
     return before
 
 
-def snapshot_fingerprints(con: duckdb.DuckDBPyConnection, plan_id: str,
-                          table: str) -> dict[str, Fingerprint]:
-    rows = con.execute(f"SELECT partition_key, row_count, fingerprint FROM {SCHEMA}.snapshots "
-                       "WHERE plan_id = ? AND table_name = ? ORDER BY partition_key",
-                       [plan_id, table]).fetchall()
-    return {k: Fingerprint(n, d) for k, n, d in rows}
+def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
+               keys: Sequence[str]) -> list[str]:
+    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them)."""
+    recorded = snapshotted(session, plan_id, table)
+    problems = [f"{k}: no snapshot record" for k in keys if k not in recorded]
+    present = [k for k in keys if k in recorded]
+    if not present:
+        return problems
+    name = snapshot_table(plan_id, table)
+    if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
+        return problems + [f"{k}: snapshot table {SNAPSHOT_SCHEMA}.{name} is gone" for k in present
+                           if recorded[k].rows > 0]
+    group = grouping(scheme, f"s.{quote(spec.partition_column)}", present)
+    counts = {group.key(v): int(n) for v, n in session.rows(
+        f"SELECT {group.key_sql}, count(*) FROM {qualified(SNAPSHOT_SCHEMA, name)} AS s"
+        f"{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
+    problems += [f"{k}: snapshot holds {counts.get(k, 0)} row(s), {recorded[k].rows} were taken"
+                 for k in present if counts.get(k, 0) != recorded[k].rows]
+    return problems
 
 
-def restore(con: duckdb.DuckDBPyConnection, spec: TableSpec, table: str, plan_id: str,
-            partition_keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
-    """Put the snapshotted rows back; return {partition: (expected, restored)}. In a transaction."""
-    expected = snapshot_fingerprints(con, plan_id, table)
-    keys = [k for k in partition_keys if k in expected]
+def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
+            keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
+    """Put the snapshotted rows back; return {key: (expected, restored)}. In a transaction."""
+    expected = snapshotted(session, plan_id, table)
+    keys = [k for k in keys if k in expected]
     if not keys:
         return {}
     snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
     cols = ", ".join(quote(c) for c in spec.columns)
-    part = quote(spec.partition_column)
-    dates = [as_date(k) for k in keys]
-    con.execute(f"DELETE FROM {quote(table)} WHERE {part} = ANY(?)", [dates])
-    con.execute(f"INSERT INTO {quote(table)} ({cols}) SELECT {cols} FROM {snap} "
-                f"WHERE {part} = ANY(?)", [dates])
-    restored = fingerprints(con, table, spec.partition_column, keys)
+    where, params = scheme.many_predicate(quote(spec.partition_column), keys)
+    session.execute(f"DELETE FROM {quote(table)} WHERE {where}", params)
+    if session.engine.table_exists(session, snapshot_table(plan_id, table), SNAPSHOT_SCHEMA):
+        session.execute(f"INSERT INTO {quote(table)} ({cols}) SELECT {cols} FROM {snap} WHERE {where}",
+                        params)
+    restored = fingerprints(session, table, spec.columns, scheme, spec.partition_column, keys)
     result = {k: (expected[k], restored[k]) for k in keys}
     bad = [k for k, (want, got) in result.items() if want != got]
     if bad:

@@ -3,86 +3,76 @@ leaves the old partition or the new one, never half.
 
 - overwrite: delete the partition, insert the recomputation.
 - merge: upsert on the business keys (rows the recomputation no longer yields are kept).
-- replay: insert only the rows whose event id is not there yet, so a second replay adds nothing.
+- replay: insert only the rows whose event id (or business keys) is absent, so a second replay
+  adds nothing.
 """
 
 from __future__ import annotations
 
-import duckdb
-
 from backfill_assets.errors import WriteRefused
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.fingerprints import as_date
+from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.identifiers import quote
 
 MODES = ("overwrite", "merge", "replay")
+STAGE = "backfill_stage"
 
 
-def ensure_table(con: duckdb.DuckDBPyConnection, spec: TableSpec, table: str | None = None) -> None:
-    con.execute(spec.create_sql(table))
+def ensure_table(session: Session, spec: TableSpec, table: str | None = None) -> None:
+    session.execute(spec.create_sql(table))
 
 
-def _stage(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_key: str) -> int:
+def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str) -> int:
     """Materialize the recomputation once into a temp table (the source is read once per write)."""
-    con.execute("DROP TABLE IF EXISTS backfill_stage")
     cols = ", ".join(quote(c) for c in spec.columns)
-    con.execute(f"CREATE TEMP TABLE backfill_stage AS SELECT {cols} FROM ({spec.select_sql}) AS s",
-                {"partition": as_date(partition_key)})
-    return con.execute("SELECT count(*) FROM backfill_stage").fetchone()[0]
+    session.execute(f"DROP TABLE IF EXISTS {STAGE}")
+    # typed like the target, then filled: CREATE TABLE AS cannot take parameters on every engine
+    session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols} FROM {quote(spec.table)} WHERE FALSE")
+    sql = session.engine.named(spec.select_sql)
+    session.execute(f"INSERT INTO {STAGE} ({cols}) SELECT {cols} FROM ({sql}) AS s",
+                    scheme.params_for(spec.select_sql, key))
+    return int(session.scalar(f"SELECT count(*) FROM {STAGE}"))
 
 
-def _existing(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_key: str) -> int:
-    return con.execute(f"SELECT count(*) FROM {quote(spec.table)} WHERE "
-                       f"{quote(spec.partition_column)} = ?", [as_date(partition_key)]).fetchone()[0]
-
-
-def write_partition(con: duckdb.DuckDBPyConnection, spec: TableSpec, partition_key: str, mode: str,
+def write_partition(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str, mode: str,
                     *, allow_empty: bool = False) -> int:
     """Write one partition by `mode`; return the rows the recomputation yielded."""
     if mode not in MODES:
         raise WriteRefused(f"unknown write mode {mode!r}", fix=f"use one of {', '.join(MODES)}")
-    staged = _stage(con, spec, partition_key)
+    staged = _stage(session, spec, scheme, key)
     target, part = quote(spec.table), quote(spec.partition_column)
-    key = as_date(partition_key)
-    stray = con.execute(f"SELECT count(*) FROM backfill_stage WHERE {part} IS DISTINCT FROM ?",
-                        [key]).fetchone()[0]
+    inside = scheme.predicate(part)
+    bound = scheme.predicate_params(key)
+    stray = session.scalar(f"SELECT count(*) FROM {STAGE} WHERE {part} IS NULL OR NOT {inside}", bound)
     if stray:
-        # a row for another day would land in a partition that was never snapshotted
+        # a row for another partition would land where no snapshot was taken
         raise WriteRefused(
-            f"the recomputation of {spec.name} partition {partition_key} yielded {stray} row(s) "
-            f"whose {spec.partition_column} is not {partition_key}",
+            f"the recomputation of {spec.name} partition {key} yielded {stray} row(s) whose "
+            f"{spec.partition_column} is outside {key}",
             fix="make select_sql filter on $partition and return it as the partition column")
     if staged == 0 and not allow_empty:
-        existing = _existing(con, spec, partition_key)
+        existing = session.scalar(f"SELECT count(*) FROM {target} WHERE {inside}", bound)
         if existing:
             raise WriteRefused(
-                f"the recomputation of {spec.name} partition {partition_key} yielded no rows where "
-                f"{existing} exist", fix="check the source for that day, or set "
-                "execution.allow_empty_partitions: true in the plan if the day is really empty")
+                f"the recomputation of {spec.name} partition {key} yielded no rows where {existing} "
+                "exist", fix="check the source for that partition, or set "
+                "execution.allow_empty_partitions: true in the plan if it is really empty")
     cols = ", ".join(quote(c) for c in spec.columns)
     if mode == "overwrite":
-        con.execute(f"DELETE FROM {target} WHERE {part} = ?", [key])
-        con.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM backfill_stage")
+        session.execute(f"DELETE FROM {target} WHERE {inside}", bound)
+        session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     elif mode == "merge":
-        # the partition filter keeps the upsert inside its partition whatever the business keys
-        match = " AND ".join([f"t.{part} = ?"] + [f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}"
-                                                  for k in spec.business_keys])
-        updates = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in spec.columns
-                            if c not in spec.business_keys)
-        values = ", ".join("s." + quote(c) for c in spec.columns)
-        con.execute(
-            f"MERGE INTO {target} AS t USING backfill_stage AS s ON {match} "
-            + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
-            + f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})",
-            [key],
-        )
+        # delete what the recomputation replaces, inside this partition only, then insert it
+        match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}" for k in spec.business_keys)
+        session.execute(f"DELETE FROM {target} AS t WHERE {scheme.predicate('t.' + part)} AND EXISTS "
+                        f"(SELECT 1 FROM {STAGE} AS s WHERE {match})", bound)
+        session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     else:
         keys = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
         match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}" for k in keys)
-        con.execute(
-            f"INSERT INTO {target} ({cols}) SELECT {cols} FROM backfill_stage AS s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE t.{part} = ? AND {match})",
-            [key],
-        )
-    con.execute("DROP TABLE IF EXISTS backfill_stage")
+        session.execute(
+            f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE} AS s WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {target} AS t WHERE {scheme.predicate('t.' + part)} AND {match})", bound)
+    session.execute(f"DROP TABLE IF EXISTS {STAGE}")
     return staged

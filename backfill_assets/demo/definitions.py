@@ -6,28 +6,27 @@ import dagster as dg
 
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
+from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.table import TableSpec
-from examples.revenue import DAILY_REVENUE
 
 PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-01-01")
 
 ORDERS = dg.AssetSpec(
-    "orders", partitions_def=PARTITIONS, group_name="revenue", kinds={"duckdb"},
+    "orders", partitions_def=PARTITIONS, group_name="revenue", kinds={"sql"},
     description="Raw order events per day (written by `backfill sample`), the source of truth.",
 )
 
 
-def build_definitions(spec: TableSpec = DAILY_REVENUE, database: str = "") -> dg.Definitions:
+def build_definitions(spec: TableSpec = DAILY_REVENUE, home: str = "", url: str = "") -> dg.Definitions:
     table = make_replayable_table(spec, PARTITIONS, group_name="revenue")
-    daily = dg.define_asset_job("daily_revenue_incremental", selection=[table.target.key,
-                                                                        table.publish.key],
+    daily = dg.define_asset_job("daily_revenue_incremental", selection=[table.target.key, table.publish.key],
                                 partitions_def=PARTITIONS)
     return dg.Definitions(
         assets=[ORDERS, *table.assets],
         sensors=[table.sensor],
         jobs=[daily],
         schedules=[dg.build_schedule_from_partitioned_job(daily, hour_of_day=2)],
-        resources=backfill_resources(database),
+        resources=backfill_resources(home, url),
     )
 
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import dagster as dg
+from examples.definitions import build_definitions
+from examples.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 
 from backfill_assets.cli import main as cli
 from backfill_assets.dagster_setup import instance_for
@@ -22,8 +24,6 @@ from backfill_assets.execution.runner import enable_event_batching
 from backfill_assets.home import Home
 from backfill_assets.plan.gate import BACKFILL_TAG
 from backfill_assets.warehouse.connection import connection
-from examples.definitions import build_definitions
-from examples.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 
 MARKER = ".backfill-demo"
 FIRST_DAY, DAYS, ROWS_PER_DAY = dt.date(2026, 1, 1), 21, 2000

@@ -53,8 +53,8 @@ DAILY_REVENUE = TableSpec(
         Metric("net_revenue", "sum(net_revenue)", f"sum(amount) - {REFUNDED}"),
         Metric("customers", "sum(customers)", "count(DISTINCT (region, customer_id))"),
     ),
-    expected_rows_sql="count(DISTINCT region)",
     publish_as="published_revenue",
+    source_event_id="order_id",
     code_version="2",
     description="Revenue per day and region: orders, gross, refunds, net revenue, customers.",
 )

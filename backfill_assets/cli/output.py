@@ -1,0 +1,83 @@
+"""A clean terminal: Dagster's own log lines and stack traces go to a log file in the home.
+
+While a run executes in-process, file descriptors 1 and 2 point at `BACKFILL_HOME/logs/
+backfill.log`, so nothing Dagster prints (or a library below it) reaches the terminal; our own
+one-line messages are written between runs, or to the saved terminal descriptor. `--verbose`
+leaves the terminal alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from backfill_assets.home import Home
+
+_verbose = False
+_terminal_fd: int | None = None
+
+
+def set_verbose(verbose: bool) -> None:
+    global _verbose
+    _verbose = verbose
+
+
+def verbose() -> bool:
+    return _verbose
+
+
+def log_file(home: Home) -> Path:
+    path = home.log_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def say(message: str) -> None:
+    """A line for the user, even while Dagster's output goes to the log file."""
+    text = (message + "\n").encode("utf-8", errors="replace")
+    if _terminal_fd is not None:
+        os.write(_terminal_fd, text)
+    else:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def run_config() -> dict:
+    level = "DEBUG" if _verbose else "INFO"
+    return {"loggers": {"console": {"config": {"log_level": level}}}}
+
+
+@contextmanager
+def dagster_output(home: Home) -> Iterator[Path]:
+    """Route everything written to stdout/stderr (fds included) to the log file, unless verbose."""
+    global _terminal_fd
+    path = log_file(home)
+    if _verbose:
+        yield path
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    handle = open(path, "ab")  # noqa: SIM115 - closed below, after the descriptors are restored
+    _terminal_fd = saved_err
+    handler = logging.StreamHandler(open(path, "a", encoding="utf-8"))  # noqa: SIM115
+    logging.getLogger().addHandler(handler)
+    try:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        yield path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        os.close(saved_out)
+        os.close(saved_err)
+        _terminal_fd = None
+        logging.getLogger().removeHandler(handler)
+        handler.stream.close()
+        handle.close()

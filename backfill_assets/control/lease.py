@@ -1,0 +1,92 @@
+"""One `backfill run` of a plan at a time: a lease in the control record.
+
+The holder renews it between slices. A second run is refused naming the holder. A lease expires
+when its holder's process is gone (same host: the pid no longer runs) or its heartbeat is older
+than the time-to-live (another host), so a run killed with kill -9 never blocks the plan for good.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from backfill_assets.control import evidence_log
+from backfill_assets.control.schema import SCHEMA
+from backfill_assets.errors import PlanRefused
+from backfill_assets.warehouse.engine import Session
+
+TTL_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    plan_id: str
+    holder: str
+    host: str
+    pid: int
+    acquired_at: str
+    heartbeat_at: float
+
+    def alive(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        if self.host == socket.gethostname():
+            return pid_running(self.pid)
+        return now - self.heartbeat_at < TTL_SECONDS
+
+    def describe(self) -> str:
+        return f"{self.holder} (pid {self.pid} on {self.host}, since {self.acquired_at})"
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited; it only waits to be reaped
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def current(session: Session, plan_id: str) -> Lease | None:
+    row = session.one(f"SELECT plan_id, holder, host, pid, acquired_at, heartbeat_at "
+                      f"FROM {SCHEMA}.leases WHERE plan_id = ?{session.lock_rows_clause()}", [plan_id])
+    return Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
+
+
+def acquire(session: Session, plan_id: str, holder: str) -> Lease:
+    """Take the plan's lease or refuse naming its live holder; a dead holder's lease is taken over."""
+    with session.transaction():
+        session.lock(f"lease:{plan_id}")
+        found = current(session, plan_id)
+        mine = (socket.gethostname(), os.getpid())
+        if found is not None and (found.host, found.pid) != mine and found.alive():
+            raise PlanRefused(f"plan {plan_id} is already being run by {found.describe()}",
+                              fix="wait for that run to finish (or stop it); a killed run's lease "
+                                  "expires by itself")
+        lease = Lease(plan_id, holder, mine[0], mine[1],
+                      dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.time())
+        session.execute(f"DELETE FROM {SCHEMA}.leases WHERE plan_id = ?", [plan_id])
+        session.execute(f"INSERT INTO {SCHEMA}.leases VALUES (?, ?, ?, ?, ?, ?)",
+                        [lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,
+                         lease.heartbeat_at])
+        if found is not None and (found.host, found.pid) != mine:
+            evidence_log.append(session, plan_id=plan_id, kind="lease_taken_over", actor=holder,
+                                payload={"from": found.describe()})
+    return lease
+
+
+def renew(session: Session, lease: Lease) -> None:
+    session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
+                    "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
+
+
+def release(session: Session, lease: Lease) -> None:
+    session.execute(f"DELETE FROM {SCHEMA}.leases WHERE plan_id = ? AND pid = ? AND host = ?",
+                    [lease.plan_id, lease.pid, lease.host])

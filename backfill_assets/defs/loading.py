@@ -1,0 +1,182 @@
+"""Finding a team's definitions from the CLI, the way Dagster finds them.
+
+`--defs` (or $BACKFILL_DEFS) takes a Python file (`defs.py`, like `dagster -f`) or a module
+(`package.module`, like `dagster -m`), optionally `:attribute`. Without it, the code locations of
+`workspace.yaml` in the current directory are loaded, else the `dg` project's root module named
+in `pyproject.toml`. The replayable tables are read from the specs their targets carry, so the
+CLI uses exactly the spec the loaded runs use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import dagster as dg
+import yaml
+
+from backfill_assets.errors import UsageError
+from backfill_assets.partitions import PartitionScheme, scheme_for
+from backfill_assets.table import TableSpec
+
+DEFS_ENV = "BACKFILL_DEFS"
+FIX = ("pass --defs path/to/definitions.py or --defs package.module (importable: run from the project "
+       "folder or add it to PYTHONPATH), or set BACKFILL_DEFS")
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    spec: TableSpec
+    partitions_def: dg.PartitionsDefinition
+
+    def scheme(self) -> PartitionScheme:
+        return scheme_for(self.partitions_def, self.spec.column(self.spec.partition_column).type,
+                          name=self.spec.name)
+
+
+@dataclass(frozen=True)
+class LoadedDefs:
+    definitions: dg.Definitions
+    source: str
+    tables: dict[str, LoadedTable]
+
+    def table(self, name: str) -> LoadedTable:
+        if name not in self.tables:
+            known = ", ".join(sorted(self.tables)) or "none"
+            raise UsageError(f"{name} is not a replayable table in the definitions loaded from {self.source} "
+                             f"(they hold: {known})", fix=f"point --defs at the definitions that declare {name}, "
+                                                          "or fix the plan's target")
+        return self.tables[name]
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.exists():
+        raise UsageError(f"definitions file {path} does not exist", fix=FIX)
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # like `dagster -f`: the file's folder is its working directory
+    name = f"backfill_user_defs_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path} as Python", fix=FIX)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import_module(name: str, working_directory: str | None = None) -> ModuleType:
+    folder = str(Path(working_directory or ".").resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"cannot import definitions module {name} ({exc})", fix=FIX) from None
+
+
+def _definitions_in(module: ModuleType, attr: str | None, source: str) -> dg.Definitions:
+    candidates: list[Any]
+    if attr:
+        if not hasattr(module, attr):
+            raise UsageError(f"{source} has no attribute {attr}", fix=FIX)
+        candidates = [getattr(module, attr)]
+    else:
+        found = [v for v in vars(module).values() if isinstance(v, dg.Definitions)]
+        lazy = [v for k, v in vars(module).items() if callable(v) and type(v).__name__ == "LazyDefinitions"]
+        candidates = found or lazy
+    for value in candidates:
+        if type(value).__name__ == "LazyDefinitions":
+            value = value()
+        if isinstance(value, dg.Definitions):
+            return value
+    raise UsageError(f"{source} holds no dagster Definitions", fix=FIX)
+
+
+def _workspace_targets(folder: Path) -> list[tuple[str, str | None, str | None]]:
+    """(kind, name, working_directory) of each code location in workspace.yaml, or [] if none."""
+    path = folder / "workspace.yaml"
+    if not path.exists():
+        return []
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read {path} ({exc})", fix=FIX) from None
+    out = []
+    for entry in document.get("load_from") or []:
+        for kind in ("python_module", "python_file"):
+            value = entry.get(kind) if isinstance(entry, dict) else None
+            if isinstance(value, str):
+                out.append((kind, value, str(folder)))
+            elif isinstance(value, dict):
+                name = value.get("module_name") or value.get("relative_path")
+                work = value.get("working_directory")
+                out.append((kind, name, str((folder / work).resolve()) if work else str(folder)))
+    return out
+
+
+def _dg_project(folder: Path) -> str | None:
+    path = folder / "pyproject.toml"
+    if not path.exists():
+        return None
+    import tomllib
+
+    try:
+        project = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    root = project.get("tool", {}).get("dg", {}).get("project", {}).get("root_module")
+    return f"{root}.definitions" if root else None
+
+
+def load_defs(reference: str | None = None) -> LoadedDefs:
+    try:
+        return _load(reference or os.environ.get(DEFS_ENV))
+    except UsageError:
+        raise
+    except Exception as exc:  # the team's own code failed to import: one line here, the trace in the log
+        import logging
+
+        logging.getLogger("backfill_assets").exception("loading definitions failed")
+        raise UsageError(f"loading the definitions failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                         fix="fix the error in the definitions (`--verbose` shows the traceback)") from None
+
+
+def _load(reference: str | None) -> LoadedDefs:
+    definitions: list[tuple[dg.Definitions, str]] = []
+    if reference:
+        target, _, attr = reference.partition(":")
+        if target.endswith(".py") or os.sep in target or Path(target).exists():
+            module = _import_file(Path(target))
+        else:
+            module = _import_module(target)
+        definitions.append((_definitions_in(module, attr or None, reference), reference))
+    else:
+        here = Path.cwd()
+        targets = _workspace_targets(here)
+        if not targets and _dg_project(here):
+            targets = [("python_module", _dg_project(here), str(here))]
+        if not targets:
+            raise UsageError("no definitions to load: no --defs, no BACKFILL_DEFS, and no workspace.yaml "
+                             f"or dg project in {here}", fix=FIX)
+        for kind, name, work in targets:
+            if not name:
+                continue
+            module = _import_file(Path(work or ".") / name) if kind == "python_file" else \
+                _import_module(name, work)
+            definitions.append((_definitions_in(module, None, name), name))
+    tables: dict[str, LoadedTable] = {}
+    for defs, _source in definitions:
+        from backfill_assets.defs.replayable import find_tables
+
+        for name, (spec, partitions_def) in find_tables(defs).items():
+            tables[name] = LoadedTable(spec, partitions_def)
+    source = " + ".join(s for _, s in definitions)
+    first = definitions[0][0] if len(definitions) == 1 else dg.Definitions.merge(*(d for d, _ in definitions))
+    return LoadedDefs(first, source, tables)

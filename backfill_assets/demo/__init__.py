@@ -1,0 +1,1 @@
+"""The demo pipeline: order events -> daily revenue -> published revenue, and its story."""

@@ -1,0 +1,98 @@
+"""Moving a plan forward (or back) on evidence: proving → proven, running ⇄ reconciled,
+published → repairing → reconciled.
+
+The CLI, `reconcile` and the reopen sensor all call `advance`, so a backfill launched from the
+Dagster UI moves through the same phases on the same evidence as one launched by `backfill run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backfill_assets.control import evidence_log, ledger, record
+from backfill_assets.control.record import PlanState
+from backfill_assets.control.schema import SCHEMA
+from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+from backfill_assets.plan.phases import Phase
+from backfill_assets.warehouse.engine import Session
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    blockers: list[str] = field(default_factory=list)
+    failed: dict[str, list[str]] = field(default_factory=dict)   # partition -> failed gates
+    missing: list[str] = field(default_factory=list)             # partitions not written under the plan
+
+
+def proof_verdict(session: Session, state: PlanState) -> Verdict:
+    """Every proof partition written at least twice with identical fingerprints, all gates passed."""
+    blockers: list[str] = []
+    for key in state.proof_keys:
+        prints = [r[0] for r in session.rows(
+            f"SELECT fingerprint FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? AND "
+            "partition_key = ? ORDER BY write_id", [state.plan_id, state.target, key])]
+        if len(prints) < 2:
+            blockers.append(f"{key}: materialized {len(prints)} time(s), the proof needs 2")
+        elif prints[-1] != prints[-2]:
+            blockers.append(f"{key}: fingerprints differ between the last two runs "
+                            f"({prints[-2][-12:]} vs {prints[-1][-12:]}); the write is not idempotent")
+    latest = ledger.latest(session, state.target, list(state.proof_keys), state.plan_id)
+    failed = {k: e.failed or ["not evaluated"] for k, e in latest.items() if e is not None and not e.passed}
+    blockers += [f"{k}: gates failed: {', '.join(g)}" for k, g in failed.items()]
+    return Verdict(not blockers, blockers, failed)
+
+
+def window_verdict(session: Session, state: PlanState) -> Verdict:
+    """Every partition of the window written under the plan, and every gate passed on the data its
+    latest write produced."""
+    latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
+    missing = [k for k, e in latest.items() if e is None]
+    failed: dict[str, list[str]] = {}
+    for key, entry in latest.items():
+        if entry is None:
+            continue
+        bad = entry.failed or ([] if entry.gates else ["not evaluated"])
+        stale = [g for g, checked in entry.checked.items() if checked != entry.fingerprint.digest]
+        if stale and UNCHANGED_SINCE_CHECKED not in bad:
+            bad = [*bad, UNCHANGED_SINCE_CHECKED]
+        if bad:
+            failed[key] = bad
+    blockers = []
+    if missing:
+        blockers.append(f"{len(missing)} partition(s) not written yet: {', '.join(missing[:5])}"
+                        + (" ..." if len(missing) > 5 else ""))
+    blockers += [f"{k}: {', '.join(g)} failed" for k, g in list(failed.items())[:20]]
+    return Verdict(not blockers, blockers, failed, missing)
+
+
+def advance(session: Session, state: PlanState, actor: str) -> PlanState:
+    """Take every step the evidence allows; each step is recorded in the evidence log."""
+    if state.phase is Phase.PROVING and proof_verdict(session, state).passed:
+        with session.transaction():
+            evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
+                "passed": True, "partitions": list(state.proof_keys), "sha256": state.approved_sha256})
+            state = record.transition(session, state.plan_id, Phase.PROVEN, actor,
+                                      note="proof slice idempotent and gates passed")
+    if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
+        verdict = window_verdict(session, state)
+        if not verdict.passed:
+            back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
+            state = record.transition(session, state.plan_id, back, actor,
+                                      note="no longer reconciled: " + verdict.blockers[0])
+        return state
+    if state.phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
+        verdict = window_verdict(session, state)
+        if verdict.passed:
+            with session.transaction():
+                if state.phase is Phase.PROVEN:
+                    state = record.transition(session, state.plan_id, Phase.RUNNING, actor,
+                                              note="window already written by the proof")
+                evidence_log.append(session, plan_id=state.plan_id, kind="window_reconciled", actor=actor,
+                                    payload={"partitions": len(state.partition_keys),
+                                             "first": state.partition_keys[0],
+                                             "last": state.partition_keys[-1],
+                                             "sha256": state.approved_sha256})
+                state = record.transition(session, state.plan_id, Phase.RECONCILED, actor,
+                                          note="every gate passed on every partition")
+    return state

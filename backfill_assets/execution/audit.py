@@ -1,0 +1,122 @@
+"""Running a slice's gates in the engine and recording what they found.
+
+Results are recorded against the write they judged and carry the fingerprint of the data they
+checked. The evidence log gets one row per slice (counts, failures, a digest of every result),
+not one per gate and partition, so it stays small for thousands of partitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from backfill_assets.control import evidence_log, ledger
+from backfill_assets.control.record import PlanState
+from backfill_assets.gates.results import GATE_NAMES, SINGLE_CODE_VERSION, GateResult, Thresholds, Tolerance
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.gate_sql import (
+    check_schema,
+    contract_result,
+    duplicate_result,
+    metrics_result,
+    row_count_result,
+    slice_figures,
+    source_duplicates_result,
+    unchanged_result,
+)
+
+UNKNOWN_VERSION = "unknown"
+
+
+def default_thresholds(spec: TableSpec) -> Thresholds:
+    """Gates of plan-free (incremental) writes: exact counts, no duplicates, every metric exact."""
+    return Thresholds(0.0, 0, {m.name: Tolerance() for m in spec.metrics})
+
+
+def thresholds_for(spec: TableSpec, plan: PlanState | None) -> Thresholds:
+    return Thresholds.from_plan(plan.approved.plan) if plan is not None else default_thresholds(spec)
+
+
+def code_version_results(keys: list[str], window: Mapping[str, str | None] | None) -> dict[str, GateResult]:
+    """One code version per window: every partition's latest write by the window's majority."""
+    if window is None:
+        return {k: GateResult(SINGLE_CODE_VERSION, k, True, None, None, None, None,
+                              "not tracked for writes outside a plan") for k in keys}
+    counts: dict[str, int] = {}
+    for version in window.values():
+        label = version or UNKNOWN_VERSION
+        counts[label] = counts.get(label, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    majority = ranked[0][0] if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+    mix = ", ".join(f"{v} ({n} partition(s))" for v, n in sorted(counts.items()))
+    out = {}
+    for key in keys:
+        version = window.get(key) or UNKNOWN_VERSION
+        if majority is None:
+            passed, detail = False, f"the window mixes code versions with no majority: {mix}"
+        elif version != majority or version == UNKNOWN_VERSION:
+            passed, detail = False, f"written by code version {version}, the window's is {majority}: {mix}"
+        elif len(counts) > 1:
+            passed, detail = True, f"code version {version}, the window's majority; others: {mix}"
+        else:
+            passed, detail = True, f"code version {version}, as every written partition of the window"
+        out[key] = GateResult(SINGLE_CODE_VERSION, key, passed, majority, version,
+                              "one code version per window", dict(counts), detail,
+                              numbers={"versions": len(counts)})
+    return out
+
+
+def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
+          written: Mapping[str, tuple[int | None, Fingerprint | None]], actor: str,
+          *, record_results: bool = True) -> dict[str, list[GateResult]]:
+    """Every gate on every partition of `written` ({key: (write_id, write fingerprint)})."""
+    keys = list(written)
+    if not keys:
+        return {}
+    thresholds = thresholds_for(spec, plan)
+    schema = check_schema(session, spec)
+    present = session.engine.table_columns(session, spec.table)
+    null_columns = [c.name for c in spec.contract if not c.nullable and c.name.lower() in present]
+    figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
+    window = None
+    if plan is not None:
+        latest = ledger.latest(session, spec.name, list(plan.partition_keys), plan.plan_id)
+        window = {k: w.code_version for k, w in latest.items() if w is not None}
+        window.update({k: spec.code_version for k in keys if k not in window})
+    versions = code_version_results(keys, window)
+    results: dict[str, list[GateResult]] = {}
+    for key in keys:
+        f = figures[key]
+        results[key] = [
+            row_count_result(key, f, thresholds.max_row_diff_pct),
+            duplicate_result(key, spec, f, thresholds.max_duplicate_rows),
+            metrics_result(key, f, thresholds.metric_tolerances),
+            contract_result(key, spec, schema, f),
+            versions[key],
+            source_duplicates_result(key, spec, f, thresholds.max_source_duplicates),
+            unchanged_result(key, f.fingerprint, written[key][1]),
+        ]
+        assert [r.gate for r in results[key]] == list(GATE_NAMES)
+    if record_results:
+        with session.transaction():
+            ledger.record_results(session, plan_id=plan.plan_id if plan else None, asset=spec.name,
+                                  judged=[(written[k][0], k, figures[k].fingerprint, results[k]) for k in keys])
+            if plan is not None:
+                evidence_log.append(session, plan_id=plan.plan_id, kind="gates", actor=actor,
+                                    payload=summary(spec.name, results, plan.approved_sha256))
+    return results
+
+
+def summary(table: str, results: Mapping[str, list[GateResult]], sha: str | None) -> dict:
+    """Counts, every failure in full, and a digest of all results (the evidence of a slice)."""
+    failed = {k: [r.gate for r in rs if not r.passed] for k, rs in results.items()}
+    failed = {k: g for k, g in failed.items() if g}
+    digest = hashlib.sha256(json.dumps({k: [r.to_json() for r in rs] for k, rs in sorted(results.items())},
+                                       sort_keys=True, default=str).encode()).hexdigest()
+    return {"table": table, "partitions": len(results), "first": min(results), "last": max(results),
+            "passed": len(results) - len(failed), "failed": failed, "results_sha256": digest,
+            "sha256": sha}

@@ -1,0 +1,221 @@
+"""The impact of a backfill: what it changed, partition by partition and key by key.
+
+Before is the snapshot taken before the plan's first write of each partition; after is the data
+now. Computed in the engine: one fingerprint pass finds the partitions that changed at all, then
+one hash join per slice over those partitions only, grouping each side by the business keys and
+evaluating the table's metric expressions per key. Only per-partition counts and the few keys that
+changed most come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from backfill_assets.control.record import PlanState
+from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import fingerprint_sum_sql, fingerprints
+from backfill_assets.warehouse.grouping import grouping
+from backfill_assets.warehouse.identifiers import qualified, quote
+from backfill_assets.warehouse.snapshots import snapshot_table, snapshotted
+
+SLICE = 200
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    keys: dict[str, object]
+    status: str  # added | removed | changed
+    metrics: dict[str, tuple[object, object, float | None]]  # name -> (old, new, new - old)
+
+
+@dataclass(frozen=True)
+class PartitionImpact:
+    partition: str
+    rows_before: int
+    rows_after: int
+    added: int = 0
+    removed: int = 0
+    changed: int = 0
+    totals: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict)
+    top: list[KeyChange] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    def to_json(self) -> dict:
+        return {"partition": self.partition, "rows_before": self.rows_before, "rows_after": self.rows_after,
+                "added": self.added, "removed": self.removed, "changed": self.changed,
+                "totals": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in self.totals.items()},
+                "top": [{"keys": c.keys, "status": c.status,
+                         "metrics": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in c.metrics.items()}}
+                        for c in self.top]}
+
+
+def _num(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | Decimal):
+        return float(value)
+    return None
+
+
+def _diff(old: object, new: object) -> float | None:
+    a, b = _num(old), _num(new)
+    return None if a is None and b is None else (b or 0.0) - (a or 0.0)
+
+
+@dataclass(frozen=True)
+class Impact:
+    plan_id: str
+    table: str
+    metrics: list[str]
+    partitions: list[PartitionImpact]
+
+    @property
+    def totals(self) -> dict:
+        out = {"partitions_changed": sum(1 for p in self.partitions if not p.unchanged),
+               "added": sum(p.added for p in self.partitions), "removed": sum(p.removed for p in self.partitions),
+               "changed": sum(p.changed for p in self.partitions)}
+        for m in self.metrics:
+            olds = [p.totals[m][0] for p in self.partitions if m in p.totals and p.totals[m][0] is not None]
+            news = [p.totals[m][1] for p in self.partitions if m in p.totals and p.totals[m][1] is not None]
+            out[m] = {"old": sum(olds), "new": sum(news), "difference": sum(news) - sum(olds)}
+        return out
+
+    def to_json(self) -> dict:
+        return {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
+                "partitions": [p.to_json() for p in self.partitions]}
+
+    def text(self, limit: int = 30) -> str:
+        totals = self.totals
+        lines = [f"impact of plan {self.plan_id} on {self.table}: {totals['partitions_changed']} of "
+                 f"{len(self.partitions)} partition(s) changed; rows added {totals['added']}, removed "
+                 f"{totals['removed']}, changed {totals['changed']}"]
+        for m in self.metrics:
+            t = totals[m]
+            lines.append(f"  {m}: {t['old']:,.2f} -> {t['new']:,.2f} ({t['difference']:+,.2f})")
+        shown = [p for p in self.partitions if not p.unchanged][:limit]
+        for p in shown:
+            lines.append(f"{p.partition}: +{p.added} -{p.removed} ~{p.changed} rows ({p.rows_before} -> "
+                         f"{p.rows_after})")
+            for change in p.top:
+                keys = ", ".join(f"{k}={v}" for k, v in change.keys.items())
+                figures = "; ".join(f"{m} {_fmt(o)} -> {_fmt(n)} ({_fmt(d, sign=True)})"
+                                    for m, (o, n, d) in change.metrics.items() if d)
+                lines.append(f"  {change.status:<8} {keys}" + (f": {figures}" if figures else ""))
+        hidden = sum(1 for p in self.partitions if not p.unchanged) - len(shown)
+        if hidden > 0:
+            lines.append(f"... {hidden} more changed partition(s) (--json for all)")
+        return "\n".join(lines)
+
+    def markdown(self, limit: int = 10) -> str:
+        rows = ["| partition | added | removed | changed | " + " | ".join(f"{m} Δ" for m in self.metrics) + " |",
+                "|---|---|---|---|" + "---|" * len(self.metrics)]
+        for p in [p for p in self.partitions if not p.unchanged][:limit]:
+            deltas = " | ".join(_fmt(p.totals.get(m, (None, None, None))[2], sign=True) for m in self.metrics)
+            rows.append(f"| {p.partition} | {p.added} | {p.removed} | {p.changed} | {deltas} |")
+        return "\n".join(rows) if len(rows) > 2 else "No change against the pre-plan snapshot."
+
+
+def _fmt(value: object, sign: bool = False) -> str:
+    number = _num(value)
+    if number is None:
+        return "NULL"
+    return f"{number:+,.2f}" if sign else f"{number:,.2f}"
+
+
+def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
+                 keys: Sequence[str], top: int = 5) -> list[PartitionImpact]:
+    """Before (the plan's snapshot) against now for these keys; one join over the changed ones."""
+    before = snapshotted(session, plan_id, spec.table)
+    keys = [k for k in keys if k in before]
+    if not keys:
+        return []
+    now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys)
+    changed = [k for k in keys if now[k] != before[k]]
+    out = {k: PartitionImpact(k, before[k].rows, now[k].rows) for k in keys if k not in changed}
+    snap = snapshot_table(plan_id, spec.table)
+    if changed and session.engine.table_exists(session, snap, SNAPSHOT_SCHEMA):
+        out.update(_join(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap), changed, top))
+    elif changed:  # the snapshot was of empty partitions: every row is new
+        out.update({k: PartitionImpact(k, 0, now[k].rows, added=now[k].rows) for k in changed})
+    return [out[k] for k in keys if k in out]
+
+
+def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_sql: str,
+          keys: list[str], top: int) -> dict[str, PartitionImpact]:
+    metrics = list(spec.metrics)
+    bkeys = list(spec.business_keys)
+    kc = [f"k{i}" for i in range(len(bkeys))]
+    b_group = grouping(scheme, f"b.{quote(spec.partition_column)}", keys)
+    a_group = grouping(scheme, f"a.{quote(spec.partition_column)}", keys)
+
+    def side(alias: str, source: str, group) -> str:
+        cols = [f"{group.key_sql} AS pkey"] + [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kc, strict=True)]
+        cols += ["count(*) AS n", f"{fingerprint_sum_sql(session, spec.columns, alias)} AS fp"]
+        cols += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+        return (f"SELECT {', '.join(cols)} FROM {source} AS {alias}{group.join_sql} WHERE {group.where_sql} "
+                f"GROUP BY {', '.join(str(i + 1) for i in range(1 + len(bkeys)))}")
+
+    on = " AND ".join(["b.pkey = a.pkey"] + [f"b.{c} IS NOT DISTINCT FROM a.{c}" for c in kc])
+    magnitude = " + ".join(f"abs(CAST(coalesce(a.m{i}, 0) AS DOUBLE PRECISION) - CAST(coalesce(b.m{i}, 0) "
+                           "AS DOUBLE PRECISION))" for i in range(len(metrics))) or "0"
+    status = ("CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' "
+              "WHEN b.fp <> a.fp OR b.n <> a.n THEN 'changed' ELSE 'same' END")
+    sql = f"""
+    WITH b AS ({side('b', snapshot_sql, b_group)}),
+         a AS ({side('a', quote(spec.table), a_group)}),
+         j AS (
+            SELECT coalesce(b.pkey, a.pkey) AS pkey,
+                   {', '.join(f'coalesce(b.{c}, a.{c}) AS {c}' for c in kc)},
+                   coalesce(b.n, 0) AS bn, coalesce(a.n, 0) AS an, {status} AS status, {magnitude} AS size
+                   {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
+            FROM b FULL OUTER JOIN a ON {on}),
+         r AS (
+            SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY (status <> 'same') DESC, size DESC) AS rk,
+                   sum(bn) OVER (PARTITION BY pkey) AS rows_before, sum(an) OVER (PARTITION BY pkey) AS rows_after,
+                   count(*) FILTER (WHERE status = 'added') OVER (PARTITION BY pkey) AS added,
+                   count(*) FILTER (WHERE status = 'removed') OVER (PARTITION BY pkey) AS removed,
+                   count(*) FILTER (WHERE status = 'changed') OVER (PARTITION BY pkey) AS changed
+                   {''.join(f', sum(bm{i}) OVER (PARTITION BY pkey) AS tb{i}, sum(am{i}) OVER (PARTITION BY pkey) AS ta{i}' for i in range(len(metrics)))}
+            FROM j)
+    SELECT pkey, rows_before, rows_after, added, removed, changed, status, {', '.join(kc)}
+           {''.join(f', tb{i}, ta{i}, bm{i}, am{i}' for i in range(len(metrics)))}
+    FROM r WHERE rk <= ? ORDER BY pkey, rk
+    """
+    out: dict[str, PartitionImpact] = {}
+    for row in session.rows(sql, [*b_group.params, *a_group.params, max(top, 1)]):
+        key = b_group.key(row[0])
+        n_keys = len(kc)
+        values = list(row[7 + n_keys:])
+        totals, per_key = {}, {}
+        for m in metrics:
+            tb, ta, bm, am = values[:4]
+            values = values[4:]
+            totals[m.name] = (_num(tb), _num(ta), _diff(tb, ta))
+            per_key[m.name] = (bm, am, _diff(bm, am))
+        impact = out.get(key)
+        if impact is None:
+            impact = PartitionImpact(key, int(row[1] or 0), int(row[2] or 0), int(row[3]), int(row[4]),
+                                     int(row[5]), totals, [])
+            out[key] = impact
+        if row[6] != "same" and len(impact.top) < top:
+            impact.top.append(KeyChange(dict(zip(bkeys, row[7:7 + n_keys], strict=True)), row[6], per_key))
+    return out
+
+
+def plan_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
+                keys: Sequence[str] | None = None, top: int = 10) -> Impact:
+    """`backfill diff`: the plan's snapshotted partitions (or the named ones), slice by slice."""
+    wanted = list(keys) if keys else sorted(snapshotted(session, state.plan_id, spec.table),
+                                            key=lambda k: scheme.position(k))
+    parts: list[PartitionImpact] = []
+    for i in range(0, len(wanted), SLICE):
+        parts += slice_impact(session, spec, scheme, state.plan_id, wanted[i:i + SLICE], top)
+    return Impact(state.plan_id, spec.name, [m.name for m in spec.metrics], parts)

@@ -1,0 +1,152 @@
+"""How a target's Dagster partitions map onto its partition column.
+
+Keys always come from the partitions definition itself; this module only says which rows of the
+table belong to a key. Two shapes cover what Dagster offers:
+
+- equality: the column holds the key's value (daily partitions on a DATE column, the day;
+  static partitions, the key itself);
+- range: the column falls in the key's time window `[start, end)` (hourly, weekly, monthly, and
+  any time window with an offset or a time zone). DATE columns take the window's dates; TIMESTAMP
+  columns its wall-clock times in the definition's time zone; TIMESTAMPTZ columns aware times.
+
+A table's SQL sees `$partition` (the key's value, or its window start), and `$partition_start` /
+`$partition_end` (the window, end exclusive).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from backfill_assets.errors import WindowError
+
+_PARAM = re.compile(r"\$(partition(?:_start|_end)?)\b")
+
+
+@dataclass(frozen=True)
+class PartitionScheme:
+    """Rows of a key: `column = value` (equality) or `lo <= column < hi` (range)."""
+
+    kind: str  # "equality" | "range"
+    resolve: Callable[[str], tuple[Any, Any]]  # key -> (value or lo, hi)
+    ordered_keys: tuple[str, ...]
+    description: str
+    _position: dict[str, int] = field(init=False, repr=False, compare=False)
+    _cache: dict[str, tuple[Any, Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_position", {k: i for i, k in enumerate(self.ordered_keys)})
+        object.__setattr__(self, "_cache", {})
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._position
+
+    def position(self, key: str) -> int:
+        """The key's place in the definition's order (-1 when it is not a key)."""
+        return self._position.get(key, -1)
+
+    def window(self, first: str, last: str) -> list[str]:
+        """The keys from `first` to `last` inclusive, in the definition's order."""
+        for key in (first, last):
+            if key not in self._position:
+                raise WindowError(
+                    f"{key!r} is not a partition key of {self.description}",
+                    fix=f"use keys between {self.ordered_keys[0]} and {self.ordered_keys[-1]}"
+                    if self.ordered_keys else "the target has no partitions yet")
+        start, end = self._position[first], self._position[last]
+        if start > end:
+            raise WindowError(f"window {first}..{last} runs backwards in {self.description}",
+                              fix="swap start and end")
+        return list(self.ordered_keys[start:end + 1])
+
+    def value(self, key: str) -> Any:
+        """What `$partition` is bound to: the key's value (equality) or its window start."""
+        return self._bounds(key)[0]
+
+    def params_for(self, sql: str, key: str) -> dict[str, Any]:
+        """The `$partition*` parameters `sql` uses, bound for `key`."""
+        lo, hi = self._bounds(key)
+        available = {"partition": lo, "partition_start": lo, "partition_end": hi}
+        return {name: available[name] for name in dict.fromkeys(_PARAM.findall(sql))}
+
+    def predicate(self, column_sql: str) -> str:
+        """A WHERE fragment selecting one key's rows; bind `predicate_params(key)`."""
+        if self.kind == "equality":
+            return f"{column_sql} = ?"
+        return f"({column_sql} >= ? AND {column_sql} < ?)"
+
+    def predicate_params(self, key: str) -> list[Any]:
+        lo, hi = self._bounds(key)
+        return [lo] if self.kind == "equality" else [lo, hi]
+
+    def many_predicate(self, column_sql: str, keys: Sequence[str]) -> tuple[str, list[Any]]:
+        """A WHERE fragment selecting the rows of several keys at once."""
+        if not keys:
+            return "FALSE", []
+        if self.kind == "equality":
+            return f"{column_sql} IN ({', '.join('?' for _ in keys)})", [self.value(k) for k in keys]
+        parts, params = [], []
+        for first, last in self.runs(keys):
+            parts.append(f"({column_sql} >= ? AND {column_sql} < ?)")
+            params += [self._bounds(first)[0], self._bounds(last)[1]]
+        return "(" + " OR ".join(parts) + ")", params
+
+    def runs(self, keys: Sequence[str]) -> list[tuple[str, str]]:
+        """`keys` grouped into (first, last) runs of consecutive keys of the definition."""
+        index = self._position
+        out: list[tuple[str, str]] = []
+        for key in sorted(keys, key=index.__getitem__):
+            if out and index[key] == index[out[-1][1]] + 1:
+                out[-1] = (out[-1][0], key)
+            else:
+                out.append((key, key))
+        return out
+
+    def key_of_value(self, keys: Sequence[str]) -> dict[Any, str]:
+        """Equality schemes: the column value -> key, to read back a GROUP BY on the column."""
+        return {self.value(k): k for k in keys}
+
+    def _bounds(self, key: str) -> tuple[Any, Any]:
+        found = self._cache.get(key)
+        if found is None:
+            if key not in self._position:
+                raise WindowError(f"{key!r} is not a partition key of {self.description}",
+                                  fix="name a key the partitions definition holds")
+            found = self._cache[key] = self.resolve(key)
+        return found
+
+
+def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> PartitionScheme:
+    """The scheme of a Dagster partitions definition over a column of `column_type`."""
+    import dagster as dg
+
+    kind = column_type.upper().split("(")[0].strip()
+    keys = tuple(partitions_def.get_partition_keys())
+    if isinstance(partitions_def, dg.StaticPartitionsDefinition):
+        return PartitionScheme("equality", lambda k: (k, None), keys, f"{name} (static partitions)")
+    if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        raise WindowError(f"{name} uses {type(partitions_def).__name__}, which a replayable table "
+                          "does not support", fix="use time-window (hourly, daily, weekly, monthly, "
+                          "cron) or static partitions")
+    window = partitions_def.time_window_for_partition_key
+    cadence = type(partitions_def).__name__.replace("PartitionsDefinition", "").lower() or "time"
+    what = f"{name} ({cadence} partitions)"
+    if kind == "DATE":
+        sample = window(keys[0]) if keys else None
+        if sample is not None and sample.end - sample.start < dt.timedelta(days=1):
+            raise WindowError(f"{name}'s partition column is a DATE, but its partitions are shorter "
+                              "than a day", fix="partition on a TIMESTAMP column")
+        if isinstance(partitions_def, dg.DailyPartitionsDefinition):
+            return PartitionScheme("equality", lambda k: (window(k).start.date(), None), keys, what)
+        return PartitionScheme("range", lambda k: (window(k).start.date(), window(k).end.date()),
+                               keys, what)
+    if kind in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE"):
+        return PartitionScheme("range", lambda k: (window(k).start, window(k).end), keys, what)
+    if kind in ("TIMESTAMP", "DATETIME", "TIMESTAMP WITHOUT TIME ZONE"):
+        return PartitionScheme("range", lambda k: (window(k).start.replace(tzinfo=None),
+                                                   window(k).end.replace(tzinfo=None)), keys, what)
+    raise WindowError(f"{name}'s partition column has type {column_type}, which cannot hold a time "
+                      "window", fix="declare it DATE, TIMESTAMP or TIMESTAMPTZ")

@@ -1,0 +1,65 @@
+"""Does a plan fit its target? Checked at approval, by the guard and `plan validate` when the
+definitions load, and again by the write permission in every run.
+
+A plan that cannot run is never approved: its target must be a replayable table, its window and
+proof partitions keys of that table's partitions, its business keys the table's, its metrics ones
+the table declares, and its source of truth the table's source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backfill_assets.errors import PlanProblem, WindowError
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.plan.loading import MAX_WINDOW_ENV, max_window_partitions
+from backfill_assets.plan.model import Plan
+from backfill_assets.table import TableSpec
+
+
+@dataclass(frozen=True)
+class Fit:
+    keys: list[str]              # the window's partition keys, in order
+    problems: list[PlanProblem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme) -> Fit:
+    problems: list[PlanProblem] = []
+    if plan.target != spec.name:
+        problems.append(PlanProblem("target", plan.target, f"the loaded table is {spec.name}"))
+    if plan.source_of_truth != spec.source:
+        problems.append(PlanProblem("source_of_truth", plan.source_of_truth,
+                                    f"{spec.name} is computed from {spec.source}; set source_of_truth: "
+                                    f"{spec.source}"))
+    keys_given = plan.execution.business_keys
+    if keys_given is not None and set(keys_given) != set(spec.business_keys):
+        problems.append(PlanProblem("execution.business_keys", keys_given,
+                                    f"{spec.name}'s business keys are "
+                                    f"[{', '.join(spec.business_keys)}]; give those or leave the key out"))
+    declared = [m.name for m in spec.metrics]
+    for metric in plan.checks.metrics:
+        if metric.name not in declared:
+            problems.append(PlanProblem("checks.metrics.name", metric.name,
+                                        f"{spec.name} declares no such metric; use one of: "
+                                        f"{', '.join(declared)}"))
+    keys: list[str] = []
+    try:
+        keys = scheme.window(plan.window.start, plan.window.end)
+    except WindowError as exc:
+        problems.append(PlanProblem("window", f"{plan.window.start}..{plan.window.end}", str(exc)))
+    limit = max_window_partitions()
+    if len(keys) > limit:
+        problems.append(PlanProblem("window", f"{plan.window.start}..{plan.window.end}",
+                                    f"spans {len(keys):,} partitions of {spec.name}, more than the limit "
+                                    f"of {limit:,}; split it into bounded plans (or raise {MAX_WINDOW_ENV})"))
+    inside = set(keys)
+    for key in plan.proof_keys:
+        if keys and key not in inside:
+            problems.append(PlanProblem("execution.proof_partitions", key,
+                                        f"is not a partition of the window {plan.window.start}.."
+                                        f"{plan.window.end}; pick keys inside it"))
+    return Fit(keys, problems)

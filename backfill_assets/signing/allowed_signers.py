@@ -1,0 +1,270 @@
+"""OpenSSH ``allowed_signers`` files (man ssh-keygen, ALLOWED SIGNERS): who may sign with which key.
+
+Line format: ``principals [options] keytype base64-key [comment]``. The file is the one git's
+gpg.ssh.allowedSignersFile reads, parsed more strictly: an approval names one person, so principal
+patterns (``*``, ``?``, ``!``) are refused, as are certificate authorities; and times without a
+``Z`` are read as UTC (OpenSSH reads them in local time), so a check gives one answer everywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import operator
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import accumulate
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+
+from backfill_assets.errors import AllowedSignersError, PrincipalError, SignatureError
+from backfill_assets.signing import sshsig
+from backfill_assets.signing.principals import canonical_principal
+from backfill_assets.signing.sshsig import NAMESPACE, Signature
+
+MAX_FILE_BYTES = 1024 * 1024
+_MISSING_FIX = ("create it (one line per approver: `alice ssh-ed25519 AAAA...`) "
+                "or set BACKFILL_ALLOWED_SIGNERS")
+_TIME = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})(?:([0-9]{2})([0-9]{2})([0-9]{2})?)?[Zz]?")
+_KEY_TYPES = (*sshsig.KEY_TYPES, *sshsig.SK_KEY_TYPES)
+
+
+@dataclass(frozen=True)
+class SignerEntry:
+    """One line of the file: these principals may sign with this key, in these namespaces and times."""
+
+    line: int
+    principals: tuple[str, ...]
+    public_key: bytes  # canonical SSH wire blob
+    namespaces: tuple[str, ...] | None = None  # None: every namespace
+    valid_after: datetime | None = None
+    valid_before: datetime | None = None
+    comment: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        return sshsig.fingerprint(self.public_key)
+
+    def refusal(self, namespace: str, at: datetime) -> str | None:
+        """Why this line does not allow signing in ``namespace`` at ``at``; None if it does."""
+        if self.namespaces is not None and not any(_glob(p, namespace) for p in self.namespaces):
+            return f"only for namespaces {','.join(self.namespaces)[:80]} (line {self.line})"
+        if self.valid_after is not None and at < self.valid_after:
+            return f"not valid until {_iso(self.valid_after)} (line {self.line})"
+        if self.valid_before is not None and at > self.valid_before:
+            return f"expired at {_iso(self.valid_before)} (line {self.line})"
+        return None
+
+
+@dataclass(frozen=True)
+class AllowedSigners:
+    """A parsed allowed_signers file and the sha256 of its text (to record which file was used)."""
+
+    entries: tuple[SignerEntry, ...]
+    source: str
+    sha256: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> AllowedSigners:
+        path = Path(path)
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            raise AllowedSignersError(f"allowed_signers file {path} does not exist",
+                                      fix=_MISSING_FIX) from None
+        except OSError as exc:
+            raise AllowedSignersError(f"cannot read allowed_signers file {path} ({exc.strerror})",
+                                      fix=_MISSING_FIX) from None
+        if len(data) > MAX_FILE_BYTES:
+            raise AllowedSignersError(f"{path} is larger than {MAX_FILE_BYTES} bytes",
+                                      fix="keep one line per approver key")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise AllowedSignersError(f"{path} is not UTF-8 text (byte {exc.start})",
+                                      fix="save it as plain UTF-8 text") from None
+        return cls.parse(text, source=str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "allowed_signers") -> AllowedSigners:
+        if not isinstance(text, str):
+            raise AllowedSignersError(f"{source} is a {type(text).__name__}, not text", fix=_MISSING_FIX)
+        if len(text) > MAX_FILE_BYTES:
+            raise AllowedSignersError(f"{source} is larger than {MAX_FILE_BYTES} characters",
+                                      fix="keep one line per approver key")
+        entries = []
+        for number, line in enumerate(text.split("\n"), start=1):
+            stripped = line.strip()
+            if stripped and not stripped.startswith("#"):
+                entries.append(_parse_line(stripped, number, source))
+        digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+        return cls(tuple(entries), source, digest)
+
+    def principals_for(self, public_key: str | bytes) -> list[str]:
+        """Every principal listed for ``public_key`` (a ``ssh-ed25519 AAAA...`` line or a blob)."""
+        blob = key_blob(public_key)
+        found: list[str] = []
+        for entry in self.entries:
+            if entry.public_key == blob:
+                found.extend(p for p in entry.principals if p not in found)
+        return found
+
+    def verify_approval(self, principal: str, message: bytes, signature: str, namespace: str = NAMESPACE,
+                        at: datetime | None = None) -> Signature:
+        """The signature verifies AND this file lists its key for ``principal``, ``namespace`` and ``at``."""
+        name = canonical_principal(principal, "approver")
+        sig = sshsig.verify(message, signature, namespace)
+        at = datetime.now(UTC) if at is None else at if at.tzinfo else at.replace(tzinfo=UTC)
+        blob = key_blob(sig.public_key)
+        entries = [e for e in self.entries if e.public_key == blob and name in e.principals]
+        if not entries:
+            others = self.principals_for(blob)
+            listed = f" (it is listed for {', '.join(others)})" if others else ""
+            raise SignatureError(
+                f"signed by key {sig.fingerprint}, which {self.source} does not list for {name}{listed}",
+                fix=f"sign with a key listed for {name} or add `{name} {sig.public_key_line}` to it",
+            )
+        reasons = [e.refusal(namespace, at) for e in entries]
+        if None in reasons:
+            return sig
+        raise SignatureError(f"key {sig.fingerprint} is listed for {name} in {self.source} but {reasons[0]}",
+                             fix=f"update {name}'s line in {self.source} or sign with a currently valid key")
+
+
+def key_blob(key: str | bytes) -> bytes:
+    """The canonical wire blob of ``key``, given as a blob or a ``ssh-ed25519 AAAA... [comment]`` line."""
+    blob = key if isinstance(key, bytes) else _line_blob(key)
+    if sshsig.key_type_of(blob) in sshsig.SK_KEY_TYPES:
+        return blob
+    # Re-serialise so two encodings of one key (e.g. an RSA modulus with a spare zero) compare equal.
+    line = sshsig.load_public_key(blob).public_bytes(serialization.Encoding.OpenSSH,
+                                                     serialization.PublicFormat.OpenSSH)
+    return base64.b64decode(line.split()[1])
+
+
+def _line_blob(line: str) -> bytes:
+    parts = line.split() if isinstance(line, str) else []
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (IndexError, binascii.Error, ValueError):
+        raise SignatureError(f"{str(line)[:60]!r} is not an SSH public key line",
+                             fix="give the key as `ssh-ed25519 AAAA...`, copied from the .pub file") from None
+    if sshsig.key_type_of(blob) != parts[0]:
+        raise SignatureError(f"public key line says {parts[0][:40]!r} but holds another key type",
+                             fix="copy the line from the .pub file unchanged")
+    return blob
+
+
+def _parse_line(line: str, number: int, source: str) -> SignerEntry:
+    where = f"{source} line {number}"
+    fields = [f for f in _split_unquoted(line, " \t", where) if f]
+    principals = _principals(fields[0], where)
+    # OpenSSH tells options from a key by trying to parse a key; we look at the shape of the fields.
+    has_options = len(fields) > 2 and fields[1] not in _KEY_TYPES and (
+        fields[2] in _KEY_TYPES or "=" in fields[1] or fields[1].lower() == "cert-authority")
+    options = _options(fields[1], where) if has_options else {}
+    rest = fields[2:] if has_options else fields[1:]
+    if len(rest) < 2 or rest[0] not in _KEY_TYPES:
+        found = rest[0][:40] if rest else "nothing"
+        raise AllowedSignersError(
+            f"{where}: expected a supported key type ({', '.join(_KEY_TYPES)}), found {found!r}",
+            fix="write `principal [options] keytype base64-key`, copying the .pub file")
+    try:
+        blob = key_blob(f"{rest[0]} {rest[1]}")
+    except SignatureError as exc:
+        raise AllowedSignersError(f"{where}: {exc.message}", fix=exc.fix) from None
+    return SignerEntry(number, principals, blob, comment=" ".join(rest[2:]), **options)
+
+
+def _split_unquoted(text: str, separators: str, where: str) -> list[str]:
+    """Split on ``separators`` outside double quotes (option values may quote spaces and commas)."""
+    parts, current, quoted = [], [], False
+    for ch in text:
+        quoted = not quoted if ch == '"' else quoted
+        if ch in separators and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if quoted:
+        raise AllowedSignersError(f"{where}: unbalanced double quote", fix="close every quoted value")
+    return [*parts, "".join(current)]
+
+
+def _principals(field: str, where: str) -> tuple[str, ...]:
+    field = field[1:-1] if len(field) > 1 and field[0] == field[-1] == '"' else field
+    names = []
+    for raw in field.split(","):
+        if any(c in raw for c in "*?!"):
+            raise AllowedSignersError(f"{where}: principal {raw!r} is a pattern",
+                                      fix="list each approver by name: an approval must name one person")
+        try:
+            names.append(canonical_principal(raw, f"{where}: principal"))
+        except PrincipalError as exc:
+            raise AllowedSignersError(exc.message, fix=exc.fix) from None
+    return tuple(names)
+
+
+def _options(field: str, where: str) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for option in _split_unquoted(field, ",", where):
+        name, _, value = option.partition("=")
+        name = name.lower()
+        if name == "cert-authority":
+            raise AllowedSignersError(f"{where}: cert-authority lines are not supported",
+                                      fix="list each approver's own public key instead of a CA key")
+        if name not in ("namespaces", "valid-after", "valid-before") or not value:
+            raise AllowedSignersError(f"{where}: unknown option {option[:40]!r}",
+                                      fix='use only namespaces="...", valid-after=... and valid-before=...')
+        key = name.replace("-", "_")
+        if key in found:
+            raise AllowedSignersError(f"{where}: option {name} given twice", fix="give each option once")
+        value = value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+        found[key] = _namespaces(value, where) if key == "namespaces" else _timestamp(value, name, where)
+    after, before = found.get("valid_after"), found.get("valid_before")
+    if isinstance(after, datetime) and isinstance(before, datetime) and before <= after:
+        raise AllowedSignersError(f"{where}: valid-before is not after valid-after",
+                                  fix="swap or fix the two times")
+    return found
+
+
+def _namespaces(value: str, where: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(","))
+    if not all(names):
+        raise AllowedSignersError(f"{where}: empty namespace in namespaces={value!r}",
+                                  fix='write namespaces="backfill-plan" (comma-separated, no blanks)')
+    return names
+
+
+def _timestamp(value: str, name: str, where: str) -> datetime:
+    match = _TIME.fullmatch(value)
+    try:
+        if not match:
+            raise ValueError(value)
+        return datetime(*(int(g) for g in match.groups() if g is not None), tzinfo=UTC)
+    except ValueError:
+        raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is not a time",
+                                  fix="write YYYYMMDD[HHMM[SS]][Z]; times are read as UTC") from None
+
+
+def _glob(pattern: str, text: str) -> bool:
+    """OpenSSH pattern matching (``*``, ``?``), used for the namespaces list as ssh-keygen does.
+
+    Row by row over the pattern (row[j]: the pattern so far matches text[:j]), so a hostile
+    ``*a*a*a...`` costs len(pattern) * len(text) steps instead of a regex's exponential backtracking.
+    """
+    row = [True] + [False] * len(text)
+    for p in pattern:
+        if p == "*":
+            row = list(accumulate(row, operator.or_))
+        else:
+            row = [False] + [row[j] and p in ("?", text[j]) for j in range(len(text))]
+    return row[-1]
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

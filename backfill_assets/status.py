@@ -1,0 +1,146 @@
+"""One source of answers about a plan: the guard's last three ticks, `status`, `publish`,
+`plan close` and the plan-state entry in the Dagster UI all come from `plan_status`, computed over
+the control record and the data as they are now. Hints name the exact command to run next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from backfill_assets.control import evidence_log, lease, record
+from backfill_assets.control.record import PlanState
+from backfill_assets.execution.advance import proof_verdict, window_verdict
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.plan.phases import Phase
+from backfill_assets.publish import rule
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+
+
+@dataclass(frozen=True)
+class PlanStatus:
+    plan_id: str
+    phase: str
+    hold: str | None
+    target: str
+    window: list[str]
+    partitions: int
+    approvals: list[str]
+    written: int
+    reconciled: int
+    failed: dict[str, list[str]]
+    proof: str | None            # when the proof passed, if it did
+    window_reconciled: str | None  # when every gate passed, if they pass now
+    published: str | None        # when publish reopened, if it did and still holds
+    publish: str                 # paused / blocked / reopened ...
+    blockers: list[str] = field(default_factory=list)
+    running: str | None = None   # who holds the run lease
+    next: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _keys_text(keys: list[str], limit: int = 3) -> str:
+    return ",".join(keys[:limit]) + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def plan_status(session: Session, state: PlanState, spec: TableSpec | None = None,
+                scheme: PartitionScheme | None = None) -> PlanStatus:
+    pid = state.plan_id
+    keys = list(state.partition_keys)
+    approvals = [a.principal for a in record.approvals(session, state.approved_sha256)] \
+        if state.approved_sha256 else []
+    rows = evidence_log.rows(session, plan_id=pid)
+    sha = state.approved_sha256
+    proof = next((f"proof passed at {r.at}" for r in reversed(rows) if r.kind == "proof"
+                  and r.payload.get("sha256") == sha), None)
+    published_row = next((r for r in reversed(rows) if r.kind == "published"
+                          and r.payload.get("sha256") == sha), None)
+    verdict = window_verdict(session, state) if state.version is not None else None
+    failed = verdict.failed if verdict else {}
+    missing = verdict.missing if verdict else keys
+    written = len(keys) - len(missing)
+    reconciled_at = None
+    if verdict is not None and verdict.passed and state.phase in (Phase.RECONCILED, Phase.PUBLISHED,
+                                                                  Phase.CLOSED):
+        reconciled_at = next((f"all gates passed at {r.at}" for r in reversed(rows)
+                              if r.kind == "window_reconciled"), "all gates pass now")
+    published = (f"published at {published_row.at} by {published_row.actor}"
+                 if published_row and state.phase in (Phase.PUBLISHED, Phase.CLOSED) else None)
+    blockers: list[str] = []
+    if state.phase is Phase.RECONCILED and spec is not None and scheme is not None:
+        blockers = rule.check(session, spec, scheme, keys).problems
+    held = lease.current(session, pid)
+    running = held.describe() if held is not None and held.alive() else None
+    publish = _publish_state(state, blockers, published)
+    status = PlanStatus(pid, state.phase.value, state.hold, state.target,
+                        [keys[0], keys[-1]] if keys else [], len(keys), approvals, written,
+                        written - len(failed), failed, proof, reconciled_at, published, publish,
+                        blockers or (verdict.blockers if verdict else []), running)
+    return PlanStatus(**{**asdict(status), "next": next_step(status, state, session)})
+
+
+def _publish_state(state: PlanState, blockers: list[str], published: str | None) -> str:
+    if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+        return published or "reopened"
+    if state.phase is Phase.REPAIRING:
+        return "paused again: a reconcile after publish failed; consumers keep what was published"
+    if state.active:
+        return "paused (consumers keep the last good data)" + (f"; blocked: {blockers[0]}" if blockers else "")
+    return "not paused by this plan"
+
+
+def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
+    pid = state.plan_id
+    phase = state.phase
+    if status.running:
+        return f"wait: {status.running} is running it (or `backfill pause {pid}`)"
+    if state.hold == "paused":
+        return f"resume with `backfill run {pid}`, or end it with `backfill cancel {pid}`"
+    if state.hold == "cancelled":
+        return f"roll it back: `backfill rollback {pid}`"
+    failing = sorted(status.failed)
+    if phase is Phase.DRAFTED:
+        return "collect approvals: `backfill plan approve PLAN_FILE --by NAME --key ~/.ssh/id_ed25519`"
+    if phase is Phase.APPROVED:
+        return f"run the proof: `backfill run {pid} --proof`"
+    if phase is Phase.PROVING:
+        verdict = proof_verdict(session, state)
+        if verdict.failed:
+            return (f"fix the proof partition(s) and run them again: `backfill run {pid} --proof` "
+                    f"({verdict.blockers[0]})")
+        return f"finish the proof: `backfill run {pid} --proof`"
+    if phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
+        if failing:
+            return (f"fix the cause, then re-run the failing partitions: `backfill run {pid} --partitions "
+                    f"{','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else ""))
+        if status.written < status.partitions:
+            return f"run the rest of the window: `backfill run {pid}`"
+        return f"record the reconciliation: `backfill reconcile {pid}`"
+    if phase is Phase.RECONCILED:
+        if status.blockers:
+            return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
+        return f"publish reopens by the sensor, or now: `backfill publish {pid}`"
+    if phase is Phase.PUBLISHED:
+        return f"close the plan when consumers confirm: `backfill plan close {pid}`"
+    if phase is Phase.CLOSED:
+        return "nothing: the plan is closed"
+    if phase is Phase.ROLLED_BACK:
+        return "nothing: the plan was rolled back; draft a new plan to retry"
+    return "nothing: the plan was withdrawn"
+
+
+def markdown(statuses: list[PlanStatus]) -> str:
+    """The plan-state table the UI shows on the target asset."""
+    if not statuses:
+        return "No replay plan has been approved for this table."
+    head = "| plan | phase | window | approvals | gates | publish | next step |\n|---|---|---|---|---|---|---|"
+    lines = [head]
+    for s in statuses:
+        window = f"{s.window[0]}..{s.window[1]} ({s.partitions})" if s.window else "-"
+        gates = f"{s.reconciled}/{s.partitions} passed" + (f", {len(s.failed)} failed" if s.failed else "")
+        phase = s.phase + (f" ({s.hold})" if s.hold else "")
+        cell = [s.plan_id, phase, window, ", ".join(s.approvals) or "-", gates, s.publish, s.next]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cell) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""DuckDB, the embedded default engine: one file, one writing process at a time.
+
+The webserver, the daemon, every run's process and the CLI compete for the file lock, so
+connections are opened per unit of work and wait for the lock, visibly and for a bounded time.
+
+Fingerprints (documented per engine): a row's text is each column cast to VARCHAR as DuckDB
+prints it (DECIMAL keeps its scale, DATE is ISO, TIMESTAMP is `YYYY-MM-DD HH:MM:SS[.ffffff]`),
+length-prefixed; its fingerprint is the first 8 bytes of md5 of that text read as an unsigned
+big-endian integer, and a partition's fingerprint is its row count and the HUGEINT sum of those.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from backfill_assets.errors import WarehouseError
+from backfill_assets.warehouse import lock_wait
+from backfill_assets.warehouse.engine import Engine, Params, Session
+
+
+class DuckDBSession(Session):
+    def __init__(self, engine: DuckDBEngine, con: duckdb.DuckDBPyConnection) -> None:
+        super().__init__(engine)
+        self.con = con
+
+    def execute(self, sql: str, params: Params = ()) -> None:
+        self._run(sql, params)
+
+    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+        return self._run(sql, params).fetchall()
+
+    def _run(self, sql: str, params: Params):
+        try:
+            return self.con.execute(sql, params if isinstance(params, dict) else list(params))
+        except duckdb.Error as exc:
+            raise DuckDBStatementError(exc) from exc
+
+    def _begin(self) -> None:
+        self.con.execute("BEGIN TRANSACTION")
+
+    def _commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # the connection already dropped the transaction (e.g. after a fatal error)
+
+
+class DuckDBStatementError(WarehouseError):
+    """A statement failed inside DuckDB; the first line of its message says why."""
+
+    def __init__(self, exc: duckdb.Error) -> None:
+        self.original = exc
+        super().__init__(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+class DuckDBEngine(Engine):
+    name = "duckdb"
+    wide_int = "HUGEINT"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    @contextmanager
+    def session(self, *, read_only: bool = False,
+                wait_seconds: float | None = None) -> Iterator[DuckDBSession]:
+        con = self._connect(read_only, lock_wait.seconds(wait_seconds))
+        try:
+            yield DuckDBSession(self, con)
+        finally:
+            con.close()
+
+    def _connect(self, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
+        if read_only and not self.path.exists():
+            raise WarehouseError(f"no warehouse at {self.path}",
+                                 fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        waiting = lock_wait.Wait(str(self.path), wait_seconds)
+        delay = 0.02
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc):
+                    raise WarehouseError(f"cannot open the warehouse {self.path}: "
+                                         f"{str(exc).splitlines()[0]}", fix="check the file") from None
+                waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    # --- dialect --------------------------------------------------------------------------------
+    def text_of(self, expr: str) -> str:
+        return f"CAST({expr} AS VARCHAR)"
+
+    def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        text = self.row_text_sql(columns, alias)
+        return f"CAST(CAST('0x' || left(md5({text}), 16) AS UBIGINT) AS HUGEINT)"
+
+    def hash_int_sql(self, exprs: Sequence[str]) -> str:
+        return f"CAST(hash({', '.join(exprs)}) % 9223372036854775807 AS BIGINT)"
+
+    def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
+        return bool(session.scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
+            "AND table_schema = coalesce(?, current_schema()) AND lower(table_name) = lower(?)",
+            [schema, table]))
+
+    def table_columns(self, session: Session, table: str) -> dict[str, str]:
+        rows = session.rows(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = current_schema() "
+            "AND lower(table_name) = lower(?) ORDER BY ordinal_position", [table])
+        return {str(name).lower(): _normalised(str(kind)) for name, kind in rows}
+
+    def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        assert isinstance(session, DuckDBSession)
+        # a separate cursor: a failed cast must not abort the caller's transaction
+        cursor = session.con.cursor()
+        try:
+            for declared in dict.fromkeys(types):
+                try:
+                    found = cursor.execute(f"SELECT typeof(CAST(NULL AS {declared}))").fetchone()
+                    out[declared] = _normalised(str(found[0]))
+                except duckdb.Error:
+                    out[declared] = _normalised(declared)  # unknown name: shows as a mismatch
+        finally:
+            cursor.close()
+        return out
+
+
+def _normalised(type_name: str) -> str:
+    return " ".join(type_name.upper().replace(" (", "(").replace(", ", ",").split())

@@ -1,0 +1,183 @@
+"""The warehouse seam: the one small interface every engine implements.
+
+Plan, gate, publish and evidence logic never speak a dialect. They send portable SQL through a
+`Session` (`?` placeholders, standard joins, window functions, `FILTER`, `ON CONFLICT`) and ask
+the `Engine` for the few pieces that differ: how to connect and lock, the type of a wide integer,
+a row's fingerprint, the catalog's view of a table, and how to bind a table's `$partition`
+parameters. One module per engine implements it: `duckdb_engine` (the embedded default) and
+`postgres_engine` (scale-out). A new engine (Snowflake, BigQuery, ...) implements exactly the
+abstract methods below.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from backfill_assets.warehouse.identifiers import quote
+
+if TYPE_CHECKING:
+    from backfill_assets.home import Home
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+class Session(ABC):
+    """One connection, used by one thread, for one unit of work."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.home: Home | None = None  # set by Warehouse.session: where the evidence key lives
+        self._depth = 0
+        self._after_commit: list[Callable[[], None]] = []
+
+    # --- statements -----------------------------------------------------------------------------
+    @abstractmethod
+    def execute(self, sql: str, params: Params = ()) -> None:
+        """Run a statement; `?` placeholders with a sequence, `$name` ones with a mapping."""
+
+    @abstractmethod
+    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+        """Run a query and return every row (callers only ever fetch aggregates)."""
+
+    def one(self, sql: str, params: Params = ()) -> tuple | None:
+        found = self.rows(sql, params)
+        return found[0] if found else None
+
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        row = self.one(sql, params)
+        return row[0] if row else None
+
+    # --- transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """BEGIN ... COMMIT, rolled back on any exception: the unit of 'old or new, never half'.
+
+        Nested calls join the outer transaction. Work registered with `after_commit` (notices,
+        the evidence head log) runs only once the outermost transaction committed: no side
+        effect ever happens inside one.
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self
+            finally:
+                self._depth -= 1
+            return
+        self._begin()
+        self._depth = 1
+        try:
+            yield self
+        except BaseException:
+            self._depth = 0
+            self._after_commit.clear()
+            self._rollback()
+            raise
+        self._depth = 0
+        self._commit()
+        pending, self._after_commit = self._after_commit, []
+        for action in pending:
+            action()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        if self._depth:
+            self._after_commit.append(action)
+        else:
+            action()
+
+    @abstractmethod
+    def _begin(self) -> None: ...
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _rollback(self) -> None: ...
+
+    def lock(self, name: str) -> None:  # noqa: B027 - a no-op unless the engine needs it
+        """Serialise every holder of `name` until this transaction ends (approve, lease, publish).
+
+        Engines whose writers are already serialised (DuckDB: one writing process) do nothing.
+        """
+
+    def hold_table(self, table: str) -> None:  # noqa: B027 - a no-op unless the engine needs it
+        """Keep other writers off `table` until this transaction ends (publish's check-then-copy).
+
+        Engines whose writers are already serialised do nothing.
+        """
+
+    def lock_rows_clause(self) -> str:
+        """Appended to a SELECT inside a transaction to hold the rows until it ends."""
+        return ""
+
+
+class Engine(ABC):
+    """Connection, locking and the dialect pieces of one warehouse engine."""
+
+    name: str = "abstract"
+    #: a type that holds a sum of billions of unsigned 64-bit row fingerprints exactly
+    wide_int: str = "DECIMAL(38,0)"
+
+    @abstractmethod
+    def session(self, *, read_only: bool = False,
+                wait_seconds: float | None = None) -> AbstractContextManager[Session]:
+        """A connection for one unit of work; waits (visibly, boundedly) for locks."""
+
+    @abstractmethod
+    def exists(self) -> bool:
+        """Whether the warehouse is there at all (readers must never create one)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the warehouse is, for messages (never a password)."""
+
+    # --- dialect --------------------------------------------------------------------------------
+    @abstractmethod
+    def text_of(self, expr: str) -> str:
+        """`expr` cast to the engine's text type."""
+
+    def row_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        """The canonical text of a row: per column `~` for NULL, else `<length>:<text>`.
+
+        Length-prefixed fields cannot run into each other, so two different rows never share a
+        text; the text of a value is the engine's cast to text (documented per engine).
+        """
+        prefix = f"{alias}." if alias else ""
+        parts = []
+        for column in columns:
+            value = self.text_of(prefix + quote(column))
+            parts.append(f"coalesce({self.text_of(f'length({value})')} || ':' || {value}, '~')")
+        return " || ".join(parts) if parts else "''"
+
+    @abstractmethod
+    def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        """The first 8 bytes of md5(row text) as an unsigned big-endian integer, of `wide_int` type."""
+
+    def key_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        """A text that identifies the business-key values (NULL included) of a row."""
+        return self.row_text_sql(columns, alias)
+
+    @abstractmethod
+    def hash_int_sql(self, exprs: Sequence[str]) -> str:
+        """A deterministic non-negative integer hash of the expressions (sample data, not fingerprints)."""
+
+    @abstractmethod
+    def table_columns(self, session: Session, table: str) -> dict[str, str]:
+        """Lower-cased column name -> the type as the catalog reports it; empty if no table."""
+
+    @abstractmethod
+    def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
+        """Declared type name -> the name `table_columns` would report for it."""
+
+    @abstractmethod
+    def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool: ...
+
+    def named(self, sql: str) -> str:
+        """A table's SQL with `$name` parameters, ready for a mapping of parameters."""
+        return sql

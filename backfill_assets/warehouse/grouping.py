@@ -1,0 +1,40 @@
+"""Grouping a table's rows by partition key for a whole slice, in one pass.
+
+Equality schemes group on the column itself; range schemes join the rows to the slice's windows
+(a small VALUES list), which both engines run as a range join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backfill_assets.partitions import PartitionScheme
+
+
+@dataclass(frozen=True)
+class Grouping:
+    key_sql: str        # the expression to GROUP BY (and select) for a row's partition
+    join_sql: str       # appended after the table in FROM
+    where_sql: str      # restricts the scan to the slice
+    params: list[Any]   # bound in order: join first, then where
+    decode: dict[Any, str] | None  # column value -> key (equality), None when key_sql is the key
+
+    def key(self, value: Any) -> str:
+        return self.decode[value] if self.decode is not None else str(value)
+
+
+def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> Grouping:
+    keys = list(dict.fromkeys(keys))
+    if scheme.kind == "equality":
+        where, params = scheme.many_predicate(column_sql, keys)
+        return Grouping(column_sql, "", where, params, scheme.key_of_value(keys))
+    values, params = [], []
+    for key in keys:
+        lo, hi = scheme.predicate_params(key)
+        values.append("(?, ?, ?)")
+        params += [key, lo, hi]
+    join = (f" JOIN (VALUES {', '.join(values)}) AS backfill_keys(pkey, lo, hi) "
+            f"ON {column_sql} >= backfill_keys.lo AND {column_sql} < backfill_keys.hi")
+    return Grouping("backfill_keys.pkey", join, "TRUE", params, None)
