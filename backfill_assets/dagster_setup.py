@@ -22,10 +22,11 @@ def _storage(home: Home, postgres_url: str | None) -> str:
   postgres:
     postgres_url: "{postgres_url.replace('postgresql://', 'postgresql+psycopg2://', 1)}"
 """
-    # One sqlite file for every run's events instead of a file per run plus an index copy.
+    # One sqlite file for every run's events instead of a file per run plus an index copy, with
+    # pooled connections in WAL mode (backfill_assets/dagster_storage.py says why).
     return f"""event_log_storage:
-  module: dagster._core.storage.event_log
-  class: ConsolidatedSqliteEventLogStorage
+  module: backfill_assets.dagster_storage
+  class: PooledSqliteEventLogStorage
   config:
     base_dir: "{home.dagster_home}/event_log"
 """

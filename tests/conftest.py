@@ -21,6 +21,15 @@ class Result:
     err: str
 
 
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch):
+    """No test sees the developer's configuration; each test says what it uses."""
+    for name in ("BACKFILL_HOME", "BACKFILL_WAREHOUSE_URL", "BACKFILL_ALLOWED_SIGNERS", "BACKFILL_DEFS",
+                 "BACKFILL_CRASH_AT", "BACKFILL_EVIDENCE_KEY_FILE", "DAGSTER_HOME",
+                 "BACKFILL_MAX_WINDOW_PARTITIONS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
@@ -40,13 +49,14 @@ def run_cli(home: Path, capsys):
 
 @pytest.fixture
 def run_subprocess(home: Path, tmp_path: Path):
-    """The installed `backfill` console script as a real subprocess."""
+    """The installed `backfill` console script as a real subprocess, from tmp_path."""
 
-    def run(*args: str, command: list[str] | None = None, timeout: float = 300) -> Result:
-        env = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore"}
+    def run(*args: str, command: list[str] | None = None, timeout: float = 300,
+            env: dict[str, str] | None = None) -> Result:
+        full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore",
+                "BACKFILL_DEFS": "backfill_assets.demo.definitions", **(env or {})}
         cmd = command if command is not None else [str(BIN / "backfill"), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path,
-                              timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=tmp_path, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
@@ -60,16 +70,24 @@ def instance():
         yield inst
 
 
-@pytest.fixture
-def world(tmp_path, instance):
-    from tests.world import make_world
+@pytest.fixture(scope="session")
+def ssh_keys(tmp_path_factory):
+    from tests.world import make_keys
 
-    return make_world(tmp_path, instance)
+    return make_keys(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture
+def world(tmp_path, instance, ssh_keys, monkeypatch):
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    return make_world(tmp_path, instance, ssh_keys)
 
 
 @pytest.fixture
 def cli(world, run_subprocess):
     """The `backfill` console script as a subprocess, on the world's home."""
-    def run(*args: str) -> Result:
-        return run_subprocess("--home", str(world.home), *args)
+    def run(*args: str, **kw) -> Result:
+        return run_subprocess("--home", str(world.home), *args, **kw)
     return run

@@ -418,6 +418,14 @@ def test_file_errors(tmp_path: Path) -> None:
         read_yaml_file(dup)
 
 
+def test_a_file_name_with_a_newline_still_gives_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "evil\nname.yaml"
+    path.write_text("a: 1\na: 2\n", encoding="utf-8")
+    with pytest.raises(PlanReadError) as info:
+        read_yaml_file(path)
+    assert "\n" not in str(info.value) and "evil\\nname.yaml: duplicate key `a`" in str(info.value)
+
+
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads any file")
 def test_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"

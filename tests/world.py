@@ -1,4 +1,10 @@
-"""A real warehouse, real Dagster definitions and instance, and approved plans, in tmp_path."""
+"""A real warehouse, real Dagster definitions and instance, SSH keys and plans, in tmp_path.
+
+Plans live in `<tmp>/plans/` and the reviewed `<tmp>/approvers/allowed_signers` lists alice, bob
+and carol (mallory has a key but is not listed), so the CLI finds the signers the way a team's
+repository would. Every write goes through the product: approvals through `plan approve`, data
+through Dagster runs.
+"""
 
 from __future__ import annotations
 
@@ -7,50 +13,85 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
-import duckdb
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from backfill_assets.cli import main as cli_main
 from backfill_assets.defs.replayable import ACTOR_TAG
-from backfill_assets.plan.gate import BACKFILL_TAG, PLAN_TAG
-from backfill_assets.sample import generate_orders
+from backfill_assets.demo.definitions import PARTITIONS, build_definitions
+from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
+from backfill_assets.demo.sample import generate_orders
+from backfill_assets.home import Home
+from backfill_assets.partitions import PartitionScheme, scheme_for
+from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.connection import connection
+from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
-from examples.definitions import build_definitions
-from examples.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 from tests.plans import complete_plan, write_plan
 
 START = dt.date(2026, 1, 1)
 DAYS = 8
+PEOPLE = ("alice", "bob", "carol", "mallory")
+LISTED = ("alice", "bob", "carol")
+DEMO_DEFS = "backfill_assets.demo.definitions"
+
+
+def make_keys(folder: Path) -> dict[str, Path]:
+    """Unencrypted ed25519 keys in OpenSSH format, as `ssh-keygen -t ed25519 -N ''` writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name in PEOPLE:
+        path = folder / name
+        if not path.exists():
+            key = ed25519.Ed25519PrivateKey.generate()
+            path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                               serialization.NoEncryption()))
+            path.chmod(0o600)
+            public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                   serialization.PublicFormat.OpenSSH)
+            (folder / f"{name}.pub").write_bytes(public + f" {name}\n".encode())
+        paths[name] = path
+    return paths
+
+
+def signers_text(keys: dict[str, Path], names: tuple[str, ...] = LISTED) -> str:
+    return "".join(f"{n} {' '.join((keys[n].parent / f'{n}.pub').read_text().split()[:2])}\n" for n in names)
 
 
 @dataclass
 class World:
     root: Path
     instance: dg.DagsterInstance
+    keys: dict[str, Path]
 
     @property
     def home(self) -> Path:
         return self.root / "home"
 
     @property
-    def warehouse(self) -> Path:
+    def warehouse_path(self) -> Path:
         return self.home / "warehouse.duckdb"
 
+    def warehouse(self) -> Warehouse:
+        return open_warehouse(Home(self.home))
+
     def defs(self, spec: TableSpec = DAILY_REVENUE) -> dg.Definitions:
-        return build_definitions(spec, database=str(self.warehouse))
+        return build_definitions(spec, home=str(self.home))
+
+    @property
+    def scheme(self) -> PartitionScheme:
+        return scheme_for(PARTITIONS, "DATE", name="daily_revenue")
 
     def cli(self, *args: str) -> int:
         return cli_main(["--home", str(self.home), *args])
 
     def plan(self, name: str = "fix", **kwargs) -> Path:
-        path = write_plan(self.root / f"{name}.yaml", complete_plan(plan_id=name, **kwargs))
-        return path
+        return write_plan(self.root / "plans" / f"{name}.yaml", complete_plan(plan_id=name, **kwargs))
 
-    def approve(self, path: Path) -> Path:
-        """Two approvals by non-owners, through the CLI."""
-        assert self.cli("plan", "approve", str(path), "--by", "alice") == 0
-        assert self.cli("plan", "approve", str(path), "--by", "bob") == 0
+    def approve(self, path: Path, *who: str) -> Path:
+        """Signed approvals by non-owners, through the CLI (alice and bob by default)."""
+        for name in who or ("alice", "bob"):
+            assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name])) == 0
         return path
 
     def approved_plan(self, name: str = "fix", **kwargs) -> Path:
@@ -61,7 +102,7 @@ class World:
                     target: bool = True) -> dg.ExecuteInProcessResult:
         keys = [keys] if isinstance(keys, str) else keys
         run_tags = dict(tags or {})
-        if "dagster/asset_partition_range_start" in run_tags:
+        if "dagster/asset_partition_range_start" in run_tags or "dagster/partition" in run_tags:
             pass  # the caller's range (e.g. a sensor's request) is used as given
         elif len(keys) == 1:
             run_tags["dagster/partition"] = keys[0]
@@ -69,12 +110,10 @@ class World:
             run_tags["dagster/asset_partition_range_start"] = keys[0]
             run_tags["dagster/asset_partition_range_end"] = keys[-1]
         run_tags.setdefault(ACTOR_TAG, "test")
-        defs = self.defs(spec)
-        selection = ([dg.AssetKey(spec.name)] if target else []) + \
-            ([dg.AssetKey(spec.publish_as)] if publish else [])
-        job = defs.resolve_implicit_global_asset_job_def()
-        return job.execute_in_process(instance=self.instance, asset_selection=selection,
-                                      tags=run_tags, raise_on_error=False)
+        selection = ([dg.AssetKey(spec.name)] if target else []) + ([dg.AssetKey(spec.publish_as)] if publish else [])
+        job = self.defs(spec).resolve_implicit_global_asset_job_def()
+        return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=run_tags,
+                                      raise_on_error=False)
 
     def backfill(self, keys, backfill_id: str = "ui-bf", **kw) -> dg.ExecuteInProcessResult:
         """A run as the backfill daemon submits it: tagged dagster/backfill."""
@@ -83,19 +122,38 @@ class World:
     def plan_run(self, plan_id: str, keys, **kw) -> dg.ExecuteInProcessResult:
         return self.materialize(keys, tags={PLAN_TAG: plan_id}, **kw)
 
+    def publish(self, keys: list[str], **kw) -> dg.ExecuteInProcessResult:
+        return self.materialize(keys, publish=True, target=False, **kw)
+
     def fingerprints(self, table: str, keys: list[str]) -> dict[str, Fingerprint]:
-        with connection(self.warehouse) as con:
-            return fingerprints(con, table, "order_date", keys)
+        with self.warehouse().session() as session:
+            if not session.engine.table_exists(session, table):
+                return {k: Fingerprint(0, "0") for k in keys}
+            return fingerprints(session, table, DAILY_REVENUE.columns, self.scheme, "order_date", keys)
 
     def sql(self, query: str, params: list | None = None) -> list[tuple]:
-        with connection(self.warehouse) as con:
-            return con.execute(query, params or []).fetchall()
+        with self.warehouse().session() as session:
+            return session.rows(query, params or [])
+
+    def run_sql(self, statement: str, params: list | None = None) -> None:
+        with self.warehouse().session() as session:
+            session.execute(statement, params or [])
+
+    def plan_ids(self) -> list[str]:
+        with self.warehouse().session() as session:
+            if not session.engine.table_exists(session, "plans", "backfill_control"):
+                return []
+            return [r[0] for r in session.rows("SELECT plan_id FROM backfill_control.plans ORDER BY 1")]
+
+    def phase(self, plan_id: str = "fix") -> str | None:
+        found = self.sql("SELECT phase FROM backfill_control.plans WHERE plan_id = ?", [plan_id])
+        return found[0][0] if found else None
 
     def rows(self, table: str, key: str) -> int:
-        try:
-            return self.sql(f"SELECT count(*) FROM {table} WHERE order_date = ?", [key])[0][0]
-        except duckdb.CatalogException:
-            return 0
+        with self.warehouse().session() as session:
+            if not session.engine.table_exists(session, table):
+                return 0
+            return int(session.scalar(f"SELECT count(*) FROM {table} WHERE order_date = ?", [key]))
 
 
 def failure_text(result: dg.ExecuteInProcessResult) -> str:
@@ -111,11 +169,14 @@ def failure_text(result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(texts)
 
 
-def make_world(tmp_path: Path, instance: dg.DagsterInstance) -> World:
-    world = World(tmp_path, instance)
+def make_world(tmp_path: Path, instance: dg.DagsterInstance, keys: dict[str, Path]) -> World:
+    world = World(tmp_path, instance, keys)
     world.home.mkdir(parents=True, exist_ok=True)
-    with connection(world.warehouse) as con:
-        generate_orders(con, start=START, days=DAYS, rows_per_day=300, seed=11)
+    signers = tmp_path / "approvers" / "allowed_signers"
+    signers.parent.mkdir(parents=True, exist_ok=True)
+    signers.write_text(signers_text(keys))
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=DAYS, rows_per_day=300, seed=11)
     return world
 
 

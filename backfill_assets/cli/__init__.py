@@ -14,7 +14,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from backfill_assets.cli import guard_cmd, output, plan_cmds
+from backfill_assets import terminal as output
+from backfill_assets.cli import guard_cmd, plan_cmds
 from backfill_assets.errors import BackfillError
 from backfill_assets.warehouse import lock_wait
 

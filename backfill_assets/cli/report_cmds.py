@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from backfill_assets.cli import output
+from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
 from backfill_assets.errors import PublishBlocked, UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from backfill_assets.cli import output
+from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.errors import PlanRefused, WindowError
@@ -110,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fail_dead_runs(instance)
         print(stage.describe())
         with output.dagster_output(home) as log:
-            reports = execute(stage, loaded, table, instance, warehouse, state, held, actor(), output.say,
+            reports = execute(stage, loaded, table, instance, warehouse, state, held, actor(),
                               lambda keys: run_range(loaded, table, instance, state.plan_id, keys, actor(),
                                                      output.run_config()))
     finally:

@@ -1,29 +1,39 @@
 """`backfill demo`: the whole story on the embedded DuckDB, from sample data to evidence.
 
 The demo is a user of the library like any team: it drives the `backfill` CLI and Dagster the way a
-person would, with the demo pipeline in `examples/`.
+person would, with the demo pipeline in `backfill_assets/demo/`. Dagster's own output goes to the
+home's log file; the terminal shows the story.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import dagster as dg
-from examples.definitions import build_definitions
-from examples.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from backfill_assets import terminal
 from backfill_assets.cli import main as cli
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.demo.definitions import build_definitions
+from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 from backfill_assets.errors import UsageError
-from backfill_assets.execution.runner import enable_event_batching
+from backfill_assets.execution.runner import enable_event_batching, failure_messages
 from backfill_assets.home import Home
-from backfill_assets.plan.gate import BACKFILL_TAG
-from backfill_assets.warehouse.connection import connection
+from backfill_assets.permission import BACKFILL_TAG
+from backfill_assets.plan.approvals import append_approval_text
+from backfill_assets.plan.identity import plan_sha256
+from backfill_assets.plan.loading import load_plan
+from backfill_assets.plan.model import Approval
+from backfill_assets.signing import sshsig
+from backfill_assets.warehouse import open_warehouse
 
 MARKER = ".backfill-demo"
 FIRST_DAY, DAYS, ROWS_PER_DAY = dt.date(2026, 1, 1), 21, 2000
@@ -50,9 +60,8 @@ execution:
   mode: overwrite
   idempotency: each partition is deleted and re-inserted from orders in one transaction, so a
     rerun yields the same rows (proved by fingerprints on the proof partition)
-  business_keys: [order_date, region]
-  max_concurrent_partitions: 4
   proof_partitions: [{PROOF}]
+  partitions_per_run: 4
   allow_empty_partitions: false
 incremental:
   watermark: the daily schedule keeps its cursor; the window is frozen while the plan is active
@@ -67,11 +76,11 @@ rollback:
 checks:
   row_count_parity: {{max_diff_pct: 0}}
   duplicates: {{max_rows: 0}}
-  metrics:
-    - {{name: orders, tolerance_pct: 0}}
-    - {{name: gross, tolerance_pct: 0.01}}
-    - {{name: refunds, tolerance_pct: 0.01}}
-    - {{name: net_revenue, tolerance_pct: 0.01}}
+  metrics:                      # DECIMAL money and counts: exact, per day and region
+    - {{name: orders}}
+    - {{name: gross}}
+    - {{name: refunds}}
+    - {{name: net_revenue}}
   contract: {{enforce: true}}
 approvals:
   required: 2
@@ -84,11 +93,19 @@ def step(number: int, title: str) -> None:
 
 
 def run(*args: str, expect: int = 0) -> None:
-    print(f"$ backfill {' '.join(args)}", flush=True)
+    print(f"$ backfill {' '.join(_short(a) for a in args)}", flush=True)
     code = cli(list(args))
     if code != expect:
         raise UsageError(f"demo step `backfill {' '.join(args)}` exited {code}, expected {expect}",
                          fix="see the output above")
+
+
+def _short(arg: str) -> str:
+    """Paths inside the demo's home are shown relative to it, so the transcript stays readable."""
+    return arg.replace(str(_HOME[0]) + "/", "") if _HOME else arg
+
+
+_HOME: list[Path] = []
 
 
 def _prepare(home: Home) -> None:
@@ -100,108 +117,151 @@ def _prepare(home: Home) -> None:
     (home.root / MARKER).write_text("created by `backfill demo`; safe to delete\n")
 
 
+def _keys(home: Home, names: list[str]) -> dict[str, Path]:
+    """Throwaway SSH keys for the demo's people, and the allowed_signers file of alice and bob."""
+    folder = home.root / "demo-keys"
+    folder.mkdir(mode=0o700)
+    paths = {}
+    for name in names:
+        key = ed25519.Ed25519PrivateKey.generate()
+        path = folder / name
+        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                           serialization.NoEncryption()))
+        path.chmod(0o600)
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        (folder / f"{name}.pub").write_bytes(public + f" {name}\n".encode())
+        paths[name] = path
+    signers = home.root / "approvers" / "allowed_signers"
+    signers.parent.mkdir()
+    signers.write_text("# reviewed like code: who may approve replay plans, with which key\n" + "".join(
+        f"{n} {(paths[n].parent / f'{n}.pub').read_text().split(' ' + n)[0]}\n" for n in ("alice", "bob")))
+    return paths
+
+
+def _forge(plan: Path, by: str, signature: str) -> None:
+    sha = plan_sha256(load_plan(plan))
+    approval = Approval(by=by, at=dt.datetime.now(dt.UTC), plan_sha256=sha, signature=signature)
+    plan.write_text(append_approval_text(plan.read_text(), approval))
+
+
 def _net_revenue(home: Home, table: str) -> float:
-    with connection(home.warehouse) as con:
-        return float(con.execute(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} "  # noqa: S608
-                                 "WHERE order_date BETWEEN ? AND ?", list(WINDOW)).fetchone()[0])
+    with open_warehouse(home).session() as session:
+        return float(session.scalar(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} "
+                                    "WHERE order_date BETWEEN ? AND ?", list(WINDOW)))
 
 
 def _truth(home: Home) -> float:
-    with connection(home.warehouse) as con:
-        return float(con.execute(
+    with open_warehouse(home).session() as session:
+        return float(session.scalar(
             "SELECT sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) "
-            "FROM orders WHERE order_date BETWEEN ? AND ?", list(WINDOW)).fetchone()[0])
+            "FROM orders WHERE order_date BETWEEN ? AND ?", list(WINDOW)))
 
 
-def _in_process(defs: dg.Definitions, instance: dg.DagsterInstance, assets: list[str],
+def _sql(home: Home, statement: str, params: list | None = None) -> None:
+    with open_warehouse(home).session() as session:
+        session.execute(statement, params or [])
+
+
+def _in_process(home: Home, defs: dg.Definitions, instance: dg.DagsterInstance, assets: list[str],
                 tags: dict[str, str]) -> dg.ExecuteInProcessResult:
     job = defs.resolve_implicit_global_asset_job_def()
-    return job.execute_in_process(
-        instance=instance, asset_selection=[dg.AssetKey(a) for a in assets], tags=tags,
-        raise_on_error=False, run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+    with terminal.dagster_output(home):
+        return job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(a) for a in assets],
+                                      tags=tags, raise_on_error=False, run_config=terminal.run_config())
 
 
 def run_demo(home: Home) -> int:
     started = time.monotonic()
+    # the demo's commands load the demo's definitions, wherever it is started from
+    os.environ.setdefault("BACKFILL_DEFS", "backfill_assets.demo.definitions")
     enable_event_batching()
     _prepare(home)
+    _HOME[:] = [home.root]
     h = ["--home", str(home.root)]
     plan = home.root / "plans" / f"{PLAN_ID}.yaml"
     instance = instance_for(home)
     last = (FIRST_DAY + dt.timedelta(days=DAYS - 1)).isoformat()
 
-    step(1, "Sample orders: deterministic order events, generated inside DuckDB")
+    step(1, "Sample orders: deterministic order events, generated inside the warehouse")
     run(*h, "init")
-    run(*h, "sample", "--days", str(DAYS), "--rows-per-day", str(ROWS_PER_DAY),
-        "--start", FIRST_DAY.isoformat())
+    run(*h, "sample", "--days", str(DAYS), "--rows-per-day", str(ROWS_PER_DAY), "--start", FIRST_DAY.isoformat())
 
     step(2, "The buggy release (refunds counted twice) loads and publishes the history")
-    buggy = build_definitions(DAILY_REVENUE_V1, database=str(home.warehouse))
-    seeded = _in_process(buggy, instance, ["daily_revenue", "published_revenue"], {
-        "dagster/asset_partition_range_start": FIRST_DAY.isoformat(),
-        "dagster/asset_partition_range_end": last})
-    assert seeded.success, "seeding the buggy history failed"
+    buggy = build_definitions(DAILY_REVENUE_V1, home=str(home.root))
+    seeded = _in_process(home, buggy, instance, ["daily_revenue", "published_revenue"], {
+        "dagster/asset_partition_range_start": FIRST_DAY.isoformat(), "dagster/asset_partition_range_end": last})
+    if not seeded.success:
+        raise UsageError("seeding the buggy history failed: " + "; ".join(failure_messages(seeded)),
+                         fix=f"see {home.log_file}")
     before = _net_revenue(home, "published_revenue")
-    print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} "
-          f"(orders say {_truth(home):,.2f})")
+    print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} (orders say {_truth(home):,.2f})")
 
-    step(3, "A backfill launched like the UI does, without a plan, is refused before any write")
-    fixed = build_definitions(DAILY_REVENUE, database=str(home.warehouse))
-    refused = _in_process(fixed, instance, ["daily_revenue"],
-                          {BACKFILL_TAG: "ui-demo", "dagster/partition": WINDOW[0]})
-    print(f"run {refused.run_id[:8]} {'FAILED' if not refused.success else 'succeeded?!'}: "
-          "no approved replay plan covers the partition (see the Runs page in `make ui`)")
+    step(3, "Without a plan, rewriting history is refused before any write: the data decides")
+    fixed = build_definitions(DAILY_REVENUE, home=str(home.root))
+    for label, tags in (("the UI's Materialize of one old partition", {"dagster/partition": WINDOW[0],
+                                                                        "dagster/from_ui": "true"}),
+                        ("a UI backfill", {BACKFILL_TAG: "ui-demo", "dagster/partition": WINDOW[0]})):
+        refused = _in_process(home, fixed, instance, ["daily_revenue"], tags)
+        print(f"{label}: run {refused.run_id[:8]} {'FAILED' if not refused.success else 'succeeded?!'}: "
+              + (failure_messages(refused) or ["?"])[0][:150])
 
-    step(4, "Draft the replay plan; the guard refuses it until it is approved")
+    step(4, "Draft the replay plan; the guard refuses it until it is signed")
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text(PLAN_TEXT)
+    keys = _keys(home, ["alice", "bob", "mallory"])
     run(*h, "plan", "validate", str(plan))
     run(*h, "guard", str(plan), expect=1)
 
-    step(5, "Two approvers who are not the owner; the guard passes")
-    run(*h, "plan", "approve", str(plan), "--by", "alice")
-    run(*h, "plan", "approve", str(plan), "--by", "bob")
+    step(5, "Forged approvals do not count; two approvers sign with their SSH keys")
+    sha = plan_sha256(load_plan(plan))
+    _forge(plan, "carol", "U1NIU0lHAAAAAQ==")  # typed by hand
+    _forge(plan, "bob", sshsig.one_line(sshsig.sign(sha.encode(), keys["mallory"])))  # mallory's key
+    run(*h, "plan", "show", str(plan))
+    run(*h, "plan", "approve", str(plan), "--by", "bob", "--key", str(keys["mallory"]), expect=1)
+    run(*h, "plan", "approve", str(plan), "--by", "alice", "--key", str(keys["alice"]))
+    run(*h, "plan", "approve", str(plan), "--by", "bob", "--key", str(keys["bob"]))
     run(*h, "guard", str(plan))
 
     step(6, "Proof slice, twice, through Dagster: identical fingerprints")
-    run(*h, "run", str(plan), "--proof")
+    run(*h, "run", PLAN_ID, "--proof")
 
     step(7, f"Late events with no region arrive for {LATE_DAY}; the window runs in slices")
-    with connection(home.warehouse) as con:
-        con.execute("INSERT INTO orders SELECT order_id + 10000000, customer_id, NULL, order_ts, "
-                    "order_date, amount, status FROM orders WHERE order_date = ? LIMIT 3",
-                    [LATE_DAY])
-    run(*h, "run", str(plan), "--dry-run")
-    run(*h, "run", str(plan), expect=1)
+    _sql(home, "INSERT INTO orders SELECT order_id + 10000000, customer_id, NULL, order_ts, order_date, amount, "
+               "status FROM orders WHERE order_date = ? LIMIT 3", [LATE_DAY])
+    run(*h, "run", PLAN_ID, "--dry-run")
+    run(*h, "run", PLAN_ID, expect=1)
 
-    step(8, "The gates table shows why; quarantine the bad events and resume")
-    run(*h, "reconcile", str(plan), expect=1)
-    with connection(home.warehouse) as con:
-        con.execute("CREATE TABLE IF NOT EXISTS orders_quarantine AS "
-                    "SELECT * FROM orders WHERE region IS NULL")
-        con.execute("DELETE FROM orders WHERE region IS NULL")
-    run(*h, "run", str(plan))
-    run(*h, "reconcile", str(plan))
+    step(8, "The gates say why; quarantine the bad events and re-run the failing partition")
+    run(*h, "status", PLAN_ID)
+    _sql(home, "CREATE TABLE IF NOT EXISTS orders_quarantine AS SELECT * FROM orders WHERE region IS NULL")
+    _sql(home, "DELETE FROM orders WHERE region IS NULL")
+    run(*h, "run", PLAN_ID, "--partitions", LATE_DAY)
+    run(*h, "run", PLAN_ID)
 
-    step(9, "The reopen sensor sees every gate passed and requests the publish run")
-    defs_sensor = fixed.resolve_sensor_def("daily_revenue__reopen_publish")
-    context = dg.build_sensor_context(instance=instance, definitions=fixed, resources={
-        "warehouse": WarehouseResource(database=str(home.warehouse))})
-    [request] = defs_sensor.evaluate_tick(context).run_requests
-    published = _in_process(fixed, instance, ["published_revenue"], dict(request.tags))
-    assert published.success, "the publish run failed"
-    run(*h, "status", str(plan))
+    step(9, "What the backfill changed, key by key, before anyone sees it")
+    run(*h, "diff", PLAN_ID, "--partitions", f"{WINDOW[0]},{LATE_DAY}", "--top", "2")
 
-    step(10, "Evidence for the audit, rendered from the hash-chained record")
+    step(10, "The reopen sensor sees every gate passed and requests the publish run")
+    sensor = fixed.resolve_sensor_def("daily_revenue__reopen_publish")
+    context = dg.build_sensor_context(instance=instance, definitions=fixed,
+                                      resources={"warehouse": WarehouseResource(home=str(home.root))})
+    [request] = sensor.evaluate_tick(context).run_requests
+    published = _in_process(home, fixed, instance, ["published_revenue"], dict(request.tags))
+    if not published.success:
+        raise UsageError("the publish run failed: " + "; ".join(failure_messages(published)), fix=str(home.log_file))
+    run(*h, "status", PLAN_ID)
+
+    step(11, "Evidence for the audit, from the keyed hash chain")
     evidence = home.root / "evidence" / f"{PLAN_ID}.yaml"
-    run(*h, "evidence", str(plan), "--out", str(evidence))
+    run(*h, "evidence", PLAN_ID, "--out", str(evidence))
     run(*h, "evidence", "verify")
 
-    step(11, "Rollback rehearsal on a copy of the warehouse (the real one is untouched)")
+    step(12, "Rollback rehearsal on a copy of the home (the real one is untouched)")
     with tempfile.TemporaryDirectory() as rehearsal:
         shutil.copy(home.warehouse, Path(rehearsal) / "warehouse.duckdb")
-        run("--home", rehearsal, "rollback", str(plan), "--dry-run")
-        run("--home", rehearsal, "rollback", str(plan))
+        shutil.copytree(home.evidence_key.parent, Path(rehearsal) / home.evidence_key.parent.name)
+        run("--home", rehearsal, "rollback", PLAN_ID, "--dry-run")
+        run("--home", rehearsal, "rollback", PLAN_ID)
         rolled = _net_revenue(Home(Path(rehearsal)), "published_revenue")
         print(f"rehearsal: published net revenue back to {rolled:,.2f} (the pre-backfill value)")
 
@@ -210,6 +270,6 @@ def run_demo(home: Home) -> int:
     print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} -> {after:,.2f} "
           f"(orders say {_truth(home):,.2f}; {after - before:+,.2f} restored)")
     print(f"evidence   {evidence}")
-    print(f"Dagster    {home.dagster_home}: `make ui` shows these runs, checks and the plan's "
-          f"publish; demo took {time.monotonic() - started:.0f}s")
+    print(f"Dagster    {home.dagster_home}: `make ui` shows these runs, the checks and the plan; "
+          f"demo took {time.monotonic() - started:.0f}s")
     return 0

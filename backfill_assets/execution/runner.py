@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,13 +47,12 @@ class SliceReport:
 
 
 class Progress:
-    """done/total, elapsed and ETA on stderr; redrawn in place on a terminal."""
+    """done/total, elapsed and ETA on the terminal; redrawn in place on a tty."""
 
-    def __init__(self, total: int, label: str, out=None) -> None:
-        self.total, self.label, self.out = total, label, out or sys.stderr
+    def __init__(self, total: int, label: str, write: Callable[[str], None], tty: bool) -> None:
+        self.total, self.label, self.write, self.tty = total, label, write, tty
         self.done = 0
         self.started = time.monotonic()
-        self.tty = self.out.isatty()
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -64,10 +62,7 @@ class Progress:
         filled = int(width * self.done / self.total) if self.total else width
         line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
                 f"partitions  elapsed {elapsed:5.1f}s  ETA {eta:5.1f}s")
-        self.out.write(("\r" + line) if self.tty else line + "\n")
-        if self.tty and self.done >= self.total:
-            self.out.write("\n")
-        self.out.flush()
+        self.write(("\r" + line + ("\n" if self.done >= self.total else "")) if self.tty else line + "\n")
 
 
 def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
@@ -110,10 +105,13 @@ def gate_failures(warehouse: Warehouse, state: PlanState, keys: list[str]) -> di
 
 def execute(stage: Stage, loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance,
             warehouse: Warehouse, state: PlanState, held: lease.Lease, actor: str,
-            say: Callable[[str], None], run_one: Callable[[list[str]], tuple[str, list[str]]]) -> list[SliceReport]:
+            run_one: Callable[[list[str]], tuple[str, list[str]]]) -> list[SliceReport]:
     """Run the stage's slices in order; stop when paused or cancelled, halt at the first failure."""
+    from backfill_assets import terminal as output
+
+    say = output.say
     reports: list[SliceReport] = []
-    progress = Progress(len(stage.partitions) * stage.repeats, stage.name)
+    progress = Progress(len(stage.partitions) * stage.repeats, stage.name, output.write, output.terminal_is_tty())
     throttle = state.approved.plan.execution.max_partitions_per_minute
     for repeat in range(stage.repeats):
         for keys in stage.slices:

@@ -121,10 +121,17 @@ def void_reason(approval: Approval, plan: Plan, sha: str, signers: AllowedSigner
 
 # --- the file mirror ------------------------------------------------------------------------------
 
+def _one_line(signature: str) -> str:
+    try:
+        return sshsig.one_line(signature)
+    except SignatureError:  # kept as given; the tally voids it
+        return "".join(signature.split()).replace('"', "")
+
+
 def _entry_line(indent: str, approval: Approval) -> str:
     at = approval.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     return (f'{indent}- {{by: "{approval.by}", at: "{at}", plan_sha256: "{approval.plan_sha256}", '
-            f'signature: "{sshsig.one_line(approval.signature)}"}}\n')
+            f'signature: "{_one_line(approval.signature)}"}}\n')
 
 
 def append_approval_text(text: str, approval: Approval) -> str:
@@ -172,11 +179,11 @@ def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
     so re-running after a crash converges. Returns how many were added.
     """
     text = path.read_text(encoding="utf-8")
-    present = {(g.get("by"), g.get("plan_sha256"), sshsig.one_line(str(g.get("signature", ""))))
+    present = {(g.get("by"), g.get("plan_sha256"), _one_line(str(g.get("signature", ""))))
                for g in _granted(text, str(path)) if g.get("signature")}
     updated, added = text, 0
     for approval in approvals:
-        mark = (approval.by, approval.plan_sha256, sshsig.one_line(approval.signature))
+        mark = (approval.by, approval.plan_sha256, _one_line(approval.signature))
         if mark not in present:
             updated = append_approval_text(updated, approval)
             present.add(mark)

@@ -14,13 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (
-    AliasEvent,
-    CollectionStartEvent,
-    MappingStartEvent,
-    ScalarEvent,
-    StreamEndEvent,
-)
+from yaml.events import AliasEvent, CollectionStartEvent, MappingStartEvent, ScalarEvent, StreamEndEvent
 
 from backfill_assets.errors import PlanReadError
 
@@ -37,24 +31,64 @@ _INT = re.compile(r"[-+]?[0-9]+\Z")
 _FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z")
 _INF = re.compile(r"[-+]?\.(?:inf|Inf|INF)\Z")
 _NAN = re.compile(r"\.(?:nan|NaN|NAN)\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # PyYAML scans a directive at column 0 of ANY line (even mid-document) and int()s its version
 # number unbounded, which raises ValueError past 4300 digits, so directives are refused up front.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _DIRECTIVE = re.compile(r"(?:\A\ufeff?|[\n\r\x85\u2028\u2029])%")
+
+
+def _escape(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _short(text: str) -> str:
     """Quote input in a message: capped, and escaped so it stays on one line."""
-    cut = text[:_QUOTE_CHARS] + ("..." if len(text) > _QUOTE_CHARS else "")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return _escape(text[:_QUOTE_CHARS] + ("..." if len(text) > _QUOTE_CHARS else ""))
 
 
 def _refuse(source: str, problem: str, fix: str) -> PlanReadError:
-    return PlanReadError(f"{source}: {problem}", fix=fix)
+    # a file name may hold a newline too, and the message must stay one line
+    return PlanReadError(f"{_escape(source)}: {problem}", fix=fix)
 
 
 def _line(event: Any) -> int:
     return event.start_mark.line + 1
+
+
+class _Frame:
+    """One open mapping or list. The dotted path is only built for a message: copying it into every
+    child would be quadratic for a long key above many small collections."""
+
+    __slots__ = ("value", "parent", "step", "key", "lines")
+
+    def __init__(self, value: dict[str, Any] | list[Any], parent: _Frame | None) -> None:
+        self.value = value
+        self.parent = parent
+        self.step = None if parent is None else parent.next_step()
+        self.key: str | None = None  # a mapping's key awaiting its value
+        self.lines: dict[str, int] = {}  # a mapping's keys and the line each was first seen on
+
+    def expects_key(self) -> bool:
+        return isinstance(self.value, dict) and self.key is None
+
+    def next_step(self) -> str:
+        return str(len(self.value)) if isinstance(self.value, list) else str(self.key)
+
+    def add(self, item: Any) -> None:
+        if isinstance(self.value, list):
+            self.value.append(item)
+        elif self.key is None:
+            self.key = item
+        else:
+            self.value[self.key] = item
+            self.key = None
+
+    def path(self, last: str) -> str:
+        steps, frame = [last], self
+        while frame is not None and frame.step is not None:
+            steps.append(frame.step)
+            frame = frame.parent
+        return ".".join(reversed(steps))
 
 
 class _PlanLoader(yaml.SafeLoader):
@@ -117,10 +151,8 @@ class _PlanLoader(yaml.SafeLoader):
         if isinstance(self._plan_event(peek=True), StreamEndEvent):
             raise _refuse(source, "the plan is empty", "start from templates/backfill-plan.yaml")
         self._plan_event()  # DocumentStart
-        # one frame per open collection: [container, dotted path, pending key, {key: line}]
-        stack: list[list[Any]] = []
+        stack: list[_Frame] = []
         nodes = 0
-        root: Any = None
         while True:
             event = self._plan_event()
             if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
@@ -136,7 +168,7 @@ class _PlanLoader(yaml.SafeLoader):
                     raise _refuse(source, f"explicit tag `{_short(tag)}` at line {_line(event)}"
                                   " is not allowed", "remove the tag; plans use plain values")
             parent = stack[-1] if stack else None
-            expects_key = parent is not None and isinstance(parent[0], dict) and parent[2] is None
+            expects_key = parent is not None and parent.expects_key()
             if isinstance(event, CollectionStartEvent):
                 if expects_key:
                     raise _refuse(source, f"a list or mapping is used as a key at line "
@@ -144,32 +176,20 @@ class _PlanLoader(yaml.SafeLoader):
                 if len(stack) >= MAX_DEPTH:
                     raise _refuse(source, f"nested deeper than {MAX_DEPTH} levels (line "
                                   f"{_line(event)})", "flatten the structure")
-                if parent is None:
-                    path = ""
-                else:
-                    step = parent[2] if isinstance(parent[0], dict) else str(len(parent[0]))
-                    path = f"{parent[1]}.{step}" if parent[1] else step
-                container: Any = {} if isinstance(event, MappingStartEvent) else []
-                stack.append([container, path, None, {}])
+                stack.append(_Frame({} if isinstance(event, MappingStartEvent) else [], parent))
                 continue
             if isinstance(event, ScalarEvent):
                 value = self._plan_scalar(event)
             else:  # MappingEnd / SequenceEnd
-                value = stack.pop()[0]
+                value = stack.pop().value
                 parent = stack[-1] if stack else None
                 expects_key = False
             if parent is None:
                 root = value
                 break
-            container, path, key, lines = parent
-            if isinstance(container, list):
-                container.append(value)
-            elif not expects_key:
-                container[key] = value
-                parent[2] = None
-            else:
-                self._plan_key(event, value, path, lines)
-                parent[2] = value
+            if expects_key:
+                self._plan_key(event, value, parent)
+            parent.add(value)
         if not isinstance(self._plan_event(), yaml.DocumentEndEvent) or not isinstance(
             self._plan_event(peek=True), StreamEndEvent
         ):
@@ -183,7 +203,7 @@ class _PlanLoader(yaml.SafeLoader):
                           "start from templates/backfill-plan.yaml")
         return root
 
-    def _plan_key(self, event: ScalarEvent, key: Any, path: str, lines: dict[str, int]) -> None:
+    def _plan_key(self, event: ScalarEvent, key: Any, frame: _Frame) -> None:
         line = _line(event)
         if not isinstance(key, str):
             raise _refuse(self.plan_source, f"key {_short(event.value or 'null')} at line {line} is "
@@ -192,11 +212,10 @@ class _PlanLoader(yaml.SafeLoader):
         if key == "<<":
             raise _refuse(self.plan_source, f"merge key `<<` at line {line} is not allowed",
                           "write the keys out in full")
-        dotted = f"{path}.{key}" if path else key
-        if key in lines:
-            raise _refuse(self.plan_source, f"duplicate key `{_short(dotted)}` at line {line} (first at "
-                          f"line {lines[key]})", "keep one of them and delete the other")
-        lines[key] = line
+        if key in frame.lines:
+            raise _refuse(self.plan_source, f"duplicate key `{_short(frame.path(key))}` at line {line} "
+                          f"(first at line {frame.lines[key]})", "keep one of them and delete the other")
+        frame.lines[key] = line
 
 
 def read_yaml_text(text: str, source: str) -> dict[str, Any]:

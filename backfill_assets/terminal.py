@@ -36,14 +36,25 @@ def log_file(home: Home) -> Path:
     return path
 
 
+def write(text: str) -> None:
+    """Text for the user's terminal (stderr), even while Dagster's output goes to the log file."""
+    if _terminal_fd is not None:
+        os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
+    else:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+def terminal_is_tty() -> bool:
+    try:
+        return os.isatty(_terminal_fd if _terminal_fd is not None else sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+
+
 def say(message: str) -> None:
     """A line for the user, even while Dagster's output goes to the log file."""
-    text = (message + "\n").encode("utf-8", errors="replace")
-    if _terminal_fd is not None:
-        os.write(_terminal_fd, text)
-    else:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
+    write(message + "\n")
 
 
 def run_config() -> dict:
