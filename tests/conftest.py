@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from backfill_assets.cli import main as cli_main
+from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -83,6 +84,19 @@ def world(tmp_path, instance, ssh_keys, monkeypatch):
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     return make_world(tmp_path, instance, ssh_keys)
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def engine_world(request, tmp_path, instance, ssh_keys, monkeypatch):
+    """The same world on each engine: the embedded DuckDB file, and a real PostgreSQL server."""
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    url = None
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
+    return make_world(tmp_path, instance, ssh_keys, url)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Write-audit-publish across runs: the publish rule, the reopen sensor, notifications, evidence."""
+"""Write-audit-publish across runs: the publish rule checks what it copies, the reopen sensor obeys
+it, and every answer about a plan's state agrees with every other."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import dagster as dg
-import duckdb
 import pytest
 import yaml
 
 from backfill_assets.defs.resources import WarehouseResource
-from backfill_assets.plan.gate import PLAN_TAG
-from examples.revenue import BUGGY_SELECT
+from backfill_assets.demo.revenue import BUGGY_SELECT
+from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from tests.world import FIXED, failure_text, keys
 
 # the fix is not right yet: the buggy transform under the corrected metric definitions
@@ -24,91 +24,134 @@ SENSOR = "daily_revenue__reopen_publish"
 
 def evaluate_sensor(world):
     defs = world.defs()
-    sensor = defs.resolve_sensor_def(SENSOR)
-    context = dg.build_sensor_context(
-        instance=world.instance, definitions=defs,
-        resources={"warehouse": WarehouseResource(database=str(world.warehouse))})
-    return sensor.evaluate_tick(context)
+    context = dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                      resources={"warehouse": WarehouseResource(home=str(world.home))})
+    return defs.resolve_sensor_def(SENSOR).evaluate_tick(context)
 
 
-def phase(world, plan_id="fix"):
-    return world.sql("SELECT phase FROM backfill_control.plans WHERE plan_id = ?", [plan_id])[0][0]
-
-
-def proven_plan(world, **kwargs):
-    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04",
-                               proof=("2026-01-02",), **kwargs)
-    assert world.plan_run("fix", keys(2, 2)).success
-    assert world.plan_run("fix", keys(2, 2)).success
-    tick = evaluate_sensor(world)
-    assert tick.run_requests == [] and phase(world) == "proven"
+def reconciled_plan(world, **kwargs):
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",), **kwargs)
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.phase() == "reconciled"
     return path
 
 
-def test_failed_gate_blocks_publish_in_the_same_run_and_a_later_run_until_fixed(world):
-    proven_plan(world)
-    assert world.plan_run("fix", [keys(1, 1)[0]]).success
-    assert world.plan_run("fix", keys(4, 4)).success
-    same_run = world.plan_run("fix", keys(3, 3), spec=UNFIXED, publish=True)
-    assert not same_run.success
-    assert "metrics_match_source" in failure_text(same_run)
+def test_a_failed_gate_blocks_publish_in_the_same_run_and_a_later_run_until_fixed(world):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    wrong = world.plan_run("fix", keys(3, 4), spec=UNFIXED, publish=True)
+    assert not wrong.success and "metrics_match_source" in failure_text(wrong)
     assert world.rows("published_revenue", "2026-01-03") == 0
+    later = world.materialize(keys(1, 4), target=False, publish=True)
+    assert not later.success and "paused by plan fix (running)" in failure_text(later)
+    assert evaluate_sensor(world).run_requests == []
+    assert world.plan_run("fix", keys(3, 4)).success  # the fixed transform
+    assert world.plan_run("fix", keys(1, 1)).success
+    [request] = evaluate_sensor(world).run_requests
+    assert world.phase() == "reconciled"
+    assert world.materialize(keys(1, 4), tags=dict(request.tags), target=False, publish=True).success
+    assert world.phase() == "published"
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
 
-    later = world.materialize(keys(1, 4), tags={PLAN_TAG: "fix"}, target=False, publish=True)
-    assert not later.success
-    text = failure_text(later)
-    assert "paused by plan fix (running)" in text
-    assert "2026-01-03: gate(s) metrics_match_source did not pass" in text
-    assert world.sql("SELECT count(*) FROM published_revenue")[0][0] == 0
 
-    figures = json.loads(world.sql(
-        "SELECT figures FROM backfill_control.gate_results WHERE partition_key = '2026-01-03' "
-        "AND gate = 'metrics_match_source' ORDER BY recorded_at DESC LIMIT 1")[0][0])
-    assert figures["passed"] is False and "net_revenue" in figures["detail"]
-    source_refunds = world.sql("SELECT sum(amount) FILTER (WHERE status = 'refunded') FROM orders "
-                               "WHERE order_date = '2026-01-03'")[0][0]
-    assert figures["actual"]["net_revenue"] == pytest.approx(
-        figures["expected"]["net_revenue"] - float(source_refunds))
-
-    blocked = evaluate_sensor(world)
-    assert blocked.run_requests == [] and phase(world) == "running"
-
-    assert world.plan_run("fix", keys(3, 3)).success  # the fix, re-materialized
-    tick = evaluate_sensor(world)
-    assert phase(world) == "reconciled"
-    [request] = tick.run_requests
-    assert request.tags[PLAN_TAG] == "fix"
-    assert (request.tags["dagster/asset_partition_range_start"],
-            request.tags["dagster/asset_partition_range_end"]) == ("2026-01-01", "2026-01-04")
-    assert request.asset_selection == [dg.AssetKey("published_revenue")]
-
-    published = world.materialize(keys(1, 4), tags=dict(request.tags), target=False, publish=True)
-    assert published.success
-    assert phase(world) == "published"
-    assert world.sql("SELECT count(*) FROM published_revenue")[0][0] == 20
-    assert world.sql("SELECT event FROM backfill_control.outbox ORDER BY recorded_at") == [
-        ("paused",), ("reopened",)]
-    assert evaluate_sensor(world).run_requests == []  # fires once
-    assert world.cli("plan", "close", str(world.root / "fix.yaml")) == 0
-    assert phase(world) == "closed"
+@pytest.mark.parametrize("edit", [
+    "UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03' AND region = 'north'",
+    "INSERT INTO daily_revenue SELECT * FROM daily_revenue WHERE order_date = '2026-01-03' LIMIT 1",
+])
+def test_publish_copies_only_the_bytes_the_gates_checked(world, edit):
+    reconciled_plan(world)
+    published_before = world.fingerprints("published_revenue", keys(1, 4))
+    world.run_sql(edit)
+    refused = world.cli("publish", "fix")
+    assert refused == 1
+    assert world.fingerprints("published_revenue", keys(1, 4)) == published_before
+    # the refusal is recorded as a failed gate on that partition's write, for the UI and the record
+    failed = world.sql("SELECT partition_key, passed FROM backfill_control.gate_results WHERE gate = ? "
+                       "ORDER BY result_id DESC LIMIT 1", [UNCHANGED_SINCE_CHECKED])
+    assert failed == [("2026-01-03", False)]
+    # the sensor requests nothing for such a window, and the publish asset refuses it too
+    assert evaluate_sensor(world).run_requests == []
+    tags = {"dagster/asset_partition_range_start": "2026-01-01", "dagster/asset_partition_range_end": "2026-01-04"}
+    asset = world.materialize(keys(1, 4), tags=tags, target=False, publish=True)
+    assert not asset.success and "changed since its gates checked it" in failure_text(asset)
+    checks = [e for e in asset.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert [(c.event_specific_data.check_name, c.event_specific_data.passed, c.event_specific_data.partition)
+            for c in checks] == [(UNCHANGED_SINCE_CHECKED, False, "2026-01-03")]
+    assert world.fingerprints("published_revenue", keys(1, 4)) == published_before
+    assert world.phase() == "running"  # the recorded failure took the window out of reconciled
+    # the fix: re-run the partition through the plan; then publish passes
+    assert world.cli("run", "fix", "--partitions", "2026-01-03") == 0
+    assert world.cli("publish", "fix") == 0
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
 
 
 def test_a_failure_part_way_through_publish_leaves_the_published_table_unchanged(world):
-    for key in keys(1, 3):
-        assert world.materialize(key, publish=True).success  # incremental days, published
+    assert world.materialize(keys(1, 3), publish=True).success
     before = world.fingerprints("published_revenue", keys(1, 4))
-    # rebuild the published table with a constraint that the 4th day's rows violate on INSERT,
-    # i.e. after the DELETE of the same transaction ran
-    world.sql("CREATE TABLE keep AS SELECT * FROM published_revenue")
-    world.sql("DROP TABLE published_revenue")
-    world.sql("CREATE TABLE published_revenue (order_date DATE, region VARCHAR, orders BIGINT, "
-              "gross DECIMAL(18,2), refunds DECIMAL(18,2), net_revenue DECIMAL(18,2), "
-              "customers BIGINT, CHECK (order_date < DATE '2026-01-04'))")
-    world.sql("INSERT INTO published_revenue SELECT * FROM keep")
+    # a constraint that the 4th day's rows violate on INSERT, after the DELETE of the same transaction
+    world.run_sql("CREATE TABLE keep AS SELECT * FROM published_revenue")
+    world.run_sql("DROP TABLE published_revenue")
+    world.run_sql("CREATE TABLE published_revenue (order_date DATE, region VARCHAR, orders BIGINT, "
+                  "gross DECIMAL(18,2), refunds DECIMAL(18,2), net_revenue DECIMAL(18,2), "
+                  "customers BIGINT, CHECK (order_date < DATE '2026-01-04'))")
+    world.run_sql("INSERT INTO published_revenue SELECT * FROM keep")
     assert world.materialize(keys(4, 4)).success
     result = world.materialize(keys(1, 4), target=False, publish=True)
     assert not result.success and "CHECK constraint" in failure_text(result)
     assert world.fingerprints("published_revenue", keys(1, 4)) == before
+
+
+def test_a_reconcile_failing_after_publish_moves_the_plan_to_repairing_and_blocks_close(world, run_cli):
+    reconciled_plan(world)
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("UPDATE daily_revenue SET orders = orders + 1 WHERE order_date = '2026-01-02'")
+    assert run_cli("reconcile", "fix").code == 1
+    assert world.phase() == "repairing"
+    status = run_cli("status", "fix", "--json")
+    report = json.loads(status.out)
+    assert report["phase"] == "repairing" and list(report["failed"]) == ["2026-01-02"]
+    assert "backfill run fix --partitions 2026-01-02" in report["next"]
+    closed = run_cli("plan", "close", "fix")
+    assert closed.code == 1 and "backfill run fix --partitions 2026-01-02" in closed.err
+    again = run_cli("publish", "fix")
+    assert again.code == 1 and "repairing" in again.err
+    # repaired through the plan: reconciled, published again, then closable
+    assert world.cli("run", "fix", "--partitions", "2026-01-02") == 0
+    assert world.phase() == "reconciled"
+    assert world.cli("publish", "fix") == 0
+    assert world.cli("plan", "close", "fix") == 0
+    assert world.phase() == "closed"
+
+
+def test_close_rechecks_the_data_and_refuses_a_window_changed_after_publish(world, run_cli):
+    reconciled_plan(world)
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("DELETE FROM daily_revenue WHERE order_date = '2026-01-04' AND region = 'east'")
+    closed = run_cli("plan", "close", "fix")
+    assert closed.code == 1 and world.phase() == "repairing"
+
+
+def test_the_guard_and_status_agree_after_a_failed_reconcile(world, run_cli):
+    path = reconciled_plan(world)
+    guard = run_cli("guard", str(path))
+    assert "- [x] full window reconciliation passed" in guard.out
+    world.run_sql("UPDATE daily_revenue SET gross = gross + 1 WHERE order_date = '2026-01-03'")
+    assert run_cli("reconcile", "fix").code == 1
+    guard = run_cli("guard", str(path))
+    assert "- [ ] full window reconciliation passed" in guard.out
+    assert "backfill run fix --partitions 2026-01-03" in guard.out
+    status = json.loads(run_cli("status", "fix", "--json").out)
+    assert status["window_reconciled"] is None and list(status["failed"]) == ["2026-01-03"]
+
+
+def test_a_rerun_after_reconciliation_is_reconciled_again_before_publish(world):
+    reconciled_plan(world)
+    assert world.plan_run("fix", keys(3, 3)).success
+    assert world.phase() == "running"
+    [request] = evaluate_sensor(world).run_requests
+    assert world.phase() == "reconciled"
+    assert request.tags["backfill_assets/plan"] == "fix"
 
 
 class _Hook(BaseHTTPRequestHandler):
@@ -134,82 +177,32 @@ def webhook():
     server.shutdown()
 
 
-def test_owners_are_notified_on_pause_and_reopen_by_outbox_and_webhook(world, webhook, tmp_path):
+def test_owners_are_notified_on_pause_and_reopen_after_each_commit(world, webhook):
     url, received = webhook
     path = world.plan("fix", start="2026-01-02", end="2026-01-02", proof=("2026-01-02",))
     doc = yaml.safe_load(path.read_text())
     doc["publish"]["webhook_url"] = url
     path.write_text(yaml.safe_dump(doc))
-    assert world.cli("plan", "approve", str(path), "--by", "alice") == 0
+    world.approve(path, "alice")
     assert received == []  # one approval of two: not paused yet
-    assert world.cli("plan", "approve", str(path), "--by", "bob") == 0
+    world.approve(path, "bob")
     assert [r["event"] for r in received] == ["paused"]
     assert received[0]["recipients"] == ["#revenue-consumers", "finance-bi"]
-    assert received[0]["downstream"] == ["published_revenue"]
-    for _ in range(2):
-        assert world.plan_run("fix", keys(2, 2)).success
-    [request] = evaluate_sensor(world).run_requests  # proven, reconciled (one-day window)
-    assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False,
-                             publish=True).success
+    assert received[0]["downstream"] == ["published_revenue"] and received[0]["notice_id"] > 0
+    assert world.cli("run", "fix", "--proof") == 0
+    [request] = evaluate_sensor(world).run_requests  # a one-day window: proven is reconciled
+    assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
+    evaluate_sensor(world)  # the sensor's tick delivers what the publish run queued
     assert [r["event"] for r in received] == ["paused", "reopened"]
-    outbox = world.sql("SELECT event, webhook_status FROM backfill_control.outbox "
-                       "ORDER BY recorded_at")
-    assert outbox == [("paused", "delivered (204)"), ("reopened", "delivered (204)")]
+    outbox = world.sql("SELECT event, delivered_at IS NOT NULL, last_error FROM backfill_control.outbox "
+                       "ORDER BY notice_id")
+    assert outbox == [("paused", True, None), ("reopened", True, None)]
 
 
-def test_reconcile_evidence_render_and_verify_from_the_cli(world, run_subprocess, monkeypatch):
-    proven_plan(world)
-    path = world.root / "fix.yaml"
-    for key in ("2026-01-01", "2026-01-03", "2026-01-04"):
-        assert world.plan_run("fix", key).success
-    world.sql("UPDATE daily_revenue SET net_revenue = net_revenue + 10 "
-              "WHERE order_date = '2026-01-04' AND region = 'east'")
-    failing = run_subprocess("--home", str(world.home), "reconcile", str(path), "--json")
-    assert failing.code == 1, failing.err
-    report = json.loads(failing.out)
-    day4 = next(p for p in report["partitions"] if p["partition"] == "2026-01-04")
-    assert not day4["gates"]["metrics_match_source"]["passed"]
-    assert day4["gates"]["metrics_match_source"]["difference"]["net_revenue"] > 0
-    assert all(p["passed"] for p in report["partitions"] if p["partition"] != "2026-01-04")
-
-    world.sql("UPDATE daily_revenue SET net_revenue = net_revenue - 10 "
-              "WHERE order_date = '2026-01-04' AND region = 'east'")
-    assert run_subprocess("--home", str(world.home), "reconcile", str(path)).code == 0
-    assert phase(world) == "reconciled"
-
-    out = world.root / "evidence.yaml"
-    rendered = run_subprocess("--home", str(world.home), "evidence", str(path), "--out", str(out))
-    assert rendered.code == 0, rendered.err
-    evidence = yaml.safe_load(out.read_text())
-    assert evidence["plan"]["plan_id"] == "fix" and evidence["chain"]["verified"] is True
-    assert [a["by"] for a in evidence["approvals"]] == ["alice", "bob"]
-    assert evidence["proof"]["fingerprints"]["2026-01-02"][0] == \
-        evidence["proof"]["fingerprints"]["2026-01-02"][1]
-    assert len(evidence["gates"]) == 4 and all(len(g["results"]) == 5 for g in evidence["gates"])
-    assert evidence["reconciled_at"] is not None
-
-    assert run_subprocess("--home", str(world.home), "evidence", "verify").code == 0
-    con = duckdb.connect(str(world.warehouse))
-    con.execute("UPDATE backfill_control.evidence SET actor = 'mallory' WHERE seq = 5")
-    con.close()
-    broken = run_subprocess("--home", str(world.home), "evidence", "verify")
-    assert broken.code == 1 and "evidence row 5 does not verify" in broken.err
-
-
-def test_a_rerun_after_reconciliation_is_reconciled_again_before_publish(world):
-    proven_plan(world)
-    assert world.plan_run("fix", keys(1, 4)).success
-    first = evaluate_sensor(world).run_requests
-    assert phase(world) == "reconciled" and len(first) == 1
-    world.sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, "
-              "order_date, amount, status FROM orders WHERE order_date = '2026-01-03' LIMIT 1")
-    assert not world.plan_run("fix", keys(3, 3)).success  # a re-run that now fails its gates
-    assert phase(world) == "running"
-    assert evaluate_sensor(world).run_requests == []
-    blocked = world.materialize(keys(1, 4), tags=dict(first[0].tags), target=False, publish=True)
-    assert not blocked.success and "paused by plan fix (running)" in failure_text(blocked)
-    world.sql("DELETE FROM orders WHERE region IS NULL")
-    assert world.plan_run("fix", keys(3, 3)).success
-    second = evaluate_sensor(world).run_requests
-    assert phase(world) == "reconciled" and len(second) == 1
-    assert second[0].run_key != first[0].run_key
+def test_the_sensor_shows_the_plans_on_the_target_asset(world):
+    reconciled_plan(world)
+    tick = evaluate_sensor(world)
+    [observation] = tick.asset_events
+    table = observation.metadata["backfill_assets/plans"].value
+    assert "| fix | reconciled | 2026-01-01..2026-01-04 (4) | alice, bob | 4/4 passed |" in table
+    assert "backfill publish fix" in table

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import shutil
 import struct
 import subprocess
 from datetime import UTC, datetime
@@ -30,8 +29,6 @@ from backfill_assets.signing import (
     sign,
     verify,
 )
-
-pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
 
 PLAN_SHA = hashlib.sha256(b"replay plan v1").hexdigest()
 MESSAGE = PLAN_SHA.encode("ascii")

@@ -1,4 +1,5 @@
-"""Idempotent, atomic writes by mode; snapshots; rollback to the exact pre-backfill state."""
+"""Idempotent, atomic writes by mode; snapshots; rollback whole to the exact pre-backfill state,
+or refused."""
 
 from __future__ import annotations
 
@@ -6,42 +7,33 @@ import dataclasses
 
 import pytest
 
-from backfill_assets.control import record
-from backfill_assets.errors import RollbackRefused, WriteRefused
-from backfill_assets.execution.rollback import rollback
-from backfill_assets.warehouse.connection import connection, transaction
-from backfill_assets.warehouse.fingerprints import fingerprint
+from backfill_assets.errors import WarehouseError, WriteRefused
 from backfill_assets.warehouse.writes import ensure_table, write_partition
 from tests.world import BUGGY, FIXED, failure_text, keys
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "merge", "replay"])
-def test_same_partition_twice_under_each_mode_leaves_identical_fingerprints(world, mode):
+def test_the_same_partition_twice_under_each_mode_leaves_identical_fingerprints(world, mode):
     if mode != "replay":  # replay only adds missing events; it would keep the buggy rows
         assert world.materialize(keys(2, 2), spec=BUGGY).success
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",),
-                        mode=mode)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",), mode=mode)
     assert world.plan_run("fix", keys(2, 2)).success
     first = world.fingerprints("daily_revenue", keys(2, 2))
     assert world.plan_run("fix", keys(2, 2)).success
-    second = world.fingerprints("daily_revenue", keys(2, 2))
-    assert first == second and first["2026-01-02"].rows == 5
+    assert world.fingerprints("daily_revenue", keys(2, 2)) == first and first["2026-01-02"].rows == 5
     prints = world.sql("SELECT fingerprint FROM backfill_control.writes WHERE plan_id = 'fix'")
     assert len(prints) == 2 and prints[0] == prints[1]
-    duplicates = world.sql("SELECT count(*) - count(DISTINCT (order_date, region)) "
-                           "FROM daily_revenue")[0][0]
-    assert duplicates == 0
+    assert world.sql("SELECT count(*) - count(DISTINCT (order_date, region)) FROM daily_revenue") == [(0,)]
 
 
 def test_overwrite_replaces_buggy_values_and_merge_updates_them(world):
-    world.materialize(keys(2, 3), spec=BUGGY)
+    assert world.materialize(keys(2, 3), spec=BUGGY).success
     buggy = world.sql("SELECT sum(net_revenue) FROM daily_revenue WHERE order_date = '2026-01-02'")
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",),
-                        mode="merge")
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",), mode="merge")
     assert world.plan_run("fix", keys(2, 2)).success
     fixed = world.sql("SELECT sum(net_revenue) FROM daily_revenue WHERE order_date = '2026-01-02'")
-    source = world.sql("SELECT sum(amount) - coalesce(sum(amount) FILTER (WHERE status = "
-                       "'refunded'), 0) FROM orders WHERE order_date = '2026-01-02'")
+    source = world.sql("SELECT sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) "
+                       "FROM orders WHERE order_date = '2026-01-02'")
     assert fixed == source and fixed != buggy
 
 
@@ -49,68 +41,104 @@ def test_a_failure_inside_the_write_leaves_the_old_partition(world):
     assert world.materialize(keys(2, 2), spec=BUGGY).success
     before = world.fingerprints("daily_revenue", keys(2, 2))
     # the recomputation stages fine, then its INSERT fails after the DELETE ran
-    broken = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
-        "count(*) AS orders", "'many' AS orders"))
-    with connection(world.warehouse) as con:
-        ensure_table(con, broken)
-        with pytest.raises(Exception, match="(?i)convert|cast"), transaction(con):
-            write_partition(con, broken, "2026-01-02", "overwrite")
+    broken = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace("count(*) AS orders", "'many' AS orders"))
+    with world.warehouse().session() as session:
+        ensure_table(session, broken)
+        with pytest.raises(WarehouseError, match="(?i)convert|cast"), session.transaction():
+            write_partition(session, broken, world.scheme, "2026-01-02", "overwrite")
     assert world.fingerprints("daily_revenue", keys(2, 2)) == before
 
 
-def test_empty_recomputation_over_existing_rows_is_refused(world):
+def test_an_empty_recomputation_over_existing_rows_is_refused(world):
     assert world.materialize(keys(2, 2), spec=BUGGY).success
     before = world.fingerprints("daily_revenue", keys(2, 2))
-    world.sql("DELETE FROM orders WHERE order_date = '2026-01-02'")
-    with connection(world.warehouse) as con, pytest.raises(WriteRefused, match="yielded no rows"):
-        with transaction(con):
-            write_partition(con, FIXED, "2026-01-02", "overwrite")
+    world.run_sql("DELETE FROM orders WHERE order_date = '2026-01-02'")
+    with world.warehouse().session() as session, pytest.raises(WriteRefused, match="yielded no rows"):
+        with session.transaction():
+            write_partition(session, FIXED, world.scheme, "2026-01-02", "overwrite")
     assert world.fingerprints("daily_revenue", keys(2, 2)) == before
     # through Dagster the same refusal fails the run, naming the fix
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     result = world.plan_run("fix", keys(2, 2))
     assert not result.success and "allow_empty_partitions" in failure_text(result)
+    assert world.fingerprints("daily_revenue", keys(2, 2)) == before
 
 
 def run_whole_plan(world, name="fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",)):
-    path = world.approved_plan(name, start=start, end=end, proof=proof)
-    assert world.cli("run", str(path), "--proof") == 0
-    assert world.cli("run", str(path)) == 0
-    assert world.cli("publish", str(path)) == 0
-    return path
+    world.approved_plan(name, start=start, end=end, proof=proof)
+    assert world.cli("run", name, "--proof") == 0
+    assert world.cli("run", name) == 0
+    assert world.cli("publish", name) == 0
 
 
-def test_rollback_after_a_full_run_restores_the_exact_pre_backfill_fingerprints(world, monkeypatch):
-    monkeypatch.setenv("BACKFILL_DEFS", "examples.definitions:defs")
+def test_rollback_restores_the_exact_pre_backfill_fingerprints(world, run_cli):
     window = keys(1, 4)
     # the buggy release wrote and published the window as daily incremental runs
-    for key in window:
-        assert world.materialize(key, spec=BUGGY, publish=True).success
+    assert world.materialize(window, spec=BUGGY, publish=True).success
     target_before = world.fingerprints("daily_revenue", window)
     published_before = world.fingerprints("published_revenue", window)
     assert all(fp.rows == 5 for fp in target_before.values())
-
-    path = run_whole_plan(world)
+    run_whole_plan(world)
     assert world.fingerprints("daily_revenue", window) != target_before
-    assert world.fingerprints("published_revenue", window) != published_before
-
-    assert world.cli("rollback", str(path), "--dry-run") == 0
-    assert world.fingerprints("daily_revenue", window) != target_before  # dry run changed nothing
-    assert world.cli("rollback", str(path)) == 0
+    dry = run_cli("rollback", "fix", "--dry-run")
+    assert dry.code == 0
+    for key in window:  # the dry run names each partition: now -> the snapshot it would restore
+        assert f"  {key}: now {world.fingerprints('daily_revenue', [key])[key]} -> {target_before[key]}" in dry.out
+    assert "plan fix unchanged (dry run)" in dry.out
+    assert world.fingerprints("daily_revenue", window) != target_before  # the dry run changed nothing
+    assert world.phase() == "published"
+    rolled = run_cli("rollback", "fix")
+    assert rolled.code == 0 and "restored 4 partition(s) of daily_revenue" in rolled.out
     assert world.fingerprints("daily_revenue", window) == target_before
     assert world.fingerprints("published_revenue", window) == published_before
-    assert world.sql("SELECT phase FROM backfill_control.plans")[0][0] == "rolled_back"
-    assert world.cli("rollback", str(path)) == 1  # twice is refused
+    assert world.phase() == "rolled_back"
+    again = run_cli("rollback", "fix")
+    assert again.code == 1 and "already rolled_back" in again.err
 
 
-def test_rollback_is_refused_when_a_later_plan_wrote_the_same_partitions(world, monkeypatch):
-    monkeypatch.setenv("BACKFILL_DEFS", "examples.definitions:defs")
+def test_rollback_is_refused_when_a_later_plan_wrote_the_same_partitions(world, run_cli):
     run_whole_plan(world, "first")
     run_whole_plan(world, "second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
-    with connection(world.warehouse) as con:
-        state = record.require(con, "first")
-        before = fingerprint(con, "daily_revenue", "order_date", "2026-01-03")
-        with pytest.raises(RollbackRefused, match="second wrote"):
-            rollback(con, FIXED, state, "test")
-        assert fingerprint(con, "daily_revenue", "order_date", "2026-01-03") == before
-        assert record.require(con, "first").phase.value == "published"
+    before = world.fingerprints("daily_revenue", keys(1, 5))
+    refused = run_cli("rollback", "first")
+    assert refused.code == 1 and "second wrote" in refused.err and "roll back second first" in refused.err
+    assert world.fingerprints("daily_revenue", keys(1, 5)) == before
+    assert world.phase("first") == "published"
+
+
+@pytest.mark.parametrize("damage", [
+    "DELETE FROM backfill_control.snapshots WHERE partition_key = '2026-01-03' AND table_name = 'daily_revenue'",
+    "DELETE FROM backfill_snapshots.{snapshot} WHERE order_date = '2026-01-03'",
+])
+def test_rollback_is_whole_or_refused_when_a_snapshot_is_missing(world, run_cli, damage):
+    from backfill_assets.warehouse.snapshots import snapshot_table
+
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY).success
+    run_whole_plan(world)
+    after = world.fingerprints("daily_revenue", window)
+    world.run_sql(damage.format(snapshot=snapshot_table("fix", "daily_revenue")))
+    refused = run_cli("rollback", "fix")
+    assert refused.code == 1 and "cannot be rolled back whole" in refused.err and "2026-01-03" in refused.err
+    assert world.fingerprints("daily_revenue", window) == after  # nothing restored, not even the rest
+    assert world.phase() == "published"
+
+
+def test_a_plan_that_wrote_nothing_is_withdrawn_and_lifts_its_freeze(world, run_cli):
+    assert world.materialize(keys(1, 1)).success
+    world.approved_plan("fix", start="2026-01-02", end="2026-01-03", proof=("2026-01-02",))
+    assert not world.materialize(keys(2, 2)).success  # frozen
+    assert run_cli("plan", "withdraw", "fix").code == 0
+    assert world.phase() == "withdrawn"
+    assert world.materialize(keys(2, 2)).success  # the incremental day runs again
+    kinds = [r[0] for r in world.sql("SELECT kind FROM backfill_control.evidence WHERE plan_id = 'fix' "
+                                     "ORDER BY seq")]
+    assert kinds[-2:] == ["transition", "notification"]  # recorded, and owners told the pause ended
+
+
+def test_withdraw_refuses_a_plan_that_wrote_and_names_rollback(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    assert world.plan_run("fix", keys(2, 2)).success
+    refused = run_cli("plan", "withdraw", "fix")
+    assert refused.code == 1 and "backfill rollback fix" in refused.err
+    assert world.phase() == "proving"

@@ -63,6 +63,7 @@ class World:
     root: Path
     instance: dg.DagsterInstance
     keys: dict[str, Path]
+    url: str | None = None  # a PostgreSQL warehouse; None: the embedded DuckDB file in the home
 
     @property
     def home(self) -> Path:
@@ -73,10 +74,10 @@ class World:
         return self.home / "warehouse.duckdb"
 
     def warehouse(self) -> Warehouse:
-        return open_warehouse(Home(self.home))
+        return open_warehouse(Home(self.home), self.url)
 
     def defs(self, spec: TableSpec = DAILY_REVENUE) -> dg.Definitions:
-        return build_definitions(spec, home=str(self.home))
+        return build_definitions(spec, home=str(self.home), url=self.url or "")
 
     @property
     def scheme(self) -> PartitionScheme:
@@ -169,8 +170,9 @@ def failure_text(result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(texts)
 
 
-def make_world(tmp_path: Path, instance: dg.DagsterInstance, keys: dict[str, Path]) -> World:
-    world = World(tmp_path, instance, keys)
+def make_world(tmp_path: Path, instance: dg.DagsterInstance, keys: dict[str, Path],
+               url: str | None = None) -> World:
+    world = World(tmp_path, instance, keys, url)
     world.home.mkdir(parents=True, exist_ok=True)
     signers = tmp_path / "approvers" / "allowed_signers"
     signers.parent.mkdir(parents=True, exist_ok=True)

@@ -96,9 +96,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
             raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: publish reopens only after every "
                                  f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
                                  fix=status.next)
-        problems = rule.check(session, table.spec, table.scheme(), list(state.partition_keys)).problems
-        if problems:
-            raise PublishBlocked("; ".join(problems[:5]), fix=status.next)
+        found = rule.check(session, table.spec, table.scheme(), list(state.partition_keys))
+        if found.problems:
+            rule.record_changed(session, table.spec, found, actor())
+            raise PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 
@@ -122,9 +123,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     with reading(args) as session:
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
         statuses = [plan_status(session, s) for s in states]
+    dead = _fail_dead_runs(home_of(args))
     if args.json:
         print(json.dumps(statuses[0].to_json() if args.plan else [s.to_json() for s in statuses], indent=2))
         return 0
+    for run_id in dead:
+        print(f"dead run   {run_id[:8]}: its process was killed; marked failed in Dagster (every partition "
+              "it touched is wholly old or new)")
     if not statuses:
         print("no plans in the control record")
     for s in statuses:
@@ -142,6 +147,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"publish    {s.publish}")
         print(f"next       {s.next}")
     return 0
+
+
+def _fail_dead_runs(home) -> list[str]:
+    """Runs of ours whose process died are marked failed (only where a Dagster instance exists)."""
+    if not (home.dagster_home / "dagster.yaml").exists():
+        return []
+    import dagster as dg
+
+    from backfill_assets.execution.runner import fail_dead_runs
+
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+        return fail_dead_runs(instance)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -75,7 +75,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance, proof_verdict
-    from backfill_assets.execution.runner import enable_event_batching, execute, fail_dead_runs, run_range
+    from backfill_assets.execution.runner import (
+        enable_event_batching,
+        execute,
+        fail_dead_runs,
+        run_range,
+        worker_run,
+    )
 
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
@@ -106,14 +112,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         if state.hold == "paused":
             state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
     instance = instance_for(home)
+    execution = state.approved.plan.execution
+    parallel = execution.runs_at_once if warehouse.engine.name != "duckdb" else 1
+    if execution.runs_at_once > 1 and parallel == 1:
+        print(f"runs_at_once {execution.runs_at_once}: the embedded DuckDB takes one writer at a time, so "
+              "runs go one after another (use a server engine to run them at once)")
+    pool = None
     try:
         fail_dead_runs(instance)
         print(stage.describe())
         with output.dagster_output(home) as log:
-            reports = execute(stage, loaded, table, instance, warehouse, state, held, actor(),
-                              lambda keys: run_range(loaded, table, instance, state.plan_id, keys, actor(),
-                                                     output.run_config()))
+            if parallel > 1:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                pool = ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"))
+                url = os.environ.get("BACKFILL_WAREHOUSE_URL")
+
+                def run_wave(wave):
+                    futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
+                                           state.target, keys, actor(), output.verbose()) for keys in wave]
+                    return [f.result() for f in futures]
+            else:
+                def run_wave(wave):
+                    return [run_range(loaded, table, instance, state.plan_id, keys, actor(), output.run_config())
+                            for keys in wave]
+            reports = execute(stage, warehouse, state, held, run_wave, parallel)
     finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         with warehouse.session() as session:
             lease.release(session, held)
     print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")

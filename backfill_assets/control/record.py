@@ -96,21 +96,22 @@ def version(session: Session, sha: str) -> PlanVersion | None:
 _COLUMNS = "plan_id, phase, target, owner, approved_sha256, hold, updated_at"
 
 
-def _state(session: Session, row: tuple, lock: bool = False) -> PlanState:
+def _state(session: Session, row: tuple) -> PlanState:
     approved = version(session, row[4]) if row[4] else None
     return PlanState(row[0], Phase(row[1]), row[2], row[3], row[4], row[5], row[6], approved)
 
 
-def get(session: Session, plan_id: str, *, lock: bool = False) -> PlanState | None:
-    """The plan's state; with `lock`, its row is held until the transaction ends (a writer's
-    re-check: a withdraw or rollback cannot slip between the check and the write)."""
-    clause = session.lock_rows_clause() if lock else ""
+def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState | None:
+    """The plan's state; with `lock`, its row is held (shared) until the transaction ends: a
+    writer's re-check, so a withdraw or rollback cannot slip between the check and the write;
+    `exclusive` for the one about to change it."""
+    clause = session.lock_rows_clause(exclusive) if lock or exclusive else ""
     row = session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE plan_id = ?{clause}", [plan_id])
     return _state(session, row) if row else None
 
 
-def require(session: Session, plan_id: str, *, lock: bool = False) -> PlanState:
-    state = get(session, plan_id, lock=lock)
+def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState:
+    state = get(session, plan_id, lock=lock, exclusive=exclusive)
     if state is None:
         raise UsageError(f"plan {plan_id} is not in the control record",
                          fix="approve it first with `backfill plan approve`")
@@ -182,7 +183,7 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
 
 def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
     """Make `sha` the plan of record (its approvals are complete); drafted plans become approved."""
-    state = require(session, plan_id, lock=True)
+    state = require(session, plan_id, exclusive=True)
     chosen = version(session, sha)
     assert chosen is not None
     session.execute(f"UPDATE {SCHEMA}.plans SET approved_sha256 = ?, target = ?, owner = ?, "
@@ -198,7 +199,7 @@ def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
 def transition(session: Session, plan_id: str, target: Phase, actor: str, note: str = "") -> PlanState:
     """The one place a plan's phase changes; recorded in the evidence in the same transaction."""
     with session.transaction():
-        state = require(session, plan_id, lock=True)
+        state = require(session, plan_id, exclusive=True)
         check_transition(plan_id, state.phase, target)
         session.execute(f"UPDATE {SCHEMA}.plans SET phase = ?, updated_at = ? WHERE plan_id = ?",
                         [target.value, evidence_log.now_iso(), plan_id])
@@ -211,7 +212,7 @@ def transition(session: Session, plan_id: str, target: Phase, actor: str, note: 
 def set_hold(session: Session, plan_id: str, hold: str | None, actor: str, note: str = "") -> PlanState:
     """Pause (`paused`), cancel (`cancelled`) or resume (None) a plan's further runs."""
     with session.transaction():
-        state = require(session, plan_id, lock=True)
+        state = require(session, plan_id, exclusive=True)
         session.execute(f"UPDATE {SCHEMA}.plans SET hold = ?, updated_at = ? WHERE plan_id = ?",
                         [hold, evidence_log.now_iso(), plan_id])
         evidence_log.append(session, plan_id=plan_id, kind="hold", actor=actor, payload={

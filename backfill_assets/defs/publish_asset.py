@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from backfill_assets.defs.resources import WarehouseResource
-from backfill_assets.errors import BackfillError, PublishBlocked
+from backfill_assets.errors import BackfillError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
@@ -33,21 +33,23 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
 
         keys = list(context.partition_keys)
         scheme = holder["table"].scheme()
+        refusal: BackfillError | None = None
         with warehouse.session() as session:
             try:
                 done = rule.publish(session, spec, scheme, keys, actor=run_actor(context))
-            except PublishBlocked as exc:
-                for key, (now, written, _) in getattr(exc, "changed", {}).items():
-                    # the UI shows the refusal on the target's sixth check, for that partition
-                    context.log_event(dg.AssetCheckEvaluation(
-                        asset_key=target_key, check_name=UNCHANGED_SINCE_CHECKED, passed=False,
-                        partition=key, severity=dg.AssetCheckSeverity.ERROR, blocking=True,
-                        description=f"changed since its gates checked it: now {now}, checked {written}",
-                        metadata={"now": str(now), "checked": str(written)}))
-                raise dg.Failure(description=str(exc)) from None
             except BackfillError as exc:
-                raise dg.Failure(description=str(exc)) from None
-        return dg.MaterializeResult(metadata={
+                refusal = exc
+        if refusal is not None:
+            # the UI shows a partition changed after its gates ran on the target's sixth check;
+            # yielded (not logged) so the events are stored before the step fails
+            for key, (now, written, _) in getattr(refusal, "changed", {}).items():
+                yield dg.AssetCheckEvaluation(
+                    asset_key=target_key, check_name=UNCHANGED_SINCE_CHECKED, passed=False, partition=key,
+                    severity=dg.AssetCheckSeverity.ERROR, blocking=True,
+                    description=f"changed since its gates checked it: now {now}, checked {written}",
+                    metadata={"now": str(now), "checked": str(written)})
+            raise dg.Failure(description=str(refusal))
+        yield dg.MaterializeResult(metadata={
             "rows": done.rows, "partitions": dg.MetadataValue.int(len(keys)),
             "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none"})
 

@@ -124,7 +124,7 @@ def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
 def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
     """End a plan that wrote nothing: lifts the freeze and the pause. Recorded in the evidence."""
     with session.transaction():
-        state = record.require(session, state.plan_id, lock=True)
+        state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
             raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
         wrote = session.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE plan_id = ?", [state.plan_id])

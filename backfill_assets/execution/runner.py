@@ -103,10 +103,11 @@ def gate_failures(warehouse: Warehouse, state: PlanState, keys: list[str]) -> di
             for k, e in latest.items() if e is None or not e.passed}
 
 
-def execute(stage: Stage, loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance,
-            warehouse: Warehouse, state: PlanState, held: lease.Lease, actor: str,
-            run_one: Callable[[list[str]], tuple[str, list[str]]]) -> list[SliceReport]:
-    """Run the stage's slices in order; stop when paused or cancelled, halt at the first failure."""
+def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Lease,
+            run_wave: Callable[[list[list[str]]], list[tuple[str, list[str]]]], parallel: int = 1
+            ) -> list[SliceReport]:
+    """Run the stage's slices in waves of `parallel` runs at once; before each wave stop when the
+    plan is paused or cancelled; halt after the first wave with a failure."""
     from backfill_assets import terminal as output
 
     say = output.say
@@ -114,32 +115,61 @@ def execute(stage: Stage, loaded: LoadedDefs, table: LoadedTable, instance: dg.D
     progress = Progress(len(stage.partitions) * stage.repeats, stage.name, output.write, output.terminal_is_tty())
     throttle = state.approved.plan.execution.max_partitions_per_minute
     for repeat in range(stage.repeats):
-        for keys in stage.slices:
+        slices = [list(s) for s in stage.slices]
+        for i in range(0, len(slices), parallel):
+            wave = slices[i:i + parallel]
             started = time.monotonic()
             with warehouse.session() as session:
                 now = record.require(session, state.plan_id)
                 if now.hold:
-                    say(f"plan {state.plan_id} is {now.hold}: stopped before {keys[0]} (runs in flight "
+                    say(f"plan {state.plan_id} is {now.hold}: stopped before {wave[0][0]} (runs in flight "
                         "finished); " + ("`backfill run` resumes" if now.hold == "paused"
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
-                    return reports + [SliceReport(list(keys), errors=[f"plan {now.hold}"])]
+                    return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
                 lease.renew(session, held)
-            run_id, errors = run_one(list(keys))
-            report = SliceReport(list(keys), run_ids=[run_id], errors=errors)
-            report.failed = gate_failures(warehouse, state, list(keys))
-            reports.append(report)
-            progress.advance(len(keys))
-            if not report.ok:
-                for error in report.errors[:3]:
-                    say(f"  run failed: {error}")
-                for key, gates in list(report.failed.items())[:10]:
-                    say(f"  {key}: {', '.join(gates)} failed")
-                say(f"halted at {stage.name} run {keys[0]}..{keys[-1]} (pass {repeat + 1})")
+            outcomes = run_wave(wave)
+            failed = gate_failures(warehouse, state, [k for keys in wave for k in keys])
+            for keys, (run_id, errors) in zip(wave, outcomes, strict=True):
+                report = SliceReport(keys, run_ids=[run_id], errors=errors)
+                report.failed = {k: g for k, g in failed.items() if k in keys}
+                reports.append(report)
+                progress.advance(len(keys))
+            bad = [r for r in reports[-len(wave):] if not r.ok]
+            if bad:
+                for report in bad:
+                    for error in report.errors[:3]:
+                        say(f"  run failed: {error}")
+                    for key, gates in list(report.failed.items())[:10]:
+                        say(f"  {key}: {', '.join(gates)} failed")
+                say(f"halted at {stage.name} run {bad[0].partitions[0]}..{bad[0].partitions[-1]} "
+                    f"(pass {repeat + 1})")
                 return reports
             if throttle:
-                budget = len(keys) * 60.0 / throttle
+                budget = sum(len(k) for k in wave) * 60.0 / throttle
                 time.sleep(max(0.0, budget - (time.monotonic() - started)))
     return reports
+
+
+def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, plan_id: str, target: str,
+               keys: list[str], actor: str, verbose: bool) -> tuple[str, list[str]]:
+    """One slice in a worker process (runs_at_once > 1 on a server engine)."""
+    from pathlib import Path
+
+    from backfill_assets import terminal
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.home import HOME_ENV, WAREHOUSE_URL_ENV, Home
+
+    os.environ[HOME_ENV] = home_root
+    if warehouse_url:
+        os.environ[WAREHOUSE_URL_ENV] = warehouse_url
+    enable_event_batching()
+    terminal.set_verbose(verbose)
+    home = Home(Path(home_root))
+    loaded = load_defs(defs_ref)
+    with terminal.dagster_output(home):
+        return run_range(loaded, loaded.table(target), instance_for(home), plan_id, keys, actor,
+                         terminal.run_config())
 
 
 def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:

@@ -99,7 +99,7 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                 raise _Refused(found)
             published = _copy(session, spec, scheme, keys, found.plans, actor)
     except _Refused as refused:
-        _record_changed(session, spec, refused.found, actor)
+        record_changed(session, spec, refused.found, actor)
         problems = refused.found.problems
         error = PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: "
                                + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
@@ -118,7 +118,7 @@ def _fix(found: Check) -> str:
     return "fix and re-run the failing partitions (`backfill run PLAN --partitions KEY`), then publish again"
 
 
-def _record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
+def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
     """A partition changed after its gates ran: a failed `unchanged_since_checked`, for the UI too."""
     if not found.changed:
         return

@@ -112,8 +112,9 @@ class Session(ABC):
         Engines whose writers are already serialised do nothing.
         """
 
-    def lock_rows_clause(self) -> str:
-        """Appended to a SELECT inside a transaction to hold the rows until it ends."""
+    def lock_rows_clause(self, exclusive: bool = False) -> str:
+        """Appended to a SELECT inside a transaction to hold its rows until it ends: shared (other
+        holders may read and share it) or exclusive (for the one who will update them)."""
         return ""
 
 

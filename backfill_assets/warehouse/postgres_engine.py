@@ -1,0 +1,197 @@
+"""PostgreSQL, the scale-out engine (psycopg 3): many writers at once, each partition in its own
+transaction, serialised only where they must be.
+
+- Locks: `lock(name)` is a transaction-scoped advisory lock (approvals of one plan, the run lease,
+  writes of one partition, the evidence chain); a writer holds its plan's row `FOR SHARE` while it
+  writes, so a withdraw or rollback (`FOR UPDATE`) waits for it or makes it refuse; publish holds
+  the target in `SHARE` mode between its fingerprint check and its copy.
+- SQL: the portable statements the seam sends use `?` and `$name` placeholders; they become
+  psycopg's `%s` / `%(name)s` here, outside string literals, quoted identifiers and comments.
+
+Fingerprints (documented per engine): a row's text is each column cast to `text` as PostgreSQL
+prints it (numeric keeps its scale, date is ISO, timestamp is `YYYY-MM-DD HH:MM:SS[.ffffff]`),
+length-prefixed; its fingerprint is the first 8 bytes of md5 of that text as an unsigned
+big-endian integer, summed as `numeric`. For the same values this equals DuckDB's fingerprint
+(tests/test_fingerprints.py pins both).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from backfill_assets.errors import WarehouseError
+from backfill_assets.warehouse import lock_wait
+from backfill_assets.warehouse.engine import Engine, Params, Session
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%")
+
+
+def translate(sql: str) -> str:
+    """`?` -> `%s`, `$name` -> `%(name)s`, `%` -> `%%`, except inside literals and comments."""
+    def swap(match: re.Match) -> str:
+        token = match.group(0)
+        if token == "?":
+            return "%s"
+        if token == "%":
+            return "%%"
+        if match.group(1):
+            return f"%({match.group(1)})s"
+        return token
+    return _TOKEN.sub(swap, sql)
+
+
+class PostgresStatementError(WarehouseError):
+    """A statement failed inside PostgreSQL; the first line of its message says why."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.original = exc
+        self.sqlstate = getattr(exc, "sqlstate", None)
+        super().__init__(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    @property
+    def retryable(self) -> bool:
+        # serialization failure, deadlock: the transaction can simply run again
+        return self.sqlstate in ("40001", "40P01")
+
+
+class PostgresSession(Session):
+    def __init__(self, engine: PostgresEngine, con: Any) -> None:
+        super().__init__(engine)
+        self.con = con
+
+    def _cursor_run(self, sql: str, params: Params, fetch: bool) -> list[tuple]:
+        import psycopg
+
+        try:
+            with self.con.cursor() as cur:
+                cur.execute(translate(sql), params if isinstance(params, dict) else (list(params) or None))
+                return cur.fetchall() if fetch and cur.description is not None else []
+        except psycopg.Error as exc:
+            raise PostgresStatementError(exc) from exc
+
+    def execute(self, sql: str, params: Params = ()) -> None:
+        self._cursor_run(sql, params, False)
+
+    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+        return self._cursor_run(sql, params, True)
+
+    def _begin(self) -> None:
+        self.con.execute("BEGIN")
+
+    def _commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        import psycopg
+
+        try:
+            self.con.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def lock(self, name: str) -> None:
+        self.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [name])
+
+    def hold_table(self, table: str) -> None:
+        from backfill_assets.warehouse.identifiers import quote
+
+        self.execute(f"LOCK TABLE {quote(table)} IN SHARE MODE")
+
+    def lock_rows_clause(self, exclusive: bool = False) -> str:
+        return " FOR UPDATE" if exclusive else " FOR SHARE"
+
+
+class PostgresEngine(Engine):
+    name = "postgresql"
+    wide_int = "NUMERIC(38,0)"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def describe(self) -> str:
+        parts = urlsplit(self.url)
+        return f"postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}"
+
+    def exists(self) -> bool:
+        try:
+            with self.session(wait_seconds=5.0):
+                return True
+        except WarehouseError:
+            return False
+
+    @contextmanager
+    def session(self, *, read_only: bool = False, wait_seconds: float | None = None) -> Iterator[PostgresSession]:
+        import psycopg
+
+        waiting = lock_wait.Wait(self.describe(), lock_wait.seconds(wait_seconds))
+        while True:
+            try:
+                con = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                      application_name="backfill-assets")
+                break
+            except psycopg.OperationalError as exc:
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot connect"
+                if "too many clients" not in text and "starting up" not in text:
+                    raise WarehouseError(f"cannot connect to {self.describe()}: {text}",
+                                         fix="check BACKFILL_WAREHOUSE_URL and that the server runs") from None
+                waiting.still_waiting(self.describe())
+                time.sleep(0.2)
+        try:
+            if read_only:
+                con.execute("SET default_transaction_read_only = on")
+            yield PostgresSession(self, con)
+        finally:
+            con.close()
+
+    # --- dialect --------------------------------------------------------------------------------
+    def text_of(self, expr: str) -> str:
+        return f"CAST({expr} AS TEXT)"
+
+    def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        digest = f"md5({self.row_text_sql(columns, alias)})"
+        # two unsigned 32-bit halves: bit(64)::bigint would read the first 8 bytes as signed
+        return (f"(CAST(CAST(CAST('x' || substr({digest}, 1, 8) AS bit(32)) AS bigint) & 4294967295 AS NUMERIC) "
+                f"* 4294967296 + (CAST(CAST('x' || substr({digest}, 9, 8) AS bit(32)) AS bigint) & 4294967295))")
+
+    def hash_int_sql(self, exprs: Sequence[str]) -> str:
+        return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
+
+    def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
+        return bool(session.scalar(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(?, current_schema()) "
+            "AND lower(table_name) = lower(?)", [schema, table]))
+
+    def table_columns(self, session: Session, table: str) -> dict[str, str]:
+        rows = session.rows(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND lower(c.relname) = lower(?) AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum", [table])
+        return {str(name).lower(): str(kind).upper() for name, kind in rows}
+
+    def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for declared in dict.fromkeys(types):
+            # types passed Column's plain-type pattern, so naming them in a cast is safe; a
+            # savepoint keeps an unknown name from aborting the caller's transaction
+            inside = session.in_transaction
+            if inside:
+                session.execute("SAVEPOINT backfill_type")
+            try:
+                base = str(session.scalar(
+                    f"SELECT format_type(CAST(pg_typeof(CAST(NULL AS {declared})) AS regtype), NULL)")).upper()
+                match = re.search(r"\(\s*\d+(\s*,\s*\d+)?\s*\)", declared)
+                out[declared] = base + (match.group(0).replace(" ", "") if match and "(" not in base else "")
+            except WarehouseError:
+                if inside:
+                    session.execute("ROLLBACK TO SAVEPOINT backfill_type")
+                out[declared] = declared.upper()
+            else:
+                if inside:
+                    session.execute("RELEASE SAVEPOINT backfill_type")
+        return out

@@ -1,0 +1,105 @@
+"""The core guarantees on each engine, through one parametrized suite: the embedded DuckDB file
+and a real PostgreSQL server (started by tests/pg_server.py as a non-root user on loopback)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.world import BUGGY, failure_text, keys
+
+
+def run_window(world, name="fix", **kwargs):
+    path = world.approved_plan(name, **kwargs)
+    assert world.cli("run", name, "--proof") == 0
+    assert world.cli("run", name) == 0
+    return path
+
+
+def test_the_data_decides_who_may_write_on_each_engine(engine_world):
+    world = engine_world
+    assert world.materialize(keys(1, 3), spec=BUGGY).success  # plan-free on empty partitions
+    before = world.fingerprints("daily_revenue", keys(1, 3))
+    refused = world.materialize("2026-01-02", tags={"dagster/from_ui": "true"})
+    assert not refused.success and "holds 5 row(s)" in failure_text(refused)
+    assert not world.plan_run("fix", keys(2, 2)).success
+    assert world.fingerprints("daily_revenue", keys(1, 3)) == before
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "merge", "replay"])
+def test_each_write_mode_is_idempotent_on_each_engine(engine_world, mode):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",), mode=mode)
+    assert world.cli("run", "fix", "--proof") == 0  # twice, identical fingerprints, or it fails
+    first = world.fingerprints("daily_revenue", keys(2, 2))
+    assert world.plan_run("fix", keys(2, 2)).success
+    assert world.fingerprints("daily_revenue", keys(2, 2)) == first and first["2026-01-02"].rows == 5
+
+
+def test_gates_publish_verification_and_rollback_on_each_engine(engine_world, run_cli):
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    published = world.fingerprints("published_revenue", keys(1, 4))
+    target = world.fingerprints("daily_revenue", keys(1, 4))
+    run_window(world, start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.phase() == "reconciled"
+    # a swap of two regions' figures keeps the day's totals but fails the per-key gate
+    world.run_sql("UPDATE daily_revenue SET net_revenue = CASE region WHEN 'north' THEN "
+                  "(SELECT net_revenue FROM daily_revenue WHERE order_date = '2026-01-03' AND region = 'south') "
+                  "WHEN 'south' THEN (SELECT net_revenue FROM daily_revenue WHERE order_date = '2026-01-03' "
+                  "AND region = 'north') END WHERE order_date = '2026-01-03' AND region IN ('north', 'south')")
+    reconciled = run_cli("reconcile", "fix")
+    assert reconciled.code == 1 and "region=north" in reconciled.out and "region=south" in reconciled.out
+    assert run_cli("publish", "fix").code == 1
+    assert world.fingerprints("published_revenue", keys(1, 4)) == published
+    assert world.cli("run", "fix", "--partitions", "2026-01-03") == 0
+    assert world.cli("publish", "fix") == 0
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
+    assert world.cli("rollback", "fix") == 0
+    assert world.fingerprints("daily_revenue", keys(1, 4)) == target
+    assert world.fingerprints("published_revenue", keys(1, 4)) == published
+
+
+def test_a_write_killed_mid_transaction_leaves_old_or_new_on_each_engine(engine_world, run_subprocess):
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY).success
+    old = world.fingerprints("daily_revenue", keys(1, 4))
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=4)
+    assert world.cli("run", "fix", "--proof") == 0
+    env = {"BACKFILL_CRASH_AT": "write.before_commit@2"}
+    if world.url:
+        env["BACKFILL_WAREHOUSE_URL"] = world.url
+    crashed = run_subprocess("--home", str(world.home), "run", "fix", env=env)
+    assert crashed.code == -9
+    now = world.fingerprints("daily_revenue", keys(1, 4))
+    assert now["2026-01-02"] != old["2026-01-02"]  # the first partition of the run committed
+    assert now["2026-01-03"] == old["2026-01-03"]  # the killed one is wholly old
+    assert run_subprocess("--home", str(world.home), "run", "fix",
+                          env={k: v for k, v in env.items() if k != "BACKFILL_CRASH_AT"}).code == 0
+    assert world.phase() == "reconciled"
+    assert world.cli("evidence", "verify") == 0
+
+
+def test_four_run_workers_write_each_partition_once_on_postgres(postgres_url, tmp_path, instance, ssh_keys,
+                                                               monkeypatch):
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
+    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
+    path = world.plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=1)
+    doc = yaml.safe_load(path.read_text())
+    doc["execution"]["runs_at_once"] = 4
+    path.write_text(yaml.safe_dump(doc))
+    world.approve(path)
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    writes = world.sql("SELECT partition_key, count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
+                       "GROUP BY 1 ORDER BY 1")
+    assert writes == [("2026-01-01", 2)] + [(k, 1) for k in keys(2, 8)]
+    runs = world.sql("SELECT count(DISTINCT run_id) FROM backfill_control.writes WHERE plan_id = 'fix' "
+                     "AND partition_key <> '2026-01-01'")
+    assert runs == [(7,)]  # one run per partition, four at a time
+    assert world.phase() == "reconciled"
+    assert all(fp.rows == 5 for fp in world.fingerprints("daily_revenue", keys(1, 8)).values())
+    assert world.cli("evidence", "verify") == 0
