@@ -66,8 +66,12 @@ def _num(value: object) -> float | None:
 
 
 def _diff(old: object, new: object) -> float | None:
-    a, b = _num(old), _num(new)
-    return None if a is None and b is None else (b or 0.0) - (a or 0.0)
+    if old is None and new is None:
+        return None
+    if isinstance(old, int | Decimal | None) and isinstance(new, int | Decimal | None):
+        # exact first: a float difference of two DECIMALs reads 2419.0200000000004
+        return float(Decimal(new or 0) - Decimal(old or 0))
+    return (_num(new) or 0.0) - (_num(old) or 0.0)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
                            "AS DOUBLE PRECISION))" for i in range(len(metrics))) or "0"
     status = ("CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' "
               "WHEN b.fp <> a.fp OR b.n <> a.n THEN 'changed' ELSE 'same' END")
+    totals = "".join(f", sum(bm{i}) OVER (PARTITION BY pkey) AS tb{i}, sum(am{i}) OVER (PARTITION BY pkey) AS ta{i}"
+                     for i in range(len(metrics)))
     sql = f"""
     WITH b AS ({side('b', snapshot_sql, b_group)}),
          a AS ({side('a', quote(spec.table), a_group)}),
@@ -183,7 +189,7 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
                    count(*) FILTER (WHERE status = 'added') OVER (PARTITION BY pkey) AS added,
                    count(*) FILTER (WHERE status = 'removed') OVER (PARTITION BY pkey) AS removed,
                    count(*) FILTER (WHERE status = 'changed') OVER (PARTITION BY pkey) AS changed
-                   {''.join(f', sum(bm{i}) OVER (PARTITION BY pkey) AS tb{i}, sum(am{i}) OVER (PARTITION BY pkey) AS ta{i}' for i in range(len(metrics)))}
+                   {totals}
             FROM j)
     SELECT pkey, rows_before, rows_after, added, removed, changed, status, {', '.join(kc)}
            {''.join(f', tb{i}, ta{i}, bm{i}, am{i}' for i in range(len(metrics)))}
@@ -199,7 +205,7 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
             tb, ta, bm, am = values[:4]
             values = values[4:]
             totals[m.name] = (_num(tb), _num(ta), _diff(tb, ta))
-            per_key[m.name] = (bm, am, _diff(bm, am))
+            per_key[m.name] = (_num(bm), _num(am), _diff(bm, am))
         impact = out.get(key)
         if impact is None:
             impact = PartitionImpact(key, int(row[1] or 0), int(row[2] or 0), int(row[3]), int(row[4]),

@@ -24,7 +24,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import PartitionRefused
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.fit import fit
+from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -74,6 +74,19 @@ def _before(scheme: PartitionScheme, key: str, mark: str | None) -> bool:
     return scheme.position(key) < scheme.position(mark)
 
 
+_FITS: dict[tuple[str, str, int], Fit] = {}
+
+
+def _fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme) -> Fit:
+    """A plan version's fit to a table is fixed while the table's keys are: computed once per run."""
+    key = (str(plan.approved_sha256), spec.to_json(), len(scheme.ordered_keys))
+    if key not in _FITS:
+        if len(_FITS) > 64:
+            _FITS.clear()
+        _FITS[key] = fit(plan.approved.plan, spec, scheme)
+    return _FITS[key]
+
+
 def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionScheme,
                   *, starting: bool) -> PartitionRefused | None:
     """Why `plan` may not write `key` now, or None."""
@@ -88,7 +101,7 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
         return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
                        f"({', '.join(plan.proof_keys)}) may run until the proof passes, not {key}",
                        plan.plan_id, key, f"run `backfill run {plan.plan_id} --proof` first")
-    fitted = fit(plan.approved.plan, spec, scheme)
+    fitted = _fit(plan, spec, scheme)
     if not fitted.ok:
         return _refuse(f"plan {plan.plan_id} does not fit {spec.name}: {fitted.problems[0]}",
                        plan.plan_id, key, "withdraw it (`backfill plan withdraw`) and approve a plan "

@@ -49,8 +49,11 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                 scheme: PartitionScheme | None = None) -> PlanStatus:
     pid = state.plan_id
     keys = list(state.partition_keys)
-    approvals = [a.principal for a in record.approvals(session, state.approved_sha256)] \
-        if state.approved_sha256 else []
+    pending = None if state.approved_sha256 else session.scalar(
+        "SELECT sha256 FROM backfill_control.plan_versions WHERE plan_id = ? ORDER BY recorded_at DESC LIMIT 1",
+        [pid])
+    approvals = [a.principal for a in record.approvals(session, state.approved_sha256 or pending)] \
+        if (state.approved_sha256 or pending) else []
     rows = evidence_log.rows(session, plan_id=pid)
     sha = state.approved_sha256
     proof = next((f"proof passed at {r.at}" for r in reversed(rows) if r.kind == "proof"

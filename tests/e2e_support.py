@@ -1,13 +1,16 @@
 """End-to-end support: a real `dagster dev` (webserver + daemon) on a free port, driven over GraphQL.
 
-`dagster_dev(...)` starts `dagster dev -w <repo>/workspace.yaml` in its own process group with
-BACKFILL_HOME/DAGSTER_HOME in a temp folder (after `backfill init` wrote dagster.yaml there), waits
-until the code location is loaded, yields a `DagsterDev` client and, on exit, terminates the whole
-process group (SIGTERM, then SIGKILL) so no webserver, daemon, code server or run worker survives.
+`dagster_dev(...)` runs `backfill init` in a temp BACKFILL_HOME (which writes DAGSTER_HOME/dagster.yaml
+with the write-permission run coordinator), lets the caller prepare data, then starts
+`dagster dev -w <repo>/workspace.yaml` in its own process group with BACKFILL_HOME/DAGSTER_HOME set,
+waits until the code location is loaded, yields a `DagsterDev` client and, on exit, terminates the
+whole process group (SIGTERM, then SIGKILL) so no webserver, daemon, code server or run worker
+survives.
 
-The client talks to /graphql with urllib and offers what the UI does: launch a partition backfill
-(`launchPartitionBackfill`, as the "Materialize selected" dialog does for assets), read its status,
-its runs with their failure messages, and the asset check executions per partition.
+The client talks to /graphql with urllib and reads what the UI reads: backfills and their runs with
+their failure messages, asset check executions per partition with their metadata, and the asset
+observations the reopen sensor records. Every process started here gets a clean environment: the
+developer's BACKFILL_* and DAGSTER_HOME never leak into a test.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ import duckdb
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+DEMO_DEFS = "backfill_assets.demo.definitions"
 T = TypeVar("T")
 
 # Backfill states that will not change any more (BulkActionStatus in dagster_graphql).
 BACKFILL_DONE = frozenset({"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"})
 RUN_DONE = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
 
 # --- the GraphQL documents (Dagster 1.13 schema) ------------------------------------------------
 
@@ -111,6 +117,17 @@ query RunsByTag($filter: RunsFilter!) {
 }
 """
 
+METADATA_ENTRIES = """
+        __typename
+        label
+        ... on TextMetadataEntry { text }
+        ... on MarkdownMetadataEntry { mdStr }
+        ... on JsonMetadataEntry { jsonString }
+        ... on IntMetadataEntry { intValue }
+        ... on FloatMetadataEntry { floatValue }
+        ... on BoolMetadataEntry { boolValue }
+"""
+
 CHECK_EXECUTIONS_QUERY = """
 query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition: String, $limit: Int!) {
   assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, partition: $partition,
@@ -125,19 +142,11 @@ query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition
       partition
       description
       severity
-      metadataEntries {
-        __typename
-        label
-        ... on TextMetadataEntry { text }
-        ... on JsonMetadataEntry { jsonString }
-        ... on IntMetadataEntry { intValue }
-        ... on FloatMetadataEntry { floatValue }
-        ... on BoolMetadataEntry { boolValue }
-      }
+      metadataEntries {%s}
     }
   }
 }
-"""
+""" % METADATA_ENTRIES
 
 ASSET_CHECKS_QUERY = """
 query AssetChecks($assetKey: AssetKeyInput!) {
@@ -152,6 +161,21 @@ query AssetChecks($assetKey: AssetKeyInput!) {
   }
 }
 """
+
+OBSERVATIONS_QUERY = """
+query Observations($assetKey: AssetKeyInput!, $limit: Int!) {
+  assetOrError(assetKey: $assetKey) {
+    __typename
+    ... on Asset {
+      assetObservations(limit: $limit) {
+        timestamp
+        runId
+        metadataEntries {%s}
+      }
+    }
+  }
+}
+""" % METADATA_ENTRIES
 
 SET_NUX_SEEN_MUTATION = "mutation SetNuxSeen { setNuxSeen }"
 
@@ -182,6 +206,13 @@ class RunInfo:
     def partition(self) -> str | None:
         return self.tags.get("dagster/partition")
 
+    @property
+    def span(self) -> tuple[str, str] | None:
+        """(first, last) partition key of the run: its range tags, or its one partition."""
+        if RANGE_START in self.tags and RANGE_END in self.tags:
+            return self.tags[RANGE_START], self.tags[RANGE_END]
+        return (self.partition, self.partition) if self.partition else None
+
     def event_types(self) -> list[str]:
         return [e.type for e in self.events if e.type]
 
@@ -208,21 +239,27 @@ class CheckExecution:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Observation:
+    timestamp_ms: float
+    metadata: dict[str, Any]
+
+
 def _metadata(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for entry in entries:
         if "jsonString" in entry:
             out[entry["label"]] = json.loads(entry["jsonString"])
         else:
-            value = next((entry[k] for k in ("text", "intValue", "floatValue", "boolValue") if k in entry),
-                         None)
+            value = next((entry[k] for k in ("text", "mdStr", "intValue", "floatValue", "boolValue")
+                          if k in entry), None)
             out[entry["label"]] = value
     return out
 
 
 # --- waiting ------------------------------------------------------------------------------------
 
-def wait_until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 2.0,
+def wait_until(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 1.5,
                describe: Callable[[], str] | None = None) -> T:
     """Call `probe` until it returns something truthy; fail with `what` (and `describe()`) at the deadline."""
     deadline = time.monotonic() + timeout
@@ -240,6 +277,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def clean_env(backfill_home: Path, **extra: str) -> dict[str, str]:
+    """The environment of every process started here: no developer BACKFILL_* or DAGSTER_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BACKFILL_") and k != "DAGSTER_HOME"}
+    env.update({"BACKFILL_HOME": str(backfill_home), "BACKFILL_DEFS": DEMO_DEFS,
+                "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
 
 
 # --- the warehouse, read briefly (DuckDB lets one process hold the file) ------------------------
@@ -273,6 +319,84 @@ def table_exists(path: Path, table: str, schema: str = "main") -> bool:
 def plan_phase(path: Path, plan_id: str) -> str | None:
     rows = query_warehouse(path, "SELECT phase FROM backfill_control.plans WHERE plan_id = ?", [plan_id])
     return rows[0][0] if rows else None
+
+
+@contextlib.contextmanager
+def warehouse_session(backfill_home: Path, *, read_only: bool = False):
+    """The product's own session on the home's DuckDB file (it waits while another process holds it)."""
+    from backfill_assets.home import Home
+    from backfill_assets.warehouse import open_warehouse
+
+    home = Home(backfill_home)
+    with open_warehouse(home, f"duckdb:///{home.warehouse}").session(read_only=read_only) as session:
+        yield session
+
+
+def row_fingerprints(backfill_home: Path, table: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The product's fingerprint (rows, order-independent digest) of each daily partition of a
+    demo table; partitions without rows (or a missing table) give 0 rows."""
+    from backfill_assets.demo.definitions import PARTITIONS
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+    from backfill_assets.partitions import scheme_for
+    from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+
+    with warehouse_session(backfill_home, read_only=True) as session:
+        if not session.engine.table_exists(session, table):
+            return {k: Fingerprint(0, EMPTY) for k in keys}
+        scheme = scheme_for(PARTITIONS, "DATE", name=DAILY_REVENUE.name)
+        return fingerprints(session, table, DAILY_REVENUE.columns, scheme, DAILY_REVENUE.partition_column,
+                            list(keys))
+
+
+def execute_in_warehouse(backfill_home: Path, statement: str, params: Sequence[Any] | None = None) -> None:
+    """A hand edit of the warehouse (what a bad deploy or a person might do), outside the product."""
+    with warehouse_session(backfill_home) as session:
+        session.execute(statement, list(params or []))
+
+
+# --- the CLI and in-process history -------------------------------------------------------------
+
+def run_backfill_cli(*args: str, backfill_home: Path, expect: int | None = 0, cwd: Path = ROOT,
+                     timeout: float = 300) -> subprocess.CompletedProcess:
+    """The installed `backfill` console script, as a user types it, with BACKFILL_HOME and the demo
+    definitions (BACKFILL_DEFS) set; `expect` is the exit code it must end with (None: any)."""
+    proc = subprocess.run([str(BIN / "backfill"), *args, "--home", str(backfill_home)],
+                          capture_output=True, text=True, env=clean_env(backfill_home), cwd=cwd,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    if expect is not None and proc.returncode != expect:
+        raise AssertionError(f"backfill {' '.join(args)} exited {proc.returncode} (expected {expect})\n"
+                             f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+    return proc
+
+
+_HISTORY_SCRIPT = """
+import sys
+import dagster as dg
+from backfill_assets.demo.definitions import build_definitions
+
+home, dagster_home, first, last = sys.argv[1:5]
+job = build_definitions(home=home).resolve_implicit_global_asset_job_def()
+with dg.DagsterInstance.from_config(dagster_home) as instance:
+    result = job.execute_in_process(
+        instance=instance, asset_selection=[dg.AssetKey("daily_revenue")], raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+print(result.run_id)
+sys.exit(0 if result.success else 1)
+"""
+
+
+def write_history(backfill_home: Path, dagster_home: Path, first: str, last: str) -> str:
+    """Materialize daily_revenue first..last plan-free, as the daily schedule or a UI Materialize of
+    empty partitions would: one in-process Dagster run (demo definitions) on the instance in
+    `dagster_home`. Returns the run id."""
+    proc = subprocess.run([sys.executable, "-c", _HISTORY_SCRIPT, str(backfill_home), str(dagster_home),
+                           first, last], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=clean_env(backfill_home, DAGSTER_HOME=str(dagster_home)),
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise AssertionError(f"writing the history {first}..{last} failed ({proc.returncode})\n"
+                             f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -335,7 +459,23 @@ class DagsterDev:
             raise GraphQLError(f"backfill {backfill_id}: {json.dumps(result)}")
         return result
 
-    def wait_for_backfill(self, backfill_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_for_backfill_runs(self, backfill_id: str, partitions: Sequence[str], *,
+                               timeout: float = 150.0) -> list[RunInfo]:
+        """Until the daemon submitted runs covering every partition and each of them ended."""
+        wanted = set(partitions)
+
+        def ended() -> list[RunInfo] | None:
+            self.assert_alive()
+            runs = self.backfill_runs(backfill_id)
+            covered = {k for r in runs if r.span for k in partitions if r.span[0] <= k <= r.span[1]}
+            if covered != wanted or any(r.status not in RUN_DONE for r in runs):
+                return None
+            return runs
+
+        return wait_until(ended, timeout=timeout, what=f"the runs of backfill {backfill_id} to end",
+                          describe=lambda: self.describe_backfill(backfill_id))
+
+    def wait_for_backfill(self, backfill_id: str, *, timeout: float = 150.0) -> dict[str, Any]:
         """Until the daemon marks the backfill finished and every run it launched has ended."""
 
         def done() -> dict[str, Any] | None:
@@ -348,12 +488,12 @@ class DagsterDev:
             return state
 
         return wait_until(done, timeout=timeout, what=f"backfill {backfill_id} to finish",
-                          describe=lambda: self._describe_backfill(backfill_id))
+                          describe=lambda: self.describe_backfill(backfill_id))
 
-    def _describe_backfill(self, backfill_id: str) -> str:
+    def describe_backfill(self, backfill_id: str) -> str:
         try:
             state = self.backfill(backfill_id)
-            runs = [(r.partition, r.status) for r in self.backfill_runs(backfill_id)]
+            runs = [(r.span, r.status, r.failure_messages[:1]) for r in self.backfill_runs(backfill_id)]
             return (f"backfill status {state['status']}, runs {runs}\n"
                     f"--- dagster dev log ---\n{self.log_tail()}")
         except Exception as exc:  # noqa: BLE001 - only a description for a failure message
@@ -411,6 +551,17 @@ class DagsterDev:
             out[name] = executions[0] if executions else None
         return out
 
+    # - observations -
+
+    def observations(self, asset: str, limit: int = 10) -> list[Observation]:
+        """The asset's observations, newest first, with their metadata."""
+        result = self.graphql(OBSERVATIONS_QUERY, {"assetKey": {"path": asset.split("/")}, "limit": limit})
+        asset_node = result["assetOrError"]
+        if asset_node["__typename"] != "Asset":
+            return []
+        return [Observation(float(o["timestamp"]), _metadata(o["metadataEntries"]))
+                for o in asset_node["assetObservations"]]
+
     def location_names(self) -> list[str]:
         workspace = self.graphql(WORKSPACE_QUERY)["workspaceOrError"]
         return [e["name"] for e in workspace["locationEntries"]]
@@ -425,18 +576,6 @@ class DagsterDev:
         code = self.process.poll()
         if code is not None:
             raise AssertionError(f"dagster dev exited with code {code}\n{self.log_tail()}")
-
-
-def run_backfill_cli(*args: str, backfill_home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The installed `backfill` console script, as a user types it (cwd: the repo root)."""
-    env = {**os.environ, "BACKFILL_HOME": str(backfill_home), "PYTHONWARNINGS": "ignore"}
-    env.pop("DAGSTER_HOME", None)
-    proc = subprocess.run([str(BIN / "backfill"), *args, "--home", str(backfill_home)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    if proc.returncode != 0:
-        raise AssertionError(f"backfill {' '.join(args)} exited {proc.returncode}\n"
-                             f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
-    return proc
 
 
 def _reset_sigint() -> None:
@@ -501,22 +640,22 @@ def stop_process_group(process: subprocess.Popen, *, grace: float = 45.0) -> Non
 
 @contextlib.contextmanager
 def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
-                prepare: Callable[[Path], None] | None = None) -> Iterator[DagsterDev]:
+                prepare: Callable[[Path, Path], None] | None = None) -> Iterator[DagsterDev]:
     """`backfill init` in tmp/home, then `dagster dev` on a free port until the location loads.
 
-    `prepare(backfill_home)` runs after init and before the server starts (e.g. sample data).
+    `prepare(backfill_home, dagster_home)` runs after init and before the server starts (e.g. sample
+    data and history).
     """
     backfill_home = (tmp / "home").resolve()
     dagster_home = backfill_home / "dagster"
     run_backfill_cli("init", backfill_home=backfill_home)
     assert (dagster_home / "dagster.yaml").is_file(), "backfill init wrote no dagster.yaml"
     if prepare is not None:
-        prepare(backfill_home)
+        prepare(backfill_home, dagster_home)
 
     port = free_port()
     log_path = tmp / "dagster-dev.log"
-    env = {**os.environ, "BACKFILL_HOME": str(backfill_home), "DAGSTER_HOME": str(dagster_home),
-           "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"}
+    env = clean_env(backfill_home, DAGSTER_HOME=str(dagster_home))
     log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
     process = subprocess.Popen(
         [str(BIN / "dagster"), "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1",

@@ -8,7 +8,6 @@ version.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import socket
 from collections.abc import Iterator
@@ -43,11 +42,15 @@ def add_defs(parser: argparse.ArgumentParser) -> None:
 
 
 def actor() -> str:
-    """Who runs the command: the OS user and host, never a free-text flag."""
+    """Who runs the command: the process's OS account and host, never free text (a flag, $USER)."""
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid{os.getuid()}"
+        import pwd
+    except ImportError:  # Windows: the logon account, not %USERNAME%
+        return f"{os.getlogin()}@{socket.gethostname()}"
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid without a passwd entry, e.g. in a container
+        user = f"uid{os.geteuid()}"
     return f"{user}@{socket.gethostname()}"
 
 

@@ -49,14 +49,22 @@ def record_write(session: Session, *, plan_id: str | None, asset: str, key: str,
 
 def record_results(session: Session, *, plan_id: str | None, asset: str,
                    judged: Sequence[tuple[int | None, str, Fingerprint, list[GateResult]]]) -> None:
-    """Store results: one (write_id, partition, checked fingerprint, results) per partition."""
+    """Store results: one (write_id, partition, checked fingerprint, results) per partition, in one
+    statement for the whole slice."""
     at = evidence_log.now_iso()
+    values: list[object] = []
     for write_id, key, checked, results in judged:
         for result in results:
-            session.execute(
-                f"INSERT INTO {SCHEMA}.gate_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [next_id(session), write_id, plan_id, asset, key, result.gate, result.passed,
-                 checked.digest if checked else None, json.dumps(result.to_json(), default=str), at])
+            values += [write_id, plan_id, asset, key, result.gate, result.passed,
+                       checked.digest if checked else None, json.dumps(result.to_json(), default=str), at]
+    if not values:
+        return
+    rows = len(values) // 9
+    placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+    session.execute(
+        f"INSERT INTO {SCHEMA}.gate_results (result_id, write_id, plan_id, asset, partition_key, gate, passed, "
+        f"checked_fingerprint, figures, recorded_at) SELECT nextval('{SCHEMA}.ids'), CAST(w AS BIGINT), p, a, k, g, "
+        f"CAST(ok AS BOOLEAN), c, f, t FROM (VALUES {placeholders}) AS v(w, p, a, k, g, ok, c, f, t)", values)
 
 
 def latest(session: Session, asset: str, keys: Sequence[str],

@@ -144,7 +144,8 @@ def load_defs(reference: str | None = None) -> LoadedDefs:
         import logging
 
         logging.getLogger("backfill_assets").exception("loading definitions failed")
-        raise UsageError(f"loading the definitions failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"loading the definitions failed: {type(exc).__name__}: {first}",
                          fix="fix the error in the definitions (`--verbose` shows the traceback)") from None
 
 

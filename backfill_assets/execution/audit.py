@@ -13,12 +13,20 @@ from collections.abc import Mapping
 
 from backfill_assets.control import evidence_log, ledger
 from backfill_assets.control.record import PlanState
-from backfill_assets.gates.results import GATE_NAMES, SINGLE_CODE_VERSION, GateResult, Thresholds, Tolerance
+from backfill_assets.gates.results import (
+    CONTRACT_HOLDS,
+    GATE_NAMES,
+    SINGLE_CODE_VERSION,
+    GateResult,
+    Thresholds,
+    Tolerance,
+)
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import (
+    SchemaCheck,
     check_schema,
     contract_result,
     duplicate_result,
@@ -70,6 +78,17 @@ def code_version_results(keys: list[str], window: Mapping[str, str | None] | Non
     return out
 
 
+def unjudgeable(key: str, spec: TableSpec, schema: SchemaCheck) -> list[GateResult]:
+    why = f"not evaluated: {spec.table} lacks column(s) {', '.join(schema.missing)} (see contract_holds)"
+    contract = GateResult(CONTRACT_HOLDS, key, False, {"columns": schema.declared},
+                          {"missing": list(schema.missing), "extra": list(schema.extra),
+                           "mismatched": {c: found for c, (_, found) in schema.mismatched.items()}},
+                          0, len(schema.problems), "; ".join(schema.problems),
+                          numbers={"problems": len(schema.problems)})
+    return [contract if name == CONTRACT_HOLDS else GateResult(name, key, False, None, None, None, None, why)
+            for name in GATE_NAMES]
+
+
 def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
           written: Mapping[str, tuple[int | None, Fingerprint | None]], actor: str,
           *, record_results: bool = True) -> dict[str, list[GateResult]]:
@@ -79,8 +98,19 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         return {}
     thresholds = thresholds_for(spec, plan)
     schema = check_schema(session, spec)
-    present = session.engine.table_columns(session, spec.table)
-    null_columns = [c.name for c in spec.contract if not c.nullable and c.name.lower() in present]
+    if schema.missing:
+        # the slice statement reads every contract column, so without one it cannot run: the
+        # contract gate says which is missing and every other gate fails as not evaluated
+        results = {k: unjudgeable(k, spec, schema) for k in keys}
+        if record_results:
+            with session.transaction():
+                ledger.record_results(session, plan_id=plan.plan_id if plan else None, asset=spec.name,
+                                      judged=[(written[k][0], k, None, results[k]) for k in keys])
+                if plan is not None:
+                    evidence_log.append(session, plan_id=plan.plan_id, kind="gates", actor=actor,
+                                        payload=summary(spec.name, results, plan.approved_sha256))
+        return results
+    null_columns = [c.name for c in spec.contract if not c.nullable and c.name not in schema.missing]
     figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
     window = None
     if plan is not None:

@@ -140,7 +140,8 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                     for error in report.errors[:3]:
                         say(f"  run failed: {error}")
                     for key, gates in list(report.failed.items())[:10]:
-                        say(f"  {key}: {', '.join(gates)} failed")
+                        what = "not written" if gates == ["not written"] else f"{', '.join(gates)} failed"
+                        say(f"  {key}: {what}")
                 say(f"halted at {stage.name} run {bad[0].partitions[0]}..{bad[0].partitions[-1]} "
                     f"(pass {repeat + 1})")
                 return reports

@@ -31,7 +31,8 @@ from backfill_assets.warehouse.writes import ensure_table
 @dataclass
 class Check:
     problems: list[str] = field(default_factory=list)
-    changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)  # key -> (now, written, write_id)
+    # key -> (fingerprint now, fingerprint written, write_id)
+    changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)
     plans: list[PlanState] = field(default_factory=list)
 
 

@@ -73,10 +73,22 @@ class SchemaCheck:
                    for c, (declared, found) in self.mismatched.items()])
 
 
+_CANONICAL: dict[tuple[str, str], str] = {}  # (engine, declared type) -> catalog name: fixed per engine
+
+
+def _canonical(session: Session, types: list[str]) -> dict[str, str]:
+    engine = session.engine.name
+    missing = [t for t in types if (engine, t) not in _CANONICAL]
+    if missing:
+        for declared, name in session.engine.canonical_types(session, missing).items():
+            _CANONICAL[(engine, declared)] = name
+    return {t: _CANONICAL[(engine, t)] for t in types}
+
+
 def check_schema(session: Session, spec: TableSpec) -> SchemaCheck:
     found = session.engine.table_columns(session, spec.table)
     declared = {c.name: c.type for c in spec.contract}
-    canonical = session.engine.canonical_types(session, list(declared.values()))
+    canonical = _canonical(session, list(declared.values()))
     names = {c.lower() for c in declared}
     return SchemaCheck(
         declared,

@@ -23,7 +23,7 @@ def ensure_table(session: Session, spec: TableSpec, table: str | None = None) ->
     session.execute(spec.create_sql(table))
 
 
-def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str) -> int:
+def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str) -> None:
     """Materialize the recomputation once into a temp table (the source is read once per write)."""
     cols = ", ".join(quote(c) for c in spec.columns)
     session.execute(f"DROP TABLE IF EXISTS {STAGE}")
@@ -32,7 +32,6 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str)
     sql = session.engine.named(spec.select_sql)
     session.execute(f"INSERT INTO {STAGE} ({cols}) SELECT {cols} FROM ({sql}) AS s",
                     scheme.params_for(spec.select_sql, key))
-    return int(session.scalar(f"SELECT count(*) FROM {STAGE}"))
 
 
 def write_partition(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str, mode: str,
@@ -40,11 +39,12 @@ def write_partition(session: Session, spec: TableSpec, scheme: PartitionScheme, 
     """Write one partition by `mode`; return the rows the recomputation yielded."""
     if mode not in MODES:
         raise WriteRefused(f"unknown write mode {mode!r}", fix=f"use one of {', '.join(MODES)}")
-    staged = _stage(session, spec, scheme, key)
+    _stage(session, spec, scheme, key)
     target, part = quote(spec.table), quote(spec.partition_column)
     inside = scheme.predicate(part)
     bound = scheme.predicate_params(key)
-    stray = session.scalar(f"SELECT count(*) FROM {STAGE} WHERE {part} IS NULL OR NOT {inside}", bound)
+    staged, stray = session.one(
+        f"SELECT count(*), count(*) FILTER (WHERE {part} IS NULL OR NOT {inside}) FROM {STAGE}", bound)
     if stray:
         # a row for another partition would land where no snapshot was taken
         raise WriteRefused(

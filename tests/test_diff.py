@@ -1,0 +1,159 @@
+"""`backfill diff PLAN`: what a plan changed, partition by partition and key by key, against the
+snapshot taken before its first write of each partition (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.warehouse.snapshots import snapshot_table
+from tests.world import BUGGY, FIXED, World, keys
+
+WINDOW = keys(1, 4)
+METRICS = [m.name for m in FIXED.metrics]
+
+
+def diff(world: World, capsys, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = world.cli("diff", *args)
+    return code, capsys.readouterr().out
+
+
+def diff_json(world: World, capsys, *args: str) -> dict:
+    code, out = diff(world, capsys, *args, "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+def by_region(world: World, table: str, day: str) -> dict[str, tuple]:
+    """region -> (orders, gross, refunds, net_revenue, customers) of one partition of `table`."""
+    rows = world.sql(f"SELECT region, orders, gross, refunds, net_revenue, customers FROM {table} "
+                     "WHERE order_date = ? ORDER BY region", [day])
+    return {r[0]: r[1:] for r in rows}
+
+
+def snapshot(plan_id: str) -> str:
+    return f"{SNAPSHOT_SCHEMA}.{snapshot_table(plan_id, FIXED.table)}"
+
+
+def test_diff_reports_per_key_figures_of_the_fix_against_the_pre_plan_snapshot(world, capsys):
+    assert world.materialize(WINDOW, spec=BUGGY).success  # the buggy release's daily runs
+    path = world.approved_plan("fix", start=WINDOW[0], end=WINDOW[-1], proof=(WINDOW[0],), per_run=3)
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", str(path)) == 0
+
+    report = diff_json(world, capsys, "fix")
+
+    assert (report["plan_id"], report["table"]) == ("fix", "daily_revenue")
+    assert [p["partition"] for p in report["partitions"]] == WINDOW
+    assert {k: report["totals"][k] for k in ("partitions_changed", "added", "removed", "changed")} == {
+        "partitions_changed": 4, "added": 0, "removed": 0, "changed": 20}
+    for part in report["partitions"]:
+        day = part["partition"]
+        before, after = by_region(world, snapshot("fix"), day), by_region(world, "daily_revenue", day)
+        assert (part["rows_before"], part["rows_after"]) == (5, 5)
+        assert (part["added"], part["removed"], part["changed"]) == (0, 0, 5)
+        assert len(part["top"]) == 5
+        for change in part["top"]:
+            assert change["status"] == "changed"
+            assert change["keys"]["order_date"] == day
+            region = change["keys"]["region"]
+            net = change["metrics"]["net_revenue"]
+            old, new = before[region][3], after[region][3]
+            assert (net["old"], net["new"]) == (float(old), float(new))
+            assert net["difference"] == pytest.approx(float(new - old), abs=1e-9)
+            assert net["difference"] > 0  # the fix stops subtracting refunds twice
+            assert change["metrics"]["gross"]["difference"] == 0.0  # only net revenue was wrong
+        # keys come largest change first
+        sizes = [c["metrics"]["net_revenue"]["difference"] for c in part["top"]]
+        assert sizes == sorted(sizes, reverse=True)
+        net_total = part["totals"]["net_revenue"]
+        old_total = sum(v[3] for v in before.values())
+        new_total = sum(v[3] for v in after.values())
+        assert (net_total["old"], net_total["new"]) == (float(old_total), float(new_total))
+        assert part["totals"]["gross"]["difference"] == 0.0
+    truth = world.sql("SELECT sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) "
+                      "FROM orders WHERE order_date BETWEEN ? AND ?", [WINDOW[0], WINDOW[-1]])[0][0]
+    assert report["totals"]["net_revenue"]["new"] == float(truth)
+
+    limited = diff_json(world, capsys, "fix", "--partitions", f"{WINDOW[1]},{WINDOW[3]}")
+    assert [p["partition"] for p in limited["partitions"]] == [WINDOW[1], WINDOW[3]]
+    assert limited["partitions"] == [report["partitions"][1], report["partitions"][3]]
+    assert limited["totals"]["changed"] == 10
+
+    # the text is bounded: the summary, then at most --top keys per changed partition
+    code, text = diff(world, capsys, "fix", "--top", "2")
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0] == ("impact of plan fix on daily_revenue: 4 of 4 partition(s) changed; "
+                        "rows added 0, removed 0, changed 20")
+    assert sum(1 for line in lines if line.startswith("  changed ")) == 4 * 2
+    assert f"{WINDOW[0]}: +0 -0 ~5 rows (5 -> 5)" in lines
+    biggest = report["partitions"][0]["top"][0]
+    old, new = biggest["metrics"]["net_revenue"]["old"], biggest["metrics"]["net_revenue"]["new"]
+    assert (f"  changed  order_date={WINDOW[0]}, region={biggest['keys']['region']}: "
+            f"net_revenue {old:,.2f} -> {new:,.2f} ({new - old:+,.2f})") in lines
+    assert not any("gross" in line for line in lines if line.startswith("  changed "))
+    assert len(text) < 2000
+
+    # a rerun that changes nothing since its last run still diffs against the pre-plan snapshot
+    assert world.cli("run", str(path), "--partitions", WINDOW[1]) == 0
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
+                     "AND partition_key = ?", [WINDOW[1]])[0][0] == 2
+    again = diff_json(world, capsys, "fix", "--partitions", WINDOW[1])
+    assert again["partitions"] == [report["partitions"][1]]
+
+
+def test_a_plan_whose_recomputation_equals_the_snapshot_reports_no_change(world, capsys):
+    window = keys(1, 3)
+    assert world.materialize(window, spec=FIXED).success  # already the fixed figures
+    path = world.approved_plan("same", start=window[0], end=window[-1], proof=tuple(window), per_run=3)
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'same'")[0][0] == 6
+
+    code, text = diff(world, capsys, "same")
+
+    assert code == 0
+    assert text.splitlines()[0] == ("impact of plan same on daily_revenue: 0 of 3 partition(s) changed; "
+                                    "rows added 0, removed 0, changed 0")
+    assert not re.search(r"^\d{4}-\d{2}-\d{2}: ", text, re.M)  # no partition listed
+    report = diff_json(world, capsys, "same")
+    assert [(p["partition"], p["added"], p["removed"], p["changed"], p["top"])
+            for p in report["partitions"]] == [(k, 0, 0, 0, []) for k in window]
+    assert report["totals"]["net_revenue"]["difference"] == 0.0
+
+
+def test_a_key_added_and_a_key_removed_in_the_source_show_as_added_and_removed(world, capsys):
+    day = "2026-01-02"
+    assert world.materialize(keys(1, 2), spec=FIXED).success
+    west = by_region(world, "daily_revenue", day)["west"]
+    world.run_sql("DELETE FROM orders WHERE order_date = ? AND region = 'west'", [day])
+    world.run_sql("INSERT INTO orders VALUES (999001, 42, 'arctic', TIMESTAMP '2026-01-02 12:00:00', "
+                  "DATE '2026-01-02', 123.45, 'completed')")
+    path = world.approved_plan("moved", start=day, end=day, proof=(day,))
+    assert world.cli("run", str(path), "--proof") == 0
+
+    report = diff_json(world, capsys, "moved")
+
+    [part] = report["partitions"]
+    assert (part["partition"], part["rows_before"], part["rows_after"]) == (day, 5, 5)
+    assert (part["added"], part["removed"], part["changed"]) == (1, 1, 0)
+    changes = {c["keys"]["region"]: c for c in part["top"]}
+    assert set(changes) == {"arctic", "west"}
+    added, removed = changes["arctic"], changes["west"]
+    assert added["status"] == "added" and removed["status"] == "removed"
+    assert added["metrics"]["net_revenue"] == {"old": None, "new": 123.45, "difference": 123.45}
+    assert added["metrics"]["orders"] == {"old": None, "new": 1.0, "difference": 1.0}
+    assert removed["metrics"]["net_revenue"] == {"old": float(west[3]), "new": None,
+                                                 "difference": -float(west[3])}
+    code, text = diff(world, capsys, "moved")
+    assert code == 0
+    assert f"{day}: +1 -1 ~0 rows (5 -> 5)" in text.splitlines()
+    lines = text.splitlines()
+    arctic = next(line for line in lines if line.startswith(f"  added    order_date={day}, region=arctic: "))
+    assert "orders NULL -> 1.00 (+1.00)" in arctic and "net_revenue NULL -> 123.45 (+123.45)" in arctic
+    gone = next(line for line in lines if line.startswith(f"  removed  order_date={day}, region=west: "))
+    assert f"net_revenue {west[3]:,.2f} -> NULL (-{west[3]:,.2f})" in gone

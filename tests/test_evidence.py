@@ -1,0 +1,260 @@
+"""The evidence (issue 9): a keyed hash chain whose edits, re-chaining and cut-off ends are detected,
+and a rendered release-gate file that summarises instead of listing every gate of every partition."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.conftest import Result
+from tests.world import keys
+
+CHAIN = ("SELECT seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash "
+         "FROM backfill_control.evidence ORDER BY seq")
+
+
+def material(prev: str, seq: int, at: str, plan_id: str | None, kind: str, actor: str, payload: str) -> bytes:
+    """What a row's hash covers (the code is public: an attacker knows this much)."""
+    return json.dumps([prev, seq, at, plan_id, kind, actor, payload], separators=(",", ":")).encode()
+
+
+def chain(world) -> list[tuple]:
+    return world.sql(CHAIN)
+
+
+def evidence_key(world) -> Path:
+    return world.home / "keys" / "evidence.key"
+
+
+def heads_log(world) -> Path:
+    return world.home / "keys" / "evidence-heads.log"
+
+
+def approved(world, name: str = "fix") -> Path:
+    assert world.cli("init") == 0
+    return world.approved_plan(name, start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+
+
+def tamper(world, *statements: tuple[str, list]) -> None:
+    """Edits made with a plain SQL client, outside backfill (no key, no head log)."""
+    con = duckdb.connect(str(world.warehouse_path))
+    try:
+        for sql, params in statements:
+            con.execute(sql, params)
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def backfill(world, capsys, monkeypatch):
+    """`backfill` in process on the world's home (a subprocess adds start-up time, not coverage)."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Result:
+        with monkeypatch.context() as patched:
+            for name, value in (env or {}).items():
+                patched.setenv(name, value)
+            capsys.readouterr()
+            code = world.cli(*args)
+            captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def one_line(err: str) -> str:
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def test_init_creates_a_private_key_and_every_row_is_an_hmac_under_it(world, capsys):
+    assert world.cli("init") == 0
+    key_path = evidence_key(world)
+    assert f"evidence key {key_path} (mode 0600" in capsys.readouterr().out
+    assert key_path.stat().st_mode & 0o777 == 0o600
+    assert key_path.parent.stat().st_mode & 0o077 == 0  # keys/ is private too
+    key_text = key_path.read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}\n", key_text)
+    assert world.cli("init") == 0 and key_path.read_text() == key_text  # never replaced
+    approved(world)
+
+    rows = chain(world)
+    assert len(rows) >= 5 and rows[0][6] == "0" * 64
+    key = bytes.fromhex(key_text.strip())
+    prev = "0" * 64
+    for seq, at, plan_id, kind, actor, payload, prev_hash, row_hash in rows:
+        assert prev_hash == prev
+        data = material(prev, seq, at, plan_id, kind, actor, payload)
+        assert row_hash == hmac.new(key, data, hashlib.sha256).hexdigest()
+        assert row_hash != hashlib.sha256(data).hexdigest()  # a keyless recomputation cannot match
+        prev = row_hash
+    last = heads_log(world).read_text().splitlines()[-1]
+    assert last == f"{rows[-1][0]} {rows[-1][7]}"
+
+
+def test_an_edited_row_rechained_with_plain_sha256_is_detected_naming_the_row(world, backfill, run_subprocess):
+    approved(world)
+    rows = chain(world)
+    assert backfill("evidence", "verify").out.startswith(f"evidence chain verified: {len(rows)} row(s) intact")
+    victim = next(r for r in rows if r[3] == "approval" and "bob" in r[5])
+    forged_payload = victim[5].replace("bob", "carol")
+    assert forged_payload != victim[5]
+    # what someone with write access to the warehouse but not the key can do: edit, then re-chain
+    statements, prev = [], victim[6]
+    for seq, at, plan_id, kind, actor, payload, _prev, _hash in rows[victim[0] - 1:]:
+        payload = forged_payload if seq == victim[0] else payload
+        digest = hashlib.sha256(material(prev, seq, at, plan_id, kind, actor, payload)).hexdigest()
+        statements.append(("UPDATE backfill_control.evidence SET payload = ?, prev_hash = ?, row_hash = ? "
+                           "WHERE seq = ?", [payload, prev, digest, seq]))
+        prev = digest
+    tamper(world, *statements)
+    assert all(a[6] == b[7] for a, b in zip(chain(world)[1:], chain(world), strict=False))  # linked again
+
+    in_process = backfill("evidence", "verify")
+    for result in (in_process, run_subprocess("--home", str(world.home), "evidence", "verify")):
+        assert result.code == 1 and result.out == ""
+        assert one_line(result.err).startswith(f"backfill: evidence row {victim[0]} does not verify (its "
+                                               "content was changed after it was written)")
+
+
+def test_rows_cut_off_the_end_or_an_emptied_chain_are_detected_without_against(world, backfill):
+    approved(world)
+    last = chain(world)[-1][0]
+    tamper(world, ("DELETE FROM backfill_control.evidence WHERE seq > ?", [last - 2]))
+    assert len(chain(world)) == last - 2
+    cut = backfill("evidence", "verify")
+    assert cut.code == 1
+    assert one_line(cut.err).startswith(
+        f"backfill: evidence row {last} does not verify (the head log recorded it, but it is missing or "
+        "different now")
+
+    tamper(world, ("DELETE FROM backfill_control.evidence", []))
+    emptied = backfill("evidence", "verify")
+    assert emptied.code == 1
+    assert one_line(emptied.err).startswith(
+        f"backfill: evidence row {last} does not verify (the chain is empty, but the head log "
+        f"{heads_log(world)} recorded rows up to it)")
+
+
+def test_evidence_render_exits_1_when_the_chain_does_not_verify_and_the_file_says_why(world, backfill):
+    path = approved(world)
+    good = world.root / "evidence" / "good.yaml"
+    rendered = backfill("evidence", str(path), "--out", str(good))
+    assert rendered.code == 0, rendered.err
+    assert yaml.safe_load(good.read_text())["chain"]["verified"] is True
+
+    victim = chain(world)[2][0]
+    tamper(world, ("UPDATE backfill_control.evidence SET actor = 'someone-else' WHERE seq = ?", [victim]))
+    bad = world.root / "evidence" / "bad.yaml"
+    result = backfill("evidence", "fix", "--out", str(bad))
+    assert result.code == 1
+    assert result.out == f"wrote evidence for fix to {bad}\n"
+    assert one_line(result.err).startswith(
+        f"backfill: the evidence was written, but its chain does not verify: NO: evidence row {victim} does "
+        "not verify (its content was changed after it was written)")
+    verified = yaml.safe_load(bad.read_text())["chain"]["verified"]
+    assert verified.startswith(f"NO: evidence row {victim} does not verify")
+    printed = backfill("evidence", "fix")  # to stdout: the document, then the same refusal
+    assert printed.code == 1 and "verified: 'NO: evidence row" in printed.out
+
+
+def test_verify_against_a_rendered_file_finds_its_pinned_row(world, backfill):
+    path = approved(world)
+    out = world.root / "evidence.yaml"
+    assert backfill("evidence", str(path), "--out", str(out)).code == 0
+    pinned = yaml.safe_load(out.read_text())["chain"]["head_seq"]
+    assert pinned == chain(world)[-1][0]
+    ok = backfill("evidence", "verify", "--against", str(out))
+    assert ok.code == 0 and ok.out.strip().endswith(f"row {pinned} pinned by {out} is there")
+
+    assert world.cli("plan", "withdraw", "fix", "--note", "not needed") == 0  # the chain grows
+    assert chain(world)[-1][0] > pinned
+    assert backfill("evidence", "verify", "--against", str(out)).code == 0
+
+    # the head log gone as well as the end of the chain: the rendered file still knows its row
+    heads_log(world).unlink()
+    tamper(world, ("DELETE FROM backfill_control.evidence WHERE seq >= ?", [pinned - 1]))
+    cut = backfill("evidence", "verify", "--against", str(out))
+    assert cut.code == 1
+    assert one_line(cut.err).startswith(
+        f"backfill: evidence row {pinned} does not verify (the rendered evidence recorded it, but it is "
+        "missing or different now")
+
+    not_evidence = world.root / "plans" / "fix.yaml"
+    misuse = backfill("evidence", "verify", "--against", str(not_evidence))
+    assert misuse.code == 2
+    assert "is not a rendered evidence file with a chain head" in one_line(misuse.err)
+
+
+def test_a_missing_key_is_one_line_naming_its_path_and_is_never_recreated(world, backfill):
+    path = approved(world)
+    key_path = evidence_key(world)
+    moved = world.root / "vault" / "evidence.key"
+    moved.parent.mkdir()
+    key_path.rename(moved)  # say, into a vault, with the head log beside it
+    heads_log(world).rename(moved.parent / heads_log(world).name)
+    rows = len(chain(world))
+
+    verify = backfill("evidence", "verify")
+    assert verify.code == 1
+    assert one_line(verify.err) == (f"backfill: the evidence key {key_path} is missing: restore it from "
+                                    "backup (the chain cannot be verified or extended without it), or "
+                                    "point BACKFILL_EVIDENCE_KEY_FILE at it")
+    out = world.root / "evidence.yaml"
+    render = backfill("evidence", str(path), "--out", str(out))
+    assert render.code == 1 and f"the evidence key {key_path} is missing" in one_line(render.err)
+    assert f"the evidence key {key_path} is missing" in yaml.safe_load(out.read_text())["chain"]["verified"]
+
+    before = path.read_text()
+    more = backfill("plan", "approve", str(path), "--by", "carol", "--key", str(world.keys["carol"]))
+    assert more.code == 1 and f"the evidence key {key_path} is missing" in one_line(more.err)
+    assert not key_path.exists(), "a new key would start a second, unverifiable chain"
+    assert len(chain(world)) == rows and path.read_text() == before
+
+    found = backfill("evidence", "verify", env={"BACKFILL_EVIDENCE_KEY_FILE": str(moved)})
+    assert found.code == 0 and f"{rows} row(s) intact" in found.out, found.err
+
+
+def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfill):
+    assert world.cli("init") == 0
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=8)
+    assert world.cli("run", str(path), "--proof") == 0
+    broken = ["2026-01-04", "2026-01-06"]
+    for day in broken:  # two source rows without a region: the contract gate fails on those days only
+        world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, "
+                      "order_date, amount, status FROM orders WHERE order_date = ? LIMIT 2", [day])
+    assert world.cli("run", str(path)) == 1
+    out = world.root / "evidence.yaml"
+    assert world.cli("evidence", str(path), "--out", str(out)) == 0
+    text = out.read_text()
+    document = yaml.safe_load(text)
+
+    gates = document["gates"]
+    assert (gates["partitions"], gates["written"], gates["passed"]) == (8, 8, 6)
+    assert gates["failed"] == {day: {"contract_holds": "region: 1 NULL(s) in a non-nullable column"}
+                               for day in broken}
+    assert re.fullmatch(r"[0-9a-f]{64}", gates["results_sha256"])
+    assert document["snapshots"]["partitions"] == 8
+    assert re.fullmatch(r"[0-9a-f]{64}", document["snapshots"]["sha256"])
+    assert document["plan"]["window"] == {"start": "2026-01-01", "end": "2026-01-08", "partitions": 8}
+    assert document["chain"]["verified"] is True and document["chain"]["rows"] == len(
+        [r for r in chain(world) if r[2] == "fix"])
+    # a summary: no line per partition or per gate, so passing days are not even named
+    for day in keys(2, 3) + ["2026-01-05", "2026-01-07"]:
+        assert day not in text, day
+    assert len(text) < 2500 and text.count("\n") < 70, text
+
+    # the digest stands for every result: fixing the two days changes it, and empties `failed`
+    world.run_sql("DELETE FROM orders WHERE region IS NULL")
+    assert world.cli("run", str(path), "--partitions", ",".join(broken)) == 0
+    again = backfill("evidence", "fix")
+    assert again.code == 0
+    fixed = yaml.safe_load(again.out)["gates"]
+    assert (fixed["passed"], fixed["failed"]) == (8, {})
+    assert fixed["results_sha256"] != gates["results_sha256"]

@@ -1,0 +1,288 @@
+"""Faults rehearsed: kill -9 at named points of `backfill run`, `publish` and `rollback`, two runs of
+one plan at once, pause and cancel. Every kill is a real SIGKILL of a real `backfill` process
+(BACKFILL_CRASH_AT); what survives is read back from the warehouse and the Dagster instance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+
+from backfill_assets.defs.replayable import PID_TAG
+from backfill_assets.home import Home
+from backfill_assets.permission import PLAN_TAG
+from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.identifiers import quote
+from tests.world import BUGGY, FIXED, keys
+
+DAYS = keys(1, 8)
+KILLED = -9  # subprocess's returncode for a child that died of SIGKILL
+
+
+# --- what the data should be -----------------------------------------------------------------
+
+def seed_history(world) -> tuple[dict[str, Fingerprint], dict[str, Fingerprint]]:
+    """The buggy release wrote and published all eight days as an incremental run."""
+    assert world.materialize(DAYS, spec=BUGGY, publish=True).success
+    return world.fingerprints("daily_revenue", DAYS), world.fingerprints("published_revenue", DAYS)
+
+
+def clean_fingerprints(world) -> dict[str, Fingerprint]:
+    """What the fixed SQL yields per day, computed beside the target, never through the write path."""
+    cols = ", ".join(quote(c) for c in FIXED.columns)
+    with world.warehouse().session() as session:
+        session.execute(FIXED.create_sql("expected_revenue"))
+        for key in DAYS:
+            session.execute(f"INSERT INTO expected_revenue ({cols}) "
+                            f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",
+                            {"partition": dt.date.fromisoformat(key)})
+    return world.fingerprints("expected_revenue", DAYS)
+
+
+def new_partitions(world, history, clean) -> set[str]:
+    """The days holding the fixed rows; every day must hold wholly the old rows or wholly the new."""
+    now = world.fingerprints("daily_revenue", DAYS)
+    mixed = {k: str(fp) for k, fp in now.items() if fp not in (history[k], clean[k])}
+    assert not mixed, f"partitions neither wholly old nor wholly new: {mixed}"
+    return {k for k, fp in now.items() if fp == clean[k] != history[k]}
+
+
+def written(world, plan_id: str = "fix") -> set[str]:
+    return {k for (k,) in world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes "
+                                    "WHERE plan_id = ?", [plan_id])}
+
+
+def assert_snapshots_match_writes(world, history, plan_id: str = "fix") -> None:
+    """One snapshot per partition the plan wrote, holding the rows and fingerprint from before."""
+    records = world.sql("SELECT partition_key, count(*), min(row_count), min(fingerprint), "
+                        "min(snapshot_table) FROM backfill_control.snapshots "
+                        "WHERE plan_id = ? AND table_name = 'daily_revenue' GROUP BY partition_key",
+                        [plan_id])
+    assert {r[0] for r in records} == written(world, plan_id)
+    for key, count, rows, digest, table in records:
+        assert count == 1, key
+        assert Fingerprint(int(rows), digest) == history[key], key
+        held = world.sql(f"SELECT count(*) FROM backfill_snapshots.{quote(table)} WHERE order_date = ?",
+                         [key])
+        assert held[0][0] == rows, key
+
+
+def evidence(world, kind: str, plan_id: str = "fix") -> list[dict]:
+    return [json.loads(p) for (p,) in world.sql(
+        "SELECT payload FROM backfill_control.evidence WHERE plan_id = ? AND kind = ? ORDER BY seq",
+        [plan_id, kind])]
+
+
+def transitions(world, plan_id: str = "fix") -> list[tuple[str, str]]:
+    return [(p["from"], p["to"]) for p in evidence(world, "transition", plan_id)]
+
+
+def lease_pid(world, plan_id: str = "fix") -> int | None:
+    found = world.sql("SELECT pid FROM backfill_control.leases WHERE plan_id = ?", [plan_id])
+    return int(found[0][0]) if found else None
+
+
+def dagster_runs(world) -> list[dg.DagsterRun]:
+    """The runs on the instance the CLI and the UI share: DAGSTER_HOME, else <home>/dagster."""
+    with dg.DagsterInstance.from_config(str(Home(world.home).dagster_home)) as instance:
+        return list(instance.get_runs())
+
+
+def runs_of(world, status: dg.DagsterRunStatus) -> list[dg.DagsterRun]:
+    return [r for r in dagster_runs(world) if r.status is status]
+
+
+def status_of(run_cli, capsys) -> dict:
+    capsys.readouterr()  # what earlier in-process commands printed
+    return json.loads(run_cli("status", "fix", "--json").out)
+
+
+def proven(world, start: str = "2026-01-01", end: str = "2026-01-08", proof: str = "2026-01-01"):
+    path = world.approved_plan("fix", start=start, end=end, proof=(proof,), per_run=2)
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.phase("fix") == "proven"
+    return path
+
+
+def fixed_window(world, start: str, end: str, proof: str):
+    proven(world, start, end, proof)
+    assert world.cli("run", "fix") == 0
+    assert world.phase("fix") == "reconciled"
+
+
+# --- backfill run ---------------------------------------------------------------------------------
+
+def test_kill_9_during_run_leaves_whole_partitions_snapshots_per_write_and_a_rerun_converges(
+        world, cli, run_cli, capsys):
+    history, _ = seed_history(world)
+    clean = clean_fingerprints(world)
+    assert all(history[k] != clean[k] for k in DAYS)  # the fix changes every day
+    proven(world)  # 2026-01-01 proven; the window runs 02..08 in slices of two
+    assert new_partitions(world, history, clean) == {"2026-01-01"}
+
+    # (crash point, days written by the end of that run): the counts are per process
+    crashes = [("write.after_snapshot@2", {"2026-01-01", "2026-01-02"}),  # 03 dies after its snapshot
+               ("write.before_commit@3", set(keys(1, 3))),                 # 02 again, 03, then 04 dies
+               ("write.after_commit@3", set(keys(1, 6)))]                  # 04, 05, 06 dies after commit
+    dead: list[int] = []
+    for point, expected in crashes:
+        result = cli("run", "fix", env={"BACKFILL_CRASH_AT": point})
+        assert result.code == KILLED, f"{point}: {result.code}\n{result.err[-2000:]}"
+        assert new_partitions(world, history, clean) == expected, point
+        assert written(world) == expected, point  # data and ledger committed together, or neither
+        assert_snapshots_match_writes(world, history)
+        assert world.cli("evidence", "verify") == 0, point
+        assert world.phase("fix") == "running", point
+
+        # the dead holder keeps its lease row, but blocks nobody: status does not call it running
+        pid = lease_pid(world)
+        assert pid is not None and pid != os.getpid() and pid not in dead, point
+        status = status_of(run_cli, capsys)
+        assert status["running"] is None and not status["next"].startswith("wait"), status
+        # the killed process's Dagster run is left STARTED; the next `backfill run` marks it failed
+        started = runs_of(world, dg.DagsterRunStatus.STARTED)
+        assert [r.tags.get(PID_TAG) for r in started] == [str(pid)], point
+        failed = {r.tags.get(PID_TAG) for r in runs_of(world, dg.DagsterRunStatus.FAILURE)}
+        assert failed == {str(p) for p in dead}, point
+        dead.append(pid)
+
+    assert world.cli("run", "fix") == 0  # runs 06 (written, never gated), 07 and 08
+    assert new_partitions(world, history, clean) == set(DAYS)
+    assert world.fingerprints("daily_revenue", DAYS) == clean
+    assert world.phase("fix") == "reconciled"
+    assert world.cli("reconcile", "fix") == 0
+    assert_snapshots_match_writes(world, history)
+    assert world.cli("evidence", "verify") == 0
+    # every dead holder's lease was taken over by the next run, on the record
+    taken = [p["from"] for p in evidence(world, "lease_taken_over")]
+    assert len(taken) == len(dead)
+    assert all(f"pid {pid} on " in text for pid, text in zip(dead, taken, strict=True)), taken
+    assert lease_pid(world) is None
+    assert runs_of(world, dg.DagsterRunStatus.STARTED) == []
+    failed = [r for r in runs_of(world, dg.DagsterRunStatus.FAILURE)]
+    assert sorted(int(r.tags[PID_TAG]) for r in failed) == sorted(dead)
+    assert all(r.tags[PLAN_TAG] == "fix" for r in failed)
+    assert transitions(world) == [("drafted", "approved"), ("approved", "proving"), ("proving", "proven"),
+                                  ("proven", "running"), ("running", "reconciled")]
+
+
+def test_two_runs_of_one_plan_at_once_one_writes_each_partition_once_the_other_names_the_holder(world, cli):
+    clean = clean_fingerprints(world)
+    proven(world)
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: cli("run", "fix"), range(2)))
+    assert sorted(r.code for r in results) == [0, 1], [r.err[-1500:] for r in results]
+    winner = next(r for r in results if r.code == 0)
+    loser = next(r for r in results if r.code == 1)
+    assert "plan fix is reconciled" in winner.out
+    window_pids = {r.tags[PID_TAG] for r in dagster_runs(world) if r.tags.get(PID_TAG) != str(os.getpid())}
+    assert len(window_pids) == 1  # only the winner launched Dagster runs
+    match = re.search(r"plan fix is already being run by backfill run by \S+ \(pid (\d+) on ", loser.err)
+    assert match and match.group(1) in window_pids, loser.err
+    per_key = dict(world.sql("SELECT partition_key, count(*) FROM backfill_control.writes "
+                             "WHERE plan_id = 'fix' AND partition_key <> '2026-01-01' "
+                             "GROUP BY partition_key"))
+    assert per_key == {k: 1 for k in keys(2, 8)}
+    assert world.fingerprints("daily_revenue", DAYS) == clean
+    # the loser never re-opened the window: reconciled is reached once and never left
+    assert transitions(world) == [("drafted", "approved"), ("approved", "proving"), ("proving", "proven"),
+                                  ("proven", "running"), ("running", "reconciled")]
+    assert evidence(world, "lease_taken_over") == []
+    assert lease_pid(world) is None
+    assert world.cli("evidence", "verify") == 0
+
+
+# --- publish and rollback ---------------------------------------------------------------------------
+
+def test_killed_publish_and_killed_rollback_change_nothing_and_their_retries_complete(world, cli):
+    history, published_before = seed_history(world)
+    clean = clean_fingerprints(world)
+    window = keys(1, 4)
+    fixed_window(world, "2026-01-01", "2026-01-04", "2026-01-02")
+    target_fixed = world.fingerprints("daily_revenue", DAYS)
+    assert target_fixed == {k: clean[k] if k in window else history[k] for k in DAYS}
+
+    for point in ("publish.between_delete_and_insert", "publish.before_commit"):
+        result = cli("publish", "fix", env={"BACKFILL_CRASH_AT": point})
+        assert result.code == KILLED, f"{point}: {result.code}\n{result.err[-2000:]}"
+        assert world.fingerprints("published_revenue", DAYS) == published_before, point
+        assert world.fingerprints("daily_revenue", DAYS) == target_fixed, point
+        assert world.phase("fix") == "reconciled", point
+        assert evidence(world, "published") == [], point
+        assert world.sql("SELECT count(*) FROM backfill_control.outbox WHERE event = 'reopened'")[0][0] == 0
+        assert world.cli("evidence", "verify") == 0, point
+
+    assert world.cli("publish", "fix") == 0
+    assert world.phase("fix") == "published"
+    published = world.fingerprints("published_revenue", DAYS)
+    assert published == {k: clean[k] if k in window else published_before[k] for k in DAYS}
+
+    result = cli("rollback", "fix", env={"BACKFILL_CRASH_AT": "rollback.before_commit"})
+    assert result.code == KILLED, result.err[-2000:]
+    assert world.fingerprints("daily_revenue", DAYS) == target_fixed
+    assert world.fingerprints("published_revenue", DAYS) == published
+    assert world.phase("fix") == "published"
+    assert evidence(world, "rollback") == []
+    assert world.cli("evidence", "verify") == 0
+
+    assert world.cli("rollback", "fix") == 0
+    assert world.phase("fix") == "rolled_back"
+    assert world.fingerprints("daily_revenue", DAYS) == history
+    assert world.fingerprints("published_revenue", DAYS) == published_before
+    snapshots = {(t, k): Fingerprint(int(n), d) for t, k, n, d in world.sql(
+        "SELECT table_name, partition_key, row_count, fingerprint FROM backfill_control.snapshots "
+        "WHERE plan_id = 'fix'")}
+    assert snapshots == {**{("daily_revenue", k): history[k] for k in window},
+                         **{("published_revenue", k): published_before[k] for k in window}}
+    assert world.cli("evidence", "verify") == 0
+
+
+def test_the_dagster_run_of_a_killed_publish_is_marked_failed_by_the_next_publish(world, cli):
+    fixed_window(world, "2026-01-01", "2026-01-02", "2026-01-01")
+    killed = cli("publish", "fix", env={"BACKFILL_CRASH_AT": "publish.before_commit"})
+    assert killed.code == KILLED, killed.err[-2000:]
+    [orphan] = runs_of(world, dg.DagsterRunStatus.STARTED)
+    assert world.cli("publish", "fix") == 0
+    assert world.phase("fix") == "published"
+    left = [(r.run_id[:8], dict(r.tags)) for r in runs_of(world, dg.DagsterRunStatus.STARTED)]
+    assert left == [], f"the killed `backfill publish`'s Dagster run is still STARTED: {left}"
+    assert orphan.run_id in {r.run_id for r in runs_of(world, dg.DagsterRunStatus.FAILURE)}
+
+
+# --- pause and cancel -------------------------------------------------------------------------------
+
+def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_rolled_back(
+        world, run_cli, capsys):
+    proven(world, "2026-01-01", "2026-01-03", "2026-01-01")
+    paused = run_cli("pause", "fix")
+    assert paused.code == 0 and "`backfill run fix` resumes" in paused.out
+    status = status_of(run_cli, capsys)
+    assert status["hold"] == "paused" and status["next"].startswith("resume with `backfill run fix`")
+
+    resumed = run_cli("run", "fix")
+    assert resumed.code == 0, resumed.err
+    assert "plan fix is reconciled" in resumed.out
+    assert world.sql("SELECT hold FROM backfill_control.plans WHERE plan_id = 'fix'") == [(None,)]
+    assert [(p["from"], p["to"]) for p in evidence(world, "hold")] == [(None, "paused"), ("paused", None)]
+    assert written(world) == set(keys(1, 3))
+
+    cancelled = run_cli("cancel", "fix")
+    assert cancelled.code == 0 and "`backfill rollback fix`" in cancelled.out
+    writes_before = world.sql("SELECT count(*) FROM backfill_control.writes")[0][0]
+    for args in (("run", "fix"), ("run", "fix", "--partitions", "2026-01-02")):
+        refused = run_cli(*args)
+        assert refused.code == 1, args
+        assert "plan fix was cancelled" in refused.err and "backfill rollback fix" in refused.err, refused.err
+    assert world.sql("SELECT count(*) FROM backfill_control.writes")[0][0] == writes_before
+    assert world.phase("fix") == "reconciled"
+
+    rolled = run_cli("rollback", "fix")
+    assert rolled.code == 0, rolled.err
+    assert world.phase("fix") == "rolled_back"
+    assert all(world.rows("daily_revenue", k) == 0 for k in keys(1, 3))  # empty before the plan
+    assert run_cli("evidence", "verify").code == 0

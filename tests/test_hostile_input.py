@@ -1,0 +1,354 @@
+"""Hostile plan files (issue 10): through the real `backfill` command and the guard hook, every one
+is a short answer with the right exit code, never a traceback, a hang or a stray file."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backfill_assets.errors import BackfillError, PlanProblem
+from backfill_assets.plan.loading import collect_problems
+from backfill_assets.plan.yaml_document import read_yaml_text
+from tests.conftest import BIN, ROOT
+from tests.plans import complete_plan, write_plan
+
+HOOK = ROOT / "hooks" / "backfill-guard.sh"
+READERS = (("plan", "validate"), ("guard",), ("plan", "show"))
+
+
+def plan_text(**changes) -> str:
+    return yaml.safe_dump(complete_plan(**changes), sort_keys=False)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def one_short_line(err: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert len(err) < 300 and "Traceback" not in err, err
+    return err.strip()
+
+
+def billion_laughs_plan() -> str:
+    """The classic nine-level bomb (10^9 "lol"s once expanded) as a plan's reason: 491 bytes."""
+    lines = ["plan_id: lol", "owner: mallory", "reason:",
+             "  a: &a [" + ",".join(['"lol"'] * 9) + "]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"  {name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    body = "\n".join(lines) + "\n"
+    head = "# the replay we were asked to approve\n"
+    text = head + "#" * (491 - len(head) - len(body) - 1) + "\n" + body
+    assert len(text.encode()) == 491
+    return text
+
+
+def bomb_under_an_unknown_key() -> str:
+    lines = ["lol_payload:", "  a: &a [" + ", ".join(['"lol"'] * 9) + "]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines += [f"  {name}: &{name}"] + [f"    - *{prev}"] * 9
+    text = plan_text() + "\n".join(lines) + "\n"
+    assert 1700 < len(text.encode()) < 1900  # 1.8 KB
+    return text
+
+
+def argv(command: str, path: Path) -> list[str]:
+    if command == "hook":
+        return [str(HOOK), str(path)]
+    return [str(BIN / "backfill"), *command.split(), str(path)]
+
+
+def timed(run_subprocess, command: list[str]):
+    started = time.perf_counter()
+    result = run_subprocess(command=command, timeout=30)
+    return result, time.perf_counter() - started
+
+
+@pytest.mark.parametrize("bomb", ["billion-laughs", "under-an-unknown-key"])
+def test_alias_bombs_exit_2_fast_with_one_short_line_everywhere(tmp_path, run_subprocess, bomb):
+    text = billion_laughs_plan() if bomb == "billion-laughs" else bomb_under_an_unknown_key()
+    path = write(tmp_path, "bomb.yaml", text)
+    # the command's own start-up (Python, imports) is the floor; a loaded machine can raise it
+    _, startup = timed(run_subprocess, argv("plan validate", write(tmp_path, "broken.yaml", "{unclosed")))
+    for command in ("plan validate", "guard", "plan show", "hook"):
+        result, elapsed = timed(run_subprocess, argv(command, path))
+        assert result.code == 2, (command, result)
+        line = one_short_line(result.err)
+        assert line.startswith(f"backfill: {path}: anchors and aliases are not allowed in a plan"), line
+        assert result.out == ""
+        assert elapsed < max(2.0, startup + 1.0), (command, elapsed, startup)
+
+
+INVALID_DATES = ["2026-02-30", "2026-13-01"]
+
+
+@pytest.mark.parametrize("day", INVALID_DATES)
+def test_a_date_that_does_not_exist_is_one_problem_naming_window_start(tmp_path, run_subprocess, day):
+    path = write(tmp_path, "p.yaml", plan_text().replace("start: '2026-01-01'", f"start: {day}"))
+    expected = f"  - window.start = '{day}': {day} is not a real date; give the first partition key"
+    for command in (("plan", "validate"), ("plan", "show"),
+                    ("plan", "approve", "--by", "alice", "--key", str(tmp_path / "no-key"))):
+        result = run_subprocess(*command[:2], str(path), *command[2:])
+        assert result.code == 1, (command, result)
+        assert result.err.splitlines() == [f"backfill: {path}: 1 problem(s)", expected + ", e.g. 2026-01-05"]
+        assert "Traceback" not in result.err
+    guard = run_subprocess("guard", str(path))
+    assert guard.code == 1 and guard.err == ""
+    bounded = [ln for ln in guard.out.splitlines() if "affected window and partitions bounded" in ln]
+    assert bounded == [f"- [ ] affected window and partitions bounded: {expected[4:]}, e.g. 2026-01-05"]
+
+
+def test_odd_top_level_keys_are_one_line_never_a_key_error(tmp_path, run_subprocess):
+    dotted = write(tmp_path, "dotted.yaml", plan_text() + '"a.b": TODO\n')
+    for command in (("plan", "validate"), ("plan", "show")):
+        result = run_subprocess(*command, str(dotted))
+        assert result.code == 1, result
+        assert result.err.splitlines()[1:] == [
+            "  - a.b = 'TODO': still a placeholder; remove it or check its spelling against "
+            "templates/backfill-plan.yaml"]
+        assert "KeyError" not in result.err and "Traceback" not in result.err
+    numeric = write(tmp_path, "numeric.yaml", plan_text() + "5: TODO\n")
+    for command in READERS:
+        result = run_subprocess(*command, str(numeric))
+        assert result.code == 2, result
+        line = one_short_line(result.err)
+        assert "key 5 at line 41 is int, not a name" in line and "KeyError" not in line
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("partitions_per_run: 2", "partitions_per_run: 99999999999999999999999",
+     "  - execution.partitions_per_run = 99999999999999999999999: Input should be less than or equal to "
+     "1000; give an integer from 1 to 1000 (30 is a fast default)"),
+    ("required: 2", "required: true",
+     "  - approvals.required = True: Input should be a valid integer; give an integer from 1 to 20"),
+    ("required: 2", 'required: "2"',
+     "  - approvals.required = '2': Input should be a valid integer; give an integer from 1 to 20"),
+    ("required: 2", "required: 2.0",
+     "  - approvals.required = 2.0: Input should be a valid integer; give an integer from 1 to 20"),
+])
+def test_numbers_are_strict_and_bounded_one_line_each(tmp_path, run_subprocess, old, new, expected):
+    text = plan_text()
+    assert old in text
+    path = write(tmp_path, "p.yaml", text.replace(old, new))
+    result = run_subprocess("plan", "validate", str(path))
+    assert result.code == 1
+    assert result.err.splitlines() == [f"backfill: {path}: 1 problem(s)", expected]
+
+
+def test_a_word_that_contains_todo_is_not_a_placeholder(tmp_path, run_subprocess):
+    path = write(tmp_path, "p.yaml", plan_text().replace("owner: olivia", "owner: NOTODOS"))
+    result = run_subprocess("plan", "validate", str(path))
+    assert result.code == 0, result.err
+    assert "complete and fits daily_revenue" in result.out and "placeholder" not in result.out + result.err
+
+
+def test_a_key_holding_a_line_break_cannot_forge_extra_problem_lines(tmp_path, run_subprocess):
+    # a reviewer reads the problem list; a crafted key must not add lines that look like more problems
+    for key in ('"evil\\n  - approvals are fine"', '"evil\\u2028  - approvals are fine"'):
+        path = write(tmp_path, "p.yaml", plan_text() + f"{key}: 1\n")
+        result = run_subprocess("plan", "validate", str(path))
+        assert result.code == 1
+        lines = result.err.splitlines()
+        assert lines[0] == f"backfill: {path}: 1 problem(s)"
+        assert len(lines) == 2 and "unknown key" in lines[1], lines
+        guard = run_subprocess("guard", str(path))
+        assert guard.code == 1 and len(guard.out.splitlines()) == 12, guard.out
+
+
+NO_DEFS = {"BACKFILL_DEFS": ""}  # the plan alone: the limit holds before any table is loaded
+
+
+def test_a_hundred_year_window_is_refused_and_not_ticked_bounded(tmp_path, run_subprocess):
+    path = write_plan(tmp_path / "century.yaml", complete_plan(start="1926-01-01", end="2026-01-06"))
+    result = run_subprocess("plan", "validate", str(path), env=NO_DEFS)
+    assert result.code == 1
+    assert result.err.splitlines()[1:] == [
+        "  - window = '1926-01-01..2026-01-06': spans 36,531 partitions, more than the limit of 3,660; "
+        "split it into bounded plans (or raise BACKFILL_MAX_WINDOW_PARTITIONS)"]
+    guard = run_subprocess("guard", str(path), env=NO_DEFS)
+    assert guard.code == 1
+    assert "- [ ] affected window and partitions bounded: window = '1926-01-01..2026-01-06': spans 36,531 " \
+           "partitions, more than the limit of 3,660" in guard.out
+    # the limit is a setting: raised, the century is no longer "more than the limit"
+    raised = {**NO_DEFS, "BACKFILL_MAX_WINDOW_PARTITIONS": "40000"}
+    shown = run_subprocess("plan", "show", str(path), env=raised)
+    assert shown.code == 0 and "window     1926-01-01..2026-01-06  (36,531 partitions)" in shown.out
+    again = run_subprocess("plan", "validate", str(path), env=raised)
+    assert again.code == 0 and "plan revenue-refund-fix" in again.out, again.err
+
+
+def test_the_window_limit_setting_bounds_a_window_of_real_partitions(tmp_path, run_subprocess):
+    # 181 daily partitions of daily_revenue, all of them real
+    path = write_plan(tmp_path / "half.yaml", complete_plan(start="2026-01-01", end="2026-06-30"))
+    tight = run_subprocess("guard", str(path), env={"BACKFILL_MAX_WINDOW_PARTITIONS": "100"})
+    assert tight.code == 1
+    assert "- [ ] affected window and partitions bounded: window = '2026-01-01..2026-06-30': spans 181 " \
+           "partitions, more than the limit of 100" in tight.out
+    enough = run_subprocess("guard", str(path), env={"BACKFILL_MAX_WINDOW_PARTITIONS": "181"})
+    assert "- [x] affected window and partitions bounded: 2026-01-01..2026-06-30" in enough.out, enough.out
+
+
+@pytest.mark.parametrize("reader", ["head -1", "true"])
+def test_plan_show_into_a_pipe_that_closes_early_ends_quietly(tmp_path, home, reader):
+    # `true` leaves before reading a byte, so every write meets a closed pipe
+    path = write_plan(tmp_path / "p.yaml", complete_plan())
+    err = tmp_path / "stderr.txt"
+    script = (f'"{BIN / "backfill"}" plan show "{path}" 2>"{err}" | {reader}; '
+              'echo "backfill exited ${PIPESTATUS[0]}"')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    expected_head = "plan       revenue-refund-fix  (owner olivia)\n" if reader == "head -1" else ""
+    assert proc.stdout == expected_head + "backfill exited 0\n"
+    assert err.read_text() == "" and proc.stderr == ""
+
+
+def test_status_with_a_mistyped_home_says_so_in_one_line_and_creates_nothing(tmp_path, run_subprocess):
+    typo, empty = tmp_path / "hmoe", tmp_path / "elsewhere"
+    empty.mkdir()
+    for where, command in [(typo, ("status",)), (typo, ("status", "fix", "--json")),
+                           (typo, ("evidence", "verify")), (empty, ("status",))]:
+        result = run_subprocess("--home", str(where), *command)
+        assert result.code != 0 and result.out == "", (command, result)
+        line = one_short_line(result.err)
+        assert str(where) in line and "pass --home" in line, line
+    assert not typo.exists() and list(empty.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere"]
+
+
+# --- generated documents, in process -----------------------------------------------------------------
+
+VALID = plan_text()
+TEMPLATE = (ROOT / "backfill_assets" / "templates" / "backfill-plan.yaml").read_text(encoding="utf-8")
+PATHS = [("window", "start"), ("window", "end"), ("execution", "proof_partitions"), ("owner",),
+         ("execution", "partitions_per_run"), ("approvals", "required"), ("checks", "metrics"),
+         ("approvals", "granted"), ("downstream",), ("publish", "pause"), ("checks", "row_count_parity"),
+         ("plan_id",), ("reason",), ("execution",), ("window",), ("publish", "notify"),
+         ("checks", "metrics", 0, "tolerance_pct"), ("downstream", 0, "owners"), ("approvals",)]
+
+impossible_dates = st.builds(
+    lambda y, m, d: f"{y:04d}-{m:02d}-{d:02d}", st.integers(0, 9999), st.integers(0, 99), st.integers(0, 99))
+hours = st.builds(lambda day, h, m: f"{day}-{h:02d}:{m:02d}",
+                  st.sampled_from(["2026-01-01", "2026-02-30", "2025-12-31"]), st.integers(0, 99),
+                  st.integers(0, 99))
+partition_keys = st.one_of(impossible_dates, hours, st.text(max_size=20), st.sampled_from(
+    ["2026-01-02", "\u0662\u0660\u0662\u0666-\u0660\u0661-\u0660\u0662", "2026-01-02T00:00", "0000-01-01",
+     "9999-12-31", " 2026-01-03 ", "TODO"]))
+# digits: ordinary, around CPython's 4300-digit int() limit, and past it
+huge_ints = st.one_of(st.integers(1, 40), st.integers(4290, 4310), st.integers(4311, 6000)).map(lambda n: "9" * n)
+odd_keys = st.one_of(st.sampled_from(["a.b", "", "~", "5", "TODO", "window.start", "__class__",
+                                      "0", "granted", "\u2028", "é", "NOTODOS"]), st.text(max_size=12))
+scalars = st.one_of(
+    st.integers(-(10**30), 10**30), st.floats(), st.booleans(), st.none(), st.text(max_size=40),
+    partition_keys, st.sampled_from(["TODO", "NOTODOS", "x TODO y", "yes", "0x1F", "1_000", ".inf",
+                                     "2026-01-01T10:00:00Z", "olivia"]))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(odd_keys, inner, max_size=4), max_leaves=25)
+
+
+def _parent(document: dict, path: tuple) -> dict | list | None:
+    node = document
+    for step in path[:-1]:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node if isinstance(node, dict | list) else None
+
+
+@st.composite
+def mutated_document(draw) -> str:
+    """A valid plan (or the blank template), mutated in its data and then in its text."""
+    text = draw(st.sampled_from([VALID, TEMPLATE, plan_text(start="2026-01-31", end="2026-03-01")]))
+    document = yaml.safe_load(text)
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["set", "list", "window", "set", "drop", "list", "add", "set", "window",
+                                   "set", "list", "share"]))
+        path = draw(st.sampled_from(PATHS))
+        parent = _parent(document, path)
+        if op == "window":  # both ends at once, so the cross-key rules see odd pairs
+            document["window"] = {"start": draw(partition_keys), "end": draw(partition_keys)}
+        elif parent is None or (isinstance(parent, list) and not isinstance(path[-1], int)):
+            continue
+        elif isinstance(parent, list) and path[-1] >= len(parent):
+            parent.append(draw(values))
+        elif op == "set":
+            parent[path[-1]] = draw(values)
+        elif op == "list":
+            parent[path[-1]] = draw(st.lists(st.one_of(scalars, values), max_size=5))
+        elif op == "drop" and isinstance(parent, dict):
+            parent.pop(path[-1], None)
+        elif op == "add" and isinstance(parent, dict):
+            parent[draw(odd_keys)] = draw(values)
+        elif op == "share":  # the same object twice: safe_dump writes an anchor and an alias
+            document["window"] = document["copy_of_it"] = {"start": "2026-01-02", "end": "2026-01-03"}
+    try:
+        text = yaml.safe_dump(document, sort_keys=draw(st.booleans()), allow_unicode=draw(st.booleans()))
+    except (ValueError, RecursionError, yaml.YAMLError):  # e.g. a structure PyYAML cannot dump
+        pass
+    lines = text.splitlines()
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 1, 2, 3]))):  # most documents still parse
+        at = draw(st.integers(0, len(lines)))
+        kind = draw(st.sampled_from(["duplicate", "insert", "huge", "date", "nest", "tab"]))
+        if kind == "duplicate" and lines:
+            lines.insert(at, lines[min(at, len(lines) - 1)])
+        elif kind == "insert":
+            lines.insert(at, draw(st.sampled_from([
+                '"a.b": TODO', "5: TODO", "<<: {a: 1}", "x: &a [1, 2]", "y: *a", "? [k]\n: v",
+                "z: !!python/object/apply:os.system ['true']", "%YAML 1.1", "---", "owner: mallory",
+                "w: {start: 2026-02-30, end: 2026-13-01}", "  start: 2026-02-29", "\ttab: 1",
+                "k: 'unterminated", "- item", "'\\ud800': x", '"\\ud800": x'])))
+        elif kind == "huge":
+            lines.insert(at, f"n{at}: {draw(huge_ints)}")
+        elif kind == "date" and lines:
+            i = min(at, len(lines) - 1)
+            lines[i] = re.sub(r"\d{4}-\d{2}-\d{2}", draw(impossible_dates), lines[i])
+        elif kind == "nest":
+            depth = draw(st.integers(1, 60))
+            lines.insert(at, f"deep{at}: " + "[" * depth + "x" + "]" * depth)
+        elif kind == "tab" and lines:
+            i = min(at, len(lines) - 1)
+            lines[i] = lines[i].replace("  ", "\t", 1)
+    return "\n".join(lines) + "\n"
+
+
+def validate_in_process(text: str) -> list[PlanProblem] | BackfillError:
+    try:
+        _plan, problems = collect_problems(read_yaml_text(text, "plans/generated.yaml"))
+    except BackfillError as error:  # the product's own errors are answers too
+        return error
+    return problems
+
+
+@settings(deadline=1000, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_document())
+def test_generated_plan_documents_only_raise_our_errors_or_return_problems(text):
+    started = time.perf_counter()
+    answer = validate_in_process(text)  # anything but a BackfillError propagates and fails the test
+    assert time.perf_counter() - started < 1.0
+    if isinstance(answer, BackfillError):
+        assert type(answer).__module__ == "backfill_assets.errors"
+        assert len(str(answer).splitlines()) == 1 and len(str(answer)) < 300, str(answer)
+    else:
+        assert all(isinstance(p, PlanProblem) for p in answer)
+
+
+LINE_BREAKS = ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("where", ["top", "window", "downstream item"])
+def test_a_problem_naming_a_key_with_a_line_break_stays_one_line(where):
+    for mark in LINE_BREAKS:
+        document = complete_plan()
+        node = {"top": document, "window": document["window"], "downstream item": document["downstream"][0]}
+        node[where][f"evil{mark}  - approvals are fine"] = 1
+        _plan, problems = collect_problems(document)
+        assert len(problems) == 1
+        assert len(str(problems[0]).splitlines()) == 1, (repr(mark), str(problems[0]))

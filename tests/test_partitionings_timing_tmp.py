@@ -1,0 +1,513 @@
+"""Any partitioning Dagster offers works, keys taken from the partitions definition itself (issue 12).
+
+Three small replayable tables of their own, each over a source generated with SQL in a DuckDB
+warehouse in tmp_path, each driven through the whole product: hourly windows over a TIMESTAMP
+column, monthly windows over a DATE column, and static keys over a VARCHAR column. Each writes
+its history plan-free, is refused a rewrite without a plan, is approved through the CLI, proven,
+run, broken and repaired per partition, published and rolled back to the exact fingerprints it
+started from. Beside them, unit checks of time windows with an offset and a time zone, of the
+refusals of partitionings and keys a table does not have, and of the run coordinator's key spans.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+import duckdb
+import pytest
+
+from backfill_assets.cli import main as cli_main
+from backfill_assets.control import record
+from backfill_assets.control.record import PlanState, PlanVersion
+from backfill_assets.defs import coordinator
+from backfill_assets.defs.coordinator import covering_plan, run_span
+from backfill_assets.defs.replayable import ACTOR_TAG, make_replayable_table
+from backfill_assets.defs.resources import backfill_resources
+from backfill_assets.errors import PartitionRefused, WindowError
+from backfill_assets.home import Home
+from backfill_assets.partitions import PartitionScheme, scheme_for
+from backfill_assets.permission import BACKFILL_TAG
+from backfill_assets.plan.loading import collect_problems
+from backfill_assets.plan.phases import Phase
+from backfill_assets.table import Column, Metric, TableSpec
+from backfill_assets.warehouse import open_warehouse
+from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from tests.plans import complete_plan, edited, write_plan
+from tests.world import failure_text, signers_text
+
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def hour(h: int) -> str:
+    return f"2026-01-01-{h:02d}:00"
+
+
+def month(m: int) -> str:
+    return f"2025-{m:02d}-01"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One replayable table and the story the lifecycle test tells about it."""
+
+    spec: TableSpec
+    partitions_def: dg.PartitionsDefinition
+    source_sql: str              # creates and fills the source
+    history: tuple[str, ...]     # written plan-free before any plan exists
+    old: str                     # a history key outside the window: its rewrite needs a plan
+    window: tuple[str, str]
+    proof: str
+    late_sql: str                # late source rows inside the window, which the replay picks up
+    broken: str                  # the partition whose source gets double-loaded after the run
+    break_sql: str
+    fix_sql: str
+    not_a_key: str               # a window start the definition does not have
+
+    @property
+    def window_keys(self) -> list[str]:
+        keys = list(self.history)
+        return keys[keys.index(self.window[0]):keys.index(self.window[1]) + 1]
+
+
+def _spec(name: str, source: str, select_sql: str, partition: Column, source_partition: str,
+          source_keys: tuple[tuple[str, str], ...] = ()) -> TableSpec:
+    return TableSpec(
+        name=name, source=source, select_sql=select_sql, partition_column=partition.name,
+        source_partition_column=source_partition, business_keys=(partition.name, "kind"),
+        contract=(partition, Column("kind", "VARCHAR", nullable=False),
+                  Column("events", "BIGINT", nullable=False), Column("amount", "DECIMAL(18,2)", nullable=False)),
+        metrics=(Metric("events", "sum(events)", "count(*)"), Metric("amount", "sum(amount)", "sum(amount)")),
+        publish_as=f"published_{name}", source_keys=source_keys, source_event_id="event_id",
+        description=f"{name}: events and amount per partition and kind")
+
+
+HOURLY = Case(
+    spec=_spec("hourly_kinds", "clicks", """
+        SELECT CAST(date_trunc('hour', event_ts) AS TIMESTAMP) AS event_hour, kind,
+               count(*) AS events, sum(amount) AS amount
+        FROM clicks
+        WHERE event_ts >= $partition_start AND event_ts < $partition_end
+        GROUP BY 1, 2""", Column("event_hour", "TIMESTAMP", nullable=False), "event_ts",
+        (("event_hour", "CAST(date_trunc('hour', event_ts) AS TIMESTAMP)"),)),
+    partitions_def=dg.HourlyPartitionsDefinition(start_date="2026-01-01-00:00"),
+    # an event every 2 minutes over 8 hours; event 90 lies exactly on 03:00, a window's edge
+    source_sql="""
+        CREATE TABLE clicks AS
+        SELECT i AS event_id, TIMESTAMP '2026-01-01 00:00:00' + (2 * i) * INTERVAL 1 MINUTE AS event_ts,
+               ['view', 'cart', 'buy'][i % 3 + 1] AS kind, CAST((i * 37) % 100 + 0.25 AS DECIMAL(18,2)) AS amount
+        FROM range(240) AS t(i)""",
+    history=tuple(hour(h) for h in range(8)),
+    old=hour(1),
+    window=(hour(3), hour(6)),
+    proof=hour(4),
+    late_sql="""INSERT INTO clicks VALUES
+        (1000, TIMESTAMP '2026-01-01 03:00:00', 'buy', 10), (1001, TIMESTAMP '2026-01-01 04:59:59.999', 'buy', 11),
+        (1002, TIMESTAMP '2026-01-01 05:30:00', 'refund', 12), (1003, TIMESTAMP '2026-01-01 06:00:00', 'buy', 13)""",
+    broken=hour(5),
+    break_sql="INSERT INTO clicks SELECT event_id, event_ts, kind, 999 FROM clicks WHERE event_id = 160",
+    fix_sql="DELETE FROM clicks WHERE amount = 999",
+    not_a_key="2026-01-01-03:30",
+)
+
+MONTHLY = Case(
+    spec=_spec("monthly_kinds", "sales", """
+        SELECT CAST(date_trunc('month', event_date) AS DATE) AS month_start, kind,
+               count(*) AS events, sum(amount) AS amount
+        FROM sales
+        WHERE event_date >= $partition_start AND event_date < $partition_end
+        GROUP BY 1, 2""", Column("month_start", "DATE", nullable=False), "event_date",
+        (("month_start", "CAST(date_trunc('month', event_date) AS DATE)"),)),
+    partitions_def=dg.MonthlyPartitionsDefinition(start_date="2025-01-01"),
+    # two sales a day from 2025-01-01 to 2025-06-30
+    source_sql="""
+        CREATE TABLE sales AS
+        SELECT i AS event_id, CAST(DATE '2025-01-01' + CAST(i // 2 AS INTEGER) AS DATE) AS event_date,
+               ['online', 'store'][i % 2 + 1] AS kind, CAST((i * 13) % 50 + 0.5 AS DECIMAL(18,2)) AS amount
+        FROM range(362) AS t(i)""",
+    history=tuple(month(m) for m in range(1, 7)),
+    old=month(5),
+    window=(month(2), month(4)),
+    proof=month(3),
+    # on the edges of the months: the last and first days
+    late_sql="""INSERT INTO sales VALUES
+        (1000, DATE '2025-02-28', 'online', 10), (1001, DATE '2025-03-01', 'phone', 11),
+        (1002, DATE '2025-03-31', 'store', 12), (1003, DATE '2025-04-30', 'phone', 13)""",
+    broken=month(4),
+    break_sql="INSERT INTO sales SELECT event_id, event_date, kind, 999 FROM sales WHERE event_id = 200",
+    fix_sql="DELETE FROM sales WHERE amount = 999",
+    not_a_key="2025-02-15",
+)
+
+STATIC = Case(
+    spec=_spec("region_kinds", "region_events", """
+        SELECT region, kind, count(*) AS events, sum(amount) AS amount
+        FROM region_events
+        WHERE region = $partition
+        GROUP BY 1, 2""", Column("region", "VARCHAR", nullable=False), "region"),
+    partitions_def=dg.StaticPartitionsDefinition(["eu", "us", "apac"]),
+    source_sql="""
+        CREATE TABLE region_events AS
+        SELECT i AS event_id, ['eu', 'us', 'apac'][i % 3 + 1] AS region, ['a', 'b'][i % 2 + 1] AS kind,
+               CAST((i * 7) % 40 + 0.75 AS DECIMAL(18,2)) AS amount
+        FROM range(90) AS t(i)""",
+    history=("eu", "us", "apac"),
+    old="apac",
+    window=("eu", "us"),
+    proof="us",
+    late_sql="INSERT INTO region_events VALUES (1000, 'eu', 'c', 10), (1001, 'us', 'a', 11)",
+    broken="eu",
+    break_sql="INSERT INTO region_events SELECT event_id, region, kind, 999 FROM region_events WHERE event_id = 3",
+    fix_sql="DELETE FROM region_events WHERE amount = 999",
+    not_a_key="mars",
+)
+
+CASES = {"hourly": HOURLY, "monthly": MONTHLY, "static": STATIC}
+
+# partitionings a replayable table does not support, refused when the definitions load
+UNSUPPORTED = {
+    "multi": Case(**{**vars(STATIC), "partitions_def": dg.MultiPartitionsDefinition({
+        "region": dg.StaticPartitionsDefinition(["eu", "us"]),
+        "day": dg.DailyPartitionsDefinition(start_date="2026-01-01")})}),
+    "dynamic": Case(**{**vars(STATIC), "partitions_def": dg.DynamicPartitionsDefinition(name="regions")}),
+}
+
+
+def definitions(name: str, home: str) -> dg.Definitions:
+    """The team's definitions of one case, as its defs.py builds them."""
+    case = {**CASES, **UNSUPPORTED}[name]
+    table = make_replayable_table(case.spec, case.partitions_def)
+    return dg.Definitions(assets=[dg.AssetSpec(case.spec.source), *table.assets], sensors=[table.sensor],
+                          resources=backfill_resources(home=home))
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+class Lab:
+    """A warehouse home, a definitions file, SSH approvers and a Dagster instance in tmp_path."""
+
+    def __init__(self, tmp_path: Path, name: str, instance: dg.DagsterInstance, keys: dict[str, Path],
+                 capsys) -> None:
+        self.root, self.name, self.instance, self.keys, self.capsys = tmp_path, name, instance, keys, capsys
+        self.case = CASES.get(name)
+        self.home = tmp_path / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        signers = tmp_path / "approvers" / "allowed_signers"
+        signers.parent.mkdir(parents=True, exist_ok=True)
+        signers.write_text(signers_text(keys))
+        self.defs_file = self.write_defs(name)
+
+    def write_defs(self, name: str) -> Path:
+        path = self.root / f"defs_{name}.py"
+        path.write_text("from tests.test_partitionings_timing_tmp import definitions\n\n"
+                        f"defs = definitions({name!r}, home={str(self.home)!r})\n", encoding="utf-8")
+        return path
+
+    @property
+    def spec(self) -> TableSpec:
+        return self.case.spec
+
+    def scheme(self) -> PartitionScheme:
+        spec = self.spec
+        return scheme_for(self.case.partitions_def, spec.column(spec.partition_column).type, name=spec.name)
+
+    def cli(self, *args: str) -> Result:
+        self.capsys.readouterr()
+        code = cli_main(["--home", str(self.home), *args])
+        captured = self.capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    def sql(self, query: str, params: list | None = None) -> list[tuple]:
+        with open_warehouse(Home(self.home)).session() as session:
+            return session.rows(query, params or [])
+
+    def run_sql(self, statement: str) -> None:
+        with open_warehouse(Home(self.home)).session() as session:
+            session.execute(statement)
+
+    def materialize(self, keys: list[str], *, publish: bool = False,
+                    tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult:
+        """An in-process run of the target (untagged: the UI's Materialize / an incremental run)."""
+        run_tags = {ACTOR_TAG: "test", **(tags or {})}
+        if len(keys) == 1:
+            run_tags["dagster/partition"] = keys[0]
+        else:
+            run_tags.update({RANGE_START: keys[0], RANGE_END: keys[-1]})
+        selection = [dg.AssetKey(self.spec.name)] + ([dg.AssetKey(self.spec.publish_as)] if publish else [])
+        job = definitions(self.name, str(self.home)).resolve_implicit_global_asset_job_def()
+        return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=run_tags,
+                                      raise_on_error=False)
+
+    def fingerprints(self, table: str, keys: list[str]) -> dict[str, Fingerprint]:
+        with open_warehouse(Home(self.home)).session() as session:
+            return fingerprints(session, table, self.spec.columns, self.scheme(), self.spec.partition_column,
+                                keys)
+
+    def plan(self, plan_id: str, start: str, end: str, proof: str) -> Path:
+        spec = self.spec
+        document = complete_plan(plan_id=plan_id, start=start, end=end, proof=(proof,), per_run=2,
+                                 target=spec.name, source=spec.source)
+        document = edited(document, reason=f"late {spec.source} rows were missed by {spec.name}",
+                          downstream=[{"asset": spec.publish_as, "owners": ["analytics"]}],
+                          checks__metrics=[{"name": "events"}, {"name": "amount"}])
+        return write_plan(self.root / "plans" / f"{plan_id}.yaml", document)
+
+    def approve(self, path: Path, who: str) -> Result:
+        return self.cli("plan", "approve", str(path), "--by", who, "--key", str(self.keys[who]),
+                        "--defs", str(self.defs_file))
+
+    def phase(self, plan_id: str) -> str | None:
+        found = self.sql("SELECT phase FROM backfill_control.plans WHERE plan_id = ?", [plan_id])
+        return found[0][0] if found else None
+
+
+@pytest.fixture
+def lab(tmp_path, instance, ssh_keys, capsys, monkeypatch):
+    def make(name: str) -> Lab:
+        made = Lab(tmp_path, name, instance, ssh_keys, capsys)
+        monkeypatch.setenv("BACKFILL_DEFS", str(made.defs_file))  # the commands without --defs find them
+        return made
+    return make
+
+
+def the_whole_lifecycle(lab: Lab) -> None:
+    import time, sys
+    T=[time.time()]
+    def tick(n):
+        print(f'TICK {n} {time.time()-T[0]:.2f}', file=sys.__stderr__); T[0]=time.time()
+    case, spec = lab.case, lab.spec
+    lab.run_sql(case.source_sql)
+    tick(1)
+    history, window = list(case.history), case.window_keys
+
+    # the history, written plan-free: untagged runs over empty partitions, published as they land
+    written = lab.materialize(history, publish=True)
+    tick(2)
+    assert written.success, failure_text(written)
+    target_before = lab.fingerprints(spec.table, history)
+    tick(3)
+    published_before = lab.fingerprints(spec.publish_table, history)
+    tick(4)
+    assert all(fp.rows > 0 for fp in target_before.values()), target_before
+    assert published_before == target_before
+    source_rows = lab.sql(f"SELECT count(*) FROM {spec.source_table}")[0][0]
+    assert lab.sql(f"SELECT sum(events) FROM {spec.table}") == [(source_rows,)]  # no row lost on an edge
+
+    # the data decides: rewriting a partition that holds rows is a replay, refused without a plan
+    refused = lab.materialize([case.old])
+    tick(5)
+    assert not refused.success
+    assert (f"no approved replay plan covers partition {case.old} of {spec.name}, and it holds "
+            f"{target_before[case.old].rows} row(s)") in failure_text(refused)
+    assert lab.fingerprints(spec.table, history) == target_before
+
+    # late rows arrive inside the window: the replay's reason
+    lab.run_sql(case.late_sql)
+    tick(6)
+
+    # approved through the CLI by two signers, against the definitions in a file
+    path = lab.plan("replay", *case.window, case.proof)
+    tick(7)
+    first = lab.approve(path, "alice")
+    tick(8)
+    assert first.code == 0, first.err
+    assert "1/2 counted, needs more approvals" in first.out
+    second = lab.approve(path, "bob")
+    tick(9)
+    assert second.code == 0, second.err
+    assert "approved: it is the plan of record" in second.out
+    assert lab.sql("SELECT partition_keys FROM backfill_control.plan_versions")[0][0].count('"') == 2 * len(window)
+
+    # a window naming a key the definition does not have is refused at approval, naming it
+    bad = lab.plan("bad-window", case.not_a_key, case.window[1], case.proof)
+    tick(10)
+    refusal = lab.approve(bad, "alice")
+    tick(11)
+    assert refusal.code == 1 and "Traceback" not in refusal.err
+    problems = [line for line in refusal.err.splitlines() if line.startswith("  - ")]
+    assert problems == [f"  - window = '{case.not_a_key}..{case.window[1]}': '{case.not_a_key}' is not a "
+                        f"partition key of {spec.name} ({_cadence(case)} partitions): use keys between "
+                        f"{case.history[0]} and {lab.scheme().ordered_keys[-1]}"], refusal.err
+    assert lab.phase("bad-window") is None
+
+    # the proof (twice, identical fingerprints), then the window
+    proof = lab.cli("run", "replay", "--proof")
+    tick(12)
+    assert proof.code == 0, proof.err + proof.out
+    assert "proof passed: fingerprints identical on both runs; plan replay is proven" in proof.out
+    run = lab.cli("run", "replay")
+    tick(13)
+    assert run.code == 0, run.err + run.out
+    assert "plan replay is reconciled" in run.out
+    after_run = lab.fingerprints(spec.table, history)
+    tick(14)
+    for key in history:  # the window changed, nothing outside it did
+        assert (after_run[key] != target_before[key]) == (key in window), key
+    assert lab.fingerprints(spec.publish_table, history) == published_before  # publish is paused
+
+    # a double-loaded source in one partition: reconcile fails naming exactly that partition
+    lab.run_sql(case.break_sql)
+    tick(15)
+    broken = lab.cli("reconcile", "replay")
+    tick(16)
+    assert broken.code == 1 and "NOT reconciled; plan replay is running" in broken.out
+    failing = {line.split()[0] for line in broken.out.splitlines() if "FAIL" in line}
+    assert failing == {case.broken}, broken.out
+    assert f"  {case.broken} source_has_no_duplicates: 1 duplicated event_id" in broken.out
+    assert lab.cli("publish", "replay").code == 1  # publish stays shut
+
+    # fixed at the source, the partition re-run alone
+    lab.run_sql(case.fix_sql)
+    tick(17)
+    rerun = lab.cli("run", "replay", "--partitions", case.broken)
+    tick(18)
+    assert rerun.code == 0, rerun.err + rerun.out
+    assert "plan replay is reconciled" in rerun.out
+    again = lab.cli("reconcile", "replay")
+    tick(19)
+    assert again.code == 0 and "all gates passed; plan replay is reconciled" in again.out, again.out
+
+    # publish copies the window; rollback restores every fingerprint of both tables
+    published = lab.cli("publish", "replay")
+    tick(20)
+    assert published.code == 0, published.err
+    assert f"published {spec.publish_as} for {case.window[0]}..{case.window[1]}" in published.out
+    assert lab.fingerprints(spec.publish_table, window) == lab.fingerprints(spec.table, window)
+    assert lab.phase("replay") == "published"
+    rolled = lab.cli("rollback", "replay")
+    tick(21)
+    assert rolled.code == 0, rolled.err
+    assert f"restored {len(window)} partition(s) of {spec.table}" in rolled.out
+    assert lab.fingerprints(spec.table, history) == target_before
+    assert lab.fingerprints(spec.publish_table, history) == published_before
+    assert lab.phase("replay") == "rolled_back"
+
+
+def _cadence(case: Case) -> str:
+    return {dg.StaticPartitionsDefinition: "static"}.get(
+        type(case.partitions_def), type(case.partitions_def).__name__.replace("PartitionsDefinition", "").lower())
+
+
+def test_an_hourly_table_over_a_timestamp_column_replays_end_to_end(lab):
+    the_whole_lifecycle(lab("hourly"))
+
+
+def test_a_monthly_table_over_a_date_column_replays_end_to_end(lab):
+    the_whole_lifecycle(lab("monthly"))
+
+
+def test_a_static_table_over_a_varchar_column_replays_end_to_end(lab):
+    the_whole_lifecycle(lab("static"))
+
+
+# --- time windows with an offset or a time zone ----------------------------------------------------
+
+WINDOW_SQL = "SELECT * FROM s WHERE ts >= $partition_start AND ts < $partition_end AND $partition IS NOT NULL"
+
+
+def test_a_daily_window_with_an_hour_offset_resolves_through_the_scheme():
+    daily = dg.DailyPartitionsDefinition(start_date="2026-01-01", hour_offset=3)
+    scheme = scheme_for(daily, "TIMESTAMP", name="shifted")
+    assert scheme.kind == "range"
+    assert scheme.window("2026-01-02", "2026-01-04") == ["2026-01-02", "2026-01-03", "2026-01-04"]
+    assert scheme.params_for(WINDOW_SQL, "2026-01-02") == {
+        "partition_start": dt.datetime(2026, 1, 2, 3), "partition_end": dt.datetime(2026, 1, 3, 3),
+        "partition": dt.datetime(2026, 1, 2, 3)}
+    assert scheme.params_for("WHERE day = $partition", "2026-01-02") == {"partition": dt.datetime(2026, 1, 2, 3)}
+    # over a DATE column a day is still its own key's date
+    assert scheme_for(daily, "DATE", name="shifted").predicate_params("2026-01-02") == [dt.date(2026, 1, 2)]
+    weekly = scheme_for(dg.WeeklyPartitionsDefinition(start_date="2026-01-04"), "DATE", name="weeks")
+    assert weekly.predicate_params("2026-01-11") == [dt.date(2026, 1, 11), dt.date(2026, 1, 18)]
+    with pytest.raises(WindowError, match="'2026-01-02-03:00' is not a partition key of shifted"):
+        scheme.window("2026-01-02-03:00", "2026-01-04")
+
+
+def test_an_hourly_window_in_new_york_follows_its_wall_clock_and_daylight_saving():
+    hourly = dg.HourlyPartitionsDefinition(start_date="2026-03-07-00:00", timezone="America/New_York")
+    wall = scheme_for(hourly, "TIMESTAMP", name="ny")
+    assert wall.params_for(WINDOW_SQL, "2026-03-07-09:00") == {
+        "partition_start": dt.datetime(2026, 3, 7, 9), "partition_end": dt.datetime(2026, 3, 7, 10),
+        "partition": dt.datetime(2026, 3, 7, 9)}
+    # spring forward: 02:00 does not exist that night, so it is no key and windows skip it
+    assert wall.window("2026-03-08-01:00", "2026-03-08-04:00") == [
+        "2026-03-08-01:00", "2026-03-08-03:00", "2026-03-08-04:00"]
+    with pytest.raises(WindowError, match="'2026-03-08-02:00' is not a partition key of ny"):
+        wall.window("2026-03-08-02:00", "2026-03-08-04:00")
+    # fall back: 01:00 happens twice; over TIMESTAMPTZ the two windows are consecutive real hours
+    aware = scheme_for(dg.HourlyPartitionsDefinition(start_date="2026-10-31-00:00", timezone="America/New_York"),
+                       "TIMESTAMPTZ", name="ny")
+    keys = aware.window("2026-11-01-00:00", "2026-11-01-02:00")
+    assert keys == ["2026-11-01-00:00", "2026-11-01-01:00", "2026-11-01-01:00-0500", "2026-11-01-02:00"]
+    connection = duckdb.connect()
+    connection.execute("SET TimeZone = 'UTC'")
+    utc = ZoneInfo("UTC")
+    instants = [tuple(connection.execute("SELECT CAST($partition_start AS TIMESTAMPTZ), "
+                                         "CAST($partition_end AS TIMESTAMPTZ)",
+                                         aware.params_for(WINDOW_SQL.replace("$partition IS", "1 IS"), k)
+                                         ).fetchone()) for k in keys]
+    assert instants == [(dt.datetime(2026, 11, 1, h, tzinfo=utc), dt.datetime(2026, 11, 1, h + 1, tzinfo=utc))
+                        for h in (4, 5, 6, 7)]
+
+
+# --- what a replayable table refuses ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name, kind", [("multi", "MultiPartitionsDefinition"),
+                                        ("dynamic", "DynamicPartitionsDefinition")])
+def test_an_unsupported_partitioning_is_refused_when_the_definitions_load(lab, name, kind):
+    case = UNSUPPORTED[name]
+    with pytest.raises(WindowError, match=f"region_kinds uses {kind}, which a replayable table does not support"):
+        make_replayable_table(case.spec, case.partitions_def)
+    made = lab("static")
+    bad_defs = made.write_defs(name)
+    plan = made.plan("replay", "eu", "us", "us")
+    result = made.cli("plan", "validate", str(plan), "--defs", str(bad_defs))
+    assert result.code == 2
+    assert result.err.splitlines() == [
+        f"backfill: loading the definitions failed: WindowError: region_kinds uses {kind}, which a replayable "
+        "table does not support: use time-window (hourly, daily, weekly, monthly, cron) or static partitions: "
+        "fix the error in the definitions (`--verbose` shows the traceback)"], result.err
+
+
+# --- the run coordinator takes keys as text ------------------------------------------------------
+
+def _state(phase: Phase, keys: tuple[str, ...], proof: str) -> PlanState:
+    document = complete_plan(plan_id="regions", start=keys[0], end=keys[-1], proof=(proof,),
+                             target="region_kinds", source="region_events")
+    plan, problems = collect_problems(document)
+    assert plan is not None, problems
+    sha = f"{phase.value:0<64}"[:64]
+    return PlanState("regions", phase, "region_kinds", "olivia", sha, None, "", PlanVersion(sha, plan, keys, None))
+
+
+def test_the_run_coordinator_takes_static_keys_as_text():
+    assert "datetime" not in inspect.getsource(coordinator)  # keys are never parsed as dates
+    assert run_span({BACKFILL_TAG: "bf", RANGE_START: "eu", RANGE_END: "us"}) == ("eu", "us")
+    assert run_span({BACKFILL_TAG: "bf", "dagster/partition": "apac"}) == ("apac", "apac")
+    assert run_span({BACKFILL_TAG: "bf", RANGE_START: "eu"}) is None
+    proven = _state(Phase.PROVEN, ("eu", "us"), "us")
+    assert covering_plan([proven], "region_kinds", ("eu", "us")) is proven
+    approved = _state(Phase.APPROVED, ("eu", "us"), "us")
+    assert covering_plan([approved], "region_kinds", ("us", "us")) is approved
+    with pytest.raises(PartitionRefused, match=r"only its proof partitions \(us\) may run"):
+        covering_plan([approved], "region_kinds", ("eu", "us"))
+    with pytest.raises(PartitionRefused, match="no approved replay plan covers partitions us..apac of region_kinds"):
+        covering_plan([proven], "region_kinds", ("us", "apac"))
+
+
+def test_the_plan_of_record_holds_the_definitions_keys_in_their_order(lab):
+    made = lab("static")
+    path = made.plan("regions", "us", "apac", "apac")
+    assert made.approve(path, "alice").code == 0 and made.approve(path, "bob").code == 0
+    with open_warehouse(Home(made.home)).session() as session:
+        [state] = record.active_plans(session, target="region_kinds")
+    assert state.partition_keys == ("us", "apac")  # the definition's order, not the alphabet
+    assert covering_plan([state], "region_kinds", ("apac", "apac")) == state

@@ -1,0 +1,556 @@
+"""`backfill plan new | validate | show`, the guard and its hook, approvals that keep the file as
+written, and a plan hash that survives releases."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backfill_assets.plan.identity import canonical_text, plan_from_canonical, plan_sha256
+from backfill_assets.plan.loading import collect_problems, load_plan
+from backfill_assets.plan.model import Duplicates, Execution, Plan
+from backfill_assets.plan.yaml_document import read_yaml_text
+from tests.conftest import ROOT
+from tests.plans import complete_plan, edited, write_plan
+
+HOOK = ROOT / "hooks" / "backfill-guard.sh"
+PROBLEM = re.compile(r"^  - (?P<key>\S+) (?:= (?P<value>.+?)|is missing): (?P<fix>.+)$")
+
+
+def packaged_template() -> str:
+    return resources.files("backfill_assets").joinpath("templates/backfill-plan.yaml").read_text("utf-8")
+
+
+def problems_in(err: str) -> dict[str, str]:
+    """The problem lines of a refused plan, by key; each problem is exactly one line."""
+    lines = [ln for ln in err.splitlines() if ln.startswith("  - ")]
+    found = {}
+    for line in lines:
+        match = PROBLEM.match(line)
+        assert match, f"not a `key = value: fix` line: {line!r}"
+        assert match["key"] not in found, f"{match['key']} reported twice"
+        found[match["key"]] = line
+    count = re.search(r": (\d+) problem\(s\)$", err.splitlines()[0])
+    assert count and int(count.group(1)) == len(lines), err
+    return found
+
+
+def comment_of(line: str) -> str | None:
+    return line[line.index("#"):] if "#" in line else None
+
+
+def filled_template() -> str:
+    """The template with every TODO filled in by hand, the way a person edits it (comments kept)."""
+    fills = {
+        "plan_id: TODO": "plan_id: fix", "owner: TODO": "owner: olivia",
+        "reason: TODO": "reason: refunds counted twice", "target: TODO": "target: daily_revenue",
+        "start: TODO": "start: 2026-01-02", "end: TODO": "end: 2026-01-05",
+        "source_of_truth: TODO": "source_of_truth: orders", "asset: TODO": "asset: published_revenue",
+        "owners: [TODO]": "owners: [finance-bi]", "mode: TODO": "mode: overwrite",
+        "idempotency: TODO": "idempotency: delete and insert per partition in one transaction",
+        "proof_partitions: [TODO]": "proof_partitions: [2026-01-03]",
+        "watermark: TODO": "watermark: the cursor stays put",
+        "metrics_comparable: TODO": "metrics_comparable: one code version",
+        "notify: [TODO]": "notify: ['#revenue']", "strategy: TODO": "strategy: restore the snapshots",
+        "name: TODO": "name: net_revenue",
+    }
+    text = packaged_template()
+    for old, new in fills.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+# --- plan new ----------------------------------------------------------------------------------------
+
+
+def test_plan_new_copies_the_packaged_template_byte_for_byte(tmp_path, run_subprocess):
+    # a subprocess from an empty folder: the template comes from the installed package, not ./templates
+    assert not (tmp_path / "templates").exists()
+    result = run_subprocess("plan", "new", "plans/blank.yaml")
+    assert result.code == 0, result.err
+    written = (tmp_path / "plans" / "blank.yaml").read_text(encoding="utf-8")
+    assert written == packaged_template()
+    todo = len(collect_problems(read_yaml_text(written, "t"))[1])
+    assert todo == 17
+    assert f"wrote plans/blank.yaml; {todo} key(s) still to fill" in result.out
+
+
+def test_plan_new_fills_the_given_fields_and_keeps_every_comment(tmp_path, run_cli):
+    path = tmp_path / "plans" / "fix.yaml"
+    result = run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue",
+                     "--start", "2026-01-01", "--end", "2026-01-03", "--owner", "olivia")
+    assert result.code == 0, result.err
+    assert "12 key(s) still to fill" in result.out
+    before, after = packaged_template().splitlines(), path.read_text(encoding="utf-8").splitlines()
+    assert len(before) == len(after)
+    changed = {b: a for b, a in zip(before, after, strict=True) if b != a}
+    assert {b.split("#")[0].strip(): a.split("#")[0].strip() for b, a in changed.items()} == {
+        "plan_id: TODO": "plan_id: fix-1", "owner: TODO": "owner: olivia",
+        "target: TODO": "target: daily_revenue", "start: TODO": "start: 2026-01-01",
+        "end: TODO": "end: 2026-01-03"}
+    assert all(comment_of(b) == comment_of(a) for b, a in changed.items())
+    document = read_yaml_text(path.read_text(encoding="utf-8"), "p")
+    assert document["window"] == {"start": "2026-01-01", "end": "2026-01-03"}
+    remaining = problems_in(run_cli("plan", "validate", str(path)).err)
+    assert not {"plan_id", "owner", "target", "window.start", "window.end"} & set(remaining)
+    assert {"reason", "execution.mode", "rollback.strategy"} <= set(remaining)
+
+
+def test_plan_new_never_overwrites_and_refuses_values_that_would_inject_yaml(tmp_path, run_cli):
+    path = tmp_path / "fix.yaml"
+    path.write_text("mine\n")
+    again = run_cli("plan", "new", str(path), "--id", "x")
+    assert again.code == 2 and "already exists" in again.err
+    assert path.read_text() == "mine\n"
+    other = tmp_path / "other.yaml"
+    injected = run_cli("plan", "new", str(other), "--owner", "olivia\napprovals: {required: 1}")
+    assert injected.code == 2 and "is not a plain value" in injected.err
+    assert len(injected.err.strip().splitlines()) == 1
+    assert not other.exists()
+
+
+# --- plan validate -----------------------------------------------------------------------------------
+
+
+def test_validate_reports_every_problem_on_one_line_naming_key_value_and_fix(tmp_path, run_cli):
+    doc = edited(complete_plan(), owner="TODO", rollback=None, execution__mode="upsert",
+                 checks__row_count_parity={"max_diff_pct": 150})
+    doc["window"]["timezone"] = "UTC"
+    path = write_plan(tmp_path / "p.yaml", doc)
+    result = run_cli("plan", "validate", str(path))
+    assert result.code == 1 and result.out == ""
+    assert result.err.splitlines()[0] == f"backfill: {path}: 5 problem(s)"
+    found = problems_in(result.err)
+    assert found == {
+        "owner": "  - owner = 'TODO': still a placeholder; name the person who runs the backfill, as their "
+                 "principal (e.g. olivia)",
+        "rollback": "  - rollback is missing: required; give {strategy: ...}",
+        "execution.mode": "  - execution.mode = 'upsert': Input should be 'overwrite', 'merge' or 'replay'; "
+                          "use one of overwrite, merge, replay",
+        "checks.row_count_parity.max_diff_pct":
+            "  - checks.row_count_parity.max_diff_pct = 150: Input should be less than or equal to 100; "
+            "give a percentage between 0 and 100",
+        "window.timezone":
+            "  - window.timezone = 'UTC': unknown key; remove it or check its spelling against "
+            "templates/backfill-plan.yaml",
+    }
+    assert "Traceback" not in result.err
+
+
+def test_the_fresh_template_names_every_todo_placeholder_and_nothing_else(tmp_path, run_cli):
+    path = tmp_path / "blank.yaml"
+    assert run_cli("plan", "new", str(path)).code == 0
+    result = run_cli("plan", "validate", str(path))
+    assert result.code == 1
+    found = problems_in(result.err)
+    assert set(found) == {
+        "plan_id", "owner", "reason", "target", "window.start", "window.end", "source_of_truth",
+        "downstream.0.asset", "downstream.0.owners.0", "execution.mode", "execution.idempotency",
+        "execution.proof_partitions.0", "incremental.watermark", "incremental.metrics_comparable",
+        "publish.notify.0", "rollback.strategy", "checks.metrics.0.name"}
+    assert all("= 'TODO': still a placeholder; " in line for line in found.values())
+    # a TODO inside a sentence is still a placeholder; one inside a word is not
+    doc = edited(complete_plan(), reason="fix the TODO: explain", rollback__strategy="restore TODOS later")
+    partial = problems_in(run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", doc))).err)
+    assert set(partial) == {"reason"}
+
+
+@pytest.mark.parametrize(("where", "key", "value", "fix"), [
+    ((), "notes", "x", "unknown key; remove it or check its spelling"),
+    (("execution",), "max_concurent_partitions", 4, "unknown key"),
+    (("execution",), "max_concurrent_partitions", 4, "renamed: use partitions_per_run"),
+    (("checks", "metrics", 0), "tolerance", 1, "name the unit: tolerance_pct (percent) or tolerance_abs"),
+    (("publish",), "Pause", True, "unknown key"),
+])
+def test_unknown_keys_are_errors_naming_the_dotted_key(tmp_path, run_cli, where, key, value, fix):
+    doc = complete_plan()
+    node = doc
+    for step in where:
+        node = node[step]
+    node[key] = value
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", doc)))
+    assert result.code == 1
+    dotted = ".".join(str(s) for s in (*where, key))
+    assert problems_in(result.err)[dotted].startswith(f"  - {dotted} = {value!r}: {fix}")
+
+
+@pytest.mark.parametrize("key", ["owner", "window", "window__end", "downstream", "execution__idempotency",
+                                 "execution__proof_partitions", "checks__contract", "approvals__required",
+                                 "publish__notify", "incremental"])
+def test_a_missing_required_key_is_named_with_its_fix(tmp_path, run_cli, key):
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", edited(complete_plan(),
+                                                                                      **{key: None}))))
+    assert result.code == 1
+    dotted = key.replace("__", ".")
+    assert problems_in(result.err) == {dotted: problems_in(result.err)[dotted]}
+    assert problems_in(result.err)[dotted].startswith(f"  - {dotted} is missing: required; ")
+
+
+def test_a_complete_plan_validates_and_names_its_hash(tmp_path, run_cli):
+    path = write_plan(tmp_path / "p.yaml", complete_plan())
+    result = run_cli("plan", "validate", str(path), "--defs", "backfill_assets.demo.definitions")
+    assert result.code == 0, result.err
+    sha = plan_sha256(load_plan(path))
+    assert f"complete and fits daily_revenue (plan revenue-refund-fix, sha256 {sha[:12]}, 6 partition(s))" \
+        in result.out
+
+
+UNREADABLE = {
+    "missing": (None, "no such plan file"),
+    "directory": ("dir", "is a directory"),
+    "not-utf8": (b"plan_id: caf\xe9\n", "not UTF-8 (byte 12 on line 1)"),
+    "malformed": (b"plan_id: x\nwindow:\n  start: [2026-01-01\n", "malformed YAML at line 4"),
+    "empty": (b"", "the plan is empty"),
+    "a-list": (b"- plan_id: x\n", "expected a mapping of plan keys at the top level, found list"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE))
+def test_unreadable_plan_files_exit_2_with_one_line(tmp_path, run_cli, case):
+    content, message = UNREADABLE[case]
+    path = tmp_path / "plan.yaml"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    for command in (["plan", "validate"], ["guard"], ["plan", "show"]):
+        result = run_cli(*command, str(path))
+        assert result.code == 2, (command, result)
+        assert result.err.count("\n") == 1 and result.err.startswith(f"backfill: {path}: "), result.err
+        assert message in result.err and "Traceback" not in result.err
+        assert result.out == ""
+
+
+# --- guard and its hook --------------------------------------------------------------------------------
+
+
+def hook(run_subprocess, plan: Path, home: Path, *extra: str):
+    return run_subprocess(command=[str(HOOK), str(plan), "--home", str(home), *extra])
+
+
+def guard(world, capsys, plan: Path) -> tuple[int, str]:
+    capsys.readouterr()
+    code = world.cli("guard", str(plan))
+    return code, capsys.readouterr().out
+
+
+def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, run_subprocess, capsys):
+    draft = write_plan(world.root / "plans" / "draft.yaml", edited(complete_plan(plan_id="draft"),
+                                                                    rollback__strategy="TODO"))
+    code, out = guard(world, capsys, draft)
+    assert code == 1
+    assert out.startswith("Backfill gate:\n- [ ] templates/backfill-plan.yaml drafted with owner and reason: "
+                          "the plan does not validate yet\n")
+    assert "- [ ] rollback strategy documented: rollback.strategy = 'TODO': still a placeholder" in out
+    assert "- [ ] approvals captured: the plan does not validate yet" in out
+    assert out.count("- [ ]") == 10 and "- [x]" not in out
+    assert out.rstrip().endswith("REFUSED: 7 gating item(s) open; fix them and run the guard again")
+    drafted = hook(run_subprocess, draft, world.home)
+    assert (drafted.code, drafted.out) == (1, out)
+
+    path = world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    code, out = guard(world, capsys, path)
+    assert code == 1 and "- [ ] approvals captured: 0/2 signed approvals counted" in out
+    assert "- [x] affected window and partitions bounded: 2026-01-01..2026-01-04, proof 2026-01-02" in out
+    assert hook(run_subprocess, path, world.home).code == 1
+
+    world.approve(path)
+    code, out = guard(world, capsys, path)
+    assert code == 0, out
+    assert "- [x] approvals captured: 2/2 signed approvals counted (alice, bob)" in out
+    assert out.count("- [x]") == 7 and out.count("- [ ]") == 3  # execution items are not gating
+    assert "- [ ] dry run or slice proof completed: not run yet: `backfill run PLAN --proof`" in out
+    assert out.rstrip().endswith("ALLOWED: the plan is complete, fits its table, and is signed by enough "
+                                 "approvers")
+    allowed = hook(run_subprocess, path, world.home)
+    assert (allowed.code, allowed.out, allowed.err) == (0, out, "")
+
+    path.write_text(path.read_text().replace("end: '2026-01-04'", "end: '2026-01-05'"))
+    code, out = guard(world, capsys, path)
+    assert code == 1 and "0/2 signed approvals counted" in out and "(edited since approval)" in out
+    assert hook(run_subprocess, path, world.home).code == 1
+
+    broken = world.root / "plans" / "broken.yaml"
+    broken.write_text("{unclosed")
+    unreadable = hook(run_subprocess, broken, world.home)
+    assert unreadable.code == 2 and unreadable.out == ""
+    assert unreadable.err.count("\n") == 1 and "malformed YAML" in unreadable.err
+    usage = run_subprocess(command=[str(HOOK)])
+    assert usage.code == 2 and usage.err.startswith("usage: ")
+
+
+def test_the_hook_finds_the_project_backfill_when_it_is_not_on_path(tmp_path, run_subprocess):
+    plan = write_plan(tmp_path / "plan.yaml", complete_plan())
+    bare = {"PATH": "/usr/bin:/bin"}
+    assert shutil.which("backfill", path=bare["PATH"]) is None
+    result = run_subprocess(command=[str(HOOK), str(plan)], env=bare)
+    assert result.code == 1 and "REFUSED" in result.out, result.err
+
+
+# --- plan show ---------------------------------------------------------------------------------------
+
+
+def test_show_summarises_a_long_window_and_its_proof_keys(tmp_path, run_cli):
+    proof = tuple(f"2020-01-0{d}" for d in range(1, 9))
+    path = write_plan(tmp_path / "p.yaml", complete_plan(start="2020-01-01", end="2026-01-01", proof=proof))
+    result = run_cli("plan", "show", str(path))
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert "window     2020-01-01..2026-01-01  (2,193 partitions)" in lines
+    assert "proof      2020-01-01, 2020-01-02, 2020-01-03, ... 2020-01-07, 2020-01-08" in lines
+    assert len(lines) == 8 and len(result.out) < 1200  # never one line per partition
+
+
+def test_show_prints_the_hash_and_a_signing_command_that_ssh_keygen_runs(world, capsys, tmp_path):
+    path = world.plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-02",))
+    sha = plan_sha256(load_plan(path))
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(path)) == 0
+    out = capsys.readouterr().out
+    assert f"sha256     {sha}\n" in out
+    assert "window     2026-01-01..2026-01-08  (8 partitions)\n" in out
+    assert "approvals  0/2 signed approvals counted\n" in out
+    command = re.search(r"^to sign    (.+)$", out, re.MULTILINE).group(1)
+    assert sha in command and "-n backfill-plan" in command
+
+    # carol runs the printed command as is, with her key where the command expects it
+    person = tmp_path / "carol-home"
+    (person / ".ssh").mkdir(parents=True)
+    shutil.copy(world.keys["carol"], person / ".ssh" / "id_ed25519")
+    (person / ".ssh" / "id_ed25519").chmod(0o600)
+    signed = subprocess.run(["bash", "-c", command], cwd=person, env={**os.environ, "HOME": str(person)},
+                            capture_output=True, text=True, timeout=60)
+    assert signed.returncode == 0, signed.stderr
+    signature = person / "approval.sig"
+    assert world.cli("plan", "approve", str(path), "--by", "carol", "--signature", str(signature)) == 0
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(path)) == 0
+    shown = capsys.readouterr().out
+    assert "approvals  1/2 signed approvals counted\n" in shown and "  counted  carol at " in shown
+
+
+# --- the file keeps its comments and layout through approval -----------------------------------------
+
+HANDWRITTEN = """\
+# Replay of the refund double count (INC-4711).
+# Reviewed in PR #88; do not reformat: reviewers diff this file.
+
+plan_id: fix                       # the id
+owner: olivia
+reason: >                          # folded on purpose
+  refunds were counted twice
+  since the 2025-12 release
+target: daily_revenue
+window: {start: 2026-01-02, end: 2026-01-05}   # flow style, kept as written
+
+approvals:
+    required: 2        # two people other than olivia
+    # the signed entries are appended below by `backfill plan approve`
+    granted: []        # never by hand
+
+# everything after the approvals block must stay where it is
+source_of_truth: orders
+downstream:
+  - asset: published_revenue
+    owners: ["finance-bi"]     # quoted
+execution:
+  mode: overwrite
+  idempotency: 'delete and insert: one transaction per partition'
+  proof_partitions: [2026-01-03]
+incremental:
+  watermark: cursor untouched
+  metrics_comparable: one code version
+publish: {pause: true, notify: ["#revenue"]}
+rollback:
+  strategy: restore the snapshots
+checks:
+  row_count_parity: {max_diff_pct: 0}
+  duplicates: {max_rows: 0}
+  metrics:
+    - name: net_revenue   # exact
+  contract: {enforce: true}
+# trailing comment, no newline at the end"""
+
+
+def approve_file(world, text: str) -> tuple[str, str, list[str], list[str], int]:
+    """Write the plan as given, have alice and bob approve it through the CLI; the text after, the
+    plan's sha256, the lines before and after, and the index of the `granted:` line."""
+    path = world.root / "plans" / "fix.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    sha = plan_sha256(load_plan(path))
+    world.approve(path, "alice", "bob")
+    after = path.read_text(encoding="utf-8")
+    before_lines = text.splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(before_lines) if ln.lstrip().startswith("granted:"))
+    # the file is still the same plan, now approved by both
+    assert plan_sha256(load_plan(path)) == sha
+    assert [g.by for g in load_plan(path).approvals.granted] == ["alice", "bob"]
+    return after, sha, before_lines, after.splitlines(keepends=True), at
+
+
+@pytest.mark.parametrize("source", ["handwritten", "template"])
+def test_comments_and_layout_survive_approval_byte_for_byte(world, source):
+    text = HANDWRITTEN if source == "handwritten" else filled_template()
+    after, sha, before_lines, after_lines, at = approve_file(world, text)
+    indent = before_lines[at][: len(before_lines[at]) - len(before_lines[at].lstrip())]
+    added = [i for i, ln in enumerate(after_lines) if ln.startswith(f'{indent}  - {{by: "')]
+    assert len(added) == 2 and added[1] == added[0] + 1
+    for i, who in zip(added, ("alice", "bob"), strict=True):
+        assert after_lines[i].startswith(f'{indent}  - {{by: "{who}", at: "')
+        assert f'plan_sha256: "{sha}"' in after_lines[i] and after_lines[i].count("\n") == 1
+    kept = [ln for i, ln in enumerate(after_lines) if i not in added]
+    # the `granted: []` line loses only its `[]`; every other byte, comments included, is as written
+    assert kept[at] == f"{indent}granted:  {comment_of(before_lines[at])}"
+    assert kept[:at] == before_lines[:at] and kept[at + 1:] == before_lines[at + 1:]
+    assert [comment_of(ln) for ln in after_lines if comment_of(ln)] == \
+        [comment_of(ln) for ln in before_lines if comment_of(ln)]
+
+
+def test_approval_entries_go_right_under_granted_not_below_the_next_sections_comment(world):
+    # HANDWRITTEN: `granted: []`, a blank line, then a top-level comment that opens the next section
+    after, _sha, before_lines, after_lines, at = approve_file(world, HANDWRITTEN)
+    assert after_lines[at + 1].lstrip().startswith('- {by: "alice"'), "".join(after_lines[at:at + 5])
+    assert after_lines[at + 2].lstrip().startswith('- {by: "bob"')
+    assert after_lines[at + 3:] == before_lines[at + 1:]
+
+
+# --- the plan hash (issue 15) --------------------------------------------------------------------------
+
+# complete_plan() as released: the hash of a plan already approved must never change with a release
+PINNED_SHA = "bef7c33b06f6a7641cfb8cebdfc78a07880e1616247d3945b37c7723dd6dcdf2"
+
+
+def sha_of(document) -> str:
+    plan, problems = collect_problems(document)
+    assert plan is not None, problems
+    return plan_sha256(plan)
+
+
+def test_the_hash_of_an_existing_plan_is_pinned_across_releases():
+    assert sha_of(complete_plan()) == PINNED_SHA
+    read_back = plan_from_canonical(canonical_text(Plan.model_validate(complete_plan())))
+    assert plan_sha256(read_back) == PINNED_SHA
+
+
+class ExecutionNextRelease(Execution):
+    max_retries: int = 3
+    retry_delay_seconds: float | None = None
+
+
+class PlanNextRelease(Plan):
+    execution: ExecutionNextRelease
+    labels: list[str] | None = None
+    audit_copy: Duplicates = Duplicates(max_rows=0)
+
+
+def test_a_release_adding_optional_fields_with_defaults_keeps_the_hash_of_existing_plans():
+    document = complete_plan()
+    today = Plan.model_validate(document)
+    tomorrow = PlanNextRelease.model_validate(document)
+    assert isinstance(tomorrow.execution, ExecutionNextRelease) and tomorrow.execution.max_retries == 3
+    assert plan_sha256(tomorrow) == plan_sha256(today) == PINNED_SHA
+    # writing the new field's default changes nothing; using it is a change of meaning
+    explicit = edited(document, execution__max_retries=3, labels=None)
+    assert plan_sha256(PlanNextRelease.model_validate(explicit)) == PINNED_SHA
+    used = edited(document, execution__max_retries=4)
+    assert plan_sha256(PlanNextRelease.model_validate(used)) != PINNED_SHA
+    assert plan_sha256(PlanNextRelease.model_validate({**document, "labels": ["q1"]})) != PINNED_SHA
+
+
+def test_reindenting_recommenting_reordering_and_restyling_keep_the_hash():
+    document = complete_plan()
+    block = yaml.safe_dump(document, sort_keys=False)
+    variants = [
+        block,
+        yaml.safe_dump(document, sort_keys=True, indent=4),
+        yaml.safe_dump(document, default_flow_style=True, width=10_000),
+        "# header comment\n" + block.replace("owner: olivia", "owner:    olivia   # the owner")
+        .replace("mode: overwrite", "mode: 'overwrite'") + "# the end\n",
+        block.replace("\n", "\r\n"),
+        block.replace("owner: olivia", "owner: Olivia"),  # the same principal, canonically
+        block.replace("max_diff_pct: 0", "max_diff_pct: 0.0"),
+    ]
+    for text in variants:
+        assert sha_of(read_yaml_text(text, "p")) == PINNED_SHA, text
+
+
+@pytest.mark.parametrize(("block", "key", "value"), [
+    ("execution", "allow_empty_partitions", False),
+    ("execution", "runs_at_once", 1),
+    ("execution", "max_partitions_per_minute", None),
+    ("execution", "business_keys", None),
+    ("checks", "source_duplicates", {"max_rows": 0}),
+    ("publish", "webhook_url", None),
+    ("approvals", "granted", []),
+])
+def test_writing_a_default_explicitly_keeps_the_hash(block, key, value):
+    document = complete_plan()
+    document[block][key] = value
+    assert sha_of(document) == PINNED_SHA
+
+
+def test_allow_empty_partitions_false_written_in_the_file_keeps_the_hash():
+    text = yaml.safe_dump(complete_plan(), sort_keys=False)
+    assert "allow_empty_partitions" not in text
+    explicit = text.replace("  partitions_per_run: 2\n",
+                            "  partitions_per_run: 2\n  allow_empty_partitions: false\n")
+    assert sha_of(read_yaml_text(explicit, "p")) == PINNED_SHA
+    # and the default partitions_per_run, written or not, is one plan too
+    without = edited(complete_plan(), execution__partitions_per_run=None)
+    assert sha_of(without) == sha_of(edited(without, execution__partitions_per_run=30)) != PINNED_SHA
+
+
+def test_signed_approvals_in_the_file_are_not_part_of_the_hash():
+    document = complete_plan()
+    document["approvals"]["granted"] = [{"by": "alice", "at": "2026-01-02T03:04:05Z",
+                                         "plan_sha256": PINNED_SHA, "signature": "U1NIU0lH"}]
+    assert sha_of(document) == PINNED_SHA
+
+
+def test_a_metric_tolerance_written_as_its_default_keeps_the_hash():
+    document = complete_plan()
+    document["checks"]["metrics"][0].update(tolerance_pct=0, tolerance_abs=0.0)
+    assert sha_of(document) == PINNED_SHA
+
+
+CHANGES_OF_MEANING = {
+    "window.end": {"window": {"start": "2026-01-01", "end": "2026-01-05"}},
+    "mode": {"execution__mode": "merge"},
+    "proof": {"execution__proof_partitions": ["2026-01-03"]},
+    "per run": {"execution__partitions_per_run": 3},
+    "allow empty": {"execution__allow_empty_partitions": True},
+    "runs at once": {"execution__runs_at_once": 2},
+    "throttle": {"execution__max_partitions_per_minute": 60},
+    "business keys": {"execution__business_keys": ["order_date", "region"]},
+    "threshold": {"checks__row_count_parity": {"max_diff_pct": 0.5}},
+    "duplicates": {"checks__duplicates": {"max_rows": 1}},
+    "source duplicates": {"checks__source_duplicates": {"max_rows": 1}},
+    "metric tolerance": {"checks__metrics": [{"name": "net_revenue", "tolerance_abs": 0.05},
+                                             {"name": "orders"}]},
+    "metric dropped": {"checks__metrics": [{"name": "net_revenue"}]},
+    "required": {"approvals__required": 3},
+    "owner": {"owner": "oscar"},
+    "reason": {"reason": "refunds were counted twice in daily_revenue since the 2025-11 release"},
+    "notify": {"publish__notify": ["#revenue-consumers", "#finance"]},
+    "webhook": {"publish__webhook_url": "https://hooks.example/notify"},
+    "downstream": {"downstream": [{"asset": "published_revenue", "owners": ["finance-bi", "ceo"]}]},
+    "rollback": {"rollback__strategy": "restore from the nightly backup"},
+    "source": {"source_of_truth": "orders_v2"},
+    "plan id": {"plan_id": "revenue-refund-fix-2"},
+}
+
+
+def test_any_change_of_meaning_changes_the_hash():
+    hashes = {"base": PINNED_SHA}
+    for name, change in CHANGES_OF_MEANING.items():
+        hashes[name] = sha_of(edited(complete_plan(), **change))
+    assert len(set(hashes.values())) == len(hashes), hashes

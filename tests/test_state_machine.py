@@ -1,0 +1,213 @@
+"""A property over whole plans: whatever order proofs, window runs, partition re-runs, out-of-band edits
+and rollbacks (each followed by a fresh plan) come in, every partition holds exactly what a small
+model says (the seeded history, the fixed recomputation, or what an edit left), the plan is in the
+phase the evidence allows, the evidence chain verifies, and a final run reconciles to the clean
+fingerprints.
+
+Each example starts from a copy of one seeded warehouse (built once through Dagster), so examples
+are independent and cheap; every command runs through the in-process CLI on real DuckDB and Dagster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from backfill_assets.demo.sample import generate_orders
+from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.identifiers import quote
+from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, signers_text
+
+DAYS = keys(1, 5)       # the warehouse
+WINDOW = keys(1, 4)     # every plan's window; 2026-01-05 lies outside and must never change
+PROOF = "2026-01-01"  # at the edge, so the rest of the window is one contiguous run
+PAST_PROOF = ("proven", "running", "reconciled")
+# contiguous runs of the window: one Dagster run each (the plan runs up to four partitions per run)
+RANGES = [tuple(WINDOW[i:j]) for i in range(len(WINDOW)) for j in range(i + 1, len(WINDOW) + 1)]
+
+
+def build_template(root: Path, instance: dg.DagsterInstance, ssh_keys: dict[str, Path]):
+    """A small warehouse whose target holds the buggy release's rows for every day."""
+    world = World(root, instance, ssh_keys)
+    world.home.mkdir(parents=True)
+    signers = root / "approvers" / "allowed_signers"
+    signers.parent.mkdir(parents=True)
+    signers.write_text(signers_text(ssh_keys))
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=len(DAYS), rows_per_day=120, seed=5)
+    assert world.materialize(DAYS, spec=BUGGY).success  # an incremental run, as the release wrote them
+    history = world.fingerprints("daily_revenue", DAYS)
+    cols = ", ".join(quote(c) for c in FIXED.columns)
+    with world.warehouse().session() as session:
+        session.execute(FIXED.create_sql("expected_revenue"))
+        for key in DAYS:
+            session.execute(f"INSERT INTO expected_revenue ({cols}) "
+                            f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",
+                            {"partition": dt.date.fromisoformat(key)})
+    clean = world.fingerprints("expected_revenue", DAYS)
+    assert all(history[k] != clean[k] for k in DAYS)
+    return history, clean
+
+
+class PlanMachine(RuleBasedStateMachine):
+    template: Path
+    scratch: Path
+    instance: dg.DagsterInstance
+    ssh_keys: dict[str, Path]
+    history: dict[str, Fingerprint]
+    clean: dict[str, Fingerprint]
+
+    def __init__(self) -> None:
+        super().__init__()
+        root = Path(tempfile.mkdtemp(dir=self.scratch))
+        shutil.copytree(self.template, root, dirs_exist_ok=True)
+        self.world = World(root, self.instance, self.ssh_keys)
+        self.model = dict(self.history)  # what each day must hold now
+        self.count = 0
+        self.plan = ""
+        self.phase = ""
+        self.written: set[str] = set()   # days the current plan wrote
+        self.passed: set[str] = set()    # days whose latest write under the plan passes its gates
+        self.snapshot: dict[str, Fingerprint] = {}  # what the current plan's rollback must restore
+
+    # --- the model --------------------------------------------------------------------------------
+    def new_plan(self, mode: str) -> None:
+        self.count += 1
+        self.plan = f"p{self.count}"
+        self.world.approved_plan(self.plan, start=WINDOW[0], end=WINDOW[-1], proof=(PROOF,), mode=mode,
+                                 per_run=4)
+        self.phase, self.written, self.passed, self.snapshot = "approved", set(), set(), {}
+
+    def wrote(self, days) -> None:
+        for key in days:
+            self.snapshot.setdefault(key, self.model[key])
+            self.model[key] = self.clean[key]
+            self.written.add(key)
+            self.passed.add(key)
+
+    def settle(self) -> None:
+        """The phase `advance` reaches on the evidence, after a run or a reconcile."""
+        if self.phase in ("approved", "proving") and PROOF in self.written:
+            self.phase = "proven"  # a proof run writes the proof partition twice; its gates pass
+        if self.phase in PAST_PROOF:
+            if set(WINDOW) <= self.passed:
+                self.phase = "reconciled"
+            elif self.phase == "reconciled" or self.written - {PROOF}:
+                self.phase = "running"
+
+    def cli(self, *args: str) -> int:
+        return self.world.cli(*args)
+
+    # --- rules ------------------------------------------------------------------------------------
+    @initialize(mode=st.sampled_from(["overwrite", "merge"]))
+    def approve_first_plan(self, mode: str) -> None:
+        self.new_plan(mode)
+
+    @rule()
+    def run_next_stage(self) -> None:
+        if self.phase in ("approved", "proving"):
+            assert self.cli("run", self.plan, "--proof") == 0
+            self.wrote([PROOF])
+        else:
+            assert self.cli("run", self.plan) == 0
+            self.wrote([k for k in WINDOW if k != PROOF and k not in self.passed])
+        self.settle()
+
+    @precondition(lambda self: self.phase in PAST_PROOF)
+    @rule(picked=st.sampled_from(RANGES))
+    def rerun_partitions(self, picked: tuple[str, ...]) -> None:
+        assert self.cli("run", self.plan, "--partitions", ",".join(picked)) == 0
+        self.wrote(picked)
+        self.settle()
+
+    @rule(key=st.sampled_from(WINDOW), how=st.sampled_from(["update", "delete"]))
+    def edit_out_of_band_then_reconcile(self, key: str, how: str) -> None:
+        before = self.world.fingerprints("daily_revenue", [key])[key]
+        if how == "update" or before.rows <= 1:  # a partition is never emptied
+            self.world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 "
+                               "WHERE order_date = ?", [key])
+        else:
+            self.world.run_sql("DELETE FROM daily_revenue WHERE order_date = ? AND region = "
+                               "(SELECT min(region) FROM daily_revenue WHERE order_date = ?)", [key, key])
+        after = self.world.fingerprints("daily_revenue", [key])[key]
+        assert after != before
+        self.model[key] = after
+        self.passed.discard(key)  # reconcile judges the latest write on the data as it is now
+        assert self.cli("reconcile", self.plan) == (0 if set(WINDOW) <= self.passed else 1)
+        self.settle()
+
+    @rule(mode=st.sampled_from(["overwrite", "merge"]))
+    def rollback_then_approve_a_fresh_plan(self, mode: str) -> None:
+        assert self.cli("rollback", self.plan) == 0
+        assert self.world.phase(self.plan) == "rolled_back"
+        self.model.update(self.snapshot)
+        self.new_plan(mode)
+
+    # --- invariants -------------------------------------------------------------------------------
+    @invariant()
+    def every_partition_holds_what_the_model_says(self) -> None:
+        if not self.plan:
+            return
+        now = self.world.fingerprints("daily_revenue", DAYS)
+        assert now == self.model
+        assert now["2026-01-05"] == self.history["2026-01-05"]
+
+    @invariant()
+    def the_phase_is_the_one_the_evidence_allows(self) -> None:
+        if self.plan:
+            assert self.world.phase(self.plan) == self.phase
+
+    @invariant()
+    def the_evidence_chain_verifies(self) -> None:
+        if self.plan:
+            assert self.cli("evidence", "verify") == 0
+
+    def teardown(self) -> None:
+        try:
+            if self.plan and sys.exc_info()[1] is None:  # not after a failed step: that one is reported
+                self.finish()
+        finally:
+            shutil.rmtree(self.world.root, ignore_errors=True)
+
+    def finish(self) -> None:
+        """A final full run and reconcile reach exactly the clean fingerprints, whatever came before."""
+        if self.phase in ("approved", "proving"):
+            assert self.cli("run", self.plan, "--proof") == 0
+        assert self.cli("run", self.plan, "--partitions", ",".join(WINDOW)) == 0
+        assert self.cli("reconcile", self.plan) == 0
+        assert self.world.phase(self.plan) == "reconciled"
+        outside = DAYS[len(WINDOW):]
+        assert self.world.fingerprints("daily_revenue", DAYS) == {
+            **self.clean, **{k: self.history[k] for k in outside}}
+        assert self.cli("evidence", "verify") == 0
+
+
+def test_any_sequence_of_runs_edits_and_rollbacks_keeps_partitions_whole_and_converges(
+        tmp_path, ssh_keys, monkeypatch):
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    with dg.instance_for_test() as instance:
+        template = tmp_path / "template"
+        history, clean = build_template(template, instance, ssh_keys)
+        scratch = tmp_path / "examples"
+        scratch.mkdir()
+        machine = type("Machine", (PlanMachine,), {
+            "template": template, "scratch": scratch, "instance": instance, "ssh_keys": ssh_keys,
+            "history": history, "clean": clean})
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=8, stateful_step_count=6, deadline=None, database=None,
+            suppress_health_check=[HealthCheck.too_slow]))
