@@ -18,7 +18,6 @@ from backfill_assets.control.schema import SNAPSHOT_SCHEMA
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import fingerprint_sum_sql, fingerprints
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.snapshots import snapshot_table, snapshotted
@@ -134,22 +133,46 @@ def _fmt(value: object, sign: bool = False) -> str:
     return f"{number:+,.2f}" if sign else f"{number:,.2f}"
 
 
+def _quick_prints(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str,
+                  keys: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """Per partition: rows and the sum of an engine-native row hash, compared at one moment only."""
+    group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
+    hashed = session.engine.transient_row_hash_sql(spec.columns, "t")
+    found = {group.key(v): (int(n), str(h)) for v, n, h in session.rows(
+        f"SELECT {group.key_sql}, count(*), {session.engine.text_of(f'coalesce(sum({hashed}), 0)')} "
+        f"FROM {source} AS t{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
+    return {k: found.get(k, (0, "0")) for k in keys}
+
+
+def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_source: str | None,
+            keys: Sequence[str], top: int = 5) -> list[PartitionImpact]:
+    """`before_source` (a quoted table; None: empty) against the spec's table now, for these keys.
+
+    Which partitions changed at all is found with an engine-native hash over both tables (one pass
+    each, a fraction of the md5 fingerprints' cost), never stored, so its stability does not matter;
+    then one hash join over the changed partitions only.
+    """
+    now = _quick_prints(session, spec, scheme, quote(spec.table), keys)
+    before = _quick_prints(session, spec, scheme, before_source, keys) if before_source \
+        else {k: (0, "0") for k in keys}
+    changed = [k for k in keys if now[k] != before[k]]
+    out = {k: PartitionImpact(k, before[k][0], now[k][0]) for k in keys if k not in changed}
+    if changed and before_source:
+        out.update(_join(session, spec, scheme, before_source, changed, top))
+    elif changed:  # nothing before: every row is new
+        out.update({k: PartitionImpact(k, 0, now[k][0], added=now[k][0]) for k in changed})
+    return [out[k] for k in keys if k in out]
+
+
 def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
                  keys: Sequence[str], top: int = 5) -> list[PartitionImpact]:
-    """Before (the plan's snapshot) against now for these keys; one join over the changed ones."""
-    before = snapshotted(session, plan_id, spec.table)
-    keys = [k for k in keys if k in before]
+    """Before (the plan's snapshot, taken before its first write) against now for these keys."""
+    keys = [k for k in keys if k in snapshotted(session, plan_id, spec.table)]
     if not keys:
         return []
-    now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys)
-    changed = [k for k in keys if now[k] != before[k]]
-    out = {k: PartitionImpact(k, before[k].rows, now[k].rows) for k in keys if k not in changed}
     snap = snapshot_table(plan_id, spec.table)
-    if changed and session.engine.table_exists(session, snap, SNAPSHOT_SCHEMA):
-        out.update(_join(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap), changed, top))
-    elif changed:  # the snapshot was of empty partitions: every row is new
-        out.update({k: PartitionImpact(k, 0, now[k].rows, added=now[k].rows) for k in changed})
-    return [out[k] for k in keys if k in out]
+    have_snapshot = session.engine.table_exists(session, snap, SNAPSHOT_SCHEMA)
+    return compare(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap) if have_snapshot else None, keys, top)
 
 
 def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_sql: str,
@@ -162,7 +185,7 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
 
     def side(alias: str, source: str, group) -> str:
         cols = [f"{group.key_sql} AS pkey"] + [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kc, strict=True)]
-        cols += ["count(*) AS n", f"{fingerprint_sum_sql(session, spec.columns, alias)} AS fp"]
+        cols += ["count(*) AS n", f"sum({session.engine.transient_row_hash_sql(spec.columns, alias)}) AS fp"]
         cols += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
         return (f"SELECT {', '.join(cols)} FROM {source} AS {alias}{group.join_sql} WHERE {group.where_sql} "
                 f"GROUP BY {', '.join(str(i + 1) for i in range(1 + len(bkeys)))}")
@@ -172,28 +195,32 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
                            "AS DOUBLE PRECISION))" for i in range(len(metrics))) or "0"
     status = ("CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' "
               "WHEN b.fp <> a.fp OR b.n <> a.n THEN 'changed' ELSE 'same' END")
-    totals = "".join(f", sum(bm{i}) OVER (PARTITION BY pkey) AS tb{i}, sum(am{i}) OVER (PARTITION BY pkey) AS ta{i}"
-                     for i in range(len(metrics)))
+    totals = "".join(f", sum(bm{i}) AS tb{i}, sum(am{i}) AS ta{i}" for i in range(len(metrics)))
     sql = f"""
-    WITH b AS ({side('b', snapshot_sql, b_group)}),
-         a AS ({side('a', quote(spec.table), a_group)}),
+    WITH impact_before AS ({side('b', snapshot_sql, b_group)}),
+         impact_after AS ({side('a', quote(spec.table), a_group)}),
          j AS (
             SELECT coalesce(b.pkey, a.pkey) AS pkey,
                    {', '.join(f'coalesce(b.{c}, a.{c}) AS {c}' for c in kc)},
                    coalesce(b.n, 0) AS bn, coalesce(a.n, 0) AS an, {status} AS status, {magnitude} AS size
                    {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
-            FROM b FULL OUTER JOIN a ON {on}),
-         r AS (
-            SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY (status <> 'same') DESC, size DESC) AS rk,
-                   sum(bn) OVER (PARTITION BY pkey) AS rows_before, sum(an) OVER (PARTITION BY pkey) AS rows_after,
-                   count(*) FILTER (WHERE status = 'added') OVER (PARTITION BY pkey) AS added,
-                   count(*) FILTER (WHERE status = 'removed') OVER (PARTITION BY pkey) AS removed,
-                   count(*) FILTER (WHERE status = 'changed') OVER (PARTITION BY pkey) AS changed
+            FROM impact_before AS b FULL OUTER JOIN impact_after AS a ON {on}),
+         p AS (
+            SELECT pkey, sum(bn) AS rows_before, sum(an) AS rows_after,
+                   count(*) FILTER (WHERE status = 'added') AS added,
+                   count(*) FILTER (WHERE status = 'removed') AS removed,
+                   count(*) FILTER (WHERE status = 'changed') AS changed
                    {totals}
-            FROM j)
-    SELECT pkey, rows_before, rows_after, added, removed, changed, status, {', '.join(kc)}
-           {''.join(f', tb{i}, ta{i}, bm{i}, am{i}' for i in range(len(metrics)))}
-    FROM r WHERE rk <= ? ORDER BY pkey, rk
+            FROM j GROUP BY pkey),
+         top AS (
+            SELECT * FROM (
+                SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY size DESC) AS rk
+                FROM j WHERE status <> 'same') AS ranked
+            WHERE rk <= ?)
+    SELECT p.pkey, p.rows_before, p.rows_after, p.added, p.removed, p.changed, top.status,
+           {', '.join('top.' + c for c in kc)}
+           {''.join(f', p.tb{i}, p.ta{i}, top.bm{i}, top.am{i}' for i in range(len(metrics)))}
+    FROM p LEFT JOIN top ON top.pkey = p.pkey ORDER BY p.pkey, top.rk
     """
     out: dict[str, PartitionImpact] = {}
     for row in session.rows(sql, [*b_group.params, *a_group.params, max(top, 1)]):
@@ -211,7 +238,7 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
             impact = PartitionImpact(key, int(row[1] or 0), int(row[2] or 0), int(row[3]), int(row[4]),
                                      int(row[5]), totals, [])
             out[key] = impact
-        if row[6] != "same" and len(impact.top) < top:
+        if row[6] is not None and len(impact.top) < top:
             impact.top.append(KeyChange(dict(zip(bkeys, row[7:7 + n_keys], strict=True)), row[6], per_key))
     return out
 

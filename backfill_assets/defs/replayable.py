@@ -110,7 +110,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 writes = write_partitions(session, spec, scheme, permission, run_id=context.run_id,
                                           actor=actor)
                 results = judge(session, spec, scheme, permission.plan,
-                                {w.partition_key: (w.write_id, w.fingerprint) for w in writes}, actor)
+                                {w.partition_key: (w.write_id, w.fingerprint) for w in writes}, actor,
+                                just_written=True)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
         plan_id = permission.plan.plan_id if permission.plan else "incremental"

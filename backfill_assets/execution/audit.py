@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 
 from backfill_assets.control import evidence_log, ledger
 from backfill_assets.control.record import PlanState
@@ -91,8 +92,14 @@ def unjudgeable(key: str, spec: TableSpec, schema: SchemaCheck) -> list[GateResu
 
 def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
           written: Mapping[str, tuple[int | None, Fingerprint | None]], actor: str,
-          *, record_results: bool = True) -> dict[str, list[GateResult]]:
-    """Every gate on every partition of `written` ({key: (write_id, write fingerprint)})."""
+          *, record_results: bool = True, just_written: bool = False) -> dict[str, list[GateResult]]:
+    """Every gate on every partition of `written` ({key: (write_id, write fingerprint)}).
+
+    `just_written`: called right after this run wrote the partitions, holding the writers' lock on
+    them (DuckDB: the file; a server engine: each partition's advisory lock), so the data checked
+    is the data written and its fingerprint is not computed again. Publish recomputes it before
+    copying anything, whatever happened in between.
+    """
     keys = list(written)
     if not keys:
         return {}
@@ -111,7 +118,14 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
                                         payload=summary(spec.name, results, plan.approved_sha256))
         return results
     null_columns = [c.name for c in spec.contract if not c.nullable and c.name not in schema.missing]
-    figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
+    if just_written:
+        with session.transaction():
+            for key in sorted(keys):
+                session.lock(f"write:{spec.name}:{key}")
+            figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns, fingerprint=False)
+        figures = {k: replace(f, fingerprint=written[k][1] or f.fingerprint) for k, f in figures.items()}
+    else:
+        figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
     window = None
     if plan is not None:
         latest = ledger.latest(session, spec.name, list(plan.partition_keys), plan.plan_id)

@@ -22,6 +22,7 @@ import duckdb
 from backfill_assets.errors import WarehouseError
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session
+from backfill_assets.warehouse.identifiers import quote
 
 
 class DuckDBSession(Session):
@@ -114,6 +115,10 @@ class DuckDBEngine(Engine):
     def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
         text = self.row_text_sql(columns, alias)
         return f"CAST(CAST('0x' || left(md5({text}), 16) AS UBIGINT) AS HUGEINT)"
+
+    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        prefix = f"{alias}." if alias else ""
+        return f"CAST(hash({', '.join(prefix + quote(c) for c in columns)}) AS HUGEINT)"
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"CAST(hash({', '.join(exprs)}) % 9223372036854775807 AS BIGINT)"

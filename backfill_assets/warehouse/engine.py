@@ -160,6 +160,11 @@ class Engine(ABC):
     def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
         """The first 8 bytes of md5(row text) as an unsigned big-endian integer, of `wide_int` type."""
 
+    @abstractmethod
+    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        """A fast engine-native 64-bit hash of a row, for comparing two tables at one moment (a
+        diff). Never stored: engines do not promise it stays the same across versions."""
+
     def key_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
         """A text that identifies the business-key values (NULL included) of a row."""
         return self.row_text_sql(columns, alias)

@@ -99,8 +99,13 @@ def check_schema(session: Session, spec: TableSpec) -> SchemaCheck:
 
 
 def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-                  thresholds: Thresholds, null_columns: Sequence[str]) -> dict[str, SliceFigures]:
-    """Run the slice's one statement; every key gets figures (an empty partition gets zeros)."""
+                  thresholds: Thresholds, null_columns: Sequence[str], *,
+                  fingerprint: bool = True) -> dict[str, SliceFigures]:
+    """Run the slice's one statement; every key gets figures (an empty partition gets zeros).
+
+    `fingerprint=False` leaves the md5 fingerprint out (its cost is most of the statement's): the
+    caller already knows it, e.g. right after writing the partitions under the writers' lock.
+    """
     engine = session.engine
     text = engine.text_of
     names = list(thresholds.metric_tolerances)
@@ -112,7 +117,8 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
 
     t_select = [f"{target_group.key_sql} AS pkey"]
     t_select += [f"t.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
-    t_select += ["count(*) AS n", f"{fingerprint_sum_sql(session, spec.columns, 't')} AS fp"]
+    fp_sql = fingerprint_sum_sql(session, spec.columns, "t") if fingerprint else f"CAST(0 AS {engine.wide_int})"
+    t_select += ["count(*) AS n", f"{fp_sql} AS fp"]
     t_select += [f"count(*) FILTER (WHERE t.{quote(c)} IS NULL) AS null_{i}"
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]

@@ -158,6 +158,12 @@ class PostgresEngine(Engine):
         return (f"(CAST(CAST(CAST('x' || substr({digest}, 1, 8) AS bit(32)) AS bigint) & 4294967295 AS NUMERIC) "
                 f"* 4294967296 + (CAST(CAST('x' || substr({digest}, 9, 8) AS bit(32)) AS bigint) & 4294967295))")
 
+    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
+        from backfill_assets.warehouse.identifiers import quote
+
+        prefix = f"{alias}." if alias else ""
+        return f"CAST(hash_record_extended(ROW({', '.join(prefix + quote(c) for c in columns)}), 0) AS NUMERIC)"
+
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
 

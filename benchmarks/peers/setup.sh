@@ -4,7 +4,8 @@
 #   benchmarks/.venv-sqlmesh   SQLMesh 0.236.4 + DuckDB 1.5.6 (SQLMesh requires duckdb < 2)
 # Versions are pinned in benchmarks/peers/requirements-{datadiff,sqlmesh}.txt.
 # A venv that exists and imports its packages is left alone; a broken one is rebuilt.
-# Installs with uv when the project venv has it (.venv/bin/uv), else with pip.
+# Installs with uv when the project venv has it (.venv/bin/uv), else (or with PEER_INSTALLER=pip)
+# with pip.
 #
 #   bash benchmarks/peers/setup.sh [--force] [datadiff|sqlmesh ...]
 # --force rebuilds even a working venv. Prints the seconds each venv took to set up.
@@ -46,7 +47,7 @@ for name in "${names[@]}"; do
   rm -rf "$venv"
   started=$(date +%s.%N)
   "$python" -m venv "$venv"
-  if [ -x "$uv" ]; then
+  if [ -x "$uv" ] && [ "${PEER_INSTALLER:-uv}" != pip ]; then
     how="uv pip install"
     "$uv" pip install --quiet --python "$venv/bin/python" -r "$reqs"
   else
