@@ -17,6 +17,7 @@ class BackfillError(Exception):
     def __init__(self, message: str, *, fix: str | None = None) -> None:
         self.message = message
         self.fix = fix
+        self.details: str | None = None  # a traceback or log worth keeping: written to the log file
         super().__init__(f"{message}: {fix}" if fix else message)
 
 
@@ -43,12 +44,14 @@ class PlanProblem:
         self.fix = fix
 
     def __str__(self) -> str:
+        # a key comes from the file: escape line breaks so it cannot forge more problem lines
+        key = "".join(c if c.isprintable() else repr(c)[1:-1] for c in self.key[:80])
         if self.value == "<missing>":
-            return f"{self.key} is missing: {self.fix}"
+            return f"{key} is missing: {self.fix}"
         shown = repr(self.value)
         if len(shown) > 60:  # a hostile value must not flood the terminal
             shown = shown[:57] + "..."
-        return f"{self.key[:80]} = {shown}: {self.fix}"
+        return f"{key} = {shown}: {self.fix}"
 
     def __repr__(self) -> str:
         return f"PlanProblem({self.key!r}, {self.value!r}, {self.fix!r})"

@@ -19,6 +19,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from backfill_assets.errors import WindowError
@@ -119,18 +120,25 @@ class PartitionScheme:
         return found
 
 
+@lru_cache(maxsize=32)
+def _keys(partitions_def: Any, last_key: str | None) -> tuple[str, ...]:
+    """All keys, listed once per definition until it gains a key (hourly history is long)."""
+    return tuple(partitions_def.get_partition_keys())
+
+
 def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> PartitionScheme:
     """The scheme of a Dagster partitions definition over a column of `column_type`."""
     import dagster as dg
 
     kind = column_type.upper().split("(")[0].strip()
-    keys = tuple(partitions_def.get_partition_keys())
-    if isinstance(partitions_def, dg.StaticPartitionsDefinition):
-        return PartitionScheme("equality", lambda k: (k, None), keys, f"{name} (static partitions)")
-    if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+    # the kind first: a dynamic definition cannot even list its keys without an instance
+    if not isinstance(partitions_def, dg.StaticPartitionsDefinition | dg.TimeWindowPartitionsDefinition):
         raise WindowError(f"{name} uses {type(partitions_def).__name__}, which a replayable table "
                           "does not support", fix="use time-window (hourly, daily, weekly, monthly, "
                           "cron) or static partitions")
+    keys = _keys(partitions_def, partitions_def.get_last_partition_key())
+    if isinstance(partitions_def, dg.StaticPartitionsDefinition):
+        return PartitionScheme("equality", lambda k: (k, None), keys, f"{name} (static partitions)")
     window = partitions_def.time_window_for_partition_key
     cadence = type(partitions_def).__name__.replace("PartitionsDefinition", "").lower() or "time"
     what = f"{name} ({cadence} partitions)"

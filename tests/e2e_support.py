@@ -22,13 +22,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import duckdb
 
@@ -118,14 +119,16 @@ query RunsByTag($filter: RunsFilter!) {
 """
 
 METADATA_ENTRIES = """
-        __typename
-        label
-        ... on TextMetadataEntry { text }
-        ... on MarkdownMetadataEntry { mdStr }
-        ... on JsonMetadataEntry { jsonString }
-        ... on IntMetadataEntry { intValue }
-        ... on FloatMetadataEntry { floatValue }
-        ... on BoolMetadataEntry { boolValue }
+fragment Entries on MetadataEntry {
+  __typename
+  label
+  ... on TextMetadataEntry { text }
+  ... on MarkdownMetadataEntry { mdStr }
+  ... on JsonMetadataEntry { jsonString }
+  ... on IntMetadataEntry { intValue }
+  ... on FloatMetadataEntry { floatValue }
+  ... on BoolMetadataEntry { boolValue }
+}
 """
 
 CHECK_EXECUTIONS_QUERY = """
@@ -142,11 +145,11 @@ query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition
       partition
       description
       severity
-      metadataEntries {%s}
+      metadataEntries { ...Entries }
     }
   }
 }
-""" % METADATA_ENTRIES
+""" + METADATA_ENTRIES
 
 ASSET_CHECKS_QUERY = """
 query AssetChecks($assetKey: AssetKeyInput!) {
@@ -170,12 +173,12 @@ query Observations($assetKey: AssetKeyInput!, $limit: Int!) {
       assetObservations(limit: $limit) {
         timestamp
         runId
-        metadataEntries {%s}
+        metadataEntries { ...Entries }
       }
     }
   }
 }
-""" % METADATA_ENTRIES
+""" + METADATA_ENTRIES
 
 SET_NUX_SEEN_MUTATION = "mutation SetNuxSeen { setNuxSeen }"
 
@@ -271,6 +274,39 @@ def wait_until(probe: Callable[[], T | None], *, timeout: float, what: str, inte
             extra = f"\n{describe()}" if describe else ""
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+class Background(Generic[T]):
+    """Work started now in a thread and awaited later: `result()` joins it and re-raises its error.
+
+    The e2e scenarios spend most of their time waiting for the daemon's and the sensor's 30-second
+    ticks; started together, their waits overlap.
+    """
+
+    def __init__(self, what: str, work: Callable[[], T]) -> None:
+        self.what = what
+        self._work = work
+        self._outcome: tuple[bool, Any] | None = None
+        self._thread = threading.Thread(target=self._run, name=what, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome = (True, self._work())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            self._outcome = (False, exc)
+
+    def wait(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def result(self, timeout: float = 420.0) -> T:
+        self._thread.join(timeout)
+        if self._outcome is None:
+            raise AssertionError(f"{self.what}: still running after {timeout:.0f}s")
+        done, value = self._outcome
+        if not done:
+            raise value
+        return value
 
 
 def free_port() -> int:
@@ -610,7 +646,7 @@ def _pids_with_env(marker: str) -> list[int]:
     return found
 
 
-def stop_process_group(process: subprocess.Popen, *, grace: float = 45.0) -> None:
+def stop_process_group(process: subprocess.Popen, *, grace: float = 10.0) -> None:
     """SIGTERM the group; again for anything spawned meanwhile; SIGKILL whatever is left at the end.
 
     While shutting down, the webserver may restart a code server that exited (seen in 1.13); that

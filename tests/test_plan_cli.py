@@ -289,7 +289,7 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
 
 def test_the_hook_finds_the_project_backfill_when_it_is_not_on_path(tmp_path, run_subprocess):
     plan = write_plan(tmp_path / "plan.yaml", complete_plan())
-    bare = {"PATH": "/usr/bin:/bin"}
+    bare = {"PATH": "/usr/bin:/bin", "BACKFILL_DEFS": ""}
     assert shutil.which("backfill", path=bare["PATH"]) is None
     result = run_subprocess(command=[str(HOOK), str(plan)], env=bare)
     assert result.code == 1 and "REFUSED" in result.out, result.err

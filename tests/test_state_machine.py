@@ -114,18 +114,25 @@ class PlanMachine(RuleBasedStateMachine):
         return self.world.cli(*args)
 
     # --- rules ------------------------------------------------------------------------------------
-    @initialize(mode=st.sampled_from(["overwrite", "merge"]))
-    def approve_first_plan(self, mode: str) -> None:
+    @initialize(mode=st.sampled_from(["overwrite", "merge"]),
+                stage=st.sampled_from(["approved", "proven", "reconciled"]))
+    def approve_first_plan(self, mode: str, stage: str) -> None:
         self.new_plan(mode)
+        if stage != "approved":  # start some examples further on, so the later phases are explored too
+            self.run_the_plan(through_the_window=stage == "reconciled")
+            assert self.phase == stage
 
-    @rule()
-    def run_next_stage(self) -> None:
+    @rule(through_the_window=st.booleans())
+    def run_the_plan(self, through_the_window: bool) -> None:
+        """`backfill run --proof` while the proof is open (then the window too, or not), else the window."""
         if self.phase in ("approved", "proving"):
             assert self.cli("run", self.plan, "--proof") == 0
             self.wrote([PROOF])
-        else:
-            assert self.cli("run", self.plan) == 0
-            self.wrote([k for k in WINDOW if k != PROOF and k not in self.passed])
+            self.settle()
+            if not through_the_window:
+                return
+        assert self.cli("run", self.plan) == 0
+        self.wrote([k for k in WINDOW if k != PROOF and k not in self.passed])
         self.settle()
 
     @precondition(lambda self: self.phase in PAST_PROOF)

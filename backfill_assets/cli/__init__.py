@@ -8,7 +8,6 @@ too, with the traceback in the log file (`--verbose` prints it).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import traceback
@@ -73,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BackfillError as exc:
         _relay(args)
+        if exc.details:
+            if args.verbose:
+                sys.stderr.write(exc.details)
+            _log_details(args, exc.details)
         sys.stderr.write(_red(f"backfill: {exc}") + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
@@ -93,16 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERNAL_ERROR
 
 
-def _log_traceback(args: argparse.Namespace) -> str:
+def _log_details(args: argparse.Namespace, text: str) -> str:
     from backfill_assets.cli.common import home_of
 
     try:
         path = output.log_file(home_of(args))
-        logging.basicConfig(filename=path, level=logging.INFO)
-        logging.getLogger("backfill_assets").exception("internal error")
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text if text.endswith("\n") else text + "\n")
         return str(path)
     except OSError:
         return "nowhere: the home is not writable"
+
+
+def _log_traceback(args: argparse.Namespace) -> str:
+    return _log_details(args, traceback.format_exc())
 
 
 def entrypoint() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from backfill_assets.errors import UsageError
+from backfill_assets.errors import BackfillError, UsageError
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec
 
@@ -138,15 +138,16 @@ def _dg_project(folder: Path) -> str | None:
 def load_defs(reference: str | None = None) -> LoadedDefs:
     try:
         return _load(reference or os.environ.get(DEFS_ENV))
-    except UsageError:
-        raise
+    except BackfillError:
+        raise  # already one line naming the problem and the fix (e.g. an unsupported partitioning)
     except Exception as exc:  # the team's own code failed to import: one line here, the trace in the log
-        import logging
+        import traceback
 
-        logging.getLogger("backfill_assets").exception("loading definitions failed")
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise UsageError(f"loading the definitions failed: {type(exc).__name__}: {first}",
-                         fix="fix the error in the definitions (`--verbose` shows the traceback)") from None
+        error = UsageError(f"loading the definitions failed: {type(exc).__name__}: {first}",
+                           fix="fix the error in the definitions (the traceback is in the log; `--verbose` shows it)")
+        error.details = traceback.format_exc()
+        raise error from None
 
 
 def _load(reference: str | None) -> LoadedDefs:

@@ -36,7 +36,7 @@ class RollbackReport:
         verb = "would restore" if self.dry_run else "restored"
         out = []
         for table, parts in self.tables.items():
-            span = f" ({min(parts)}..{max(parts)})" if parts else ""
+            span = f" ({next(iter(parts))}..{list(parts)[-1]})" if parts else ""
             if not self.dry_run:
                 out.append(f"{verb} {len(parts)} partition(s) of {table}{span}; every fingerprint equals "
                            "the one taken before the plan's first write")
@@ -71,7 +71,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
              *, dry_run: bool = False) -> RollbackReport:
     if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-    keys = written_keys(session, spec, state)
+    keys = sorted(written_keys(session, spec, state), key=scheme.position)
     later = later_writers(session, state, keys)
     if later:
         who = sorted({w for w, _ in later})
@@ -79,7 +79,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
             f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
             f"(first {later[0][1]}); restoring would erase that work",
             fix=f"roll back {who[0]} first, or replay the window with a new plan")
-    published = sorted(snapshotted(session, state.plan_id, spec.publish_table))
+    published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
     problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys) + \
         incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
     if problems:

@@ -153,7 +153,10 @@ def append_approval_text(text: str, approval: Approval) -> str:
                 nxt_indent < len(indent) or (nxt_indent == len(indent) and not stripped.startswith("-"))):
                 break
             end += 1
-        while end > i + 1 and not lines[end - 1].strip():
+        # blank lines and comments at or left of `granted:` after the list belong to what follows
+        while end > i + 1 and (not lines[end - 1].strip() or (
+                lines[end - 1].lstrip().startswith("#")
+                and len(lines[end - 1]) - len(lines[end - 1].lstrip()) <= len(indent))):
             end -= 1
         if end > 0 and not lines[end - 1].endswith("\n"):
             lines[end - 1] += "\n"
