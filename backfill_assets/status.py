@@ -6,6 +6,7 @@ the control record and the data as they are now. Hints name the exact command to
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from urllib.parse import urlencode
 
 from backfill_assets.control import evidence_log, lease, record
 from backfill_assets.control.record import PlanState
@@ -138,12 +139,14 @@ def markdown(statuses: list[PlanStatus]) -> str:
     """The plan-state table the UI shows on the target asset."""
     if not statuses:
         return "No replay plan has been approved for this table."
-    head = "| plan | phase | window | approvals | gates | publish | next step |\n|---|---|---|---|---|---|---|"
+    head = ("| plan | phase | window | approvals | gates | publish | next step | runs |\n"
+            "|---|---|---|---|---|---|---|---|")
     lines = [head]
     for s in statuses:
         window = f"{s.window[0]}..{s.window[1]} ({s.partitions})" if s.window else "-"
         gates = f"{s.reconciled}/{s.partitions} passed" + (f", {len(s.failed)} failed" if s.failed else "")
         phase = s.phase + (f" ({s.hold})" if s.hold else "")
         cell = [s.plan_id, phase, window, ", ".join(s.approvals) or "-", gates, s.publish, s.next]
-        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cell) + " |")
+        runs = f"[runs](/runs?{urlencode({'q[0]': f'tag:backfill_assets/plan={s.plan_id}'})})"
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cell) + f" | {runs} |")
     return "\n".join(lines)

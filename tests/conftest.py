@@ -83,6 +83,8 @@ def world(tmp_path, instance, ssh_keys, monkeypatch):
     from tests.world import DEMO_DEFS, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    # instance_for_test points DAGSTER_HOME at its own folder: the CLI uses the world's home
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     return make_world(tmp_path, instance, ssh_keys)
 
 
@@ -92,6 +94,7 @@ def engine_world(request, tmp_path, instance, ssh_keys, monkeypatch):
     from tests.world import DEMO_DEFS, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     url = None
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")

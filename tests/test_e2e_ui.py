@@ -15,11 +15,13 @@ Screenshots go to a temp folder, or to $BACKFILL_SCREENSHOTS (`make screenshots`
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from backfill_assets.gates.results import GATE_NAMES, METRICS_MATCH_SOURCE
 from tests.e2e_browser import (
@@ -291,12 +293,14 @@ def test_a_backfill_launched_in_the_ui_dialog_over_written_partitions_is_refused
                 ("EXECUTION_FAILED", True), (key, gate, execution)
 
     # the run's page says why
+    message = next(e.message for e in runs[0].events if e.type == "RUN_FAILURE")
     page.goto(f"{ui.url}/runs/{runs[0].run_id}")
-    page.get_by_text("Refused by the backfill write permission").first.wait_for()
-    page.get_by_text("RUN_FAILURE", exact=True).first.wait_for()
-    body = page.inner_text("body")
-    assert REFUSAL.format(first=runs[0].span[0], last=runs[0].span[1]) in " ".join(body.split())
-    assert "Failure" in body and launched.backfill_id in body
+    refusal = page.get_by_text(re.compile(r"^Refused by the backfill write permission")).first
+    expect(refusal).to_be_visible(timeout=UI_TIMEOUT_MS)
+    assert " ".join(refusal.inner_text().split()) == " ".join(message.split())
+    expect(page.get_by_text("RUN_FAILURE", exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(page.get_by_text("Failure", exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    expect(page.get_by_role("link", name=launched.backfill_id)).to_be_visible(timeout=UI_TIMEOUT_MS)
     save_screenshot(page, screenshots, "refused-backfill-run.png")
 
 
@@ -378,6 +382,10 @@ def test_the_asset_graph_shows_the_replayable_table_between_its_source_and_its_p
     page.goto(f"{ui.url}/locations/{location}/asset-groups/revenue")
     for asset in ("orders", ASSET, PUBLISHED):
         page.get_by_text(asset, exact=True).first.wait_for()
+    # the target's node counts its 7 gates (blocking asset checks) and its partitions
+    node = page.locator("div").filter(has=page.get_by_text(ASSET, exact=True)).filter(has_text="Asset checks").last
+    expect(node).to_contain_text(re.compile(rf"Asset checks\s*\d+ / {len(GATE_NAMES)} Passed"), timeout=UI_TIMEOUT_MS)
+    expect(node).to_contain_text(re.compile(r"\d+ partitions"), timeout=UI_TIMEOUT_MS)
     page.wait_for_timeout(1_000)  # the graph animates its layout
     save_screenshot(page, screenshots, "asset-graph.png")
 

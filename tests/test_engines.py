@@ -86,6 +86,7 @@ def test_four_run_workers_write_each_partition_once_on_postgres(postgres_url, tm
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     world = make_world(tmp_path, instance, ssh_keys, postgres_url)
     path = world.plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=1)
     doc = yaml.safe_load(path.read_text())
@@ -103,3 +104,31 @@ def test_four_run_workers_write_each_partition_once_on_postgres(postgres_url, tm
     assert world.phase() == "reconciled"
     assert all(fp.rows == 5 for fp in world.fingerprints("daily_revenue", keys(1, 8)).values())
     assert world.cli("evidence", "verify") == 0
+
+
+def test_dagster_instance_on_postgres_holds_the_runs_of_a_plan(postgres_server, tmp_path, instance, ssh_keys,
+                                                                monkeypatch):
+    import dagster as dg
+
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.home import Home
+    from tests.world import DEMO_DEFS, make_world
+
+    warehouse_url = postgres_server.create_database("warehouse_on_pg")
+    dagster_url = postgres_server.create_database("dagster_on_pg")
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", warehouse_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    world = make_world(tmp_path, instance, ssh_keys, warehouse_url)
+    assert world.cli("init", "--instance", "postgres", "--instance-url", dagster_url) == 0
+    config = (world.home / "dagster" / "dagster.yaml").read_text()
+    assert "postgresql+psycopg2://" in config and "PlanGateRunCoordinator" in config
+    assert f'warehouse_url: "{warehouse_url}"' in config  # the coordinator reads the same warehouse
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    with instance_for(Home(world.home)) as on_pg:
+        assert type(on_pg.event_log_storage).__name__ == "PostgresEventLogStorage"
+        runs = on_pg.get_runs(filters=dg.RunsFilter(tags={"backfill_assets/plan": "fix"}))
+        assert len(runs) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        evaluations = on_pg.get_records_for_run(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        assert len(evaluations.records) == 7

@@ -38,6 +38,8 @@ WINDOW = keys(1, 4)     # every plan's window; 2026-01-05 lies outside and must 
 PROOF = "2026-01-01"  # at the edge, so the rest of the window is one contiguous run
 PAST_PROOF = ("proven", "running", "reconciled")
 # contiguous runs of the window: one Dagster run each (the plan runs up to four partitions per run)
+MODES = st.sampled_from(["overwrite", "merge"])
+STAGES = st.sampled_from(["approved", "proven", "reconciled"])
 RANGES = [tuple(WINDOW[i:j]) for i in range(len(WINDOW)) for j in range(i + 1, len(WINDOW) + 1)]
 
 
@@ -113,14 +115,22 @@ class PlanMachine(RuleBasedStateMachine):
     def cli(self, *args: str) -> int:
         return self.world.cli(*args)
 
-    # --- rules ------------------------------------------------------------------------------------
-    @initialize(mode=st.sampled_from(["overwrite", "merge"]),
-                stage=st.sampled_from(["approved", "proven", "reconciled"]))
-    def approve_first_plan(self, mode: str, stage: str) -> None:
+    def start_plan(self, mode: str, stage: str) -> None:
+        """A fresh plan, approved, then run to `stage` (later phases get explored in few steps)."""
         self.new_plan(mode)
-        if stage != "approved":  # start some examples further on, so the later phases are explored too
+        if stage != "approved":
             self.run_the_plan(through_the_window=stage == "reconciled")
             assert self.phase == stage
+
+    def roll_back(self) -> None:
+        assert self.cli("rollback", self.plan) == 0
+        assert self.world.phase(self.plan) == "rolled_back"
+        self.model.update(self.snapshot)  # every partition the plan wrote, as it was before its first write
+
+    # --- rules ------------------------------------------------------------------------------------
+    @initialize(mode=MODES, stage=STAGES)
+    def approve_first_plan(self, mode: str, stage: str) -> None:
+        self.start_plan(mode, stage)
 
     @rule(through_the_window=st.booleans())
     def run_the_plan(self, through_the_window: bool) -> None:
@@ -158,12 +168,10 @@ class PlanMachine(RuleBasedStateMachine):
         assert self.cli("reconcile", self.plan) == (0 if set(WINDOW) <= self.passed else 1)
         self.settle()
 
-    @rule(mode=st.sampled_from(["overwrite", "merge"]))
-    def rollback_then_approve_a_fresh_plan(self, mode: str) -> None:
-        assert self.cli("rollback", self.plan) == 0
-        assert self.world.phase(self.plan) == "rolled_back"
-        self.model.update(self.snapshot)
-        self.new_plan(mode)
+    @rule(mode=MODES, stage=STAGES)
+    def rollback_then_run_a_fresh_plan(self, mode: str, stage: str) -> None:
+        self.roll_back()
+        self.start_plan(mode, stage)
 
     # --- invariants -------------------------------------------------------------------------------
     @invariant()
@@ -192,15 +200,19 @@ class PlanMachine(RuleBasedStateMachine):
             shutil.rmtree(self.world.root, ignore_errors=True)
 
     def finish(self) -> None:
-        """A final full run and reconcile reach exactly the clean fingerprints, whatever came before."""
+        """A final full run and reconcile reach exactly the clean fingerprints, whatever came before;
+        then the plan's rollback restores exactly what its first writes replaced."""
         if self.phase in ("approved", "proving"):
-            assert self.cli("run", self.plan, "--proof") == 0
+            self.run_the_plan(through_the_window=False)
         assert self.cli("run", self.plan, "--partitions", ",".join(WINDOW)) == 0
+        self.wrote(WINDOW)
         assert self.cli("reconcile", self.plan) == 0
         assert self.world.phase(self.plan) == "reconciled"
         outside = DAYS[len(WINDOW):]
         assert self.world.fingerprints("daily_revenue", DAYS) == {
             **self.clean, **{k: self.history[k] for k in outside}}
+        self.roll_back()
+        assert self.world.fingerprints("daily_revenue", DAYS) == self.model
         assert self.cli("evidence", "verify") == 0
 
 
