@@ -20,8 +20,8 @@ from tests.e2e_support import ROOT
 CHROMIUM = Path("/usr/bin/chromium")
 # without the background-networking flags Chromium keeps calling home, and this machine's closed
 # network refuses it, many times a second
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 UI_TIMEOUT_MS = 60_000  # a busy 2-core machine: the UI's first GraphQL answers can take a while
 SCREENSHOTS_ENV = "BACKFILL_SCREENSHOTS"
 
@@ -68,10 +68,11 @@ class DialogLaunch:
     params: dict[str, Any]  # the LaunchBackfillParams the UI sent
 
 
-def launch_range_from_materialize_dialog(page, asset: str, first: str, last: str, count: int) -> DialogLaunch:
+def launch_range_from_materialize_dialog(page, asset: str, first: str, last: str, count: int, *,
+                                         screenshot: Path | None = None) -> DialogLaunch:
     """On the asset's page: Materialize… opens the partitions dialog of a partitioned asset; type the
-    range, check the dialog counted `count` partitions, Launch backfill. Returns what the UI sent and
-    the backfill id the server answered."""
+    range, check the dialog counted `count` partitions (screenshot it when asked), Launch backfill.
+    Returns what the UI sent and the backfill id the server answered."""
     page.get_by_role("button", name="Materialize…").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_text(f"Launch runs to materialize {asset}").wait_for()
@@ -84,6 +85,8 @@ def launch_range_from_materialize_dialog(page, asset: str, first: str, last: str
     selection.fill(f"[{first}...{last}]")
     selection.press("Enter")
     dialog.get_by_text(f"{count} partitions", exact=True).wait_for()
+    if screenshot is not None:
+        save_screenshot(page, screenshot.parent, screenshot.name)
 
     def is_launch(response) -> bool:
         return "/graphql" in response.url and "launchPartitionBackfill" in (response.request.post_data or "")

@@ -59,7 +59,7 @@ HISTORY = ("2026-01-07", "2026-01-10")  # written plan-free before the server st
 
 REFUSAL = ("Refused by the backfill write permission: no approved replay plan covers partitions "
            "{first}..{last} of daily_revenue; backfill runs may only write inside an approved plan's window")
-PLAN_COLUMNS = ["plan", "phase", "window", "approvals", "gates", "publish", "next step"]
+PLAN_COLUMNS = ("plan", "phase", "window", "approvals", "gates", "publish", "next step")  # at least these
 
 
 # --- fixtures -----------------------------------------------------------------------------------
@@ -92,8 +92,8 @@ class Team:
         assert plan_phase(ui.warehouse, document["plan_id"]) == "approved"
         return path
 
-    def cli(self, ui: DagsterDev, *args: str, expect: int | None = 0):
-        return run_backfill_cli(*args, backfill_home=ui.backfill_home, cwd=self.root, expect=expect)
+    def cli(self, ui: DagsterDev, *args: str, exit_code: int | None = 0):
+        return run_backfill_cli(*args, backfill_home=ui.backfill_home, cwd=self.root, expect=exit_code)
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +150,9 @@ def plan_table(markdown: str) -> dict[str, dict[str, str]]:
     if len(lines) < 2:
         return {}
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head == PLAN_COLUMNS, head
-    rows = [dict(zip(head, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+    assert set(PLAN_COLUMNS) <= set(head), head
+    rows = [dict(zip(head, (c.strip() for c in line.strip("|").split("|")), strict=True))
+            for line in lines[2:]]
     return {row["plan"]: row for row in rows}
 
 
@@ -188,12 +189,13 @@ def run_window_through_the_ui(ui: DagsterDev, team: Team) -> WindowRun:
     proved = team.cli(ui, "run", plan_id, "--proof")
     backfill_id = ui.launch_backfill(ASSET, window, title=f"{plan_id} window")
     runs = ui.wait_for_backfill_runs(backfill_id, window)
-    wait_until(lambda: plan_phase(ui.warehouse, plan_id) == "published", timeout=150,
+    wait_until(lambda: plan_phase(ui.warehouse, plan_id) == "published", timeout=180,
                what=f"the reopen sensor to reconcile {plan_id} and its publish run to publish it",
                describe=describe_plan(ui, plan_id))
 
     def publish_runs() -> list[RunInfo] | None:  # the run commits "published", then reports its success
-        found = [r for r in ui.runs_with_tag("backfill_assets/plan", plan_id) if r.tags.get("dagster/sensor_name")]
+        found = [r for r in ui.runs_with_tag("backfill_assets/plan", plan_id)
+                 if r.tags.get("dagster/sensor_name")]
         return found if found and all(r.status in RUN_DONE for r in found) else None
 
     published = wait_until(publish_runs, timeout=60, what="the publish run to end",
@@ -217,7 +219,7 @@ def fail_a_proof_on_a_bad_edit(ui: DagsterDev, team: Team) -> FailedProof:
     execute_in_warehouse(ui.backfill_home, "UPDATE daily_revenue SET net_revenue = net_revenue + 10 "
                                            "WHERE order_date = ?", [key])
     team.approve(ui, complete_plan(plan_id=plan_id, start=key, end=key, proof=(key,), mode="replay"))
-    proof = team.cli(ui, "run", plan_id, "--proof", expect=1)
+    proof = team.cli(ui, "run", plan_id, "--proof", exit_code=1)
     return FailedProof(plan_id, key, proof.stdout + proof.stderr)
 
 
@@ -229,7 +231,8 @@ def _started(what: str, work) -> Iterator[Background]:
 
 @pytest.fixture(scope="module")
 def window_run(ui: DagsterDev, team: Team) -> Iterator[Background[WindowRun]]:
-    yield from _started("the window of an approved plan through the UI", lambda: run_window_through_the_ui(ui, team))
+    yield from _started("the window of an approved plan through the UI",
+                        lambda: run_window_through_the_ui(ui, team))
 
 
 @pytest.fixture(scope="module")
@@ -242,8 +245,8 @@ SCENARIOS = ("window_run", "failed_proof")
 
 @pytest.fixture(scope="module", autouse=True)
 def _start_selected_scenarios_early(request: pytest.FixtureRequest) -> None:
-    """Start now the scenarios that the tests selected in this module will ask for. Under xdist a
-    worker does not know which tests it will get, so each test starts its own."""
+    """Start now the scenarios that the tests selected in this module will ask for. An xdist worker
+    does not know which of them it will get, so there each test starts its own."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     wanted = {name for item in request.session.items if item.module is request.module
@@ -264,7 +267,8 @@ def test_a_backfill_launched_in_the_ui_dialog_over_written_partitions_is_refused
 
     # Catalog -> daily_revenue -> Materialize… -> the partitions dialog -> Launch backfill
     open_asset_from_catalog(page, ui.url, ASSET)
-    launched = launch_range_from_materialize_dialog(page, ASSET, keys[0], keys[-1], count=len(keys))
+    launched = launch_range_from_materialize_dialog(page, ASSET, keys[0], keys[-1], count=len(keys),
+                                                    screenshot=screenshots / "ui-backfill-dialog.png")
     assert launched.params["partitionNames"] == keys
     assert launched.params["assetSelection"] == [{"path": [ASSET]}]
     assert {t["key"] for t in launched.params["tags"]} == {"dagster/from_ui"}
@@ -304,8 +308,8 @@ def test_a_backfill_launched_in_the_ui_dialog_over_written_partitions_is_refused
     save_screenshot(page, screenshots, "refused-backfill-run.png")
 
 
-def test_a_failed_gate_and_the_plan_state_show_in_the_ui(ui: DagsterDev, failed_proof: Background[FailedProof],
-                                                         page, screenshots: Path):
+def test_a_failed_gate_and_the_plan_state_show_in_the_ui(
+        ui: DagsterDev, failed_proof: Background[FailedProof], page, screenshots: Path):
     failed_run = failed_proof.result()
     plan_id, key = failed_run.plan_id, failed_run.key
     assert f"{key}: {METRICS_MATCH_SOURCE} failed" in failed_run.output, failed_run.output
@@ -340,8 +344,8 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(ui: DagsterDev, failed_
     shown = {" ".join(r.split()[:1]): " ".join(r.split()[1:])
              for r in dialog.get_by_role("row").all_inner_texts()}
     assert shown["figure.net_revenue.difference"] == "50"
-    assert float(shown["figure.net_revenue.actual"]) == pytest.approx(figures["figure.net_revenue.actual"])
-    assert float(shown["figure.net_revenue.expected"]) == pytest.approx(figures["figure.net_revenue.expected"])
+    for figure in ("figure.net_revenue.actual", "figure.net_revenue.expected"):
+        assert float(shown[figure]) == pytest.approx(figures[figure])
     assert shown["detail"] == " ".join(failed.description.split())
     save_screenshot(page, screenshots, "failed-gate.png")
     dialog.get_by_role("button", name="Close").click()
@@ -354,7 +358,7 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(ui: DagsterDev, failed_
                 return row
         return None
 
-    row = wait_until(observed, timeout=100, what=f"the reopen sensor to record {plan_id} on {ASSET}",
+    row = wait_until(observed, timeout=150, what=f"the reopen sensor to record {plan_id} on {ASSET}",
                      describe=describe_plan(ui, plan_id))
     assert row["window"] == f"{key}..{key} (1)"
     assert row["approvals"] == "alice, bob"
@@ -365,14 +369,18 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(ui: DagsterDev, failed_
     # in the browser: the asset's page, Events, the newest observation: the table, rendered
     open_asset_from_catalog(page, ui.url, ASSET)
     page.get_by_role("tab", name="Events").click()
-    page.locator("div[data-index]").filter(has=page.get_by_role("img", name="observation", exact=True)).first.click()
+    observations = page.locator("div[data-index]").filter(
+        has=page.get_by_role("img", name="observation", exact=True))
+    observations.first.click()
     page.get_by_text(PLAN_STATE, exact=True).first.wait_for()
     header = page.locator("tr:not(:has(tr))", has_text="next step").first.locator("th").all_inner_texts()
-    assert [h.strip() for h in header] == PLAN_COLUMNS
-    cells = page.locator("tr:not(:has(tr))", has_text=plan_id).first.locator("td").all_inner_texts()
-    assert [" ".join(c.split()) for c in cells] == [
-        plan_id, "proving", row["window"], "alice, bob", "0/1 passed, 1 failed", row["publish"],
-        row["next step"].replace("`", "")], cells
+    plan_row = page.locator("tr:not(:has(tr))", has_text=plan_id).first
+    cells = [" ".join(c.split()) for c in plan_row.locator("td").all_inner_texts()]
+    shown = dict(zip((h.strip() for h in header), cells, strict=True))
+    assert {c: shown.get(c) for c in PLAN_COLUMNS} == {
+        "plan": plan_id, "phase": "proving", "window": row["window"], "approvals": "alice, bob",
+        "gates": "0/1 passed, 1 failed", "publish": row["publish"],
+        "next step": row["next step"].replace("`", "")}
     save_screenshot(page, screenshots, "plan-state.png")
 
 
@@ -383,8 +391,10 @@ def test_the_asset_graph_shows_the_replayable_table_between_its_source_and_its_p
     for asset in ("orders", ASSET, PUBLISHED):
         page.get_by_text(asset, exact=True).first.wait_for()
     # the target's node counts its 7 gates (blocking asset checks) and its partitions
-    node = page.locator("div").filter(has=page.get_by_text(ASSET, exact=True)).filter(has_text="Asset checks").last
-    expect(node).to_contain_text(re.compile(rf"Asset checks\s*\d+ / {len(GATE_NAMES)} Passed"), timeout=UI_TIMEOUT_MS)
+    node = page.locator("div").filter(has=page.get_by_text(ASSET, exact=True)).filter(
+        has_text="Asset checks").last
+    expect(node).to_contain_text(re.compile(rf"Asset checks\s*\d+ / {len(GATE_NAMES)} Passed"),
+                                 timeout=UI_TIMEOUT_MS)
     expect(node).to_contain_text(re.compile(r"\d+ partitions"), timeout=UI_TIMEOUT_MS)
     page.wait_for_timeout(1_000)  # the graph animates its layout
     save_screenshot(page, screenshots, "asset-graph.png")

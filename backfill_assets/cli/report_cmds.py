@@ -103,10 +103,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 
+    from backfill_assets.defs.replayable import cli_run_tags
+    from backfill_assets.execution.runner import fail_dead_runs
+
+    instance = instance_for(home)
+    fail_dead_runs(instance)
     with output.dagster_output(home):
-        result = job.execute_in_process(instance=instance_for(home),
+        result = job.execute_in_process(instance=instance,
                                         asset_selection=[dg.AssetKey(table.spec.publish_as.split("/"))],
-                                        tags={**publish_run_tags(state), "backfill_assets/actor": actor()},
+                                        tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
                                         raise_on_error=False, run_config=output.run_config())
     if not result.success:
         raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "

@@ -47,14 +47,14 @@ def _step_phase(session: Session, plan_id: str, keys: tuple[str, ...], actor: st
         state = record.require(session, plan_id, exclusive=True)
         past_proof = [k for k in keys if k not in state.proof_keys]
         if state.phase is Phase.APPROVED:
-            record.transition(session, plan_id, Phase.PROVING, actor, note=f"first proof write ({keys[0]})")
+            record.transition(session, plan_id, Phase.PROVING, actor, note=f"a proof run started ({keys[0]})")
         elif state.phase is Phase.PROVEN and past_proof:
             record.transition(session, plan_id, Phase.RUNNING, actor,
-                              note=f"first write past the proof ({past_proof[0]})")
+                              note=f"a run past the proof started ({past_proof[0]})")
         elif state.phase is Phase.RECONCILED:
             # a re-run after reconciliation must be reconciled again before publish
             record.transition(session, plan_id, Phase.RUNNING, actor,
-                              note=f"re-materializing {keys[0]} after reconciliation")
+                              note=f"a run re-materializing {keys[0]} after reconciliation started")
 
 
 def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
