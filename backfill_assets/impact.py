@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.gates.results import as_number
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -56,21 +57,13 @@ class PartitionImpact:
                         for c in self.top]}
 
 
-def _num(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float | Decimal):
-        return float(value)
-    return None
-
-
 def _diff(old: object, new: object) -> float | None:
     if old is None and new is None:
         return None
     if isinstance(old, int | Decimal | None) and isinstance(new, int | Decimal | None):
         # exact first: a float difference of two DECIMALs reads 2419.0200000000004
         return float(Decimal(new or 0) - Decimal(old or 0))
-    return (_num(new) or 0.0) - (_num(old) or 0.0)
+    return (as_number(new) or 0.0) - (as_number(old) or 0.0)
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ class Impact:
 
 
 def _fmt(value: object, sign: bool = False) -> str:
-    number = _num(value)
+    number = as_number(value)
     if number is None:
         return "NULL"
     return f"{number:+,.2f}" if sign else f"{number:,.2f}"
@@ -231,8 +224,8 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
         for m in metrics:
             tb, ta, bm, am = values[:4]
             values = values[4:]
-            totals[m.name] = (_num(tb), _num(ta), _diff(tb, ta))
-            per_key[m.name] = (_num(bm), _num(am), _diff(bm, am))
+            totals[m.name] = (as_number(tb), as_number(ta), _diff(tb, ta))
+            per_key[m.name] = (as_number(bm), as_number(am), _diff(bm, am))
         impact = out.get(key)
         if impact is None:
             impact = PartitionImpact(key, int(row[1] or 0), int(row[2] or 0), int(row[3]), int(row[4]),

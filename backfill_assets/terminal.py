@@ -77,11 +77,17 @@ def dagster_output(home: Home) -> Iterator[Path]:
     _terminal_fd = saved_err
     handler = logging.StreamHandler(open(path, "a", encoding="utf-8"))  # noqa: SIM115
     logging.getLogger().addHandler(handler)
+    text = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    streams = sys.stdout, sys.stderr
     try:
         os.dup2(handle.fileno(), 1)
         os.dup2(handle.fileno(), 2)
+        # and the Python objects too: a caller may have replaced them (a test harness, a notebook)
+        sys.stdout = sys.stderr = text
         yield path
     finally:
+        sys.stdout, sys.stderr = streams
+        text.close()
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved_out, 1)

@@ -37,12 +37,14 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def run_cli(home: Path, capsys):
-    """The CLI through its runner (in-process `main`), with --home in tmp_path."""
+def run_cli(home: Path, capfd):
+    """The CLI through its runner (in-process `main`), with --home in tmp_path; output is captured at
+    the file descriptors, as a terminal would see it (Dagster's own output goes to the log file)."""
 
     def run(*args: str) -> Result:
+        capfd.readouterr()
         code = cli_main(["--home", str(home), *args])
-        captured = capsys.readouterr()
+        captured = capfd.readouterr()
         return Result(code, captured.out, captured.err)
 
     return run

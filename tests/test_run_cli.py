@@ -10,76 +10,76 @@ import yaml
 from tests.conftest import BIN, ROOT
 
 
-def test_a_dry_run_summarises_the_runs_and_writes_nothing(world, cli):
+def test_a_dry_run_summarises_the_runs_and_writes_nothing(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-03",), per_run=2)
-    result = cli("run", "fix", "--dry-run")
+    result = run_cli("run", "fix", "--dry-run")
     assert result.code == 0, result.err
     assert "mode overwrite, window 2026-01-01..2026-01-08 (8 partitions), 2 per run" in result.out
     assert "window: 7 partition(s) in 4 run(s)" in result.out
     assert "  run 1: 2026-01-01..2026-01-02 (2)\n" in result.out  # the proof partition is skipped
     assert "  run 4: 2026-01-08\n" in result.out
-    proof = cli("run", "fix", "--proof", "--dry-run")
+    proof = run_cli("run", "fix", "--proof", "--dry-run")
     assert "proof x2: 1 partition(s) in 1 run(s)" in proof.out
     assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
     assert world.phase() == "approved"
 
 
-def test_the_window_is_refused_until_proven_then_runs_in_slices_and_resumes(world, cli):
+def test_the_window_is_refused_until_proven_then_runs_in_slices_and_resumes(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-05", proof=("2026-01-03",), per_run=2)
-    early = cli("run", "fix")
+    early = run_cli("run", "fix")
     assert early.code == 1 and "the window runs only after the proof passed" in early.err
     assert "--proof" in early.err and "Traceback" not in early.err
-    proof = cli("run", "fix", "--proof")
+    proof = run_cli("run", "fix", "--proof")
     assert proof.code == 0, proof.err
     assert "proof passed: fingerprints identical on both runs" in proof.out
-    window = cli("run", "fix")
+    window = run_cli("run", "fix")
     assert window.code == 0, window.err
     assert re.search(r"window \[#+\] 4/4 partitions\s+elapsed\s+[\d.]+s\s+ETA\s+0\.0s", window.err), window.err
     assert "plan fix is reconciled" in window.out
     assert "Stack Trace" not in window.out + window.err and "dagster - " not in window.err
     runs = world.sql("SELECT count(DISTINCT run_id) FROM backfill_control.writes")[0][0]
     assert runs == 2 + 2  # the proof twice, then two ranges of two partitions (one run each)
-    again = cli("run", "fix")
+    again = run_cli("run", "fix")
     assert again.code == 0 and "nothing to run" in again.out
 
 
-def test_it_halts_at_the_first_failing_slice_and_names_the_exact_fix(world, cli):
+def test_it_halts_at_the_first_failing_slice_and_names_the_exact_fix(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-07", proof=("2026-01-01",), per_run=2)
-    assert cli("run", "fix", "--proof").code == 0
+    assert run_cli("run", "fix", "--proof").code == 0
     world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, "
                   "amount, status FROM orders WHERE order_date = '2026-01-04' LIMIT 2")
-    halted = cli("run", "fix")
+    halted = run_cli("run", "fix")
     assert halted.code == 1
     assert "2026-01-04: contract_holds failed" in halted.err
     assert "halted at window run 2026-01-04..2026-01-05" in halted.err
     assert "Traceback" not in halted.out + halted.err and "Stack Trace" not in halted.out + halted.err
     assert world.rows("daily_revenue", "2026-01-06") == 0  # later slices never ran
-    status = json.loads(cli("status", "fix", "--json").out)
+    status = json.loads(run_cli("status", "fix", "--json").out)
     assert status["next"].startswith("fix the cause, then re-run the failing partitions: "
                                      "`backfill run fix --partitions 2026-01-04`")
     world.run_sql("DELETE FROM orders WHERE region IS NULL")
-    assert cli("run", "fix", "--partitions", "2026-01-04").code == 0
-    rest = cli("run", "fix")
+    assert run_cli("run", "fix", "--partitions", "2026-01-04").code == 0
+    rest = run_cli("run", "fix")
     assert rest.code == 0 and "run 1: 2026-01-06..2026-01-07 (2)" in rest.out
     assert "plan fix is reconciled" in rest.out
 
 
-def test_partitions_outside_the_window_exit_2_without_writing(world, cli):
+def test_partitions_outside_the_window_exit_2_without_writing(world, run_cli):
     world.approved_plan("fix", start="2026-01-03", end="2026-01-04", proof=("2026-01-03",))
-    outside = cli("run", "fix", "--partitions", "2026-01-05")
+    outside = run_cli("run", "fix", "--partitions", "2026-01-05")
     assert outside.code == 2 and "not in the window 2026-01-03..2026-01-04" in outside.err
     assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
 
 
-def test_pause_stops_before_the_next_slice_and_run_resumes(world, cli):
+def test_pause_stops_before_the_next_slice_and_run_resumes(world, run_cli):
     path = world.plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-01",), per_run=1)
     doc = yaml.safe_load(path.read_text())
     doc["execution"]["max_partitions_per_minute"] = 600  # a throttle: 0.1 s a partition
     path.write_text(yaml.safe_dump(doc))
     world.approve(path)
-    assert cli("run", "fix", "--proof").code == 0
-    assert cli("pause", "fix").code == 0
-    stopped = cli("run", "fix")  # `backfill run` is how a paused plan resumes
+    assert run_cli("run", "fix", "--proof").code == 0
+    assert run_cli("pause", "fix").code == 0
+    stopped = run_cli("run", "fix")  # `backfill run` is how a paused plan resumes
     assert stopped.code == 0 and "plan fix is reconciled" in stopped.out
     assert world.sql("SELECT hold FROM backfill_control.plans") == [(None,)]
     kinds = [r[0] for r in world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'hold' "
@@ -87,32 +87,32 @@ def test_pause_stops_before_the_next_slice_and_run_resumes(world, cli):
     assert ['"to":"paused"' in kinds[0], '"to":null' in kinds[1]] == [True, True]
 
 
-def test_cancel_ends_the_runs_and_says_what_to_roll_back(world, cli):
+def test_cancel_ends_the_runs_and_says_what_to_roll_back(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    assert cli("run", "fix", "--proof").code == 0
-    cancelled = cli("cancel", "fix")
+    assert run_cli("run", "fix", "--proof").code == 0
+    cancelled = run_cli("cancel", "fix")
     assert cancelled.code == 0 and "backfill rollback fix" in cancelled.out
-    refused = cli("run", "fix")
+    refused = run_cli("run", "fix")
     assert refused.code == 1 and "was cancelled" in refused.err
-    assert cli("rollback", "fix").code == 0 and world.phase() == "rolled_back"
+    assert run_cli("rollback", "fix").code == 0 and world.phase() == "rolled_back"
     fresh = world.approved_plan("other", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
-    assert cli("cancel", "other").code == 0 and world.phase("other") == "withdrawn"
+    assert run_cli("cancel", "other").code == 0 and world.phase("other") == "withdrawn"
     assert fresh.exists()
 
 
-def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, cli):
+def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
-    blocked = cli("publish", "fix")
+    blocked = run_cli("publish", "fix")
     assert blocked.code == 1 and "plan fix is approved" in blocked.err
     assert "backfill run fix --proof" in blocked.err
-    report = json.loads(cli("status", "fix", "--json").out)
+    report = json.loads(run_cli("status", "fix", "--json").out)
     assert report["phase"] == "approved" and report["publish"].startswith("paused")
     assert report["next"] == "run the proof: `backfill run fix --proof`"
-    assert cli("run", "fix", "--proof").code == 0
-    assert cli("run", "fix").code == 0
-    published = cli("publish", "fix")
+    assert run_cli("run", "fix", "--proof").code == 0
+    assert run_cli("run", "fix").code == 0
+    published = run_cli("publish", "fix")
     assert published.code == 0 and "downstream owners notified" in published.out
-    final = json.loads(cli("status", "fix", "--json").out)
+    final = json.loads(run_cli("status", "fix", "--json").out)
     assert (final["phase"], final["written"], final["reconciled"]) == ("published", 3, 3)
     assert final["publish"].startswith("published at") and "plan close fix" in final["next"]
 

@@ -225,5 +225,5 @@ def test_any_sequence_of_runs_edits_and_rollbacks_keeps_partitions_whole_and_con
             "template": template, "scratch": scratch, "instance": instance, "ssh_keys": ssh_keys,
             "history": history, "clean": clean})
         run_state_machine_as_test(machine, settings=settings(
-            max_examples=6, stateful_step_count=5, deadline=None, database=None,
+            max_examples=4, stateful_step_count=4, deadline=None, database=None,
             suppress_health_check=[HealthCheck.too_slow]))

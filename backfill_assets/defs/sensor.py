@@ -17,7 +17,7 @@ from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
-from backfill_assets.plan.phases import ENDED, Phase
+from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
 from backfill_assets.publish import rule
 from backfill_assets.status import markdown, plan_status
 from backfill_assets.table import TableSpec
@@ -76,8 +76,7 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
         if cursor != context.cursor:  # an observation only when the plans' state changed
             events.append(dg.AssetObservation(asset_key=target_key, metadata={
                 PLAN_STATE_METADATA: dg.MetadataValue.md(table),
-                "active_plans": dg.MetadataValue.int(sum(1 for s in statuses if s.phase not in
-                                                         ("closed", "rolled_back", "withdrawn"))),
+                "active_plans": dg.MetadataValue.int(sum(1 for s in statuses if Phase(s.phase) in ACTIVE)),
             }))
         return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor,
                                skip_reason=None if requests or events else

@@ -106,6 +106,15 @@ class Thresholds:
         )
 
 
+def as_number(value: object) -> float | None:
+    """A figure as a float, or None when it is no number (NULL, text, a bool)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | Decimal):
+        return float(value)
+    return None
+
+
 def _num(value: float) -> str:
     return f"{value:g}"
 

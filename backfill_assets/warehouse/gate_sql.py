@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from backfill_assets.gates.results import (
     CONTRACT_HOLDS,
@@ -27,6 +26,7 @@ from backfill_assets.gates.results import (
     GateResult,
     Thresholds,
     Tolerance,
+    as_number,
 )
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
@@ -203,14 +203,6 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
 
 # --- results -------------------------------------------------------------------------------------
 
-def _float(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float | Decimal):
-        return float(value)
-    return None
-
-
 def row_count_result(key: str, f: SliceFigures, max_pct: float) -> GateResult:
     expected, actual = f.source_groups, f.rows
     diff = abs(actual - expected)
@@ -239,7 +231,7 @@ def metrics_result(key: str, f: SliceFigures, tolerances: Mapping[str, Tolerance
     numbers: dict[str, float] = {}
     difference: dict[str, object] = {}
     for name in tolerances:
-        exp, act = _float(f.source_totals.get(name)), _float(f.target_totals.get(name))
+        exp, act = as_number(f.source_totals.get(name)), as_number(f.target_totals.get(name))
         if exp is not None:
             numbers[f"{name}.expected"] = exp
         if act is not None:
