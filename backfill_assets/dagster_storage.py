@@ -30,6 +30,7 @@ class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._engines: dict[int, db.engine.Engine] = {}
+        self._tables_seen: dict[str, bool] = {}
         super().__init__(base_dir, inst_data=inst_data)
 
     def _engine(self) -> db.engine.Engine:
@@ -52,6 +53,16 @@ class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
         with self._engine().connect() as conn:
             with conn.begin():
                 yield conn
+
+    def has_table(self, table_name: str) -> bool:
+        # Dagster asks before every check evaluation, with a new engine each time; a table that
+        # exists keeps existing (nothing drops Dagster's tables under a running instance)
+        found = self._tables_seen.get(table_name)
+        if found is None:
+            found = super().has_table(table_name)
+            if found:
+                self._tables_seen[table_name] = True
+        return found
 
     def dispose(self) -> None:
         for engine in self._engines.values():

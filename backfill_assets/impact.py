@@ -160,7 +160,8 @@ def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_s
 def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
                  keys: Sequence[str], top: int = 5) -> list[PartitionImpact]:
     """Before (the plan's snapshot, taken before its first write) against now for these keys."""
-    keys = [k for k in keys if k in snapshotted(session, plan_id, spec.table)]
+    taken = snapshotted(session, plan_id, spec.table, keys)
+    keys = [k for k in keys if k in taken]
     if not keys:
         return []
     snap = snapshot_table(plan_id, spec.table)

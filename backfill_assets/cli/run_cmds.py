@@ -146,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             pool.shutdown(cancel_futures=True)
         with warehouse.session() as session:
             lease.release(session, held)
+        instance.dispose()
     print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
     with warehouse.session() as session:
         after = advance(session, record.require(session, state.plan_id), actor())

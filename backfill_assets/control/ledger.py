@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA, next_id
+from backfill_assets.control.schema import SCHEMA
 from backfill_assets.gates.results import GateResult
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
@@ -40,11 +40,12 @@ class LatestWrite:
 
 def record_write(session: Session, *, plan_id: str | None, asset: str, key: str, mode: str,
                  run_id: str | None, code_version: str, fingerprint: Fingerprint) -> tuple[int, str]:
-    write_id, at = next_id(session), evidence_log.now_iso()
-    session.execute(f"INSERT INTO {SCHEMA}.writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                    [write_id, plan_id, asset, key, mode, run_id, code_version, fingerprint.rows,
-                     fingerprint.digest, at])
-    return write_id, at
+    at = evidence_log.now_iso()
+    write_id = session.scalar(
+        f"INSERT INTO {SCHEMA}.writes VALUES (nextval('{SCHEMA}.ids'), ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
+        "RETURNING write_id",
+        [plan_id, asset, key, mode, run_id, code_version, fingerprint.rows, fingerprint.digest, at])
+    return int(write_id), at
 
 
 def record_results(session: Session, *, plan_id: str | None, asset: str,
@@ -101,8 +102,11 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     return out
 
 
-def code_versions(session: Session, asset: str, plan_id: str | None,
-                  keys: Sequence[str]) -> dict[str, str | None]:
-    """The code version of the latest write of each partition: the plan's window, or the keys."""
-    return {k: (w.code_version if w else None)
-            for k, w in latest(session, asset, keys, plan_id).items() if w is not None}
+def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str | None]:
+    """The code version of the latest write of each partition the plan wrote (one light query)."""
+    return dict(session.rows(
+        f"""SELECT partition_key, code_version FROM (
+                SELECT partition_key, code_version,
+                       row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
+                FROM {SCHEMA}.writes WHERE asset = ? AND plan_id = ?) AS w
+            WHERE rk = 1""", [asset, plan_id]))

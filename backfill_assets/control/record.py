@@ -87,10 +87,22 @@ def _version_from(sha: str, plan_id: str, content: str, keys: str, source: str |
     return PlanVersion(sha, plan_from_canonical(content), tuple(json.loads(keys)), source)
 
 
+_VERSIONS: dict[tuple[str, str], PlanVersion] = {}  # (warehouse, sha256): a recorded version never changes
+
+
 def version(session: Session, sha: str) -> PlanVersion | None:
+    cache_key = (session.engine.describe(), sha)
+    found = _VERSIONS.get(cache_key)
+    if found is not None:
+        return found
     row = session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file "
                       f"FROM {SCHEMA}.plan_versions WHERE sha256 = ?", [sha])
-    return _version_from(*row) if row else None
+    if row is None:
+        return None
+    found = _version_from(*row)
+    if len(_VERSIONS) < 256:
+        _VERSIONS[cache_key] = found
+    return found
 
 
 _COLUMNS = "plan_id, phase, target, owner, approved_sha256, hold, updated_at"

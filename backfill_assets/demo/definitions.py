@@ -27,6 +27,8 @@ def build_definitions(spec: TableSpec = DAILY_REVENUE, home: str = "", url: str 
         jobs=[daily],
         schedules=[dg.build_schedule_from_partitioned_job(daily, hour_of_day=2)],
         resources=backfill_resources(home, url),
+        # one process per run: a range run's steps are one asset, so a step subprocess only costs
+        executor=dg.in_process_executor,
     )
 
 

@@ -203,7 +203,7 @@ def run_demo(home: Home) -> int:
                         ("a UI backfill", {BACKFILL_TAG: "ui-demo", "dagster/partition": WINDOW[0]})):
         refused = _in_process(home, fixed, instance, ["daily_revenue"], tags)
         print(f"{label}: run {refused.run_id[:8]} {'FAILED' if not refused.success else 'succeeded?!'}: "
-              + (failure_messages(refused) or ["?"])[0][:150])
+              + (failure_messages(refused) or ["?"])[0][:300])
 
     step(4, "Draft the replay plan; the guard refuses it until it is signed")
     plan.parent.mkdir(parents=True, exist_ok=True)

@@ -128,8 +128,7 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
     window = None
     if plan is not None:
-        latest = ledger.latest(session, spec.name, list(plan.partition_keys), plan.plan_id)
-        window = {k: w.code_version for k, w in latest.items() if w is not None}
+        window = ledger.code_versions(session, spec.name, plan.plan_id)
         window.update({k: spec.code_version for k in keys if k not in window})
     versions = code_version_results(keys, window)
     results: dict[str, list[GateResult]] = {}

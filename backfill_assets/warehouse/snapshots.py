@@ -26,9 +26,12 @@ def snapshot_table(plan_id: str, table: str) -> str:
     return checked(f"{plan_id.replace('-', '_')}_{digest}__{table}", "snapshot table")
 
 
-def snapshotted(session: Session, plan_id: str, table: str) -> dict[str, Fingerprint]:
+def snapshotted(session: Session, plan_id: str, table: str,
+                keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
+    """The plan's snapshots of `table` (only of `keys`, when given)."""
+    only, params = ("AND partition_key = ANY(?)", [list(keys)]) if keys is not None else ("", [])
     rows = session.rows(f"SELECT partition_key, row_count, fingerprint FROM {SCHEMA}.snapshots "
-                        "WHERE plan_id = ? AND table_name = ?", [plan_id, table])
+                        f"WHERE plan_id = ? AND table_name = ? {only}", [plan_id, table, *params])
     return {k: Fingerprint(int(n), str(d)) for k, n, d in rows}
 
 
@@ -38,7 +41,9 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
 
     Inside the caller's transaction, before it changes those partitions. Returns what it took.
     """
-    wanted = [k for k in dict.fromkeys(keys) if k not in snapshotted(session, plan_id, table)]
+    keys = list(dict.fromkeys(keys))
+    taken = snapshotted(session, plan_id, table, keys)
+    wanted = [k for k in keys if k not in taken]
     if not wanted:
         return {}
     snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
