@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-WORKERS ?= auto
+WORKERS ?= 2
 
 .PHONY: demo test ui lint bench screenshots clean
 
@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-system-packages.sh
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(WORKERS)
+	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
 
 ui: $(STAMP)
 	bash scripts/ui.sh

@@ -49,6 +49,9 @@ from tests.e2e_support import (
 from tests.plans import complete_plan, write_plan
 from tests.world import make_keys, signers_text
 
+# one worker runs the module, so its tests share one `dagster dev` (pytest -n with --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("e2e")
+
 ASSET = "daily_revenue"
 PUBLISHED = "published_revenue"
 SENSOR = "daily_revenue__reopen_publish"

@@ -97,16 +97,15 @@ def runs_of(world, status: dg.DagsterRunStatus) -> list[dg.DagsterRun]:
     return [r for r in dagster_runs(world) if r.status is status]
 
 
-def text_of(run_cli, capsys, *args: str) -> str:
-    """What an in-process command prints (not what earlier ones did)."""
-    capsys.readouterr()
+def text_of(run_cli, *args: str) -> str:
+    """What an in-process command prints (run_cli reads only what this one printed)."""
     result = run_cli(*args)
     assert result.code == 0, result.err
     return result.out
 
 
-def status_of(run_cli, capsys) -> dict:
-    return json.loads(text_of(run_cli, capsys, "status", "fix", "--json"))
+def status_of(run_cli) -> dict:
+    return json.loads(text_of(run_cli, "status", "fix", "--json"))
 
 
 def proven(world, start: str = "2026-01-01", end: str = "2026-01-08", proof: str = "2026-01-01"):
@@ -125,7 +124,7 @@ def fixed_window(world, start: str, end: str, proof: str):
 # --- backfill run ---------------------------------------------------------------------------------
 
 def test_kill_9_during_run_leaves_whole_partitions_snapshots_per_write_and_a_rerun_converges(
-        world, cli, run_cli, capsys):
+        world, cli, run_cli):
     history, _ = seed_history(world)
     clean = clean_fingerprints(world)
     assert all(history[k] != clean[k] for k in DAYS)  # the fix changes every day
@@ -157,7 +156,7 @@ def test_kill_9_during_run_leaves_whole_partitions_snapshots_per_write_and_a_rer
         dead.append(pid)
         if point.startswith("write.after_snapshot"):
             # `backfill status` marks it failed at once, and does not call the dead holder running
-            status = text_of(run_cli, capsys, "status", "fix")
+            status = text_of(run_cli, "status", "fix")
             assert f"dead run   {orphan.run_id[:8]}: its process was killed; marked failed" in status
             assert "\nrunning " not in status and "\nnext       wait" not in status, status
             assert runs_of(world, dg.DagsterRunStatus.STARTED) == []
@@ -271,11 +270,11 @@ def test_the_dagster_run_of_a_killed_publish_is_marked_failed_by_the_next_publis
 # --- pause and cancel -------------------------------------------------------------------------------
 
 def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_rolled_back(
-        world, run_cli, capsys):
+        world, run_cli):
     proven(world, "2026-01-01", "2026-01-03", "2026-01-01")
     paused = run_cli("pause", "fix")
     assert paused.code == 0 and "`backfill run fix` resumes" in paused.out
-    status = status_of(run_cli, capsys)
+    status = status_of(run_cli)
     assert status["hold"] == "paused" and status["next"].startswith("resume with `backfill run fix`")
 
     resumed = run_cli("run", "fix")
