@@ -80,18 +80,27 @@ def ssh_keys(tmp_path_factory):
     return make_keys(tmp_path_factory.mktemp("keys"))
 
 
+def _home_instance(home: Path):
+    """The Dagster instance of a backfill home (DAGSTER_HOME=<home>/dagster with our dagster.yaml):
+    the one the CLI, the daemon and the UI share, so a world's runs land where the CLI's do."""
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.home import Home
+
+    return instance_for(Home(home))
+
+
 @pytest.fixture
-def world(tmp_path, instance, ssh_keys, monkeypatch):
+def world(tmp_path, ssh_keys, monkeypatch):
     from tests.world import DEMO_DEFS, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    # instance_for_test points DAGSTER_HOME at its own folder: the CLI uses the world's home
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
-    return make_world(tmp_path, instance, ssh_keys)
+    with _home_instance(tmp_path / "home") as instance:
+        yield make_world(tmp_path, instance, ssh_keys)
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
-def engine_world(request, tmp_path, instance, ssh_keys, monkeypatch):
+def engine_world(request, tmp_path, ssh_keys, monkeypatch):
     """The same world on each engine: the embedded DuckDB file, and a real PostgreSQL server."""
     from tests.world import DEMO_DEFS, make_world
 
@@ -101,7 +110,8 @@ def engine_world(request, tmp_path, instance, ssh_keys, monkeypatch):
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")
         monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
-    return make_world(tmp_path, instance, ssh_keys, url)
+    with _home_instance(tmp_path / "home") as instance:
+        yield make_world(tmp_path, instance, ssh_keys, url)
 
 
 @pytest.fixture

@@ -646,6 +646,13 @@ def _pids_with_env(marker: str) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+    except OSError:
+        return "gone"
+
+
 def stop_process_group(process: subprocess.Popen, *, grace: float = 10.0) -> None:
     """SIGTERM the group; again for anything spawned meanwhile; SIGKILL whatever is left at the end.
 
@@ -691,7 +698,8 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
 
     port = free_port()
     log_path = tmp / "dagster-dev.log"
-    env = clean_env(backfill_home, DAGSTER_HOME=str(dagster_home))
+    # the reopen sensor ticks every 5 s here (30 s by default) so the scenarios wait less
+    env = clean_env(backfill_home, DAGSTER_HOME=str(dagster_home), BACKFILL_REOPEN_INTERVAL_SECONDS="5")
     log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
     process = subprocess.Popen(
         [str(BIN / "dagster"), "dev", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1",
@@ -723,11 +731,17 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
         yield server
     finally:
         stop_process_group(process)
-        # a run worker or code server that left the group would still carry our DAGSTER_HOME
-        strays = _pids_with_env(f"DAGSTER_HOME={dagster_home}")
+        # a run worker or code server that left the group would still carry our DAGSTER_HOME; a
+        # helper of a killed step (Dagster's compute-log `tail` and its orphan watcher) exits within
+        # a second or two on its own, so only what is still there after a few seconds counts
+        marker = f"DAGSTER_HOME={dagster_home}"
+        deadline = time.monotonic() + 5
+        while (strays := _pids_with_env(marker)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        described = [f"{pid} ({_cmdline(pid)})" for pid in strays]
         for pid in strays:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         log.close()
-        if strays and sys.exc_info()[0] is None:
-            raise AssertionError(f"processes outlived dagster dev's process group: {strays}")
+        if described and sys.exc_info()[0] is None:
+            raise AssertionError(f"processes outlived dagster dev's process group: {described}")

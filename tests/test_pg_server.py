@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _port_is_free(port: int) -> bool:
+    """Could a new server listen on the port? SO_REUSEADDR, as PostgreSQL sets it, so connections
+    of the stopped server still in TIME_WAIT (up to 60 s) do not count as a listener."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -1,20 +1,21 @@
 """The reopen sensor: moves a table's plans forward on evidence, requests their publish run, keeps
 the plan-state entry on the target current in the Dagster UI, and delivers pending notices.
 
-It runs by default every 30 seconds. A plan whose window reconciled gets one publish run per
-reconciliation, only when the publish rule would pass now (so a partition changed after its
-gates ran is never requested).
+It runs every 30 seconds, or every BACKFILL_REOPEN_INTERVAL_SECONDS (a whole number, 1..3600).
+A plan whose window reconciled gets one publish run per reconciliation, only when the publish
+rule would pass now (so a partition changed after its gates ran is never requested).
 """
 
 
 import hashlib
+import os
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.resources import WarehouseResource
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import UsageError, WarehouseError
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
 from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
@@ -29,6 +30,18 @@ SENSOR_LOCK_WAIT_SECONDS = 10.0
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 PLAN_STATE_METADATA = "backfill_assets/plans"
+INTERVAL_ENV = "BACKFILL_REOPEN_INTERVAL_SECONDS"
+DEFAULT_INTERVAL_SECONDS = 30
+
+
+def interval_seconds() -> int:
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL_SECONDS
+    if not raw.isdigit() or not 1 <= int(raw) <= 3600:
+        raise UsageError(f"{INTERVAL_ENV}={raw!r} is not a whole number of seconds from 1 to 3600",
+                         fix=f"set it to one, or unset it for {DEFAULT_INTERVAL_SECONDS}")
+    return int(raw)
 
 
 def publish_run_tags(state: record.PlanState) -> dict[str, str]:
@@ -43,7 +56,7 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
 
     @dg.sensor(
         name=f"{spec.table}__reopen_publish",
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval_seconds(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         asset_selection=[publish_key],
         description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate, "
