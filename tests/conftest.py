@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,19 @@ from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtur
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+# Started first under `pytest -n` (longest first), so no long test begins when the rest are done
+LONGEST_FIRST = ("test_e2e_ui.py", "test_state_machine.py", "test_faults.py", "test_package.py",
+                 "test_engines.py", "test_partitionings.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside each module is kept
 
 
 @dataclass
@@ -80,27 +94,45 @@ def ssh_keys(tmp_path_factory):
     return make_keys(tmp_path_factory.mktemp("keys"))
 
 
-def _home_instance(home: Path):
+DAGSTER_STORAGE = ("history", "schedules", "event_log")  # the sqlite folders of a home's instance
+
+
+@pytest.fixture(scope="session")
+def empty_dagster_storage(tmp_path_factory) -> Path:
+    """A home's Dagster storage right after its creation (tables made, migrations stamped): made
+    once per worker, since creating it takes about a second and opening a copy a few milliseconds."""
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.home import Home
+
+    home = tmp_path_factory.mktemp("dagster-template")
+    with instance_for(Home(home)):
+        pass
+    return home / "dagster"
+
+
+def _home_instance(home: Path, template: Path):
     """The Dagster instance of a backfill home (DAGSTER_HOME=<home>/dagster with our dagster.yaml):
     the one the CLI, the daemon and the UI share, so a world's runs land where the CLI's do."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.home import Home
 
+    for folder in DAGSTER_STORAGE:
+        shutil.copytree(template / folder, home / "dagster" / folder)
     return instance_for(Home(home))
 
 
 @pytest.fixture
-def world(tmp_path, ssh_keys, monkeypatch):
+def world(tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
     from tests.world import DEMO_DEFS, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
-    with _home_instance(tmp_path / "home") as instance:
+    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance:
         yield make_world(tmp_path, instance, ssh_keys)
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
-def engine_world(request, tmp_path, ssh_keys, monkeypatch):
+def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
     """The same world on each engine: the embedded DuckDB file, and a real PostgreSQL server."""
     from tests.world import DEMO_DEFS, make_world
 
@@ -110,7 +142,7 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch):
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")
         monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
-    with _home_instance(tmp_path / "home") as instance:
+    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance:
         yield make_world(tmp_path, instance, ssh_keys, url)
 
 
