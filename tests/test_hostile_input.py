@@ -362,3 +362,35 @@ def test_a_problem_naming_a_key_with_a_line_break_stays_one_line(where):
         _plan, problems = collect_problems(document)
         assert len(problems) == 1
         assert len(str(problems[0]).splitlines()) == 1, (repr(mark), str(problems[0]))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "3601"])
+def test_a_bad_reopen_interval_is_one_line_naming_the_setting(run_subprocess, value):
+    # a subprocess: the setting is read when the definitions are built, once per process
+    result = run_subprocess("run", "some-plan", env={"BACKFILL_REOPEN_INTERVAL_SECONDS": value})
+    assert result.code == 2, result
+    assert result.err.strip() == (f"backfill: BACKFILL_REOPEN_INTERVAL_SECONDS={value!r} is not a whole number "
+                                  "of seconds from 1 to 3600: set it to one, or unset it for 30"), result.err
+    assert result.out == ""
+
+
+def test_the_reopen_interval_setting_reaches_the_sensor(monkeypatch):
+    from backfill_assets.demo.definitions import build_definitions
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+
+    monkeypatch.setenv("BACKFILL_REOPEN_INTERVAL_SECONDS", "7")
+    sensor = build_definitions(DAILY_REVENUE).resolve_sensor_def("daily_revenue__reopen_publish")
+    assert sensor.minimum_interval_seconds == 7
+    monkeypatch.delenv("BACKFILL_REOPEN_INTERVAL_SECONDS")
+    sensor = build_definitions(DAILY_REVENUE).resolve_sensor_def("daily_revenue__reopen_publish")
+    assert sensor.minimum_interval_seconds == 30
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_lock_wait_is_one_line_naming_the_setting(run_cli, home, monkeypatch, value):
+    monkeypatch.setenv("BACKFILL_LOCK_WAIT_SECONDS", value)
+    result = run_cli("init")
+    assert not home.exists()  # refused before anything was created
+    assert result.code == 2, result
+    assert result.err.strip() == (f"backfill: BACKFILL_LOCK_WAIT_SECONDS={value!r} is not a number of seconds "
+                                  "from 0 to 86400: set it to one, or unset it for 120"), result.err

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import UsageError, WarehouseError
 
 WAIT_ENV = "BACKFILL_LOCK_WAIT_SECONDS"
 DEFAULT_WAIT_SECONDS = 120.0
@@ -28,11 +28,17 @@ def set_reporter(reporter: Callable[[str], None] | None) -> None:
 def seconds(explicit: float | None) -> float:
     if explicit is not None:
         return explicit
-    raw = os.environ.get(WAIT_ENV)
-    try:
-        return float(raw) if raw else DEFAULT_WAIT_SECONDS
-    except ValueError:
+    raw = (os.environ.get(WAIT_ENV) or "").strip()
+    if not raw:
         return DEFAULT_WAIT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:  # NaN fails too
+        raise UsageError(f"{WAIT_ENV}={raw!r} is not a number of seconds from 0 to 86400",
+                         fix=f"set it to one, or unset it for {DEFAULT_WAIT_SECONDS:.0f}")
+    return value
 
 
 def describe_pid(pid: int) -> str:
