@@ -18,8 +18,8 @@ Data (generated inside DuckDB, benchmarks/peers/datagen.py): daily_sales-like, ~
 differs is printed as MISMATCH.
 
 The machine is shared and noisy: tools are interleaved (order rotated each round) and medians
-reported; compare ratios within one run. Every DuckDB has its tables warmed by one scan first
-(the project's connection once, each peer process before its timed diff). Peers time only the
+reported; compare ratios within one run. Every tool gets its two tables warmed by one scan right
+before its timed diff (in this process for the in-process tools, in its own for each peer). Peers time only the
 diff; their process start-up, imports and loading are reported beside it.
 
     .venv/bin/python benchmarks/diff_peers.py --rounds 3 [--json results.json] [--keep DIR]
@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                             answer, extra = run_peer(name, work, b_table)
                             seconds = extra["diff_seconds"]
                         else:
+                            # warm, as each peer warms its tables right before its timed diff
+                            warm(con, ["a", b_table])
                             started = time.perf_counter()
                             answer, extra = tools[name](con, "a", b_table)
                             seconds = time.perf_counter() - started
