@@ -232,8 +232,8 @@ def test_unreadable_plan_files_exit_2_with_one_line(tmp_path, run_cli, case):
 # --- guard and its hook --------------------------------------------------------------------------------
 
 
-def hook(run_subprocess, plan: Path, home: Path, *extra: str):
-    return run_subprocess(command=[str(HOOK), str(plan), "--home", str(home), *extra])
+def hook(run_subprocess, plan: Path, home: Path, *extra: str, env: dict[str, str] | None = None):
+    return run_subprocess(command=[str(HOOK), str(plan), "--home", str(home), *extra], env=env)
 
 
 def guard(world, capsys, plan: Path) -> tuple[int, str]:
@@ -285,6 +285,22 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
     assert unreadable.err.count("\n") == 1 and "malformed YAML" in unreadable.err
     usage = run_subprocess(command=[str(HOOK)])
     assert usage.code == 2 and usage.err.startswith("usage: ")
+
+
+def test_a_guard_that_cannot_find_the_table_refuses_instead_of_claiming_the_plan_fits(world, run_subprocess):
+    path = world.approve(world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",)))
+    # a CI job outside the project: no workspace.yaml in its folder, no BACKFILL_DEFS
+    lost = hook(run_subprocess, path, world.home, env={"BACKFILL_DEFS": ""})
+    assert lost.code == 1, lost
+    assert "- [ ] plan checked against its table: not checked against daily_revenue: " in lost.out
+    assert "pass --defs" in lost.out
+    assert "ALLOWED" not in lost.out
+    assert lost.out.rstrip().endswith("REFUSED: 1 gating item(s) open; fix them and run the guard again")
+    found = hook(run_subprocess, path, world.home, "--defs", "backfill_assets.demo.definitions",
+                 env={"BACKFILL_DEFS": ""})
+    assert found.code == 0 and "plan checked against its table" not in found.out, found
+    assert found.out.rstrip().endswith("ALLOWED: the plan is complete, fits its table, and is signed by enough "
+                                       "approvers")
 
 
 def test_the_hook_finds_the_project_backfill_when_it_is_not_on_path(tmp_path, run_subprocess):
