@@ -139,6 +139,8 @@ def test_a_plan_that_wrote_nothing_is_withdrawn_and_lifts_its_freeze(world, run_
 def test_withdraw_refuses_a_plan_that_wrote_and_names_rollback(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     assert world.plan_run("fix", keys(2, 2)).success
+    assert world.plan_run("fix", keys(2, 2)).success  # the same partition twice: two writes
     refused = run_cli("plan", "withdraw", "fix")
     assert refused.code == 1 and "backfill rollback fix" in refused.err
+    assert "has written 1 partition(s)" in refused.err, refused.err  # partitions, not writes
     assert world.phase() == "proving"

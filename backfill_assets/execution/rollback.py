@@ -127,7 +127,8 @@ def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
             raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
-        wrote = session.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE plan_id = ?", [state.plan_id])
+        wrote = session.scalar(f"SELECT count(DISTINCT partition_key) FROM {SCHEMA}.writes WHERE plan_id = ?",
+                               [state.plan_id])
         if wrote:
             raise PlanRefused(f"plan {state.plan_id} has written {wrote} partition(s); withdrawing would "
                               "leave them", fix=f"roll it back instead: `backfill rollback {state.plan_id}`")
