@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backfill_assets import faults
-from backfill_assets.control import record
+from backfill_assets.control import approvers, record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
 from backfill_assets.errors import ApprovalError, PlanInvalidError
@@ -95,6 +95,8 @@ def approve(warehouse: Warehouse, path: Path, principal: str, signature: str, si
         ensure_schema(session)
         with session.transaction():
             session.lock(f"approve:{plan.plan_id}")
+            # only the team's pinned approvers file makes a signature count (control/approvers.py)
+            approvers.require_pinned(session, signers, actor)
             # the file may have changed while we waited for the lock: what was signed must be it
             again = load_plan(path)
             if plan_sha256(again) != sha:

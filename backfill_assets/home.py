@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from backfill_assets.errors import UsageError
+
 WAREHOUSE_FILE = "warehouse.duckdb"
 HOME_ENV = "BACKFILL_HOME"
 WAREHOUSE_URL_ENV = "BACKFILL_WAREHOUSE_URL"
@@ -54,4 +56,8 @@ class Home:
 def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Home:
     """--home wins, then $BACKFILL_HOME, then ./.backfill."""
     raw = explicit or os.environ.get(HOME_ENV) or ".backfill"
-    return Home(Path(raw).expanduser().resolve())
+    try:
+        return Home(Path(raw).expanduser().resolve())
+    except (RuntimeError, OSError) as exc:  # `~nobody/x`: no such user's home
+        raise UsageError(f"cannot use {raw!r} as the backfill home ({exc})",
+                         fix="pass --home (or set BACKFILL_HOME) to an existing folder's path") from None

@@ -507,3 +507,54 @@ def test_an_edited_plan_becomes_the_plan_of_record_only_with_its_own_approvals(w
     assert recorded(world, "fix", second) == ["alice", "carol"]
     assert openssh_verified(world, path) == ["alice", "carol"]
     assert [n[1] for n in notices(world, "fix")] == ["paused"]  # already paused: not announced again
+
+
+def test_approvals_checked_against_an_approvers_file_of_ones_own_are_refused(world, run_cli, tmp_path):
+    """One person with two keys of their own and a signers file naming them alice and bob."""
+    from tests.world import make_keys, signers_text
+
+    world.approved_plan("first", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))  # pins the team's
+    team_file = world.root / "approvers" / "allowed_signers"
+    mallory = make_keys(tmp_path / "mallory")
+    forged = tmp_path / "mallory" / "allowed_signers"
+    forged.write_text(signers_text(mallory))
+    path = world.plan("evil", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
+    for name in ("alice", "bob"):
+        refused = run_cli("plan", "approve", str(path), "--by", name, "--key", str(mallory[name]),
+                          "--allowed-signers", str(forged))
+        assert refused.code == 1, refused
+        assert "is not the allowed_signers this warehouse's approvals are checked against" in refused.err
+        assert "backfill approvers pin FILE" in refused.err and refused.err.count("\n") == 1
+    assert world.phase("evil") is None  # nothing recorded
+    assert "granted: []" in path.read_text() or "plan_sha256" not in path.read_text()
+
+    shown = run_cli("approvers", "show")
+    assert shown.code == 0 and str(team_file) in shown.out and "pinned by" in shown.out
+
+    # re-pinning is explicit, and the guard (CI, reading the team's reviewed file) then refuses
+    repinned = run_cli("approvers", "pin", str(forged))
+    assert repinned.code == 0 and repinned.out.startswith("re-pinned approvers: "), repinned
+    first = world.root / "plans" / "first.yaml"
+    guarded = run_cli("guard", str(first))
+    assert guarded.code == 1, guarded.out
+    assert "- [ ] approvers file is the one the control record pins: " in guarded.out
+    assert guarded.out.rstrip().endswith("REFUSED: 1 gating item(s) open; fix them and run the guard again")
+    assert run_cli("approvers", "pin", str(team_file)).code == 0
+    assert run_cli("guard", str(first)).code == 0
+
+
+def test_init_pins_the_approvers_file_it_is_given(world, run_cli, tmp_path):
+    from tests.world import make_keys, signers_text
+
+    team_file = world.root / "approvers" / "allowed_signers"
+    done = run_cli("init", "--allowed-signers", str(team_file))
+    assert done.code == 0 and f"approvers    {team_file} (sha256 " in done.out, done
+    others = make_keys(tmp_path / "others")
+    forged = tmp_path / "others" / "allowed_signers"
+    forged.write_text(signers_text(others))
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    refused = run_cli("plan", "approve", str(path), "--by", "alice", "--key", str(others["alice"]),
+                      "--allowed-signers", str(forged))
+    assert refused.code == 1 and "is not the allowed_signers" in refused.err
+    missing = run_cli("init", "--allowed-signers", str(tmp_path / "nope"))
+    assert missing.code != 0 and "does not exist" in missing.err and missing.err.count("\n") == 1

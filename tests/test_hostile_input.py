@@ -394,3 +394,45 @@ def test_a_bad_lock_wait_is_one_line_naming_the_setting(run_cli, home, monkeypat
     assert result.code == 2, result
     assert result.err.strip() == (f"backfill: BACKFILL_LOCK_WAIT_SECONDS={value!r} is not a number of seconds "
                                   "from 0 to 86400: set it to one, or unset it for 120"), result.err
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1e3", "\u00b2"])
+def test_a_bad_window_limit_is_one_line_naming_the_setting(run_cli, monkeypatch, tmp_path, value):
+    path = write_plan(tmp_path / "plans" / "p.yaml", complete_plan(plan_id="p"))
+    monkeypatch.setenv("BACKFILL_MAX_WINDOW_PARTITIONS", value)
+    result = run_cli("plan", "validate", str(path))
+    assert result.code == 2, result
+    assert result.err.strip() == (f"backfill: BACKFILL_MAX_WINDOW_PARTITIONS={value!r} is not a whole number of "
+                                  "partitions from 1 to 1000000: set it to one, or unset it for 3660"), result.err
+
+
+def test_a_home_under_an_unknown_user_is_one_line(run_subprocess):
+    for command in (("status",), ("guard", "plans/p.yaml")):
+        result = run_subprocess(*command, env={"BACKFILL_HOME": "~nosuchuser/x"})
+        assert result.code == 2, result
+        assert result.err.startswith("backfill: cannot use '~nosuchuser/x' as the backfill home"), result.err
+        assert result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("command", [("rollback", "foo", "--dry-run"), ("run", "foo", "--dry-run"),
+                                     ("publish", "foo"), ("cancel", "foo"), ("plan", "withdraw", "foo")])
+def test_a_mistyped_home_for_a_writing_command_is_one_line_and_creates_nothing(tmp_path, run_cli, command):
+    result = run_cli(*command)  # run_cli passes --home tmp_path/home, which does not exist
+    assert result.code == 2, result
+    assert result.err.strip().startswith(f"backfill: no warehouse at {tmp_path / 'home'}"), result.err
+    assert "pass --home" in result.err and result.err.count("\n") == 1
+    assert not (tmp_path / "home").exists()
+
+
+def test_endless_signature_key_and_evidence_files_are_one_line_without_reading_them_whole(world, run_cli):
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    started = time.monotonic()
+    for args, what in [(("plan", "approve", str(path), "--by", "alice", "--signature", "/dev/zero"), "signature file"),
+                       (("plan", "approve", str(path), "--by", "alice", "--key", "/dev/zero"), "private key"),
+                       (("evidence", "verify", "--against", "/dev/zero"), "evidence file")]:
+        result = run_cli(*args)
+        assert result.code == 2, (args, result)
+        assert result.err.startswith(f"backfill: {what} /dev/zero is larger than "), result.err
+        assert result.err.count("\n") == 1
+    assert time.monotonic() - started < 30
+    assert "signature:" not in path.read_text()  # nothing was approved

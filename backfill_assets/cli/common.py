@@ -73,8 +73,17 @@ def reading(args: argparse.Namespace) -> Iterator[Session]:
 
 
 @contextmanager
-def writing(args: argparse.Namespace) -> Iterator[Session]:
-    with warehouse_of(args).session() as session:
+def writing(args: argparse.Namespace, *, create: bool = False) -> Iterator[Session]:
+    """A session for a command that writes; only `create` commands (init) may make the warehouse or
+    its control record, so a mistyped home is one line and creates nothing."""
+    warehouse = warehouse_of(args)
+    if not create and not warehouse.exists():
+        raise UsageError(f"no warehouse at {warehouse.engine.describe()}",
+                         fix="pass --home (or set BACKFILL_HOME) to the folder that holds it, or run `backfill init`")
+    with warehouse.session() as session:
+        if not create and not has_control_schema(session):
+            raise UsageError(f"{warehouse.engine.describe()} holds no backfill control record",
+                             fix="pass --home pointing at the right BACKFILL_HOME, or run `backfill init`")
         ensure_schema(session)
         yield session
 

@@ -41,7 +41,18 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None]:
     return fit(plan, table.spec, table.scheme()).problems, None
 
 
-def _execution(plan, home) -> tuple[ExecutionState, str | None]:
+def _pin_mismatch(session, signers) -> str | None:
+    """Why the approvers file the guard read is not the one the record pins, or None."""
+    from backfill_assets.control import approvers
+
+    current = approvers.pinned(session)
+    if current is None or signers is None or current.sha256 == signers.sha256:
+        return None
+    return (f"{signers.source} (sha256 {signers.sha256[:12]}) differs from the approvers the control record "
+            f"pins: {current.describe()}")
+
+
+def _execution(plan, home, signers=None) -> tuple[ExecutionState, str | None, str | None]:
     from backfill_assets.control import record
     from backfill_assets.control.schema import has_control_schema
     from backfill_assets.plan.identity import plan_sha256
@@ -50,35 +61,39 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
 
     warehouse = open_warehouse(home)
     if not warehouse.exists():
-        return ExecutionState(), None
+        return ExecutionState(), None, None
     # read-only: the guard is also a CI step and must not change anything
     with warehouse.session(read_only=True) as session:
         if not has_control_schema(session):
-            return ExecutionState(), None
+            return ExecutionState(), None, None
+        mismatch = _pin_mismatch(session, signers)
         state = record.get(session, plan.plan_id)
         if state is None or state.approved_sha256 != plan_sha256(plan):
-            return ExecutionState(), None
+            return ExecutionState(), None, mismatch
         status = plan_status(session, state)
         notice = session.one("SELECT recorded_at, recipients FROM backfill_control.outbox WHERE plan_id = ? "
                              "AND event = 'paused' ORDER BY notice_id DESC LIMIT 1", [plan.plan_id])
     pending = f"not passing: {status.next}" if status.failed else None
     return ExecutionState(proof=status.proof, reconciled=status.window_reconciled, published=status.published,
                           **({"pending_reconcile": pending} if pending else {})), \
-        (f"paused; notice queued at {notice[0]} for {notice[1]}" if notice else None)
+        (f"paused; notice queued at {notice[0]} for {notice[1]}" if notice else None), mismatch
 
 
 def guard_items(plan_file: Path, home, signers_path: str | None = None, defs: str | None = None) -> list[Item]:
     plan, problems = collect_problems(read_plan_document(plan_file))
-    approvals, execution, notice, note = None, ExecutionState(), None, None
+    approvals, execution, notice, note, mismatch = None, ExecutionState(), None, None, None
     if plan is not None:
         signers, why = load_signers(plan_file, signers_path)
         approvals = tally(plan, signers, why)
         fitting, note = _fit_problems(plan, defs)
         problems = problems + fitting
-        execution, notice = _execution(plan, home)
+        execution, notice, mismatch = _execution(plan, home, signers)
     items = build(plan, problems, approvals, execution, notice)
     if note:  # unchecked is not allowed: ALLOWED says the plan fits its table
         items.append(Item("plan checked against its table", False, note, True))
+    if mismatch:  # someone re-pinned the approvers, or approved against another file
+        items.append(Item("approvers file is the one the control record pins", False,
+                          mismatch + "; review the change, then re-pin with `backfill approvers pin FILE`", True))
     return items
 
 

@@ -15,6 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "(default) or the Postgres server named by --instance-url")
     init.add_argument("--instance-url", help="postgresql://user@host:port/db for --instance postgres "
                                              "(default $BACKFILL_DAGSTER_PG_URL)")
+    init.add_argument("--allowed-signers", help="the team's reviewed allowed_signers: approvals count only "
+                                                "when checked against it (default: the first approval pins its file)")
     add_home(init)
     init.set_defaults(handler=cmd_init)
 
@@ -31,8 +33,20 @@ def cmd_init(args: argparse.Namespace) -> int:
         url = args.instance_url or os.environ.get(INSTANCE_URL_ENV)
         if not url:
             raise UsageError("--instance postgres needs a server", fix="pass --instance-url postgresql://...")
-    with writing(args) as session:
+    signers = None
+    if args.allowed_signers:
+        from backfill_assets.signing.allowed_signers import AllowedSigners
+
+        signers = AllowedSigners.load(args.allowed_signers)  # refused before anything is created
+    with writing(args, create=True) as session:
         where = session.engine.describe()
+        if signers is not None:
+            from backfill_assets.cli.common import actor
+            from backfill_assets.control import approvers
+
+            with session.transaction():
+                pinned = approvers.pin(session, signers, actor())
+            print(f"approvers    {pinned.describe()}")
     key = create_key(home)
     dagster_home = ensure_dagster_home(home, url)
     print(f"warehouse    {where}")

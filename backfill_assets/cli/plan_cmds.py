@@ -7,6 +7,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from backfill_assets.bounded import read_bounded
 from backfill_assets.cli.common import (
     actor,
     add_defs,
@@ -147,7 +148,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         signature = sshsig.sign(sha.encode("ascii"), Path(args.key).expanduser())
     else:
         try:
-            signature = Path(args.signature).read_text(encoding="utf-8")
+            signature = read_bounded(args.signature, 64 * 1024, "signature file",
+                                     f"make it with: {signing_command(sha)}").decode("utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"cannot read signature file {args.signature} ({exc.strerror})",
                              fix=f"make it with: {signing_command(sha)}") from None

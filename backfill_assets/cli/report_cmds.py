@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from backfill_assets import terminal as output
+from backfill_assets.bounded import read_bounded
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
 from backfill_assets.errors import PublishBlocked, UsageError
 
@@ -182,9 +183,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _pinned_head(path: str) -> tuple[int, str]:
     try:
-        chain = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("chain") or {}
+        text = read_bounded(path, 64 * 1024 * 1024, "evidence file",
+                            "pass a file written by `backfill evidence PLAN --out FILE`").decode("utf-8")
+        chain = (yaml.safe_load(text) or {}).get("chain") or {}
         return int(chain["head_seq"]), str(chain["head_hash"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError):
         raise UsageError(f"{path} is not a rendered evidence file with a chain head",
                          fix="pass a file written by `backfill evidence PLAN --out FILE`") from None
 

@@ -38,7 +38,7 @@ def interval_seconds() -> int:
     raw = os.environ.get(INTERVAL_ENV, "").strip()
     if not raw:
         return DEFAULT_INTERVAL_SECONDS
-    if not raw.isdigit() or not 1 <= int(raw) <= 3600:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 3600:
         raise UsageError(f"{INTERVAL_ENV}={raw!r} is not a whole number of seconds from 1 to 3600",
                          fix=f"set it to one, or unset it for {DEFAULT_INTERVAL_SECONDS}")
     return int(raw)

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
+from backfill_assets.bounded import read_bounded
 from backfill_assets.errors import SignatureError
 
 NAMESPACE = "backfill-plan"
@@ -232,7 +233,7 @@ def sign(message: bytes, private_key_path: str | Path, namespace: str = NAMESPAC
 
 def _load_private_key(path: Path) -> PrivateKey:
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, 64 * 1024, "private key", _SIGN_FIX)
     except OSError as exc:
         raise SignatureError(f"cannot read private key {path} ({exc.strerror})", fix=_SIGN_FIX) from None
     try:
