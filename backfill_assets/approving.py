@@ -110,9 +110,16 @@ def approve(warehouse: Warehouse, path: Path, principal: str, signature: str, si
                 record.add_approval(session, plan.plan_id, sha, RecordedApproval(
                     other.by, sshsig.one_line(other.signature),
                     sshsig.parse(other.signature).fingerprint, actor, other.at.isoformat()), signers.sha256)
+            twin = next((a for a in record.approvals(session, sha) if a.key_fingerprint == mine.key_fingerprint
+                         and a.principal != name), None)
+            if twin is not None:  # one key listed under two names is still one person
+                raise ApprovalError(f"{name}'s key ({mine.key_fingerprint}) already signed {twin.principal}'s "
+                                    f"approval of {plan.plan_id}; a key counts once",
+                                    fix="each approver signs with their own key; fix approvers/allowed_signers")
             recorded_now = record.add_approval(session, plan.plan_id, sha, mine, signers.sha256)
             faults.checkpoint("approve.before_commit")
-            given = [a for a in record.approvals(session, sha) if a.principal != plan.owner]
+            given = list({a.key_fingerprint: a for a in record.approvals(session, sha)
+                          if a.principal != plan.owner}.values())
             state = record.require(session, plan.plan_id)
             adopted = False
             if len(given) >= plan.approvals.required and state.approved_sha256 != sha:

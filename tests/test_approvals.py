@@ -558,3 +558,27 @@ def test_init_pins_the_approvers_file_it_is_given(world, run_cli, tmp_path):
     assert refused.code == 1 and "is not the allowed_signers" in refused.err
     missing = run_cli("init", "--allowed-signers", str(tmp_path / "nope"))
     assert missing.code != 0 and "does not exist" in missing.err and missing.err.count("\n") == 1
+
+
+def test_one_key_listed_under_two_names_counts_once(world, run_cli):
+    signers = world.root / "approvers" / "allowed_signers"
+    alice_key = (world.keys["alice"].parent / "alice.pub").read_text().split()[:2]
+    signers.write_text(signers.read_text() + f"mallory {' '.join(alice_key)}\n")
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    assert run_cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"])).code == 0
+    twin = run_cli("plan", "approve", str(path), "--by", "mallory", "--key", str(world.keys["alice"]))
+    assert twin.code == 1 and "a key counts once" in twin.err and twin.err.count("\n") == 1, twin
+    assert world.phase("fix") == "drafted"
+    # the same two entries written into the file by hand: the guard counts one
+    import datetime as dt
+
+    from backfill_assets.plan.approvals import append_approval_text, signed_message
+    from backfill_assets.plan.model import Approval
+    from backfill_assets.signing import sshsig
+
+    sha = plan_sha256(load_plan(path))
+    signature = sshsig.sign(signed_message(sha), world.keys["alice"])
+    path.write_text(append_approval_text(path.read_text(), Approval(
+        by="mallory", at=dt.datetime.now(dt.UTC), plan_sha256=sha, signature=signature)))
+    guarded = run_cli("guard", str(path))
+    assert guarded.code == 1 and "1/2 signed approvals counted" in guarded.out, guarded.out

@@ -113,9 +113,12 @@ def void_reason(approval: Approval, plan: Plan, sha: str, signers: AllowedSigner
     if signers is None:
         return f"cannot be verified: {why_no_signers or 'no allowed_signers file'}"
     try:
-        signers.verify_approval(approval.by, signed_message(sha), approval.signature)
+        verified = signers.verify_approval(approval.by, signed_message(sha), approval.signature)
     except SignatureError as exc:
         return f"signature refused: {exc.message}"
+    for other in counted:  # one key listed under two names is still one person
+        if sshsig.parse(other.signature).fingerprint == verified.fingerprint:
+            return f"signed with the key that signed {other.by}'s approval; a key counts once"
     return None
 
 
