@@ -436,3 +436,28 @@ def test_endless_signature_key_and_evidence_files_are_one_line_without_reading_t
         assert result.err.count("\n") == 1
     assert time.monotonic() - started < 30
     assert "signature:" not in path.read_text()  # nothing was approved
+
+
+@pytest.mark.parametrize("setting, commands, expected", [
+    ({"BACKFILL_HOME": "{tmp}/a-file"}, ["init"], "cannot create the warehouse folder {tmp}/a-file (File exists)"),
+    ({"BACKFILL_WAREHOUSE_URL": "postgresql://u:p%ZZ@h/db"}, ["init", "status"],
+     "cannot connect to postgresql://h:5432/db: "),
+    ({"BACKFILL_WAREHOUSE_URL": "postgresql://u:pw@127.0.0.1:1/db"}, ["init", "status"],
+     "cannot connect to postgresql://127.0.0.1:1/db"),
+])
+def test_a_home_that_is_a_file_or_a_bad_server_url_is_one_line_naming_it(tmp_path, run_subprocess, setting,
+                                                                          commands, expected):
+    (tmp_path / "a-file").write_text("not a folder")
+    env = {k: v.format(tmp=tmp_path) for k, v in setting.items()}
+    for command in [(c,) for c in commands]:
+        result = run_subprocess(*command, env=env)
+        assert result.code != 0 and result.out == "", (command, result)
+        assert result.err.startswith("backfill: " + expected.format(tmp=tmp_path)), result.err
+        assert result.err.count("\n") == 1 and "internal error" not in result.err
+
+
+def test_evidence_out_to_a_folder_is_one_line(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    result = run_cli("evidence", "fix", "--out", str(world.root))
+    assert result.code == 2 and result.err.startswith(f"backfill: cannot write the evidence to {world.root}"), result
+    assert result.err.count("\n") == 1

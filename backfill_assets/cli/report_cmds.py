@@ -208,8 +208,12 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the evidence to {args.out} ({exc.strerror})",
+                             fix="pass --out a file path in a folder you can write") from None
         print(f"wrote evidence for {state.plan_id} to {args.out}")
     else:
         print(text, end="")

@@ -94,7 +94,11 @@ class DuckDBEngine(Engine):
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # the home is a file, or under one
+            raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
+                                 fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
         waiting = lock_wait.Wait(str(self.path), wait_seconds)
         delay = 0.02
         while True:

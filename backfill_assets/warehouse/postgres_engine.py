@@ -118,11 +118,9 @@ class PostgresEngine(Engine):
         return f"postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}"
 
     def exists(self) -> bool:
-        try:
-            with self.session(wait_seconds=5.0):
-                return True
-        except WarehouseError:
-            return False
+        # a server that cannot be reached is not "no warehouse here": its error names the URL
+        with self.session(wait_seconds=5.0):
+            return True
 
     @contextmanager
     def session(self, *, read_only: bool = False, wait_seconds: float | None = None) -> Iterator[PostgresSession]:
@@ -134,9 +132,10 @@ class PostgresEngine(Engine):
                 con = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
                                       application_name="backfill-assets")
                 break
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # OperationalError, or ProgrammingError for a malformed URL
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot connect"
-                if "too many clients" not in text and "starting up" not in text:
+                if not isinstance(exc, psycopg.OperationalError) or (
+                        "too many clients" not in text and "starting up" not in text):
                     raise WarehouseError(f"cannot connect to {self.describe()}: {text}",
                                          fix="check BACKFILL_WAREHOUSE_URL and that the server runs") from None
                 waiting.still_waiting(self.describe())
