@@ -157,3 +157,15 @@ def test_a_key_added_and_a_key_removed_in_the_source_show_as_added_and_removed(w
     assert "orders NULL -> 1.00 (+1.00)" in arctic and "net_revenue NULL -> 123.45 (+123.45)" in arctic
     gone = next(line for line in lines if line.startswith(f"  removed  order_date={day}, region=west: "))
     assert f"net_revenue {west[3]:,.2f} -> NULL (-{west[3]:,.2f})" in gone
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--partitions", "2099-01-01"), "--partitions 2099-01-01 is not in plan fix's window 2026-01-01..2026-01-03"),
+    (("--partitions", ",,,"), "--partitions ',,,' is not in plan fix's window"),
+    (("--top", "-1"), "--top -1 is negative"),
+])
+def test_diff_outside_the_window_or_a_negative_top_is_one_line(world, run_cli, args, expected):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    result = run_cli("diff", "fix", *args)
+    assert result.code == 2 and result.err.startswith(f"backfill: {expected}"), result
+    assert result.err.count("\n") == 1 and result.out == ""

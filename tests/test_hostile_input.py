@@ -461,3 +461,11 @@ def test_evidence_out_to_a_folder_is_one_line(world, run_cli):
     result = run_cli("evidence", "fix", "--out", str(world.root))
     assert result.code == 2 and result.err.startswith(f"backfill: cannot write the evidence to {world.root}"), result
     assert result.err.count("\n") == 1
+
+
+def test_definitions_that_exit_on_import_are_an_error_not_a_silent_success(tmp_path, run_cli):
+    defs = tmp_path / "defs.py"
+    defs.write_text("raise SystemExit(0)\n")
+    result = run_cli("run", "fix", "--defs", str(defs))
+    assert result.code == 2, result
+    assert result.err.startswith("backfill: loading the definitions failed: SystemExit"), result.err

@@ -175,7 +175,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with reading(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        keys = [k.strip() for k in args.partitions.split(",")] if args.partitions else None
+        keys = None
+        if args.partitions is not None:
+            keys = [k.strip() for k in args.partitions.split(",") if k.strip()]
+            outside = [k for k in keys if k not in state.partition_keys]
+            if not keys or outside:
+                raise UsageError(f"--partitions {outside[0] if outside else repr(args.partitions)} is not in plan "
+                                 f"{state.plan_id}'s window {state.partition_keys[0]}..{state.partition_keys[-1]}",
+                                 fix="name partitions inside the plan's window, comma-separated")
+        if args.top < 0:
+            raise UsageError(f"--top {args.top} is negative", fix="pass 0 or more keys per partition")
         report = plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top)
     print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.text())
     return 0

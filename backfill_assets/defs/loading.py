@@ -140,7 +140,7 @@ def load_defs(reference: str | None = None) -> LoadedDefs:
         return _load(reference or os.environ.get(DEFS_ENV))
     except BackfillError:
         raise  # already one line naming the problem and the fix (e.g. an unsupported partitioning)
-    except Exception as exc:  # the team's own code failed to import: one line here, the trace in the log
+    except (Exception, SystemExit) as exc:  # the team's own code failed (or exited) on import: one line
         import traceback
 
         first = str(exc).splitlines()[0] if str(exc) else ""
