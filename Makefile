@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-WORKERS ?= 2
+WORKERS ?= 3  # on 2 cores: the end-to-end worker mostly waits on the daemon's ticks
 
 .PHONY: demo test ui lint bench screenshots clean
 
