@@ -8,18 +8,18 @@ rule would pass now (so a partition changed after its gates ran is never request
 
 
 import hashlib
-import os
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.resources import WarehouseResource
-from backfill_assets.errors import UsageError, WarehouseError
+from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
 from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
 from backfill_assets.publish import rule
+from backfill_assets.settings import whole_number
 from backfill_assets.status import markdown, plan_status
 from backfill_assets.table import TableSpec
 
@@ -35,13 +35,7 @@ DEFAULT_INTERVAL_SECONDS = 30
 
 
 def interval_seconds() -> int:
-    raw = os.environ.get(INTERVAL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_INTERVAL_SECONDS
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 3600:
-        raise UsageError(f"{INTERVAL_ENV}={raw!r} is not a whole number of seconds from 1 to 3600",
-                         fix=f"set it to one, or unset it for {DEFAULT_INTERVAL_SECONDS}")
-    return int(raw)
+    return whole_number(INTERVAL_ENV, DEFAULT_INTERVAL_SECONDS, 1, 3600, "seconds")
 
 
 def publish_run_tags(state: record.PlanState) -> dict[str, str]:

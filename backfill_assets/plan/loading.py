@@ -8,16 +8,16 @@ checks that need the target's definitions (its partitions, keys, metrics) live i
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from backfill_assets.errors import PlanInvalidError, PlanProblem, UsageError
+from backfill_assets.errors import PlanInvalidError, PlanProblem
 from backfill_assets.plan.model import Plan
 from backfill_assets.plan.yaml_document import read_yaml_file
+from backfill_assets.settings import whole_number
 
 MISSING = "<missing>"
 MAX_WINDOW_ENV = "BACKFILL_MAX_WINDOW_PARTITIONS"
@@ -91,13 +91,7 @@ def fix_for(path: str) -> str:
 
 
 def max_window_partitions() -> int:
-    raw = os.environ.get(MAX_WINDOW_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_WINDOW
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 1_000_000:
-        raise UsageError(f"{MAX_WINDOW_ENV}={raw!r} is not a whole number of partitions from 1 to 1000000",
-                         fix=f"set it to one, or unset it for {DEFAULT_MAX_WINDOW}")
-    return int(raw)
+    return whole_number(MAX_WINDOW_ENV, DEFAULT_MAX_WINDOW, 1, 1_000_000, "partitions")
 
 
 def read_plan_document(path: str | Path) -> dict[str, Any]:

@@ -1,0 +1,17 @@
+"""Whole-number settings read from the environment: the default when unset, one line when bad."""
+
+from __future__ import annotations
+
+import os
+
+from backfill_assets.errors import UsageError
+
+
+def whole_number(name: str, default: int, low: int, high: int, unit: str) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise UsageError(f"{name}={raw!r} is not a whole number of {unit} from {low} to {high}",
+                         fix=f"set it to one, or unset it for {default}")
+    return int(raw)
