@@ -548,7 +548,7 @@ def test_init_pins_the_approvers_file_it_is_given(world, run_cli, tmp_path):
 
     team_file = world.root / "approvers" / "allowed_signers"
     done = run_cli("init", "--allowed-signers", str(team_file))
-    assert done.code == 0 and f"approvers    {team_file} (sha256 " in done.out, done
+    assert done.code == 0 and f"pinned approvers: {team_file} (sha256 " in done.out, done
     others = make_keys(tmp_path / "others")
     forged = tmp_path / "others" / "allowed_signers"
     forged.write_text(signers_text(others))
@@ -556,6 +556,9 @@ def test_init_pins_the_approvers_file_it_is_given(world, run_cli, tmp_path):
     refused = run_cli("plan", "approve", str(path), "--by", "alice", "--key", str(others["alice"]),
                       "--allowed-signers", str(forged))
     assert refused.code == 1 and "is not the allowed_signers" in refused.err
+    again = run_cli("init", "--allowed-signers", str(forged))  # explicit, and it says what it replaced
+    assert again.code == 0 and again.out.startswith(f"re-pinned approvers: {forged} "), again
+    assert f"; was {team_file} (sha256 " in again.out
     missing = run_cli("init", "--allowed-signers", str(tmp_path / "nope"))
     assert missing.code != 0 and "does not exist" in missing.err and missing.err.count("\n") == 1
 

@@ -21,15 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=cmd_show)
 
 
-def cmd_pin(args: argparse.Namespace) -> int:
-    signers = AllowedSigners.load(args.allowed_signers)
-    with writing(args, create=True) as session, session.transaction():
+def pin_and_say(session, signers: AllowedSigners) -> str:
+    """Pin `signers` and say what changed (a re-pin names the file it replaced)."""
+    with session.transaction():
         before = approvers.pinned(session)
         now = approvers.pin(session, signers, actor())
     if before is not None and before.sha256 != now.sha256:
-        print(f"re-pinned approvers: {now.describe()}; was {before.describe()}")
-    else:
-        print(f"pinned approvers: {now.describe()}")
+        return f"re-pinned approvers: {now.describe()}; was {before.describe()}"
+    return f"pinned approvers: {now.describe()}"
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    signers = AllowedSigners.load(args.allowed_signers)
+    with writing(args, create=True) as session:
+        print(pin_and_say(session, signers))
     return 0
 
 

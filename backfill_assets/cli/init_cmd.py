@@ -41,12 +41,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     with writing(args, create=True) as session:
         where = session.engine.describe()
         if signers is not None:
-            from backfill_assets.cli.common import actor
-            from backfill_assets.control import approvers
+            from backfill_assets.cli.approvers_cmd import pin_and_say
 
-            with session.transaction():
-                pinned = approvers.pin(session, signers, actor())
-            print(f"approvers    {pinned.describe()}")
+            print(pin_and_say(session, signers))
     key = create_key(home)
     dagster_home = ensure_dagster_home(home, url)
     print(f"warehouse    {where}")

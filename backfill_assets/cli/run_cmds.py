@@ -104,9 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         _refuse_phase(args, state, stage)
         if not stage.partitions:
-            from backfill_assets.dagster_setup import instance_for as _instance
-
-            fail_dead_runs(_instance(home))
+            with instance_for(home) as instance:
+                fail_dead_runs(instance)
             print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
             state = advance(session, state, actor())
             print(f"plan {state.plan_id} is {state.phase}")

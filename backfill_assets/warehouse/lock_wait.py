@@ -5,13 +5,13 @@ The CLI installs a reporter that prints to stderr; runs inside Dagster report th
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backfill_assets.errors import UsageError, WarehouseError
+from backfill_assets.errors import WarehouseError
+from backfill_assets.settings import number
 
 WAIT_ENV = "BACKFILL_LOCK_WAIT_SECONDS"
 DEFAULT_WAIT_SECONDS = 120.0
@@ -26,19 +26,7 @@ def set_reporter(reporter: Callable[[str], None] | None) -> None:
 
 
 def seconds(explicit: float | None) -> float:
-    if explicit is not None:
-        return explicit
-    raw = (os.environ.get(WAIT_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_WAIT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86400:  # NaN fails too
-        raise UsageError(f"{WAIT_ENV}={raw!r} is not a number of seconds from 0 to 86400",
-                         fix=f"set it to one, or unset it for {DEFAULT_WAIT_SECONDS:.0f}")
-    return value
+    return explicit if explicit is not None else number(WAIT_ENV, DEFAULT_WAIT_SECONDS, 0, 86400, "seconds")
 
 
 def describe_pid(pid: int) -> str:
