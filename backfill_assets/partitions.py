@@ -79,6 +79,17 @@ class PartitionScheme:
             return f"{column_sql} = ?"
         return f"({column_sql} >= ? AND {column_sql} < ?)"
 
+    def inside_sql(self, column_sql: str, lo_sql: str, hi_sql: str) -> str:
+        """A row's column lies in the key whose `bounds` are the expressions lo_sql and hi_sql."""
+        if self.kind == "equality":
+            return f"{column_sql} = {lo_sql}"
+        return f"({column_sql} >= {lo_sql} AND {column_sql} < {hi_sql})"
+
+    def bounds(self, key: str) -> tuple[Any, Any]:
+        """(value, None) for equality schemes, (start, end) of the window for range schemes."""
+        lo, hi = self._bounds(key)
+        return (lo, None) if self.kind == "equality" else (lo, hi)
+
     def predicate_params(self, key: str) -> list[Any]:
         lo, hi = self._bounds(key)
         return [lo] if self.kind == "equality" else [lo, hi]

@@ -9,8 +9,8 @@ watermark. Tags are labels, never identity: they can only narrow what a run may 
 only write that plan's partitions); an untagged run may not write a partition an active plan
 holds (the freeze lock).
 
-`permit` decides before any write; `recheck` repeats the decision for one partition inside its
-write transaction, holding the plan's row, so a plan withdrawn, rolled back or closed between
+`permit` decides before any write; `recheck` repeats the decision for a slice of partitions inside
+their write transaction, holding the plan's row, so a plan withdrawn, rolled back or closed between
 the two cannot write.
 """
 
@@ -168,23 +168,26 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
 
 
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
-            key: str) -> PlanState | None:
-    """Inside the partition's write transaction: is the write still allowed? Returns the plan."""
+            keys: Sequence[str]) -> PlanState | None:
+    """Inside the slice's write transaction: is the write of `keys` still allowed? Returns the plan."""
     if permission.plan is None:
         for plan in record.active_plans(session, target=spec.name):
-            if plan.covers(key):
-                raise _refuse(f"partition {key} of {spec.name} was frozen by plan {plan.plan_id} "
-                              "while this run started", plan.plan_id, key, "write it as part of the plan")
-        if occupied(session, spec, scheme, [key]).get(key) or \
-                _before(scheme, key, watermark(session, spec.name)):
-            raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
-                          "started; rewriting it now is a replay", None, key, "use a replay plan")
+            for key in keys:
+                if plan.covers(key):
+                    raise _refuse(f"partition {key} of {spec.name} was frozen by plan {plan.plan_id} "
+                                  "while this run started", plan.plan_id, key, "write it as part of the plan")
+        held, mark = occupied(session, spec, scheme, keys), watermark(session, spec.name)
+        for key in keys:
+            if held.get(key) or _before(scheme, key, mark):
+                raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
+                              "started; rewriting it now is a replay", None, key, "use a replay plan")
         return None
     plan = record.require(session, permission.plan.plan_id, lock=True)
-    if plan.approved_sha256 != permission.plan.approved_sha256 or not plan.covers(key):
-        raise _refuse(f"plan {plan.plan_id}'s plan of record changed while this run started", plan.plan_id,
-                      key, "launch the run again")
-    refusal = _plan_refusal(plan, key, spec, scheme, starting=False)
-    if refusal is not None:
-        raise refusal
+    for key in keys:
+        if plan.approved_sha256 != permission.plan.approved_sha256 or not plan.covers(key):
+            raise _refuse(f"plan {plan.plan_id}'s plan of record changed while this run started", plan.plan_id,
+                          key, "launch the run again")
+        refusal = _plan_refusal(plan, key, spec, scheme, starting=False)
+        if refusal is not None:
+            raise refusal
     return plan

@@ -550,7 +550,7 @@ COST_CENTRES = (
     ("dagster/_core/storage/event_log/sql_event_log.py", "supports_asset_checks"),
     ("dagster_shared/serdes/serdes.py", "serialize_value"),
     ("backfill_assets/execution/write.py", "write_partitions"),
-    ("backfill_assets/warehouse/writes.py", "write_partition"),
+    ("backfill_assets/warehouse/writes.py", "write_rows"),
     ("backfill_assets/warehouse/snapshots.py", "ensure_snapshots"),
     ("backfill_assets/warehouse/fingerprints.py", "fingerprints"),
     ("backfill_assets/permission.py", "recheck"),

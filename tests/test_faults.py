@@ -131,10 +131,11 @@ def test_kill_9_during_run_leaves_whole_partitions_snapshots_per_write_and_a_rer
     proven(world)  # 2026-01-01 proven; the window runs 02..08 in slices of two
     assert new_partitions(world, history, clean) == {"2026-01-01"}
 
-    # (crash point, days written by the end of that run): the counts are per process
-    crashes = [("write.after_snapshot@2", {"2026-01-01", "2026-01-02"}),  # 03 dies after its snapshot
-               ("write.before_commit@3", set(keys(1, 3))),                 # 02 again, 03, then 04 dies
-               ("write.after_commit@3", set(keys(1, 6)))]                  # 04, 05, 06 dies after commit
+    # (crash point, days written by the end of that run): the counts are per process, and each run
+    # of two partitions writes them in one transaction
+    crashes = [("write.after_snapshot@2", set(keys(1, 3))),  # 02+03 commit, 04+05 die after their snapshots
+               ("write.before_commit@2", set(keys(1, 5))),   # 04+05 commit, 06+07 die before commit
+               ("write.after_commit@1", set(keys(1, 7)))]    # 06+07 commit, then the process dies
     dead: list[int] = []
     for point, expected in crashes:
         result = cli("run", "fix", env={"BACKFILL_CRASH_AT": point})
@@ -162,7 +163,7 @@ def test_kill_9_during_run_leaves_whole_partitions_snapshots_per_write_and_a_rer
             assert runs_of(world, dg.DagsterRunStatus.STARTED) == []
         # otherwise the next `backfill run` marks it failed (checked at the top of the next round)
 
-    assert world.cli("run", "fix") == 0  # runs 06 (written, never gated), 07 and 08
+    assert world.cli("run", "fix") == 0  # runs 06 and 07 (written, never gated) and 08
     assert new_partitions(world, history, clean) == set(DAYS)
     assert world.fingerprints("daily_revenue", DAYS) == clean
     assert world.phase("fix") == "reconciled"

@@ -188,7 +188,7 @@ def test_a_plan_closed_between_the_check_and_the_write_cannot_write(world):
 
 def test_leaky_recomputation_and_merge_stay_inside_their_partition(world):
     from backfill_assets.errors import WriteRefused
-    from backfill_assets.warehouse.writes import ensure_table, write_partition
+    from backfill_assets.warehouse.writes import ensure_table, write_rows
 
     assert world.materialize(keys(1, 3)).success
     before = world.fingerprints("daily_revenue", keys(1, 3))
@@ -197,7 +197,7 @@ def test_leaky_recomputation_and_merge_stay_inside_their_partition(world):
     with world.warehouse().session() as session:
         try:
             with session.transaction():
-                write_partition(session, leaky, world.scheme, "2026-01-02", "overwrite")
+                write_rows(session, leaky, world.scheme, ["2026-01-02"], "overwrite")
             raise AssertionError("a leaky recomputation was written")
         except WriteRefused as exc:
             assert "whose order_date is outside 2026-01-02" in str(exc)
@@ -206,7 +206,7 @@ def test_leaky_recomputation_and_merge_stay_inside_their_partition(world):
     with world.warehouse().session() as session:
         ensure_table(session, by_region)
         with session.transaction():
-            write_partition(session, by_region, world.scheme, "2026-01-02", "merge")
+            write_rows(session, by_region, world.scheme, ["2026-01-02"], "merge")
     assert world.fingerprints("daily_revenue", ["2026-01-01", "2026-01-03"]) == \
         {k: before[k] for k in ("2026-01-01", "2026-01-03")}
     assert world.rows("daily_revenue", "2026-01-02") == 5

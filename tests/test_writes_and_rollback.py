@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from backfill_assets.errors import WarehouseError, WriteRefused
-from backfill_assets.warehouse.writes import ensure_table, write_partition
+from backfill_assets.warehouse.writes import ensure_table, write_rows
 from tests.world import BUGGY, FIXED, failure_text, keys
 
 
@@ -24,6 +24,54 @@ def test_the_same_partition_twice_under_each_mode_leaves_identical_fingerprints(
     prints = world.sql("SELECT fingerprint FROM backfill_control.writes WHERE plan_id = 'fix'")
     assert len(prints) == 2 and prints[0] == prints[1]
     assert world.sql("SELECT count(*) - count(DISTINCT (order_date, region)) FROM daily_revenue") == [(0,)]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "merge", "replay"])
+def test_several_partitions_in_one_transaction_match_one_at_a_time(engine_world, mode):
+    """A run writes its partitions in one transaction: the result, and the fingerprints it records,
+    are what writing them one by one gives, on each engine."""
+    from backfill_assets.warehouse.fingerprints import fingerprints
+
+    world = engine_world
+
+    days = keys(1, 4)
+    if mode != "replay":
+        assert world.materialize(days, spec=BUGGY).success
+    one_by_one = {}
+
+    class Undo(Exception):
+        """Rolls the one-by-one writes back, to write the same days at once below."""
+
+    with world.warehouse().session() as session:
+        ensure_table(session, FIXED)
+        with pytest.raises(Undo), session.transaction():
+            for day in days:
+                one_by_one.update(write_rows(session, FIXED, world.scheme, [day], mode))
+            expected = fingerprints(session, "daily_revenue", FIXED.columns, world.scheme, "order_date", days)
+            raise Undo
+    assert {k: fp for k, (_, fp) in one_by_one.items()} == expected
+    with world.warehouse().session() as session, session.transaction():
+        together = write_rows(session, FIXED, world.scheme, days, mode)
+    assert together == one_by_one
+    assert world.fingerprints("daily_revenue", days) == expected
+    with world.warehouse().session() as session, session.transaction():
+        again = write_rows(session, FIXED, world.scheme, days, mode)  # idempotent: nothing moves
+    assert {k: fp for k, (_, fp) in again.items()} == expected
+    assert world.fingerprints("daily_revenue", days) == expected
+
+
+def test_a_leak_in_one_partition_of_a_transaction_writes_none_of_them(world):
+    days = keys(1, 3)
+    assert world.materialize(days, spec=BUGGY).success
+    before = world.fingerprints("daily_revenue", days)
+    # only 2026-01-02's recomputation leaks into the next day
+    leaky = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "WHERE order_date = $partition",
+        "WHERE order_date = $partition OR (order_date = $partition + 1 AND $partition = DATE '2026-01-02')"))
+    with world.warehouse().session() as session:
+        with pytest.raises(WriteRefused, match="partition 2026-01-02 yielded 5 row"), session.transaction():
+            write_rows(session, leaky, world.scheme, days, "overwrite")
+    assert world.fingerprints("daily_revenue", days) == before
 
 
 def test_overwrite_replaces_buggy_values_and_merge_updates_them(world):
@@ -45,7 +93,7 @@ def test_a_failure_inside_the_write_leaves_the_old_partition(world):
     with world.warehouse().session() as session:
         ensure_table(session, broken)
         with pytest.raises(WarehouseError, match="(?i)convert|cast"), session.transaction():
-            write_partition(session, broken, world.scheme, "2026-01-02", "overwrite")
+            write_rows(session, broken, world.scheme, ["2026-01-02"], "overwrite")
     assert world.fingerprints("daily_revenue", keys(2, 2)) == before
 
 
@@ -55,7 +103,7 @@ def test_an_empty_recomputation_over_existing_rows_is_refused(world):
     world.run_sql("DELETE FROM orders WHERE order_date = '2026-01-02'")
     with world.warehouse().session() as session, pytest.raises(WriteRefused, match="yielded no rows"):
         with session.transaction():
-            write_partition(session, FIXED, world.scheme, "2026-01-02", "overwrite")
+            write_rows(session, FIXED, world.scheme, ["2026-01-02"], "overwrite")
     assert world.fingerprints("daily_revenue", keys(2, 2)) == before
     # through Dagster the same refusal fails the run, naming the fix
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))

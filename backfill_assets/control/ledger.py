@@ -8,7 +8,7 @@ the write's own, and the data it copies must still carry that fingerprint.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets.control import evidence_log
@@ -38,14 +38,22 @@ class LatestWrite:
         return [g for g, (p, _) in self.gates.items() if not p]
 
 
-def record_write(session: Session, *, plan_id: str | None, asset: str, key: str, mode: str,
-                 run_id: str | None, code_version: str, fingerprint: Fingerprint) -> tuple[int, str]:
+def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: str, run_id: str | None,
+                  code_version: str, written: Mapping[str, Fingerprint]) -> tuple[dict[str, int], str]:
+    """One ledger row per partition written ({key: fingerprint after the write}), in one statement;
+    returns each key's write id and the time recorded."""
     at = evidence_log.now_iso()
-    write_id = session.scalar(
-        f"INSERT INTO {SCHEMA}.writes VALUES (nextval('{SCHEMA}.ids'), ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
-        "RETURNING write_id",
-        [plan_id, asset, key, mode, run_id, code_version, fingerprint.rows, fingerprint.digest, at])
-    return int(write_id), at
+    if not written:
+        return {}, at
+    values: list[object] = []
+    for key, fingerprint in written.items():
+        values += [key, fingerprint.rows, fingerprint.digest]
+    placeholders = ", ".join(["(?, ?, ?)"] * len(written))
+    rows = session.rows(
+        f"INSERT INTO {SCHEMA}.writes SELECT nextval('{SCHEMA}.ids'), ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, "
+        f"NULL FROM (VALUES {placeholders}) AS v(k, n, d) RETURNING partition_key, write_id",
+        [plan_id, asset, mode, run_id, code_version, at, *values])
+    return {str(k): int(w) for k, w in rows}, at
 
 
 def record_results(session: Session, *, plan_id: str | None, asset: str,

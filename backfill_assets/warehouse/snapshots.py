@@ -53,10 +53,12 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
     where, params = scheme.many_predicate(quote(spec.partition_column), wanted)
     session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(table)} WHERE {where}",
                     params)
+    values: list[object] = []
     for key in wanted:
-        session.execute(f"INSERT INTO {SCHEMA}.snapshots VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [plan_id, table, key, before[key].rows, before[key].digest,
-                         snapshot_table(plan_id, table), recorded_at])
+        values += [key, before[key].rows, before[key].digest]
+    session.execute(f"INSERT INTO {SCHEMA}.snapshots SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ? "
+                    f"FROM (VALUES {', '.join(['(?, ?, ?)'] * len(wanted))}) AS v(k, n, d)",
+                    [plan_id, table, snapshot_table(plan_id, table), recorded_at, *values])
     return before
 
 

@@ -1,78 +1,120 @@
-"""Partition writes by mode. Each runs inside the caller's transaction, so a crash at any point
-leaves the old partition or the new one, never half.
+"""Partition writes by mode, several partitions at once. Each runs inside the caller's
+transaction, so a crash at any point leaves every partition old or new, never half.
 
-- overwrite: delete the partition, insert the recomputation.
-- merge: upsert on the business keys (rows the recomputation no longer yields are kept).
-- replay: insert only the rows whose event id (or business keys) is absent, so a second replay
-  adds nothing.
+- overwrite: delete the partitions, insert the recomputation.
+- merge: upsert on the business keys within each partition (rows the recomputation no longer
+  yields are kept).
+- replay: insert only the rows whose event id (or business keys) is absent from their partition,
+  so a second replay adds nothing.
+
+The recomputation of each partition is staged first (the source is read once per partition),
+tagged with the partition it was computed for; checks, the fingerprint of an overwrite and the
+write itself then run once for all of them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from backfill_assets.errors import WriteRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprint_sum_sql, fingerprints
+from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
 
 MODES = ("overwrite", "merge", "replay")
 STAGE = "backfill_stage"
+# the partition a staged row was computed for: its place in the slice and its bounds
+SLOT, LO, HI = "backfill_stage_slot", "backfill_stage_lo", "backfill_stage_hi"
 
 
 def ensure_table(session: Session, spec: TableSpec, table: str | None = None) -> None:
     session.execute(spec.create_sql(table))
 
 
-def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str) -> None:
-    """Materialize the recomputation once into a temp table (the source is read once per write)."""
+def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> None:
+    """Materialize each partition's recomputation once into a temp table, tagged with its key."""
     cols = ", ".join(quote(c) for c in spec.columns)
+    part = quote(spec.partition_column)
     session.execute(f"DROP TABLE IF EXISTS {STAGE}")
     # typed like the target, then filled: CREATE TABLE AS cannot take parameters on every engine
-    session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols} FROM {quote(spec.table)} WHERE FALSE")
+    session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols}, 0 AS {SLOT}, {part} AS {LO}, {part} AS {HI} "
+                    f"FROM {quote(spec.table)} WHERE FALSE")
     sql = session.engine.named(spec.select_sql)
-    session.execute(f"INSERT INTO {STAGE} ({cols}) SELECT {cols} FROM ({sql}) AS s",
-                    scheme.params_for(spec.select_sql, key))
+    kind = spec.column(spec.partition_column).type  # typed: a NULL end is not text on every engine
+    insert = (f"INSERT INTO {STAGE} ({cols}, {SLOT}, {LO}, {HI}) SELECT {cols}, CAST(${SLOT} AS INTEGER), "
+              f"CAST(${LO} AS {kind}), CAST(${HI} AS {kind}) FROM ({sql}) AS s")
+    for slot, key in enumerate(keys):
+        lo, hi = scheme.bounds(key)
+        session.execute(insert, {**scheme.params_for(spec.select_sql, key), SLOT: slot, LO: lo, HI: hi})
 
 
-def write_partition(session: Session, spec: TableSpec, scheme: PartitionScheme, key: str, mode: str,
-                    *, allow_empty: bool = False) -> int:
-    """Write one partition by `mode`; return the rows the recomputation yielded."""
+def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+                     mode: str, *, allow_empty: bool = False) -> dict[str, tuple[int, Fingerprint]]:
+    """Write these partitions by `mode`; return, per key, the rows its recomputation yielded and
+    the partition's fingerprint after the write."""
     if mode not in MODES:
         raise WriteRefused(f"unknown write mode {mode!r}", fix=f"use one of {', '.join(MODES)}")
-    _stage(session, spec, scheme, key)
+    keys = list(dict.fromkeys(keys))
+    _stage(session, spec, scheme, keys)
     target, part = quote(spec.table), quote(spec.partition_column)
-    inside = scheme.predicate(part)
-    bound = scheme.predicate_params(key)
-    staged, stray = session.one(
-        f"SELECT count(*), count(*) FILTER (WHERE {part} IS NULL OR NOT {inside}) FROM {STAGE}", bound)
-    if stray:
-        # a row for another partition would land where no snapshot was taken
-        raise WriteRefused(
-            f"the recomputation of {spec.name} partition {key} yielded {stray} row(s) whose "
-            f"{spec.partition_column} is outside {key}",
-            fix="make select_sql filter on $partition and return it as the partition column")
-    if staged == 0 and not allow_empty:
-        existing = session.scalar(f"SELECT count(*) FROM {target} WHERE {inside}", bound)
-        if existing:
+    inside = scheme.inside_sql(f"s.{part}", f"s.{LO}", f"s.{HI}")
+    # an overwrite leaves exactly the staged rows in each partition: fingerprint them here
+    fp = f", {session.engine.text_of(fingerprint_sum_sql(session, spec.columns, 's'))}" \
+        if mode == "overwrite" else ""
+    found = {int(row[0]): row[1:] for row in session.rows(
+        f"SELECT s.{SLOT}, count(*), count(*) FILTER (WHERE s.{part} IS NULL OR NOT {inside}){fp} "
+        f"FROM {STAGE} AS s GROUP BY s.{SLOT}")}
+    staged = {key: int(found[slot][0]) if slot in found else 0 for slot, key in enumerate(keys)}
+    for slot, key in enumerate(keys):
+        stray = int(found[slot][1]) if slot in found else 0
+        if stray:
+            # a row for another partition would land where no snapshot was taken
             raise WriteRefused(
-                f"the recomputation of {spec.name} partition {key} yielded no rows where {existing} "
-                "exist", fix="check the source for that partition, or set "
-                "execution.allow_empty_partitions: true in the plan if it is really empty")
+                f"the recomputation of {spec.name} partition {key} yielded {stray} row(s) whose "
+                f"{spec.partition_column} is outside {key}",
+                fix="make select_sql filter on $partition and return it as the partition column")
+    empty = [k for k in keys if staged[k] == 0]
+    if empty and not allow_empty:
+        held = _rows_held(session, spec, scheme, empty)
+        for key in empty:
+            if held.get(key):
+                raise WriteRefused(
+                    f"the recomputation of {spec.name} partition {key} yielded no rows where {held[key]} "
+                    "exist", fix="check the source for that partition, or set "
+                    "execution.allow_empty_partitions: true in the plan if it is really empty")
     cols = ", ".join(quote(c) for c in spec.columns)
+    where, params = scheme.many_predicate(f"t.{part}", keys)
+    same_partition = scheme.inside_sql(f"t.{part}", f"s.{LO}", f"s.{HI}")
     if mode == "overwrite":
-        session.execute(f"DELETE FROM {target} WHERE {inside}", bound)
+        session.execute(f"DELETE FROM {target} AS t WHERE {where}", params)
         session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     elif mode == "merge":
-        # delete what the recomputation replaces, inside this partition only, then insert it
+        # delete what the recomputation replaces, inside its own partition only, then insert it
         match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}" for k in spec.business_keys)
-        session.execute(f"DELETE FROM {target} AS t WHERE {scheme.predicate('t.' + part)} AND EXISTS "
-                        f"(SELECT 1 FROM {STAGE} AS s WHERE {match})", bound)
+        session.execute(f"DELETE FROM {target} AS t WHERE {where} AND EXISTS "
+                        f"(SELECT 1 FROM {STAGE} AS s WHERE {same_partition} AND {match})", params)
         session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     else:
-        keys = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
-        match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}" for k in keys)
+        on = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
+        match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)}" for k in on)
         session.execute(
-            f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE} AS s WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {target} AS t WHERE {scheme.predicate('t.' + part)} AND {match})", bound)
+            f"INSERT INTO {target} ({cols}) SELECT {', '.join('s.' + quote(c) for c in spec.columns)} "
+            f"FROM {STAGE} AS s WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {same_partition} "
+            f"AND {match})")
     session.execute(f"DROP TABLE IF EXISTS {STAGE}")
-    return staged
+    if mode == "overwrite":
+        after = {key: Fingerprint(staged[key], str(found[slot][2])) if slot in found else Fingerprint(0, EMPTY)
+                 for slot, key in enumerate(keys)}
+    else:
+        after = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys)
+    return {key: (staged[key], after[key]) for key in keys}
+
+
+def _rows_held(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> dict[str, int]:
+    group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
+    return {group.key(v): int(n) for v, n in session.rows(
+        f"SELECT {group.key_sql}, count(*) FROM {quote(spec.table)} AS t{group.join_sql} "
+        f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
