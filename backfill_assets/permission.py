@@ -74,12 +74,12 @@ def _before(scheme: PartitionScheme, key: str, mark: str | None) -> bool:
     return scheme.position(key) < scheme.position(mark)
 
 
-_FITS: dict[tuple[str, str, int], Fit] = {}
+_FITS: dict[tuple[str, TableSpec, int], Fit] = {}
 
 
 def _fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme) -> Fit:
     """A plan version's fit to a table is fixed while the table's keys are: computed once per run."""
-    key = (str(plan.approved_sha256), spec.to_json(), len(scheme.ordered_keys))
+    key = (str(plan.approved_sha256), spec, len(scheme.ordered_keys))  # a frozen spec: hashed by value
     if key not in _FITS:
         if len(_FITS) > 64:
             _FITS.clear()

@@ -77,11 +77,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.defs.loading import load_defs
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
-    from backfill_assets.execution.runner import failure_messages
+    from backfill_assets.execution.runner import enable_event_batching, failure_messages
     from backfill_assets.plan.phases import Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
 
+    enable_event_batching()  # the window's materializations stored in a few writes, not one each
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)
     loaded = load_defs(args.defs)
