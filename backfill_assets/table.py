@@ -83,6 +83,10 @@ class TableSpec:
             raise IdentifierError(f"table {self.name} declares no business keys",
                                   fix="list the columns that identify one row")
         names = [c.name for c in self.contract]
+        reserved = [n for n in names if n.lower().startswith("backfill_stage_")]
+        if reserved:  # the write stage adds columns of that prefix beside the contract's
+            raise IdentifierError(f"column {reserved[0]!r} of table {self.name} uses the prefix "
+                                  "backfill_stage_, which the framework reserves", fix="rename the column")
         for key in (*self.business_keys, self.partition_column):
             checked(key, "business key")
             if key not in names:

@@ -8,6 +8,9 @@ rows were added, removed and changed between A and B. Tools:
   fingerprint (the brief's concat_ws row text; DuckDB's own hash(), not portable);
 * FULL OUTER JOIN on the keys, EXCEPT ALL both ways, and the SQL that dbt-audit-helper's
   compare_relations / compare_all_columns generate for DuckDB, in the project's DuckDB;
+* `backfill diff` (`backfill_assets.impact.compare`) twice: in this process beside the other
+  in-process tools, and in its own process with the project's venv (benchmarks/peers/run_product.py),
+  timed exactly as the peers are;
 * data-diff 0.11.2 joindiff and SQLMesh 0.236.4 table_diff, each in its own venv
   (benchmarks/.venv-datadiff, benchmarks/.venv-sqlmesh; `bash benchmarks/peers/setup.sh`), run
   as subprocesses on Parquet copies of the same tables loaded into their own DuckDB files.
@@ -55,7 +58,10 @@ from peers import datagen, ours_sql, project_sql  # noqa: E402
 
 PRODUCT = "backfill diff (backfill_assets.impact.compare)"
 OURS = "ours (md5 fingerprint, product row text)"
+PRODUCT_OWN = "backfill diff, own process"
 PEER_VENVS = {
+    # the product itself, in its own process with the project's venv: timed exactly like the peers
+    PRODUCT_OWN: (ROOT / ".venv", HERE / "peers" / "run_product.py", "import duckdb, backfill_assets"),
     "data-diff joindiff": (HERE / ".venv-datadiff", HERE / "peers" / "run_datadiff.py",
                            "import duckdb, data_diff"),
     "SQLMesh table_diff": (HERE / ".venv-sqlmesh", HERE / "peers" / "run_sqlmesh.py",
@@ -160,6 +166,8 @@ def run_peer(name: str, work: Path, b_table: str) -> tuple[Answer, dict]:
            "--db", str(work / f"peer_{slug}.duckdb"), "--load", "a,b,b1", "--a", "a", "--b", b_table,
            "--keys", ",".join(datagen.KEYS), "--values", ",".join(datagen.VALUES),
            "--partition", datagen.PARTITION]
+    if name == PRODUCT_OWN:
+        cmd += ["--start", datagen.START.isoformat(), "--days", str(datagen.DAYS)]
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started
@@ -227,6 +235,8 @@ def summarize(runs: dict, truth: dict, rounds: int) -> dict:
         expected = truth[scenario]
         ours_seconds = tools.get(PRODUCT, {}).get("seconds")
         ours_median = statistics.median(ours_seconds) if ours_seconds else None
+        own_seconds = tools.get(PRODUCT_OWN, {}).get("seconds")
+        own_median = statistics.median(own_seconds) if own_seconds else None
         rows = {}
         for tool, rec in tools.items():
             if not rec["seconds"]:
@@ -236,6 +246,7 @@ def summarize(runs: dict, truth: dict, rounds: int) -> dict:
             same = all(a == expected for a in rec["answers"]) and len(rec["answers"]) == rounds
             row = {"median_seconds": median, "seconds": rec["seconds"],
                    "ratio_vs_ours": median / ours_median if ours_median else None,
+                   "ratio_vs_own_process": median / own_median if own_median else None,
                    "same_answer": same}
             if not same:
                 row["answers"] = [{k: list(v) for k, v in a.items()} for a in rec["answers"]]
@@ -256,13 +267,14 @@ def print_tables(summary: dict) -> None:
     for scenario, data in summary.items():
         print(f"\n### Scenario: {scenario}  (truth: "
               + ", ".join(f"{p} +{a}/-{r}/~{c}" for p, (a, r, c) in data["truth"].items()) + ")\n")
-        print("| tool | median s | ratio vs backfill diff | same answer | notes |")
-        print("|---|---:|---:|---|---|")
+        print("| tool | median s | ratio vs backfill diff (in this process) | ratio vs backfill diff (own "
+              "process) | same answer | notes |")
+        print("|---|---:|---:|---:|---|---|")
         order = sorted(data["tools"].items(),
                        key=lambda kv: kv[1].get("median_seconds", float("inf")))
         for tool, row in order:
             if "skipped" in row:
-                print(f"| {tool} | - | - | - | skipped: {row['skipped']} |")
+                print(f"| {tool} | - | - | - | - | skipped: {row['skipped']} |")
                 continue
             notes = []
             extra = row.get("extra_median", {})
@@ -277,10 +289,11 @@ def print_tables(summary: dict) -> None:
                              + ", ".join(f"{k} {fmt_s(v)} s" for k, v in parts.items() if v >= 0.0005)
                              + " (medians over rounds)")
             notes.append("rounds " + ", ".join(fmt_s(s) for s in row["seconds"]))
-            ratio = row["ratio_vs_ours"]
+            ratios = [row["ratio_vs_ours"], row["ratio_vs_own_process"]]
             same = "yes" if row["same_answer"] else "**NO (MISMATCH)**"
             print(f"| {tool} | {fmt_s(row['median_seconds'])} | "
-                  f"{'-' if ratio is None else f'{ratio:.2f}x'} | {same} | {'; '.join(notes)} |")
+                  + " | ".join('-' if r is None else f'{r:.2f}x' for r in ratios)
+                  + f" | {same} | {'; '.join(notes)} |")
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -328,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 tools[name] = name
         if args.only:
             tools = {n: t for n, t in tools.items()
-                     if n in (OURS, PRODUCT) or any(o.lower() in n.lower() for o in args.only)}
+                     if n in (OURS, PRODUCT, PRODUCT_OWN) or any(o.lower() in n.lower() for o in args.only)}
 
         runs = {s: {t: {"seconds": [], "answers": [], "extra": []} for t in tools} for s in SCENARIOS}
         for s in SCENARIOS:

@@ -52,6 +52,11 @@ def test_the_component_rejects_unknown_keys_and_bad_identifiers():
         {**ATTRIBUTES, "business_keys": ["order_date; DROP TABLE orders"]}))
     with pytest.raises(IdentifierError, match="not a plain SQL identifier"):
         bad.spec()
+    # the write stage tags each row with columns of this prefix beside the contract's
+    clash = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(
+        {**ATTRIBUTES, "contract": [*ATTRIBUTES["contract"], {"name": "backfill_stage_lo", "type": "DATE"}]}))
+    with pytest.raises(IdentifierError, match="backfill_stage_lo.*reserves"):
+        clash.spec()
 
 
 def test_the_public_api_builds_a_working_table():

@@ -164,7 +164,7 @@ def test_the_run_uses_the_spec_of_the_definitions_it_loaded(world):
 
 
 def test_a_plan_closed_between_the_check_and_the_write_cannot_write(world):
-    """`recheck` repeats the permission inside each partition's write transaction."""
+    """`recheck` repeats the permission inside the write transaction."""
     from backfill_assets.control import record
     from backfill_assets.errors import PartitionRefused
     from backfill_assets.execution.write import write_partitions

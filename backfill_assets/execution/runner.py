@@ -9,6 +9,7 @@ fail; a rerun skips what already passed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -119,10 +120,8 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
         for i in range(0, len(slices), parallel):
             wave = slices[i:i + parallel]
             started = time.monotonic()
-            # one connection for the wave, idle while its runs write: on DuckDB the runs' own
-            # connections then join this process's open database instead of loading it again (~16 ms
-            # each); it is closed between waves, so `backfill pause` can get in
-            with warehouse.session() as session:
+            with contextlib.ExitStack() as wave_session:
+                session = wave_session.enter_context(warehouse.session())
                 now = record.require(session, state.plan_id)
                 if now.hold:
                     say(f"plan {state.plan_id} is {now.hold}: stopped before {wave[0][0]} (runs in flight "
@@ -130,7 +129,14 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
                 lease.renew(session, held)
+                # on DuckDB the connection stays open, idle, while the wave's runs write, so theirs
+                # join this process's open database instead of loading it again; it is closed
+                # between waves, so `backfill pause` gets in
+                if not warehouse.engine.hold_during_runs:
+                    wave_session.close()
                 outcomes = run_wave(wave)
+                if not warehouse.engine.hold_during_runs:
+                    session = wave_session.enter_context(warehouse.session())
                 failed = gate_failures(session, state, [k for keys in wave for k in keys])
             for keys, (run_id, errors) in zip(wave, outcomes, strict=True):
                 report = SliceReport(keys, run_ids=[run_id], errors=errors)

@@ -124,6 +124,10 @@ class Engine(ABC):
     name: str = "abstract"
     #: a type that holds a sum of billions of unsigned 64-bit row fingerprints exactly
     wide_int: str = "DECIMAL(38,0)"
+    #: whether a connection held open while in-process runs write makes their connections cheap
+    #: (DuckDB: they join the open database instead of loading it); a server engine gains nothing
+    #: and would hold an idle connection that a server or pooler may time out
+    hold_during_runs: bool = False
 
     @abstractmethod
     def session(self, *, read_only: bool = False,

@@ -19,33 +19,15 @@ import time
 _t0 = time.perf_counter()
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 
 import duckdb  # noqa: E402
 from data_diff import Algorithm, TableSegment, diff_tables, disable_tracking  # noqa: E402
 from data_diff.databases._connect import connect  # noqa: E402
+from parquet_db import load  # noqa: E402  (this folder is on the path: the script's own)
 
 IMPORT_SECONDS = time.perf_counter() - _t0
-
-
-def load(db_path: str, parquet_dir: str, tables: list[str]) -> float:
-    """Create `db_path` with the tables from Parquet, once (atomically: build, then rename)."""
-    if os.path.exists(db_path):
-        return 0.0
-    started = time.perf_counter()
-    tmp = db_path + ".tmp"
-    for leftover in (tmp, tmp + ".wal"):
-        if os.path.exists(leftover):
-            os.remove(leftover)
-    with duckdb.connect(tmp) as con:
-        for table in tables:
-            con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM read_parquet(?)',
-                        [os.path.join(parquet_dir, table + ".parquet")])
-        con.execute("CHECKPOINT")
-    os.replace(tmp, db_path)
-    return time.perf_counter() - started
 
 
 def main() -> None:

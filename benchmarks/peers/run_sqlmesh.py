@@ -26,29 +26,12 @@ import tempfile  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 
 import duckdb  # noqa: E402
+from parquet_db import load  # noqa: E402  (this folder is on the path: the script's own)
 from sqlmesh.core.config import Config, DuckDBConnectionConfig, GatewayConfig, ModelDefaultsConfig  # noqa: E402
 from sqlmesh.core.context import Context  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _t0
 SAMPLE_LIMIT = 1_000_000
-
-
-def load(db_path: str, parquet_dir: str, tables: list[str]) -> float:
-    """Create `db_path` with the tables from Parquet, once (atomically: build, then rename)."""
-    if os.path.exists(db_path):
-        return 0.0
-    started = time.perf_counter()
-    tmp = db_path + ".tmp"
-    for leftover in (tmp, tmp + ".wal"):
-        if os.path.exists(leftover):
-            os.remove(leftover)
-    with duckdb.connect(tmp) as con:
-        for table in tables:
-            con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM read_parquet(?)',
-                        [os.path.join(parquet_dir, table + ".parquet")])
-        con.execute("CHECKPOINT")
-    os.replace(tmp, db_path)
-    return time.perf_counter() - started
 
 
 def main() -> None:
