@@ -9,8 +9,8 @@ watermark. Tags are labels, never identity: they can only narrow what a run may 
 only write that plan's partitions); an untagged run may not write a partition an active plan
 holds (the freeze lock).
 
-`permit` decides before any write; `recheck` repeats the decision for a slice of partitions inside
-their write transaction, holding the plan's row, so a plan withdrawn, rolled back or closed between
+`permit` decides before any write; `recheck` repeats the decision for the partitions of one write
+transaction inside it, holding the plan's row, so a plan withdrawn, rolled back or closed between
 the two cannot write.
 """
 
@@ -28,8 +28,7 @@ from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.grouping import grouping
-from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.warehouse.grouping import rows_per_partition
 
 BACKFILL_TAG = "dagster/backfill"
 PLAN_TAG = "backfill_assets/plan"
@@ -58,10 +57,7 @@ def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
     """Rows each key holds in the target now (one grouped count for the slice)."""
     if not keys or not session.engine.table_exists(session, spec.table):
         return {}
-    group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
-    return {group.key(v): int(n) for v, n in session.rows(
-        f"SELECT {group.key_sql}, count(*) FROM {quote(spec.table)} AS t{group.join_sql} "
-        f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
+    return rows_per_partition(session, spec.table, spec.partition_column, scheme, keys)
 
 
 def watermark(session: Session, asset: str) -> str | None:
@@ -169,7 +165,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
 
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
             keys: Sequence[str]) -> PlanState | None:
-    """Inside the slice's write transaction: is the write of `keys` still allowed? Returns the plan."""
+    """Inside their write transaction: is the write of `keys` still allowed? Returns the plan."""
     if permission.plan is None:
         for plan in record.active_plans(session, target=spec.name):
             for key in keys:

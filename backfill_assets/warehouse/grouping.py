@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.partitions import PartitionScheme
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.identifiers import quote
 
 
 @dataclass(frozen=True)
@@ -38,3 +40,12 @@ def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> G
     join = (f" JOIN (VALUES {', '.join(values)}) AS backfill_keys(pkey, lo, hi) "
             f"ON {column_sql} >= backfill_keys.lo AND {column_sql} < backfill_keys.hi")
     return Grouping("backfill_keys.pkey", join, "TRUE", params, None)
+
+
+def rows_per_partition(session: Session, table: str, partition_column: str, scheme: PartitionScheme,
+                       keys: Sequence[str]) -> dict[str, int]:
+    """Rows each key holds in `table` now, in one grouped count (keys without rows are absent)."""
+    group = grouping(scheme, f"t.{quote(partition_column)}", keys)
+    return {group.key(v): int(n) for v, n in session.rows(
+        f"SELECT {group.key_sql}, count(*) FROM {quote(table)} AS t{group.join_sql} "
+        f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}

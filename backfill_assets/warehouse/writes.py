@@ -21,7 +21,7 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprint_sum_sql, fingerprints
-from backfill_assets.warehouse.grouping import grouping
+from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import quote
 
 MODES = ("overwrite", "merge", "replay")
@@ -78,7 +78,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
                 fix="make select_sql filter on $partition and return it as the partition column")
     empty = [k for k in keys if staged[k] == 0]
     if empty and not allow_empty:
-        held = _rows_held(session, spec, scheme, empty)
+        held = rows_per_partition(session, spec.table, spec.partition_column, scheme, empty)
         for key in empty:
             if held.get(key):
                 raise WriteRefused(
@@ -112,9 +112,3 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
         after = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys)
     return {key: (staged[key], after[key]) for key in keys}
 
-
-def _rows_held(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> dict[str, int]:
-    group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
-    return {group.key(v): int(n) for v, n in session.rows(
-        f"SELECT {group.key_sql}, count(*) FROM {quote(spec.table)} AS t{group.join_sql} "
-        f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
