@@ -499,3 +499,18 @@ def test_the_plan_of_record_holds_the_definitions_keys_in_their_order(lab):
         [state] = record.active_plans(session, target="region_kinds")
     assert state.partition_keys == ("us", "apac")  # the definition's order, not the alphabet
     assert covering_plan([state], "region_kinds", ("apac", "apac")) == state
+
+
+def test_static_keys_on_a_padded_char_column_are_grouped_on_each_engine(engine_world):
+    """PostgreSQL pads CHAR(n) values with spaces ('a' reads back as 'a   '); grouping by partition
+    must still find the key, or fingerprints, gates and diffs of such a table fail."""
+    from backfill_assets.warehouse.grouping import rows_per_partition
+
+    scheme = scheme_for(dg.StaticPartitionsDefinition(["a", "b", "c"]), "CHAR(4)", name="coded")
+    with engine_world.warehouse().session() as session, session.transaction():
+        session.execute("CREATE TABLE coded (k CHAR(4), v INTEGER)")
+        session.execute("INSERT INTO coded VALUES ('a', 1), ('a', 2), ('b', 3)")
+    with engine_world.warehouse().session() as session:
+        assert rows_per_partition(session, "coded", "k", scheme, ["a", "b", "c"]) == {"a": 2, "b": 1}
+        prints = fingerprints(session, "coded", ["k", "v"], scheme, "k", ["a", "b", "c"])
+    assert [prints[k].rows for k in ("a", "b", "c")] == [2, 1, 0]

@@ -24,7 +24,11 @@ class Grouping:
     decode: dict[Any, str] | None  # column value -> key (equality), None when key_sql is the key
 
     def key(self, value: Any) -> str:
-        return self.decode[value] if self.decode is not None else str(value)
+        if self.decode is None:
+            return str(value)
+        if value not in self.decode and isinstance(value, str):
+            return self.decode[value.rstrip(" ")]  # PostgreSQL pads CHAR(n): 'a' reads back as 'a   '
+        return self.decode[value]
 
 
 def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> Grouping:
