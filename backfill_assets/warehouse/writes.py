@@ -52,7 +52,7 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
 
 
 def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-                     mode: str, *, allow_empty: bool = False) -> dict[str, tuple[int, Fingerprint]]:
+               mode: str, *, allow_empty: bool = False) -> dict[str, tuple[int, Fingerprint]]:
     """Write these partitions by `mode`; return, per key, the rows its recomputation yielded and
     the partition's fingerprint after the write."""
     if mode not in MODES:
