@@ -138,7 +138,7 @@ def in_process_tools() -> dict[str, Callable[..., tuple[Answer, dict]]]:
 
 def warm(con: duckdb.DuckDBPyConnection, tables: list[str]) -> float:
     started = time.perf_counter()
-    cols = ", ".join(f'max("{c}")' for c in (*datagen.KEYS, *datagen.VALUES))
+    cols = ", ".join(f'sum(hash("{c}"))' for c in (*datagen.KEYS, *datagen.VALUES))  # max() is read from statistics
     for table in tables:
         con.execute(f'SELECT count(*), {cols} FROM "{table}"').fetchall()
     return time.perf_counter() - started

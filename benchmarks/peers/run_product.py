@@ -58,7 +58,7 @@ def main() -> None:
 
     con = duckdb.connect(args.db, read_only=True)
     started = time.perf_counter()
-    cols = ", ".join(f'max("{c}")' for c in keys + values)  # touch every column once
+    cols = ", ".join(f'sum(hash("{c}"))' for c in keys + values)  # reads every column (max() comes from statistics)
     for table in (args.a, args.b):
         con.execute(f'SELECT count(*), {cols} FROM "{table}"').fetchall()
     warm_seconds = time.perf_counter() - started
