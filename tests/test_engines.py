@@ -64,16 +64,19 @@ def test_a_write_killed_mid_transaction_leaves_old_or_new_on_each_engine(engine_
     world = engine_world
     assert world.materialize(keys(1, 4), spec=BUGGY).success
     old = world.fingerprints("daily_revenue", keys(1, 4))
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=1)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=3)
     assert world.cli("run", "fix", "--proof") == 0
-    env = {"BACKFILL_CRASH_AT": "write.before_commit@2"}
+    env = {"BACKFILL_CRASH_AT": "write.before_commit@1"}  # 02, 03 and 04 written, not committed
     if world.url:
         env["BACKFILL_WAREHOUSE_URL"] = world.url
     crashed = run_subprocess("--home", str(world.home), "run", "fix", env=env)
     assert crashed.code == -9
     now = world.fingerprints("daily_revenue", keys(1, 4))
-    assert now["2026-01-02"] != old["2026-01-02"]  # the first run (one partition a run) committed
-    assert now["2026-01-03"] == old["2026-01-03"]  # the killed one is wholly old
+    assert now["2026-01-01"] != old["2026-01-01"]  # the proof committed
+    assert all(now[k] == old[k] for k in keys(2, 4))  # the killed transaction's partitions are wholly old
+    for record_table in ("writes", "snapshots"):  # nor are their ledger rows and snapshots
+        assert world.sql(f"SELECT count(*) FROM backfill_control.{record_table} WHERE plan_id = 'fix' "
+                         "AND partition_key > '2026-01-01'") == [(0,)], record_table
     assert run_subprocess("--home", str(world.home), "run", "fix",
                           env={k: v for k, v in env.items() if k != "BACKFILL_CRASH_AT"}).code == 0
     assert world.phase() == "reconciled"
