@@ -12,7 +12,7 @@ from typing import Any
 
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.warehouse.identifiers import qualified, quote
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,10 @@ def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> G
 
 
 def rows_per_partition(session: Session, table: str, partition_column: str, scheme: PartitionScheme,
-                       keys: Sequence[str]) -> dict[str, int]:
+                       keys: Sequence[str], schema: str | None = None) -> dict[str, int]:
     """Rows each key holds in `table` now, in one grouped count (keys without rows are absent)."""
     group = grouping(scheme, f"t.{quote(partition_column)}", keys)
+    source = qualified(schema, table) if schema else quote(table)
     return {group.key(v): int(n) for v, n in session.rows(
-        f"SELECT {group.key_sql}, count(*) FROM {quote(table)} AS t{group.join_sql} "
+        f"SELECT {group.key_sql}, count(*) FROM {source} AS t{group.join_sql} "
         f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}

@@ -16,7 +16,7 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
-from backfill_assets.warehouse.grouping import grouping
+from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import checked, qualified, quote
 
 
@@ -74,10 +74,7 @@ def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_
     if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
         return problems + [f"{k}: snapshot table {SNAPSHOT_SCHEMA}.{name} is gone" for k in present
                            if recorded[k].rows > 0]
-    group = grouping(scheme, f"s.{quote(spec.partition_column)}", present)
-    counts = {group.key(v): int(n) for v, n in session.rows(
-        f"SELECT {group.key_sql}, count(*) FROM {qualified(SNAPSHOT_SCHEMA, name)} AS s"
-        f"{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
+    counts = rows_per_partition(session, name, spec.partition_column, scheme, present, SNAPSHOT_SCHEMA)
     problems += [f"{k}: snapshot holds {counts.get(k, 0)} row(s), {recorded[k].rows} were taken"
                  for k in present if counts.get(k, 0) != recorded[k].rows]
     return problems
