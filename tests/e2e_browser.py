@@ -8,6 +8,7 @@ No browser is ever downloaded: Playwright drives /usr/bin/chromium.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 UI_TIMEOUT_MS = 60_000  # a busy 2-core machine: the UI's first GraphQL answers can take a while
 SCREENSHOTS_ENV = "BACKFILL_SCREENSHOTS"
+RECENT_DAYS = 90  # the launch dialog's default window for a daily asset (RECENT_PARTITIONS_DAYS)
 
 
 @contextlib.contextmanager
@@ -77,10 +79,14 @@ def launch_range_from_materialize_dialog(page, asset: str, first: str, last: str
     dialog = page.get_by_role("dialog")
     dialog.get_by_text(f"Launch runs to materialize {asset}").wait_for()
     dialog.get_by_text("Partition selection").wait_for()
-    # by default the dialog offers only the last 90 days of a daily asset
-    show_all = dialog.get_by_role("button", name="Show all partitions")
-    if show_all.count():
-        show_all.click()
+    # By default the dialog offers only the last 90 days of a daily asset, behind a notice with a
+    # "Show all partitions" link, and a range typed outside that window is refused in an error
+    # dialog. The notice renders only once the partition keys have loaded, after the dialog itself:
+    # CI once looked for it too early, found none and typed an older range into the window. So when
+    # the range starts before the window, wait for the notice rather than ask whether it is there.
+    if dt.date.fromisoformat(first[:10]) < dt.datetime.now(dt.UTC).date() - dt.timedelta(days=RECENT_DAYS):
+        dialog.get_by_role("button", name="Show all partitions").click()
+        dialog.get_by_text("Showing the last").wait_for(state="detached")
     selection = dialog.locator("input[type=text]").first
     selection.fill(f"[{first}...{last}]")
     selection.press("Enter")
