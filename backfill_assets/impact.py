@@ -1,10 +1,11 @@
 """The impact of a backfill: what it changed, partition by partition and key by key.
 
 Before is the snapshot taken before the plan's first write of each partition; after is the data
-now. Computed in the engine: one fingerprint pass finds the partitions that changed at all, then
-one hash join per slice over those partitions only, grouping each side by the business keys and
-evaluating the table's metric expressions per key. Only per-partition counts and the few keys that
-changed most come back.
+now. Computed in the engine: one hash pass per side finds the partitions that changed at all, then
+one statement per slice over those partitions only finds the rows that differ by their row hash,
+the business keys they hold, and groups only those keys on each side to evaluate the table's
+metric expressions per key. Only per-partition counts and totals and the few keys that changed
+most come back.
 """
 
 from __future__ import annotations
@@ -129,10 +130,11 @@ def _fmt(value: object, sign: bool = False) -> str:
 def _quick_prints(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str,
                   keys: Sequence[str]) -> dict[str, tuple[int, str]]:
     """Per partition: rows and the sum of an engine-native row hash, compared at one moment only."""
+    engine = session.engine
     group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
-    hashed = session.engine.transient_row_hash_sql(spec.columns, "t")
+    hashed = f"CAST({engine.transient_row_hash_sql(spec.columns, 't')} AS {engine.wide_int})"
     found = {group.key(v): (int(n), str(h)) for v, n, h in session.rows(
-        f"SELECT {group.key_sql}, count(*), {session.engine.text_of(f'coalesce(sum({hashed}), 0)')} "
+        f"SELECT {group.key_sql}, count(*), {engine.text_of(f'coalesce(sum({hashed}), 0)')} "
         f"FROM {source} AS t{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
     return {k: found.get(k, (0, "0")) for k in keys}
 
@@ -143,7 +145,7 @@ def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_s
 
     Which partitions changed at all is found with an engine-native hash over both tables (one pass
     each, a fraction of the md5 fingerprints' cost), never stored, so its stability does not matter;
-    then one hash join over the changed partitions only.
+    then one statement over the changed partitions only.
     """
     now = _quick_prints(session, spec, scheme, quote(spec.table), keys)
     before = _quick_prints(session, spec, scheme, before_source, keys) if before_source \
@@ -151,7 +153,8 @@ def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_s
     changed = [k for k in keys if now[k] != before[k]]
     out = {k: PartitionImpact(k, before[k][0], now[k][0]) for k in keys if k not in changed}
     if changed and before_source:
-        out.update(_join(session, spec, scheme, before_source, changed, top))
+        out.update(_changed_keys(session, spec, scheme, before_source, changed,
+                                 {k: (before[k][0], now[k][0]) for k in changed}, top))
     elif changed:  # nothing before: every row is new
         out.update({k: PartitionImpact(k, 0, now[k][0], added=now[k][0]) for k in changed})
     return [out[k] for k in keys if k in out]
@@ -169,58 +172,101 @@ def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     return compare(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap) if have_snapshot else None, keys, top)
 
 
-def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_sql: str,
-          keys: list[str], top: int) -> dict[str, PartitionImpact]:
+def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, before_source: str,
+                  keys: list[str], rows: dict[str, tuple[int, int]], top: int) -> dict[str, PartitionImpact]:
+    """One statement over partitions known to differ, in the engine, in four steps.
+
+    1. Rows that differ: both sides' rows of these partitions, grouped by (partition, row hash);
+       a hash whose copies are not as many on both sides is a row added or removed (a changed row
+       is one of each). Identical rows, nearly all of them, end here: grouping on one integer is
+       a fraction of the cost of grouping every row by its business keys.
+    2. The business keys those rows hold.
+    3. Each side grouped by business key, for those keys only: rows and metric values; a key only
+       after was added, only before removed, on both sides changed.
+    4. Each partition's metric totals, the metric evaluated over the whole partition on each side
+       (as the gates evaluate it), and the keys that changed most.
+    """
+    engine = session.engine
     metrics = list(spec.metrics)
-    bkeys = list(spec.business_keys)
+    bkeys = [quote(k) for k in spec.business_keys]
     kc = [f"k{i}" for i in range(len(bkeys))]
-    b_group = grouping(scheme, f"b.{quote(spec.partition_column)}", keys)
-    a_group = grouping(scheme, f"a.{quote(spec.partition_column)}", keys)
+    part = quote(spec.partition_column)
+    sides = {"b": (before_source, grouping(scheme, f"b.{part}", keys)),
+             "a": (quote(spec.table), grouping(scheme, f"a.{part}", keys))}
+    params: list[object] = []
 
-    def side(alias: str, source: str, group) -> str:
-        cols = [f"{group.key_sql} AS pkey"] + [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kc, strict=True)]
-        cols += ["count(*) AS n", f"sum({session.engine.transient_row_hash_sql(spec.columns, alias)}) AS fp"]
-        cols += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
-        return (f"SELECT {', '.join(cols)} FROM {source} AS {alias}{group.join_sql} WHERE {group.where_sql} "
-                f"GROUP BY {', '.join(str(i + 1) for i in range(1 + len(bkeys)))}")
+    def scan(alias: str, columns: list[str], join: str = "", group_by: bool = False) -> str:
+        """One side's rows of these partitions (its params go in the order the SQL reads)."""
+        source, group = sides[alias]
+        params.extend(group.params)
+        cols = [f"{group.key_sql} AS pkey", *columns]
+        sql = (f"SELECT {', '.join(cols)} FROM {source} AS {alias}{group.join_sql}{join} "
+               f"WHERE {group.where_sql}")
+        return sql + (f" GROUP BY {', '.join(str(i + 1) for i in range(len(cols) - len(metrics) - 1))}"
+                      if group_by else "")
 
-    on = " AND ".join(["b.pkey = a.pkey"] + [f"b.{c} IS NOT DISTINCT FROM a.{c}" for c in kc])
+    def hashed(alias: str) -> str:
+        return f"{engine.transient_row_hash_sql(spec.columns, alias)} AS h"
+
+    def key_columns(alias: str) -> list[str]:
+        return [f"{alias}.{k} AS {c}" for k, c in zip(bkeys, kc, strict=True)]
+
+    def changed_key(alias: str) -> str:
+        # a join, not EXISTS: DuckDB runs a NULL-safe correlated EXISTS as a grouping of every row;
+        # impact_keys is DISTINCT, so a row meets at most one of its keys
+        match = " AND ".join(engine.same_key_sql(f"{alias}.{k}", f"c.{c}") for k, c in zip(bkeys, kc, strict=True))
+        return f" JOIN impact_keys AS c ON c.pkey = {sides[alias][1].key_sql} AND {match}"
+
+    metric_cols = [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
     magnitude = " + ".join(f"abs(CAST(coalesce(a.m{i}, 0) AS DOUBLE PRECISION) - CAST(coalesce(b.m{i}, 0) "
                            "AS DOUBLE PRECISION))" for i in range(len(metrics))) or "0"
-    status = ("CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' "
-              "WHEN b.fp <> a.fp OR b.n <> a.n THEN 'changed' ELSE 'same' END")
-    totals = "".join(f", sum(bm{i}) AS tb{i}, sum(am{i}) AS ta{i}" for i in range(len(metrics)))
-    sql = f"""
-    WITH impact_before AS ({side('b', snapshot_sql, b_group)}),
-         impact_after AS ({side('a', quote(spec.table), a_group)}),
-         j AS (
-            SELECT coalesce(b.pkey, a.pkey) AS pkey,
-                   {', '.join(f'coalesce(b.{c}, a.{c}) AS {c}' for c in kc)},
-                   coalesce(b.n, 0) AS bn, coalesce(a.n, 0) AS an, {status} AS status, {magnitude} AS size
-                   {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
-            FROM impact_before AS b FULL OUTER JOIN impact_after AS a ON {on}),
-         p AS (
-            SELECT pkey, sum(bn) AS rows_before, sum(an) AS rows_after,
-                   count(*) FILTER (WHERE status = 'added') AS added,
-                   count(*) FILTER (WHERE status = 'removed') AS removed,
-                   count(*) FILTER (WHERE status = 'changed') AS changed
-                   {totals}
-            FROM j GROUP BY pkey),
-         top AS (
-            SELECT * FROM (
-                SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY size DESC) AS rk
-                FROM j WHERE status <> 'same') AS ranked
-            WHERE rk <= ?)
-    SELECT p.pkey, p.rows_before, p.rows_after, p.added, p.removed, p.changed, top.status,
+    rows_sql = f"""
+    WITH impact_rows AS (
+        SELECT pkey, h FROM ({scan('b', ['-1 AS side', hashed('b')])}
+                             UNION ALL {scan('a', ['1 AS side', hashed('a')])}) AS u
+        GROUP BY pkey, h HAVING sum(side) <> 0),
+    impact_keys AS (
+        SELECT DISTINCT r.pkey, {', '.join('r.' + c for c in kc)}
+        FROM ({scan('b', [hashed('b'), *key_columns('b')])}
+              UNION ALL {scan('a', [hashed('a'), *key_columns('a')])}) AS r
+        WHERE EXISTS (SELECT 1 FROM impact_rows AS d WHERE d.pkey = r.pkey AND d.h = r.h)),
+    impact_before AS ({scan('b', [*key_columns('b'), 'count(*) AS n', *metric_cols], changed_key('b'), True)}),
+    impact_after AS ({scan('a', [*key_columns('a'), 'count(*) AS n', *metric_cols], changed_key('a'), True)}),
+    j AS (
+        SELECT coalesce(b.pkey, a.pkey) AS pkey, {', '.join(f'coalesce(b.{c}, a.{c}) AS {c}' for c in kc)},
+               CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' ELSE 'changed' END AS status,
+               {magnitude} AS size {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
+        FROM impact_before AS b FULL OUTER JOIN impact_after AS a
+             ON b.pkey = a.pkey AND {engine.keys_match_sql('b', 'a', kc)}),
+    counts AS (
+        SELECT pkey, count(*) FILTER (WHERE status = 'added') AS added,
+               count(*) FILTER (WHERE status = 'removed') AS removed,
+               count(*) FILTER (WHERE status = 'changed') AS changed
+        FROM j GROUP BY pkey),
+    totals_before AS ({scan('b', metric_cols)} GROUP BY 1),
+    totals_after AS ({scan('a', metric_cols)} GROUP BY 1),
+    partitions AS (SELECT pkey FROM totals_before UNION SELECT pkey FROM totals_after),
+    top AS (
+        SELECT * FROM (
+            SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY size DESC, status,
+                                           {', '.join(kc)}) AS rk
+            FROM j) AS ranked
+        WHERE rk <= ?)
+    SELECT p.pkey, coalesce(c.added, 0), coalesce(c.removed, 0), coalesce(c.changed, 0), top.status,
            {', '.join('top.' + c for c in kc)}
-           {''.join(f', p.tb{i}, p.ta{i}, top.bm{i}, top.am{i}' for i in range(len(metrics)))}
-    FROM p LEFT JOIN top ON top.pkey = p.pkey ORDER BY p.pkey, top.rk
+           {''.join(f', tb.m{i}, ta.m{i}, top.bm{i}, top.am{i}' for i in range(len(metrics)))}
+    FROM partitions AS p LEFT JOIN counts AS c ON c.pkey = p.pkey
+         LEFT JOIN totals_before AS tb ON tb.pkey = p.pkey LEFT JOIN totals_after AS ta ON ta.pkey = p.pkey
+         LEFT JOIN top ON top.pkey = p.pkey
+    ORDER BY p.pkey, top.rk
     """
+    params.append(max(top, 1))
+    group = sides["b"][1]
+    n_keys = len(kc)
     out: dict[str, PartitionImpact] = {}
-    for row in session.rows(sql, [*b_group.params, *a_group.params, max(top, 1)]):
-        key = b_group.key(row[0])
-        n_keys = len(kc)
-        values = list(row[7 + n_keys:])
+    for row in session.rows(rows_sql, params):
+        key = group.key(row[0])
+        values = list(row[5 + n_keys:])
         totals, per_key = {}, {}
         for m in metrics:
             tb, ta, bm, am = values[:4]
@@ -229,11 +275,11 @@ def _join(session: Session, spec: TableSpec, scheme: PartitionScheme, snapshot_s
             per_key[m.name] = (as_number(bm), as_number(am), _diff(bm, am))
         impact = out.get(key)
         if impact is None:
-            impact = PartitionImpact(key, int(row[1] or 0), int(row[2] or 0), int(row[3]), int(row[4]),
-                                     int(row[5]), totals, [])
+            impact = PartitionImpact(key, *rows[key], int(row[1]), int(row[2]), int(row[3]), totals, [])
             out[key] = impact
-        if row[6] is not None and len(impact.top) < top:
-            impact.top.append(KeyChange(dict(zip(bkeys, row[7:7 + n_keys], strict=True)), row[6], per_key))
+        if row[4] is not None and len(impact.top) < top:
+            impact.top.append(KeyChange(dict(zip(spec.business_keys, row[5:5 + n_keys], strict=True)), row[4],
+                                        per_key))
     return out
 
 

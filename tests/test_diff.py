@@ -3,12 +3,17 @@ snapshot taken before its first write of each partition (issue 11)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 
 import pytest
 
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.impact import compare
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import Column, Metric, TableSpec
+from backfill_assets.warehouse import engine_for
 from backfill_assets.warehouse.snapshots import snapshot_table
 from tests.world import BUGGY, FIXED, World, keys
 
@@ -169,3 +174,66 @@ def test_diff_outside_the_window_or_a_negative_top_is_one_line(world, run_cli, a
     result = run_cli("diff", "fix", *args)
     assert result.code == 2 and result.err.startswith(f"backfill: {expected}"), result
     assert result.err.count("\n") == 1 and result.out == ""
+
+
+# --- the engine function, on each engine: NULL keys, duplicated rows, keys of several rows ------
+
+DIFF_SPEC = TableSpec(name="store_sales", source="store_orders", select_sql="SELECT 1", partition_column="day",
+                      source_partition_column="day", business_keys=("day", "region", "store"),
+                      contract=(Column("day", "DATE"), Column("region", "VARCHAR"), Column("store", "BIGINT"),
+                                Column("amount", "DECIMAL(18,2)")),
+                      metrics=(Metric("amount", "sum(amount)", "sum(amount)"), Metric("lines", "count(*)", "count(*)")),
+                      publish_as="store_sales_published")
+DIFF_DAYS = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"]
+BEFORE_ROWS = [
+    ("2026-01-01", "north", 1, "10.00"),  # the same after
+    ("2026-01-01", None, 1, "5.00"),      # a NULL region, changed to 6.00
+    ("2026-01-01", "south", 2, "7.00"),   # twice before, once after
+    ("2026-01-01", "south", 2, "7.00"),
+    ("2026-01-01", "east", None, "3.00"),  # a NULL store, removed
+    ("2026-01-01", "north", 2, "1.00"),   # a key of two rows: only the second changes, to 2.50
+    ("2026-01-01", "north", 2, "2.00"),
+    ("2026-01-02", "north", 1, "8.00"),   # a partition that did not change
+    ("2026-01-03", "north", 1, "1.00"),   # a partition emptied
+    ("2026-01-03", "south", 1, "2.00"),
+]
+AFTER_ROWS = [
+    ("2026-01-01", "north", 1, "10.00"), ("2026-01-01", None, 1, "6.00"), ("2026-01-01", "south", 2, "7.00"),
+    ("2026-01-01", "north", 2, "1.00"), ("2026-01-01", "north", 2, "2.50"),
+    ("2026-01-01", "west", 3, "4.00"),    # added
+    ("2026-01-02", "north", 1, "8.00"),
+    ("2026-01-04", "north", 1, "9.00"),   # a partition filled
+]
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def diff_engine(request, tmp_path):
+    url = f"duckdb:///{tmp_path / 'diff.duckdb'}" if request.param == "duckdb" else \
+        request.getfixturevalue("postgres_url")
+    return engine_for(url)
+
+
+def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(diff_engine):
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
+    with diff_engine.session() as session:
+        for table, rows in (("store_sales_before", BEFORE_ROWS), ("store_sales", AFTER_ROWS)):
+            session.execute(DIFF_SPEC.create_sql(table))
+            for row in rows:
+                session.execute(f"INSERT INTO {table} VALUES (CAST(? AS DATE), ?, ?, CAST(? AS DECIMAL(18,2)))",
+                                list(row))
+        found = {p.partition: p for p in compare(session, DIFF_SPEC, scheme, "store_sales_before", DIFF_DAYS, top=5)}
+
+    day1 = found["2026-01-01"]
+    assert (day1.rows_before, day1.rows_after, day1.added, day1.removed, day1.changed) == (7, 6, 1, 1, 3)
+    assert day1.totals == {"amount": (35.0, 30.5, -4.5), "lines": (7.0, 6.0, -1.0)}
+    # largest first: amount and lines moved 7 + 1, 4 + 1, 3 + 1, 1 + 0, 0.5 + 0
+    assert [(c.status, c.keys["region"], c.keys["store"], c.metrics["amount"]) for c in day1.top] == [
+        ("changed", "south", 2, (14.0, 7.0, -7.0)), ("added", "west", 3, (None, 4.0, 4.0)),
+        ("removed", "east", None, (3.0, None, -3.0)), ("changed", None, 1, (5.0, 6.0, 1.0)),
+        ("changed", "north", 2, (3.0, 3.5, 0.5))]
+    assert found["2026-01-02"].unchanged and not found["2026-01-02"].totals
+    day3, day4 = found["2026-01-03"], found["2026-01-04"]
+    assert (day3.rows_before, day3.rows_after, day3.removed, day3.added, day3.changed) == (2, 0, 2, 0, 0)
+    assert day3.totals["amount"] == (3.0, None, -3.0)
+    assert (day4.rows_before, day4.rows_after, day4.added, day4.removed) == (0, 1, 1, 0)
+    assert day4.totals["amount"] == (None, 9.0, 9.0)

@@ -123,7 +123,7 @@ class DuckDBEngine(Engine):
 
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
         prefix = f"{alias}." if alias else ""
-        return f"CAST(hash({', '.join(prefix + quote(c) for c in columns)}) AS HUGEINT)"
+        return f"hash({', '.join(prefix + quote(c) for c in columns)})"
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"CAST(hash({', '.join(exprs)}) % 9223372036854775807 AS BIGINT)"

@@ -166,8 +166,19 @@ class Engine(ABC):
 
     @abstractmethod
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
-        """A fast engine-native 64-bit hash of a row, for comparing two tables at one moment (a
-        diff). Never stored: engines do not promise it stays the same across versions."""
+        """A fast engine-native 64-bit integer hash of a row, for comparing two tables at one moment
+        (a diff); sum it as `wide_int`. Never stored: engines do not promise it stays the same
+        across versions."""
+
+    def same_key_sql(self, left: str, right: str) -> str:
+        """NULL-safe equality of two key expressions (NULL matches NULL) that the engine can hash-
+        or merge-join on: a join on business keys must never fall back to comparing every row of
+        a partition with every other."""
+        return f"{left} IS NOT DISTINCT FROM {right}"
+
+    def keys_match_sql(self, left_alias: str, right_alias: str, columns: Sequence[str]) -> str:
+        """`same_key_sql` for each of `columns` (already-quoted SQL names) between two aliases."""
+        return " AND ".join(self.same_key_sql(f"{left_alias}.{c}", f"{right_alias}.{c}") for c in columns) or "TRUE"
 
     def key_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
         """A text that identifies the business-key values (NULL included) of a row."""

@@ -157,11 +157,17 @@ class PostgresEngine(Engine):
         return (f"(CAST(CAST(CAST('x' || substr({digest}, 1, 8) AS bit(32)) AS bigint) & 4294967295 AS NUMERIC) "
                 f"* 4294967296 + (CAST(CAST('x' || substr({digest}, 9, 8) AS bit(32)) AS bigint) & 4294967295))")
 
+    def same_key_sql(self, left: str, right: str) -> str:
+        # IS NOT DISTINCT FROM is neither hashable nor mergeable in PostgreSQL: a join on it
+        # compares each row of a partition with every other (7.7 s for 3 x 7,000 keys). One-element
+        # arrays compare NULL equal to NULL and hash- and merge-join (0.15 s for the same join).
+        return f"ARRAY[{left}] = ARRAY[{right}]"
+
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
         from backfill_assets.warehouse.identifiers import quote
 
         prefix = f"{alias}." if alias else ""
-        return f"CAST(hash_record_extended(ROW({', '.join(prefix + quote(c) for c in columns)}), 0) AS NUMERIC)"
+        return f"hash_record_extended(ROW({', '.join(prefix + quote(c) for c in columns)}), 0)"
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
