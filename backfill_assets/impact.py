@@ -10,9 +10,10 @@ most come back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
@@ -89,6 +90,28 @@ class Impact:
         return {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
                 "partitions": [p.to_json() for p in self.partitions]}
 
+    def of(self, plan_id: str, keys: Sequence[str]) -> Impact:
+        """The part of this impact on `keys`, for one plan."""
+        wanted = set(keys)
+        return Impact(plan_id, self.table, self.metrics, [p for p in self.partitions if p.partition in wanted])
+
+    def summary(self, limit: int = 50) -> dict:
+        """Totals and the first `limit` changed partitions with their top keys: bounded for a
+        notice or an evidence row however long the window."""
+        changed = [p for p in self.partitions if not p.unchanged]
+        return {"table": self.table, "totals": self.totals, "changed": [p.to_json() for p in changed[:limit]],
+                "changed_not_listed": max(0, len(changed) - limit)}
+
+    def metadata(self) -> dict[str, object]:
+        """Numeric deltas (the UI plots them across materializations) and the markdown table."""
+        totals = self.totals
+        out: dict[str, object] = {f"impact_{k}": totals[k] for k in ("partitions_changed", "added", "removed",
+                                                                     "changed")}
+        for m in self.metrics:
+            out[f"impact_{m}_difference"] = float(totals[m]["difference"])
+        out["impact"] = self.markdown()
+        return out
+
     def text(self, limit: int = 30) -> str:
         totals = self.totals
         lines = [f"impact of plan {self.plan_id} on {self.table}: {totals['partitions_changed']} of "
@@ -117,7 +140,22 @@ class Impact:
         for p in [p for p in self.partitions if not p.unchanged][:limit]:
             deltas = " | ".join(_fmt(p.totals.get(m, (None, None, None))[2], sign=True) for m in self.metrics)
             rows.append(f"| {p.partition} | {p.added} | {p.removed} | {p.changed} | {deltas} |")
-        return "\n".join(rows) if len(rows) > 2 else "No change against the pre-plan snapshot."
+        return "\n".join(rows) if len(rows) > 2 else f"No change in {len(self.partitions)} partition(s)."
+
+
+def consumers_line(events: Iterable[Any]) -> str | None:
+    """One line from a publish run's materialization events (`Impact.metadata` numbers, the same on
+    each partition of a range), for a terminal; None when none carries them. Metrics that did not
+    move are left out."""
+    for event in events:
+        seen = {k: v.value for k, v in event.materialization.metadata.items()}
+        if "impact_partitions_changed" not in seen:
+            continue
+        figures = "".join(f"; {k[len('impact_'):-len('_difference')]} {v:+,.2f}" for k, v in seen.items()
+                          if k.startswith("impact_") and k.endswith("_difference") and v)
+        return (f"consumers see {seen['impact_partitions_changed']} partition(s) changed: rows "
+                f"+{seen['impact_added']} -{seen['impact_removed']} ~{seen['impact_changed']}{figures}")
+    return None
 
 
 def _fmt(value: object, sign: bool = False) -> str:
@@ -281,6 +319,16 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
             impact.top.append(KeyChange(dict(zip(spec.business_keys, row[5:5 + n_keys], strict=True)), row[4],
                                         per_key))
     return out
+
+
+def consumer_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+                    top: int = 3) -> Impact:
+    """What consumers will see change when `keys` are published: the published table now (before
+    the copy) against the target, slice by slice."""
+    parts: list[PartitionImpact] = []
+    for i in range(0, len(keys), SLICE):
+        parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE], top)
+    return Impact("", spec.publish_as, [m.name for m in spec.metrics], parts)
 
 
 def plan_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,

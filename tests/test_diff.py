@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import re
 
+import dagster as dg
 import pytest
 
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
@@ -110,6 +111,13 @@ def test_diff_reports_per_key_figures_of_the_fix_against_the_pre_plan_snapshot(w
                      "AND partition_key = ?", [WINDOW[1]])[0][0] == 2
     again = diff_json(world, capsys, "fix", "--partitions", WINDOW[1])
     assert again["partitions"] == [report["partitions"][1]]
+    # and that run's materialization of the target says the same, as numbers the UI plots
+    [event] = world.instance.get_latest_materialization_events([dg.AssetKey("daily_revenue")]).values()
+    metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert (metadata["plan"], metadata["impact_partitions_changed"], metadata["impact_changed"]) == ("fix", 1, 5)
+    assert metadata["impact_net_revenue_difference"] == pytest.approx(
+        report["partitions"][1]["totals"]["net_revenue"]["difference"])
+    assert f"| {WINDOW[1]} | 0 | 0 | 5 |" in metadata["impact"]
 
 
 def test_a_plan_whose_recomputation_equals_the_snapshot_reports_no_change(world, capsys):

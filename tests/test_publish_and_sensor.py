@@ -15,7 +15,7 @@ import yaml
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.demo.revenue import BUGGY_SELECT
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
-from tests.world import FIXED, failure_text, keys
+from tests.world import BUGGY, FIXED, failure_text, keys
 
 # the fix is not right yet: the buggy transform under the corrected metric definitions
 UNFIXED = dataclasses.replace(FIXED, select_sql=BUGGY_SELECT)
@@ -206,3 +206,40 @@ def test_the_sensor_shows_the_plans_on_the_target_asset(world):
     table = observation.metadata["backfill_assets/plans"].value
     assert "| fix | reconciled | 2026-01-01..2026-01-04 (4) | alice, bob | 4/4 passed |" in table
     assert "backfill publish fix" in table
+
+
+def test_publish_tells_consumers_what_they_will_see_change_in_notice_evidence_and_metadata(world, capsys):
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success  # consumers read the buggy figures
+    reconciled_plan(world)
+    columns = "orders, gross, refunds, net_revenue, customers"
+    published = {r[:2]: r[2:] for r in world.sql(f"SELECT order_date, region, {columns} FROM published_revenue")}
+    fixed = {r[:2]: r[2:] for r in world.sql(f"SELECT order_date, region, {columns} FROM daily_revenue")}
+    changed = sorted(k for k in fixed if k in published and fixed[k] != published[k])
+    assert changed and set(fixed) == set(published)  # the fix changes figures, never keys
+    net = float(sum(fixed[k][3] for k in changed) - sum(published[k][3] for k in changed))
+
+    capsys.readouterr()
+    assert world.cli("publish", "fix") == 0
+    out = capsys.readouterr().out
+    changed_days = len({day for day, _ in changed})
+    assert f"consumers see {changed_days} partition(s) changed: rows +0 -0 ~{len(changed)}" in out
+    assert f"net_revenue {net:+,.2f}" in out
+
+    [body] = [json.loads(b) for b, in world.sql(
+        "SELECT body FROM backfill_control.outbox WHERE event = 'reopened'")]
+    totals = body["impact"]["totals"]
+    assert (totals["partitions_changed"], totals["added"], totals["removed"], totals["changed"]) == \
+        (changed_days, 0, 0, len(changed))
+    assert totals["net_revenue"]["difference"] == pytest.approx(net)
+    listed = {(p["partition"], tuple(sorted(c["keys"]["region"] for c in p["top"]))) for p in body["impact"]["changed"]}
+    assert {day for day, _ in listed} == {str(day) for day, _ in changed}
+
+    [payload] = [json.loads(p) for p, in world.sql(
+        "SELECT payload FROM backfill_control.evidence WHERE kind = 'published'")]
+    assert payload["impact"] == totals
+
+    [event] = world.instance.get_latest_materialization_events([dg.AssetKey("published_revenue")]).values()
+    metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert metadata["impact_changed"] == len(changed) and metadata["impact_partitions_changed"] == changed_days
+    assert metadata["impact_net_revenue_difference"] == pytest.approx(net)
+    assert "| partition | added | removed | changed |" in metadata["impact"]

@@ -78,6 +78,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
     from backfill_assets.execution.runner import enable_event_batching, failure_messages
+    from backfill_assets.impact import consumers_line
     from backfill_assets.plan.phases import Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
@@ -120,6 +121,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
                              + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
     print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
           f"(run {result.run_id[:8]}); downstream owners notified")
+    seen = consumers_line(result.get_asset_materialization_events())
+    if seen:
+        print(seen)
     return 0
 
 

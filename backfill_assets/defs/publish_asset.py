@@ -8,11 +8,17 @@ import dagster as dg
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import BackfillError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+from backfill_assets.impact import Impact
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
 
 if TYPE_CHECKING:
     from backfill_assets.defs.replayable import ReplayableTable
+
+
+def impact_metadata(impact: Impact) -> dict[str, object]:
+    """An impact as materialization metadata: numeric deltas the UI plots, and its markdown table."""
+    return {k: dg.MetadataValue.md(v) if k == "impact" else v for k, v in impact.metadata().items()}
 
 
 def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition, target_key: dg.AssetKey,
@@ -51,6 +57,7 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
             raise dg.Failure(description=str(refusal))
         yield dg.MaterializeResult(metadata={
             "rows": done.rows, "partitions": dg.MetadataValue.int(len(keys)),
-            "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none"})
+            "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none",
+            **impact_metadata(done.impact)})
 
     return published

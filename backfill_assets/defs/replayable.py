@@ -14,16 +14,18 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from backfill_assets.defs.publish_asset import make_publish_asset
+from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
-from backfill_assets.errors import BackfillError, PartitionRefused
+from backfill_assets.errors import BackfillError, PartitionRefused, WarehouseError
 from backfill_assets.execution.audit import judge
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
+from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme, scheme_for
-from backfill_assets.permission import PLAN_TAG, REPLAYABLE_OP_TAG, permit
+from backfill_assets.permission import PLAN_TAG, REPLAYABLE_OP_TAG, Permission, permit
 from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
 
 SPEC_METADATA = "backfill_assets/spec"
 ACTOR_TAG = "backfill_assets/actor"
@@ -72,6 +74,21 @@ def _check_event(key: dg.AssetKey, result: GateResult, partition_key: str | None
     return dg.AssetCheckEvaluation(**common, blocking=True, partition=partition_key)
 
 
+def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: TableSpec,
+                     scheme: PartitionScheme, permission: Permission) -> dict[str, object]:
+    """What a plan's run changed against the snapshot taken before the plan's first write of each
+    partition (`backfill diff` for these partitions): numeric deltas and a markdown table. A report
+    on data already written and judged: if it cannot be computed the run still stands, and says so."""
+    if permission.plan is None:
+        return {}  # a plan-free write only fills empty partitions: there is no before
+    try:
+        impact = plan_impact(session, spec, scheme, permission.plan, list(permission.keys), top=3)
+    except WarehouseError as exc:
+        context.log.warning(f"the impact of this run could not be computed: {exc}")
+        return {"impact": dg.MetadataValue.text(f"not computed: {exc}")}
+    return impact_metadata(impact)
+
+
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
                           group_name: str | None = None,
                           partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> ReplayableTable:
@@ -112,6 +129,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 results = judge(session, spec, scheme, permission.plan,
                                 {w.partition_key: (w.write_id, w.fingerprint) for w in writes}, actor,
                                 just_written=True)
+                impact = _impact_metadata(context, session, spec, scheme, permission)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
         plan_id = permission.plan.plan_id if permission.plan else "incremental"
@@ -126,6 +144,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             "partitions_failing_gates": dg.MetadataValue.int(len(failed)),
             **({"fingerprint": str(writes[0].fingerprint)} if single else
                {"range": f"{keys[0]}..{keys[-1]}"}),
+            **impact,
         })
         selected = {c.name for c in context.selected_asset_check_keys}
         for write in writes:

@@ -27,6 +27,7 @@ from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 from backfill_assets.errors import UsageError
 from backfill_assets.execution.runner import enable_event_batching, failure_messages
 from backfill_assets.home import Home
+from backfill_assets.impact import consumers_line
 from backfill_assets.permission import BACKFILL_TAG
 from backfill_assets.plan.approvals import append_approval_text
 from backfill_assets.plan.identity import plan_sha256
@@ -249,6 +250,7 @@ def run_demo(home: Home) -> int:
     published = _in_process(home, fixed, instance, ["published_revenue"], dict(request.tags))
     if not published.success:
         raise UsageError("the publish run failed: " + "; ".join(failure_messages(published)), fix=str(home.log_file))
+    print(consumers_line(published.get_asset_materialization_events()))  # as the owners' notice says
     run(*h, "status", PLAN_ID)
 
     step(11, "Evidence for the audit, from the keyed hash chain")

@@ -32,6 +32,7 @@ def announce_pause(session: Session, plan: Plan, actor: str) -> int:
 
 
 def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None) -> int:
+    """`impact`: what the owners will see change (`Impact.summary()`), in the notice's body."""
     return _notice(session, plan, "reopened",
                    f"publish reopened for {plan.window.start}..{plan.window.end}: every gate of plan "
                    f"{plan.plan_id} passed and the evidence is recorded", actor,

@@ -17,6 +17,7 @@ from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PublishBlocked
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
+from backfill_assets.impact import Impact, consumer_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_reopen
@@ -79,6 +80,7 @@ class Published:
     rows: int
     partitions: list[str]
     plans_published: list[str]
+    impact: Impact  # what consumers see change: the published table before the copy against after
 
 
 class _Refused(Exception):
@@ -144,6 +146,7 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
     for plan in plans:
         held = [k for k in keys if plan.covers(k)]
         ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at)
+    impact = consumer_impact(session, spec, scheme, keys)  # read before the copy, in its transaction
     target, published = quote(spec.table), quote(spec.publish_table)
     cols = ", ".join(quote(c) for c in spec.columns)
     where, params = scheme.many_predicate(quote(spec.partition_column), keys)
@@ -153,13 +156,14 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
     copied = int(session.scalar(f"SELECT count(*) FROM {published} WHERE {where}", params))
     done = []
     for plan in plans:
+        seen = impact.of(plan.plan_id, plan.partition_keys)
         evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
             "table": spec.publish_as, "partitions": len(plan.partition_keys),
             "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied,
-            "sha256": plan.approved_sha256})
+            "sha256": plan.approved_sha256, "impact": seen.totals})
         record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
                           note=f"{len(plan.partition_keys)} partition(s) published")
-        announce_reopen(session, plan.approved.plan, actor)
+        announce_reopen(session, plan.approved.plan, actor, seen.summary())
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")
-    return Published(copied, keys, done)
+    return Published(copied, keys, done, impact)
