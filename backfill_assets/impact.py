@@ -74,6 +74,8 @@ class Impact:
     table: str
     metrics: list[str]
     partitions: list[PartitionImpact]
+    # key -> (before, now) of the hash pass it was computed from (see `consumer_impact_holds`)
+    prints: dict[str, tuple] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def totals(self) -> dict:
@@ -178,16 +180,19 @@ def _quick_prints(session: Session, spec: TableSpec, scheme: PartitionScheme, so
 
 
 def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_source: str | None,
-            keys: Sequence[str], top: int = 5) -> list[PartitionImpact]:
+            keys: Sequence[str], top: int = 5, prints: dict[str, tuple] | None = None) -> list[PartitionImpact]:
     """`before_source` (a quoted table; None: empty) against the spec's table now, for these keys.
 
     Which partitions changed at all is found with an engine-native hash over both tables (one pass
     each, a fraction of the md5 fingerprints' cost), never stored, so its stability does not matter;
-    then one statement over the changed partitions only.
+    then one statement over the changed partitions only. `prints`, when given, receives each key's
+    (before, now) hash pass, to tell later whether either side moved since.
     """
     now = _quick_prints(session, spec, scheme, quote(spec.table), keys)
     before = _quick_prints(session, spec, scheme, before_source, keys) if before_source \
         else {k: (0, "0") for k in keys}
+    if prints is not None:
+        prints.update({k: (before[k], now[k]) for k in keys})
     changed = [k for k in keys if now[k] != before[k]]
     out = {k: PartitionImpact(k, before[k][0], now[k][0]) for k in keys if k not in changed}
     if changed and before_source:
@@ -222,7 +227,8 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
     3. Each side grouped by business key, for those keys only: rows and metric values; a key only
        after was added, only before removed, on both sides changed.
     4. Each partition's metric totals, the metric evaluated over the whole partition on each side
-       (as the gates evaluate it), and the keys that changed most.
+       (as the gates evaluate it; over no rows on a side that has none: count 0, sum NULL), and
+       the keys that changed most.
     """
     engine = session.engine
     metrics = list(spec.metrics)
@@ -252,7 +258,8 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
     def changed_key(alias: str) -> str:
         # a join, not EXISTS: DuckDB runs a NULL-safe correlated EXISTS as a grouping of every row;
         # impact_keys is DISTINCT, so a row meets at most one of its keys
-        match = " AND ".join(engine.same_key_sql(f"{alias}.{k}", f"c.{c}") for k, c in zip(bkeys, kc, strict=True))
+        match = " AND ".join(engine.same_key_sql(f"{alias}.{k}", f"c.{c}", t)
+                             for k, c, t in zip(bkeys, kc, spec.key_types, strict=True))
         return f" JOIN impact_keys AS c ON c.pkey = {sides[alias][1].key_sql} AND {match}"
 
     metric_cols = [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
@@ -275,7 +282,7 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
                CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' ELSE 'changed' END AS status,
                {magnitude} AS size {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
         FROM impact_before AS b FULL OUTER JOIN impact_after AS a
-             ON b.pkey = a.pkey AND {engine.keys_match_sql('b', 'a', kc)}),
+             ON b.pkey = a.pkey AND {engine.keys_match_sql('b', 'a', kc, spec.key_types)}),
     counts AS (
         SELECT pkey, count(*) FILTER (WHERE status = 'added') AS added,
                count(*) FILTER (WHERE status = 'removed') AS removed,
@@ -284,6 +291,7 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
     totals_before AS ({scan('b', metric_cols)} GROUP BY 1),
     totals_after AS ({scan('a', metric_cols)} GROUP BY 1),
     partitions AS (SELECT pkey FROM totals_before UNION SELECT pkey FROM totals_after),
+    no_rows AS (SELECT {', '.join(metric_cols) or '1 AS none'} FROM {quote(spec.table)} AS a WHERE 1 = 0),
     top AS (
         SELECT * FROM (
             SELECT j.*, row_number() OVER (PARTITION BY pkey ORDER BY size DESC, status,
@@ -292,8 +300,10 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
         WHERE rk <= ?)
     SELECT p.pkey, coalesce(c.added, 0), coalesce(c.removed, 0), coalesce(c.changed, 0), top.status,
            {', '.join('top.' + c for c in kc)}
-           {''.join(f', tb.m{i}, ta.m{i}, top.bm{i}, top.am{i}' for i in range(len(metrics)))}
-    FROM partitions AS p LEFT JOIN counts AS c ON c.pkey = p.pkey
+           {''.join(f', CASE WHEN tb.pkey IS NULL THEN e.m{i} ELSE tb.m{i} END, '
+                    f'CASE WHEN ta.pkey IS NULL THEN e.m{i} ELSE ta.m{i} END, top.bm{i}, top.am{i}'
+                    for i in range(len(metrics)))}
+    FROM partitions AS p CROSS JOIN no_rows AS e LEFT JOIN counts AS c ON c.pkey = p.pkey
          LEFT JOIN totals_before AS tb ON tb.pkey = p.pkey LEFT JOIN totals_after AS ta ON ta.pkey = p.pkey
          LEFT JOIN top ON top.pkey = p.pkey
     ORDER BY p.pkey, top.rk
@@ -326,9 +336,23 @@ def consumer_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, 
     """What consumers will see change when `keys` are published: the published table now (before
     the copy) against the target, slice by slice."""
     parts: list[PartitionImpact] = []
+    prints: dict[str, tuple] = {}
     for i in range(0, len(keys), SLICE):
-        parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE], top)
-    return Impact("", spec.publish_as, [m.name for m in spec.metrics], parts)
+        parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE], top, prints)
+    return Impact("", spec.publish_as, [m.name for m in spec.metrics], parts, prints)
+
+
+def consumer_impact_holds(session: Session, spec: TableSpec, scheme: PartitionScheme, impact: Impact) -> bool:
+    """Whether neither table moved since `impact` was computed: the hash passes alone, two scans,
+    so publish can compute the impact before it locks and only check it under the lock."""
+    keys = list(impact.prints)
+    for i in range(0, len(keys), SLICE):
+        part = keys[i:i + SLICE]
+        now = _quick_prints(session, spec, scheme, quote(spec.table), part)
+        before = _quick_prints(session, spec, scheme, quote(spec.publish_table), part)
+        if any(impact.prints[k] != (before[k], now[k]) for k in part):
+            return False
+    return True
 
 
 def plan_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,

@@ -30,6 +30,9 @@ class Column:
                                   fix="use a type name such as BIGINT, VARCHAR or DECIMAL(18,2)")
 
 
+RESERVED_METRIC_NAMES = frozenset({"added", "removed", "changed", "partitions_changed"})
+
+
 @dataclass(frozen=True)
 class Metric:
     """A business aggregate computed on the target and, independently, on the source.
@@ -46,6 +49,10 @@ class Metric:
 
     def __post_init__(self) -> None:
         checked(self.name, "metric name")
+        if self.name.lower() in RESERVED_METRIC_NAMES:
+            # an impact's totals hold these counts beside each metric's figures
+            raise IdentifierError(f"metric name {self.name!r} is reserved for the impact's row counts",
+                                  fix=f"rename the metric (reserved: {', '.join(sorted(RESERVED_METRIC_NAMES))})")
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,11 @@ class TableSpec:
     @property
     def value_columns(self) -> list[str]:
         return [c for c in self.columns if c not in self.business_keys]
+
+    @property
+    def key_types(self) -> tuple[str, ...]:
+        """The declared type of each business key, in order."""
+        return tuple(self.column(k).type for k in self.business_keys)
 
     def source_key_sql(self, key: str) -> str:
         """The source expression that yields business key `key`."""

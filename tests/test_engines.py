@@ -135,3 +135,30 @@ def test_dagster_instance_on_postgres_holds_the_runs_of_a_plan(postgres_server, 
         assert len(runs) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
         evaluations = on_pg.get_records_for_run(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
         assert len(evaluations.records) == 7
+
+
+REVENUE_COLUMNS = ("orders BIGINT, gross DECIMAL(18,2), refunds DECIMAL(18,2), net_revenue DECIMAL(18,2), "
+                   "customers BIGINT")
+
+
+def test_a_consumers_table_made_before_the_contract_with_other_key_types_still_publishes(engine_world):
+    world = engine_world
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region TEXT, {REVENUE_COLUMNS})")
+    world.run_sql("INSERT INTO published_revenue VALUES (DATE '2026-01-01', 'north', 1, 1, 0, 1, 1)")
+    result = world.materialize(keys(1, 2), spec=BUGGY, publish=True)
+    assert result.success, failure_text(result)
+    assert world.fingerprints("published_revenue", keys(1, 2)) == world.fingerprints("daily_revenue", keys(1, 2))
+
+
+def test_a_target_whose_key_column_drifted_from_the_contract_fails_its_gate_not_a_statement(engine_world):
+    world = engine_world
+    world.run_sql(f"CREATE TABLE daily_revenue (order_date DATE, region TEXT, {REVENUE_COLUMNS})")
+    result = world.materialize(keys(1, 1), spec=BUGGY)
+    judged = dict(world.sql("SELECT gate, passed FROM backfill_control.gate_results WHERE partition_key = ?",
+                            [keys(1, 1)[0]]))
+    if world.url:  # PostgreSQL: TEXT is not the contract's VARCHAR
+        assert not result.success and judged["contract_holds"] is False, failure_text(result)
+        assert "operator does not exist" not in failure_text(result)
+        assert all(passed for gate, passed in judged.items() if gate != "contract_holds")
+    else:  # DuckDB: TEXT is VARCHAR
+        assert result.success and all(judged.values())

@@ -35,14 +35,17 @@ def test_a_key_match_pairs_null_with_null_through_a_hash_or_merge_join(engine):
     rows = [("2026-01-01", "north", 1), ("2026-01-01", None, 2), ("2026-01-01", None, None),
             ("2026-01-02", "south", None)]
     with engine.session() as session:
+        # the right side holds other types than the declared ones, as a source or an older table may
+        session.execute("CREATE TABLE l (day DATE, region VARCHAR(10), n BIGINT, v BIGINT)")
+        session.execute("CREATE TABLE r (day TIMESTAMP, region TEXT, n INTEGER, v BIGINT)")
         for table in ("l", "r"):
-            session.execute(f"CREATE TABLE {table} (day DATE, region VARCHAR(10), n BIGINT, v BIGINT)")
             for i, row in enumerate(rows):
                 session.execute(f"INSERT INTO {table} VALUES (CAST(? AS DATE), ?, ?, ?)", [*row, i])
         session.execute("INSERT INTO r VALUES (DATE '2026-01-03', NULL, NULL, 9)")
-        match = engine.keys_match_sql("l", "r", KEYS)
+        session.execute("INSERT INTO r VALUES (TIMESTAMP '2026-01-01 10:00:00', 'north', 1, 10)")  # not that day
+        match = engine.keys_match_sql("l", "r", KEYS, ["DATE", "VARCHAR(10)", "BIGINT"])
         sql = f"SELECT l.v, r.v FROM l FULL OUTER JOIN r ON {match} ORDER BY 2"
-        assert session.rows(sql) == [(0, 0), (1, 1), (2, 2), (3, 3), (None, 9)]
+        assert session.rows(sql) == [(0, 0), (1, 1), (2, 2), (3, 3), (None, 9), (None, 10)]
         plan = "\n".join(str(cell) for row in session.rows(f"EXPLAIN {sql}") for cell in row)
     if engine.name == "postgresql":
         joined_on = re.search(r"(Hash|Merge) Cond: (.*)", plan)
@@ -90,3 +93,26 @@ def test_the_per_key_gate_matches_source_keys_of_other_types_and_null_keys_on_ea
         swapped = slice_figures(session, spec, scheme, ["2026-01-01"], thresholds, [])["2026-01-01"]
     assert swapped.differing == {"amount": 2} and (swapped.missing_groups, swapped.extra_groups) == (0, 0)
     assert "store=1, region=NULL" in swapped.worst and "store=2, region=NULL" in swapped.worst
+
+
+@pytest.mark.parametrize(("target_type", "source_type", "target_key", "source_key"), [
+    ("INTEGER", "BIGINT", "5", "5000000005"),             # would overflow the target's type
+    ("DECIMAL(10,2)", "DECIMAL(10,3)", "1.00", "1.001"),  # would be rounded into the target's key
+    ("VARCHAR(3)", "VARCHAR(20)", "abc", "abcdef"),       # would be cut to the target's length
+])
+def test_a_source_key_the_target_type_cannot_hold_is_a_missing_group_on_each_engine(
+        engine, target_type, source_type, target_key, source_key):
+    spec = TableSpec(name="by_key", source="key_source", select_sql="SELECT 1", partition_column="day",
+                     source_partition_column="day", business_keys=("day", "k"),
+                     contract=(Column("day", "DATE"), Column("k", target_type), Column("amount", "DECIMAL(18,2)")),
+                     metrics=(Metric("amount", "sum(amount)", "sum(amount)"),), publish_as="by_key_published")
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), ("2026-01-01",), "days")
+    with engine.session() as session:
+        session.execute(spec.create_sql())
+        session.execute(f"CREATE TABLE key_source (day DATE, k {source_type}, amount DECIMAL(18,2))")
+        session.execute(f"INSERT INTO by_key VALUES (DATE '2026-01-01', CAST(? AS {target_type}), 1)", [target_key])
+        session.execute(f"INSERT INTO key_source VALUES (DATE '2026-01-01', CAST(? AS {source_type}), 1)",
+                        [source_key])
+        thresholds = Thresholds(max_row_diff_pct=0, max_duplicate_rows=0, metric_tolerances={"amount": Tolerance()})
+        figures = slice_figures(session, spec, scheme, ["2026-01-01"], thresholds, [])["2026-01-01"]
+    assert (figures.missing_groups, figures.extra_groups) == (1, 1)

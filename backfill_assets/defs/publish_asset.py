@@ -58,6 +58,7 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         yield dg.MaterializeResult(metadata={
             "rows": done.rows, "partitions": dg.MetadataValue.int(len(keys)),
             "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none",
-            **impact_metadata(done.impact)})
+            **(impact_metadata(done.impact) if done.impact is not None else
+               {"impact": dg.MetadataValue.text(f"not computed: {done.impact_error}")})})
 
     return published

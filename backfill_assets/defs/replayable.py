@@ -17,7 +17,7 @@ import dagster as dg
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
-from backfill_assets.errors import BackfillError, PartitionRefused, WarehouseError
+from backfill_assets.errors import BackfillError, PartitionRefused
 from backfill_assets.execution.audit import judge
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
@@ -83,9 +83,9 @@ def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: 
         return {}  # a plan-free write only fills empty partitions: there is no before
     try:
         impact = plan_impact(session, spec, scheme, permission.plan, list(permission.keys), top=3)
-    except WarehouseError as exc:
-        context.log.warning(f"the impact of this run could not be computed: {exc}")
-        return {"impact": dg.MetadataValue.text(f"not computed: {exc}")}
+    except Exception as exc:  # noqa: BLE001 - a report must never fail a run whose data is written and judged
+        context.log.warning(f"the impact of this run could not be computed: {type(exc).__name__}: {exc}")
+        return {"impact": dg.MetadataValue.text(f"not computed: {type(exc).__name__}: {exc}")}
     return impact_metadata(impact)
 
 

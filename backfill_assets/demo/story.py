@@ -250,7 +250,7 @@ def run_demo(home: Home) -> int:
     published = _in_process(home, fixed, instance, ["published_revenue"], dict(request.tags))
     if not published.success:
         raise UsageError("the publish run failed: " + "; ".join(failure_messages(published)), fix=str(home.log_file))
-    print(consumers_line(published.get_asset_materialization_events()))  # as the owners' notice says
+    print(consumers_line(published.get_asset_materialization_events()) or "consumers see no change")
     run(*h, "status", PLAN_ID)
 
     step(11, "Evidence for the audit, from the keyed hash chain")

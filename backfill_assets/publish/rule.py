@@ -9,15 +9,16 @@ else refuses the whole copy, names the partitions, and leaves consumers on the l
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets import faults
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.errors import PublishBlocked
+from backfill_assets.errors import PublishBlocked, WarehouseError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
-from backfill_assets.impact import Impact, consumer_impact
+from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_reopen
@@ -80,7 +81,10 @@ class Published:
     rows: int
     partitions: list[str]
     plans_published: list[str]
-    impact: Impact  # what consumers see change: the published table before the copy against after
+    # what consumers see change: the published table before the copy against after; None when it
+    # could not be computed (a report: publish does not depend on it)
+    impact: Impact | None
+    impact_error: str = ""
 
 
 class _Refused(Exception):
@@ -94,13 +98,18 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     keys = list(dict.fromkeys(keys))
     with session.transaction():
         ensure_table(session, spec, spec.publish_table)
+    # the impact is computed before the lock, where its cost holds no writer up, and only checked
+    # under it (two hash passes); computed again there if either table moved in between
+    impact, impact_error = _impact_or_why(session, spec, scheme, keys)
     try:
         with session.transaction():
             session.hold_table(spec.table)  # no writer may change the target between check and copy
             found = check(session, spec, scheme, keys)
             if found.problems:
                 raise _Refused(found)
-            published = _copy(session, spec, scheme, keys, found.plans, actor)
+            if impact is not None and not consumer_impact_holds(session, spec, scheme, impact):
+                impact = consumer_impact(session, spec, scheme, keys)
+            published = _copy(session, spec, scheme, keys, found.plans, actor, impact)
     except _Refused as refused:
         record_changed(session, spec, refused.found, actor)
         problems = refused.found.problems
@@ -110,7 +119,15 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                                fix=_fix(refused.found))
         error.changed = refused.found.changed  # type: ignore[attr-defined]
         raise error from None
-    return published
+    return dataclasses.replace(published, impact_error=impact_error)
+
+
+def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
+                   keys: list[str]) -> tuple[Impact | None, str]:
+    try:
+        return consumer_impact(session, spec, scheme, keys), ""
+    except WarehouseError as exc:
+        return None, str(exc)
 
 
 def _fix(found: Check) -> str:
@@ -141,12 +158,11 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
 
 
 def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list[str],
-          plans: list[PlanState], actor: str) -> Published:
+          plans: list[PlanState], actor: str, impact: Impact | None) -> Published:
     at = evidence_log.now_iso()
     for plan in plans:
         held = [k for k in keys if plan.covers(k)]
         ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at)
-    impact = consumer_impact(session, spec, scheme, keys)  # read before the copy, in its transaction
     target, published = quote(spec.table), quote(spec.publish_table)
     cols = ", ".join(quote(c) for c in spec.columns)
     where, params = scheme.many_predicate(quote(spec.partition_column), keys)
@@ -156,14 +172,14 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
     copied = int(session.scalar(f"SELECT count(*) FROM {published} WHERE {where}", params))
     done = []
     for plan in plans:
-        seen = impact.of(plan.plan_id, plan.partition_keys)
+        seen = impact.of(plan.plan_id, plan.partition_keys) if impact is not None else None
         evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
             "table": spec.publish_as, "partitions": len(plan.partition_keys),
             "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied,
-            "sha256": plan.approved_sha256, "impact": seen.totals})
+            "sha256": plan.approved_sha256, "impact": seen.totals if seen else None})
         record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
                           note=f"{len(plan.partition_keys)} partition(s) published")
-        announce_reopen(session, plan.approved.plan, actor, seen.summary())
+        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None)
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")
     return Published(copied, keys, done, impact)

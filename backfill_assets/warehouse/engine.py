@@ -170,15 +170,21 @@ class Engine(ABC):
         (a diff); sum it as `wide_int`. Never stored: engines do not promise it stays the same
         across versions."""
 
-    def same_key_sql(self, left: str, right: str) -> str:
-        """NULL-safe equality of two key expressions (NULL matches NULL) that the engine can hash-
-        or merge-join on: a join on business keys must never fall back to comparing every row of
-        a partition with every other."""
+    def same_key_sql(self, left: str, right: str, declared: str) -> str:
+        """NULL-safe equality of two values of a key declared `declared` in the contract (NULL
+        matches NULL), that the engine can hash- or merge-join on: a join on business keys must
+        never fall back to comparing every row of a partition with every other. Either side may
+        hold another type than the declared one (a source column, a table made before the
+        contract); the comparison must neither fail on that nor lose information (no truncation,
+        no rounding)."""
         return f"{left} IS NOT DISTINCT FROM {right}"
 
-    def keys_match_sql(self, left_alias: str, right_alias: str, columns: Sequence[str]) -> str:
-        """`same_key_sql` for each of `columns` (already-quoted SQL names) between two aliases."""
-        return " AND ".join(self.same_key_sql(f"{left_alias}.{c}", f"{right_alias}.{c}") for c in columns) or "TRUE"
+    def keys_match_sql(self, left_alias: str, right_alias: str, columns: Sequence[str],
+                       declared: Sequence[str]) -> str:
+        """`same_key_sql` for each of `columns` (SQL names) between two aliases, with each key's
+        declared type."""
+        return " AND ".join(self.same_key_sql(f"{left_alias}.{c}", f"{right_alias}.{c}", t)
+                            for c, t in zip(columns, declared, strict=True)) or "TRUE"
 
     def key_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
         """A text that identifies the business-key values (NULL included) of a row."""

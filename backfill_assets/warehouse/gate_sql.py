@@ -123,10 +123,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
     s_select = [f"{source_group.key_sql} AS pkey"]
-    # in the target's own type: the source's may differ (INTEGER against BIGINT, TEXT against
-    # VARCHAR), and a key match that hashes (PostgreSQL) compares values of one type only
-    s_select += [f"CAST(({spec.source_key_sql(k)}) AS {spec.column(k).type}) AS {c}"
-                 for k, c in zip(bkeys, kcols, strict=True)]
+    s_select += [f"({spec.source_key_sql(k)}) AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
     s_select += ["count(*) AS n"]
     s_select += [f"({m.source_sql}) AS m{i}" for i, m in enumerate(metrics)]
     s_select += [f"count(*) - count(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
@@ -150,7 +147,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     metric_text = " || ".join(
         f"CASE WHEN bad{i} THEN ' {m.name} ' || coalesce({text(f'tm{i}')}, 'NULL') || ' vs ' || "
         f"coalesce({text(f'sm{i}')}, 'NULL') ELSE '' END" for i, m in enumerate(metrics)) or "''"
-    join_on = f"t.pkey = s.pkey AND {engine.keys_match_sql('t', 's', kcols)}"
+    join_on = f"t.pkey = s.pkey AND {engine.keys_match_sql('t', 's', kcols, spec.key_types)}"
     any_bad = " OR ".join([f"bad{i}" for i in range(len(metrics))] + ["tn IS NULL", "sn IS NULL"])
     worst = " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs(tm{i} - sm{i}) AS DOUBLE PRECISION), "
                        "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"

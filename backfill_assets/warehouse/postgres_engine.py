@@ -45,6 +45,28 @@ def translate(sql: str) -> str:
     return _TOKEN.sub(swap, sql)
 
 
+_TEXT_TYPES = {"VARCHAR", "CHARACTER VARYING", "CHAR", "CHARACTER", "BPCHAR", "TEXT", "STRING", "NAME"}
+_EXACT_TYPES = {"SMALLINT", "INTEGER", "INT", "INT2", "INT4", "INT8", "BIGINT", "DECIMAL", "NUMERIC",
+                "HUGEINT", "TINYINT"}
+_FLOAT_TYPES = {"REAL", "FLOAT", "FLOAT4", "FLOAT8", "DOUBLE", "DOUBLE PRECISION"}
+_TIME_TYPES = {"DATE", "TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP WITHOUT TIME ZONE"}
+
+
+def _comparison_type(declared: str) -> str:
+    """The type two values of a key declared `declared` are compared in: wide enough for any
+    member of its family, so no value is cut, rounded or refused on the way."""
+    base = declared.split("(")[0].strip().upper()
+    if base in _TEXT_TYPES:
+        return "TEXT"
+    if base in _EXACT_TYPES:
+        return "NUMERIC"
+    if base in _FLOAT_TYPES:
+        return "DOUBLE PRECISION"
+    if base in _TIME_TYPES:
+        return "TIMESTAMPTZ"
+    return base  # BOOLEAN, UUID, TIME, ...: the declared type without its length
+
+
 class PostgresStatementError(WarehouseError):
     """A statement failed inside PostgreSQL; the first line of its message says why."""
 
@@ -157,17 +179,23 @@ class PostgresEngine(Engine):
         return (f"(CAST(CAST(CAST('x' || substr({digest}, 1, 8) AS bit(32)) AS bigint) & 4294967295 AS NUMERIC) "
                 f"* 4294967296 + (CAST(CAST('x' || substr({digest}, 9, 8) AS bit(32)) AS bigint) & 4294967295))")
 
-    def same_key_sql(self, left: str, right: str) -> str:
+    def same_key_sql(self, left: str, right: str, declared: str) -> str:
         # IS NOT DISTINCT FROM is neither hashable nor mergeable in PostgreSQL: a join on it
-        # compares each row of a partition with every other (7.7 s for 3 x 7,000 keys). One-element
-        # arrays compare NULL equal to NULL and hash- and merge-join (0.15 s for the same join).
-        return f"ARRAY[{left}] = ARRAY[{right}]"
+        # compares each row of a partition with every other (8.6 s instead of 0.17 s for 3 x 7,000
+        # keys, benchmarks/key_match.py). One-element arrays compare NULL equal to NULL and hash-
+        # and merge-join, but only arrays of one type: both sides go to the lossless type of the
+        # declared key's family (VARCHAR(3) against TEXT as TEXT, INTEGER against BIGINT or
+        # NUMERIC(10,3) as NUMERIC, DATE against TIMESTAMP as TIMESTAMPTZ, as PostgreSQL itself
+        # compares them), never to the declared type itself, which would truncate or round.
+        kind = _comparison_type(declared)
+        return f"ARRAY[CAST({left} AS {kind})] = ARRAY[CAST({right} AS {kind})]"
 
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
         from backfill_assets.warehouse.identifiers import quote
 
         prefix = f"{alias}." if alias else ""
-        return f"hash_record_extended(ROW({', '.join(prefix + quote(c) for c in columns)}), 0)"
+        # of the row's text: hash_record_extended has no hash for JSON, XML, POINT or MONEY columns
+        return f"hashtextextended(CAST(ROW({', '.join(prefix + quote(c) for c in columns)}) AS TEXT), 0)"
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"

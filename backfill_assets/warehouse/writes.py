@@ -93,13 +93,14 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
         session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     elif mode == "merge":
         # delete what the recomputation replaces, inside its own partition only, then insert it
-        match = session.engine.keys_match_sql("t", "s", [quote(k) for k in spec.business_keys])
+        match = session.engine.keys_match_sql("t", "s", [quote(k) for k in spec.business_keys], spec.key_types)
         session.execute(f"DELETE FROM {target} AS t WHERE {where} AND EXISTS "
                         f"(SELECT 1 FROM {STAGE} AS s WHERE {same_partition} AND {match})", params)
         session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")
     else:
         on = (spec.event_id_column,) if spec.event_id_column else spec.business_keys
-        match = session.engine.keys_match_sql("t", "s", [quote(k) for k in on])
+        match = session.engine.keys_match_sql("t", "s", [quote(k) for k in on],
+                                              [spec.column(k).type for k in on])
         session.execute(
             f"INSERT INTO {target} ({cols}) SELECT {', '.join('s.' + quote(c) for c in spec.columns)} "
             f"FROM {STAGE} AS s WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {same_partition} "
