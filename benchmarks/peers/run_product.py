@@ -3,7 +3,8 @@
 Runs with the project's own venv (.venv/bin/python), like a `backfill diff` command would: imports,
 loads the Parquet copies into its own DuckDB file once, warms DuckDB's buffers with one scan of
 both tables, then times one `backfill_assets.impact.compare` (a native hash per partition on both
-sides, then one hash join over the changed partitions). Prints one JSON object, as the peers do.
+sides, then one statement over the changed partitions: rows grouped by row hash, then only the keys
+of the rows that differ). Prints one JSON object, as the peers do.
 The same function also runs inside diff_peers.py's own process; this copy keeps it away from the
 other in-process tools' memory (their multi-second queries), so the two figures bracket it.
 """
