@@ -24,7 +24,7 @@ from typing import Any
 
 from backfill_assets.errors import WindowError
 
-_PARAM = re.compile(r"\$(partition(?:_start|_end)?)\b")
+PARTITION_PARAM = re.compile(r"\$(partition(?:_start|_end)?)\b")  # a `$partition*` parameter in select_sql
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class PartitionScheme:
         """The `$partition*` parameters `sql` uses, bound for `key`."""
         lo, hi = self._bounds(key)
         available = {"partition": lo, "partition_start": lo, "partition_end": hi}
-        return {name: available[name] for name in dict.fromkeys(_PARAM.findall(sql))}
+        return {name: available[name] for name in dict.fromkeys(PARTITION_PARAM.findall(sql))}
 
     def predicate(self, column_sql: str) -> str:
         """A WHERE fragment selecting one key's rows; bind `predicate_params(key)`."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_assets.errors import WriteRefused
-from backfill_assets.partitions import PartitionScheme
+from backfill_assets.partitions import PARTITION_PARAM, PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprint_sum_sql, fingerprints
@@ -42,13 +42,18 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     # typed like the target, then filled: CREATE TABLE AS cannot take parameters on every engine
     session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols}, 0 AS {SLOT}, {part} AS {LO}, {part} AS {HI} "
                     f"FROM {quote(spec.table)} WHERE FALSE")
-    sql = session.engine.named(spec.select_sql)
     kind = spec.column(spec.partition_column).type  # typed: a NULL end is not text on every engine
-    insert = (f"INSERT INTO {STAGE} ({cols}, {SLOT}, {LO}, {HI}) SELECT {cols}, CAST(${SLOT} AS INTEGER), "
-              f"CAST(${LO} AS {kind}), CAST(${HI} AS {kind}) FROM ({sql}) AS s")
+    # one INSERT for all the partitions: each recomputation a branch of a UNION ALL, its
+    # $partition parameters renamed apart (a statement a partition cost ~3 ms of overhead each)
+    branches, params = [], {}
     for slot, key in enumerate(keys):
         lo, hi = scheme.bounds(key)
-        session.execute(insert, {**scheme.params_for(spec.select_sql, key), SLOT: slot, LO: lo, HI: hi})
+        sql = session.engine.named(PARTITION_PARAM.sub(lambda m, n=slot: f"${m.group(1)}_{n}", spec.select_sql))
+        params.update({f"{name}_{slot}": value for name, value in scheme.params_for(spec.select_sql, key).items()})
+        params.update({f"{SLOT}_{slot}": slot, f"{LO}_{slot}": lo, f"{HI}_{slot}": hi})
+        branches.append(f"SELECT {cols}, CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), "
+                        f"CAST(${HI}_{slot} AS {kind}) FROM ({sql}) AS s")
+    session.execute(f"INSERT INTO {STAGE} ({cols}, {SLOT}, {LO}, {HI}) {' UNION ALL '.join(branches)}", params)
 
 
 def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
