@@ -3,6 +3,7 @@ and a real PostgreSQL server (started by tests/pg_server.py as a non-root user o
 
 from __future__ import annotations
 
+import dagster as dg
 import pytest
 import yaml
 
@@ -162,3 +163,15 @@ def test_a_target_whose_key_column_drifted_from_the_contract_fails_its_gate_not_
         assert all(passed for gate, passed in judged.items() if gate != "contract_holds")
     else:  # DuckDB: TEXT is VARCHAR
         assert result.success and all(judged.values())
+
+
+def test_a_publish_whose_impact_cannot_be_computed_still_publishes_and_says_why(engine_world):
+    world = engine_world
+    # a consumers' table whose day is a TIMESTAMP: its partitions cannot be told apart by day key
+    world.run_sql(f"CREATE TABLE published_revenue (order_date TIMESTAMP, region VARCHAR, {REVENUE_COLUMNS})")
+    world.run_sql("INSERT INTO published_revenue VALUES (TIMESTAMP '2026-01-01 00:00:00', 'north', 1, 1, 0, 1, 1)")
+    result = world.materialize(keys(1, 2), spec=BUGGY, publish=True)
+    assert result.success, failure_text(result)
+    [event] = world.instance.get_latest_materialization_events([dg.AssetKey("published_revenue")]).values()
+    assert event.asset_materialization.metadata["impact"].value.startswith("not computed: ")
+    assert world.sql("SELECT count(*) FROM published_revenue")[0][0] == 10

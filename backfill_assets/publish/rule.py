@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from backfill_assets import faults
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.errors import PublishBlocked, WarehouseError
+from backfill_assets.errors import PublishBlocked
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
@@ -126,8 +126,8 @@ def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
                    keys: list[str]) -> tuple[Impact | None, str]:
     try:
         return consumer_impact(session, spec, scheme, keys), ""
-    except WarehouseError as exc:
-        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - a report never blocks a publish the gates allow
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _fix(found: Check) -> str:
