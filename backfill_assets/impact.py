@@ -83,9 +83,12 @@ class Impact:
                "added": sum(p.added for p in self.partitions), "removed": sum(p.removed for p in self.partitions),
                "changed": sum(p.changed for p in self.partitions)}
         for m in self.metrics:
-            olds = [p.totals[m][0] for p in self.partitions if m in p.totals and p.totals[m][0] is not None]
-            news = [p.totals[m][1] for p in self.partitions if m in p.totals and p.totals[m][1] is not None]
-            out[m] = {"old": sum(olds), "new": sum(news), "difference": sum(news) - sum(olds)}
+            # summed as decimals of the figures' shortest text: float sums would record 24804.25000000006
+            old = sum(Decimal(repr(p.totals[m][0])) for p in self.partitions
+                      if m in p.totals and p.totals[m][0] is not None)
+            new = sum(Decimal(repr(p.totals[m][1])) for p in self.partitions
+                      if m in p.totals and p.totals[m][1] is not None)
+            out[m] = {"old": float(old), "new": float(new), "difference": float(new - old)}
         return out
 
     def to_json(self) -> dict:

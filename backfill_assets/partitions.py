@@ -24,7 +24,20 @@ from typing import Any
 
 from backfill_assets.errors import WindowError
 
-PARTITION_PARAM = re.compile(r"\$(partition(?:_start|_end)?)\b")  # a `$partition*` parameter in select_sql
+# A `$partition*` parameter of select_sql, found outside string literals, quoted identifiers and
+# comments (which neither engine binds): only group 1 is a parameter's name.
+_PARAM_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\$(partition(?:_start|_end)?)\b",
+                          re.DOTALL)
+
+
+def partition_params(sql: str) -> list[str]:
+    """The `$partition*` parameters `sql` binds, in first-use order."""
+    return list(dict.fromkeys(m.group(1) for m in _PARAM_TOKEN.finditer(sql) if m.group(1)))
+
+
+def rename_partition_params(sql: str, suffix: str) -> str:
+    """`sql` with each `$partition*` parameter renamed `$<name><suffix>` (literals untouched)."""
+    return _PARAM_TOKEN.sub(lambda m: f"${m.group(1)}{suffix}" if m.group(1) else m.group(0), sql)
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class PartitionScheme:
         """The `$partition*` parameters `sql` uses, bound for `key`."""
         lo, hi = self._bounds(key)
         available = {"partition": lo, "partition_start": lo, "partition_end": hi}
-        return {name: available[name] for name in dict.fromkeys(PARTITION_PARAM.findall(sql))}
+        return {name: available[name] for name in partition_params(sql)}
 
     def predicate(self, column_sql: str) -> str:
         """A WHERE fragment selecting one key's rows; bind `predicate_params(key)`."""
@@ -159,7 +172,8 @@ def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> Partition
             raise WindowError(f"{name}'s partition column is a DATE, but its partitions are shorter "
                               "than a day", fix="partition on a TIMESTAMP column")
         if isinstance(partitions_def, dg.DailyPartitionsDefinition):
-            return PartitionScheme("equality", lambda k: (window(k).start.date(), None), keys, what)
+            # rows match the day itself; the window's end is still bound as $partition_end
+            return PartitionScheme("equality", lambda k: (window(k).start.date(), window(k).end.date()), keys, what)
         return PartitionScheme("range", lambda k: (window(k).start.date(), window(k).end.date()),
                                keys, what)
     if kind in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE"):

@@ -175,3 +175,32 @@ def test_a_publish_whose_impact_cannot_be_computed_still_publishes_and_says_why(
     [event] = world.instance.get_latest_materialization_events([dg.AssetKey("published_revenue")]).values()
     assert event.asset_materialization.metadata["impact"].value.startswith("not computed: ")
     assert world.sql("SELECT count(*) FROM published_revenue")[0][0] == 10
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_publish_waits_while_another_holds_the_published_table(engine_world):
+    """Two publishes of one table at once on a server engine each deleted what the other had not
+    committed yet, then both inserted: every row twice. They take turns on the publish lock."""
+    import threading
+
+    from backfill_assets.publish import rule
+
+    world = engine_world
+    assert world.materialize(keys(1, 2), spec=BUGGY, publish=True).success
+    before = world.fingerprints("published_revenue", keys(1, 2))
+    outcome: dict[str, object] = {}
+
+    def publish() -> None:
+        with world.warehouse().session() as session:
+            outcome["published"] = rule.publish(session, BUGGY, world.scheme, keys(1, 2), actor="second")
+
+    with world.warehouse().session() as holder, holder.transaction():
+        holder.lock(rule.publish_lock(BUGGY))  # what a publish (or a rollback) in its transaction holds
+        second = threading.Thread(target=publish)
+        second.start()
+        second.join(timeout=2)
+        assert second.is_alive() and "published" not in outcome  # waiting, nothing copied
+    second.join(timeout=60)
+    assert outcome["published"].rows == 10
+    assert world.sql("SELECT count(*), count(DISTINCT (order_date, region)) FROM published_revenue") == [(10, 10)]
+    assert world.fingerprints("published_revenue", keys(1, 2)) == before

@@ -192,3 +192,39 @@ def test_withdraw_refuses_a_plan_that_wrote_and_names_rollback(world, run_cli):
     assert refused.code == 1 and "backfill rollback fix" in refused.err
     assert "has written 1 partition(s)" in refused.err, refused.err  # partitions, not writes
     assert world.phase() == "proving"
+
+
+def test_partition_parameters_in_literals_and_comments_are_not_bound_when_partitions_are_staged_together(
+        engine_world):
+    """The partitions of a transaction are staged by one statement, each recomputation's
+    `$partition` renamed apart: a `$partition` inside a string literal is text, and one inside a
+    comment is not a parameter, on each engine; a `%` in a literal stays one (psycopg reads `%`
+    everywhere in a statement with parameters)."""
+    world = engine_world
+    select_sql = FIXED.select_sql.replace(
+        "SELECT", "SELECT /* $partition_end */ -- $partition_start\n", 1)
+    noted = dataclasses.replace(
+        FIXED, select_sql=f"SELECT order_date, region || ' $partition 100%' AS region, orders, gross, refunds, "
+                          f"net_revenue, customers FROM ({select_sql}) AS fixed")
+    days = keys(1, 3)
+    with world.warehouse().session() as session:
+        ensure_table(session, noted)
+        with session.transaction():
+            written = write_rows(session, noted, world.scheme, days, "overwrite")
+    assert [rows for rows, _ in written.values()] == [5, 5, 5]
+    regions = world.sql("SELECT DISTINCT region FROM daily_revenue ORDER BY 1")
+    assert regions and all(r.endswith(" $partition 100%") for r, in regions), regions
+
+
+def test_a_daily_date_table_binds_the_window_end_as_partition_end(world):
+    """The README promises `$partition_start` / `$partition_end` for every time window; on a daily
+    DATE table the end was bound to NULL, so a window-style select_sql staged no rows."""
+    windowed = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "order_date = $partition", "order_date >= $partition_start AND order_date < $partition_end"))
+    with world.warehouse().session() as session:
+        ensure_table(session, windowed)
+        with session.transaction():
+            by_window = write_rows(session, windowed, world.scheme, keys(1, 2), "overwrite")
+        with session.transaction():
+            by_day = write_rows(session, FIXED, world.scheme, keys(1, 2), "overwrite")
+    assert by_window == by_day and [rows for rows, _ in by_day.values()] == [5, 5]

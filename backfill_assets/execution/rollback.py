@@ -20,6 +20,7 @@ from backfill_assets.errors import PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_end
+from backfill_assets.publish.rule import publish_lock
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
@@ -98,6 +99,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
                 report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
         return report
     with session.transaction():
+        session.lock(publish_lock(spec))  # a publish copying into the published table meanwhile waits
         for table, table_keys in tables.items():
             restored = restore(session, spec, scheme, table, state.plan_id, table_keys)
             if restored:

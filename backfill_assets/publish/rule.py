@@ -98,17 +98,22 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     keys = list(dict.fromkeys(keys))
     with session.transaction():
         ensure_table(session, spec, spec.publish_table)
-    # the impact is computed before the lock, where its cost holds no writer up, and only checked
-    # under it (two hash passes); computed again there if either table moved in between
+    # the impact is computed before the locks, where its cost holds no one up, and only checked
+    # under them (two hash passes): if either table moved in between, it is left out, not redone
+    # there (a report must neither hold writers up nor fail the publish)
     impact, impact_error = _impact_or_why(session, spec, scheme, keys)
     try:
         with session.transaction():
+            # publishes (and rollbacks) of one table take turns: on a server engine two copies at
+            # once would each delete what the other had not committed yet, then both insert
+            session.lock(publish_lock(spec))
             session.hold_table(spec.table)  # no writer may change the target between check and copy
             found = check(session, spec, scheme, keys)
             if found.problems:
                 raise _Refused(found)
             if impact is not None and not consumer_impact_holds(session, spec, scheme, impact):
-                impact = consumer_impact(session, spec, scheme, keys)
+                impact, impact_error = None, ("the published or target table changed while it was computed; "
+                                              "`backfill diff PLAN` reports the plan's impact")
             published = _copy(session, spec, scheme, keys, found.plans, actor, impact)
     except _Refused as refused:
         record_changed(session, spec, refused.found, actor)
@@ -120,6 +125,11 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
         error.changed = refused.found.changed  # type: ignore[attr-defined]
         raise error from None
     return dataclasses.replace(published, impact_error=impact_error)
+
+
+def publish_lock(spec: TableSpec) -> str:
+    """The lock every writer of the published table holds: publish, and rollback's restore."""
+    return f"publish:{spec.publish_table}"
 
 
 def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,

@@ -28,11 +28,14 @@ from backfill_assets.errors import WarehouseError
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session
 
-_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%")
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%",
+                    re.DOTALL)
 
 
 def translate(sql: str) -> str:
-    """`?` -> `%s`, `$name` -> `%(name)s`, `%` -> `%%`, except inside literals and comments."""
+    """For a statement with parameters: `?` -> `%s` and `$name` -> `%(name)s` outside literals and
+    comments (`--` and `/* */`), and every `%` doubled, inside them too: psycopg reads `%` as a
+    placeholder wherever it stands (`LIKE 'refund%'` would fail)."""
     def swap(match: re.Match) -> str:
         token = match.group(0)
         if token == "?":
@@ -41,7 +44,7 @@ def translate(sql: str) -> str:
             return "%%"
         if match.group(1):
             return f"%({match.group(1)})s"
-        return token
+        return token.replace("%", "%%")  # a literal or a comment
     return _TOKEN.sub(swap, sql)
 
 
@@ -91,7 +94,9 @@ class PostgresSession(Session):
 
         try:
             with self.con.cursor() as cur:
-                cur.execute(translate(sql), params if isinstance(params, dict) else (list(params) or None))
+                bound = params if isinstance(params, dict) else (list(params) or None)
+                # without parameters psycopg sends the text as it is: `%` stays single
+                cur.execute(translate(sql) if bound else sql, bound)
                 return cur.fetchall() if fetch and cur.description is not None else []
         except psycopg.Error as exc:
             raise PostgresStatementError(exc) from exc

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_assets.errors import WriteRefused
-from backfill_assets.partitions import PARTITION_PARAM, PartitionScheme
+from backfill_assets.partitions import PartitionScheme, rename_partition_params
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprint_sum_sql, fingerprints
@@ -48,7 +48,7 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     branches, params = [], {}
     for slot, key in enumerate(keys):
         lo, hi = scheme.bounds(key)
-        sql = session.engine.named(PARTITION_PARAM.sub(lambda m, n=slot: f"${m.group(1)}_{n}", spec.select_sql))
+        sql = session.engine.named(rename_partition_params(spec.select_sql, f"_{slot}"))
         params.update({f"{name}_{slot}": value for name, value in scheme.params_for(spec.select_sql, key).items()})
         params.update({f"{SLOT}_{slot}": slot, f"{LO}_{slot}": lo, f"{HI}_{slot}": hi})
         branches.append(f"SELECT {cols}, CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), "
