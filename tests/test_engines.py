@@ -204,3 +204,26 @@ def test_a_publish_waits_while_another_holds_the_published_table(engine_world):
     assert outcome["published"].rows == 10
     assert world.sql("SELECT count(*), count(DISTINCT (order_date, region)) FROM published_revenue") == [(10, 10)]
     assert world.fingerprints("published_revenue", keys(1, 2)) == before
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_rollback_waits_for_a_write_in_flight_of_one_of_its_partitions(engine_world):
+    """Rollback checks that no one wrote its partitions since; on a server engine a run could start
+    writing one between that check and the restore. It takes the partitions' write locks (as runs
+    do, in key order) and checks again under them."""
+    import threading
+
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    target = world.fingerprints("daily_revenue", keys(1, 4))
+    run_window(world, start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    outcome: dict[str, int] = {}
+    rollback = threading.Thread(target=lambda: outcome.update(code=world.cli("rollback", "fix")))
+    with world.warehouse().session() as holder, holder.transaction():
+        holder.lock("write:daily_revenue:2026-01-03")  # what a run's write transaction holds
+        rollback.start()
+        rollback.join(timeout=2)
+        assert rollback.is_alive() and world.phase() == "reconciled"  # waiting, nothing restored
+    rollback.join(timeout=60)
+    assert outcome["code"] == 0 and world.phase() == "rolled_back"
+    assert world.fingerprints("daily_revenue", keys(1, 4)) == target

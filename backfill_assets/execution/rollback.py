@@ -58,6 +58,16 @@ def written_keys(session: Session, spec: TableSpec, state: PlanState) -> list[st
     return sorted(wrote | set(snapshotted(session, state.plan_id, spec.table)))
 
 
+def _refuse_later_writers(session: Session, state: PlanState, keys: list[str]) -> None:
+    later = later_writers(session, state, keys)
+    if later:
+        who = sorted({w for w, _ in later})
+        raise RollbackRefused(
+            f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
+            f"(first {later[0][1]}); restoring would erase that work",
+            fix=f"roll back {who[0]} first, or replay the window with a new plan")
+
+
 def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[tuple[str, str]]:
     if not keys:
         return []
@@ -73,13 +83,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
-    later = later_writers(session, state, keys)
-    if later:
-        who = sorted({w for w, _ in later})
-        raise RollbackRefused(
-            f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
-            f"(first {later[0][1]}); restoring would erase that work",
-            fix=f"roll back {who[0]} first, or replay the window with a new plan")
+    _refuse_later_writers(session, state, keys)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
     problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys) + \
         incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
@@ -100,6 +104,9 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         return report
     with session.transaction():
         session.lock(publish_lock(spec))  # a publish copying into the published table meanwhile waits
+        for key in sorted(keys):  # and a run writing one of these partitions, as runs take turns
+            session.lock(f"write:{spec.name}:{key}")
+        _refuse_later_writers(session, state, keys)  # again, now that no one can write them
         for table, table_keys in tables.items():
             restored = restore(session, spec, scheme, table, state.plan_id, table_keys)
             if restored:
