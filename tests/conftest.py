@@ -132,6 +132,16 @@ def world(tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
+def engine(request, tmp_path):
+    """A bare warehouse engine on each engine: a DuckDB file in tmp_path, an empty PostgreSQL database."""
+    from backfill_assets.warehouse import engine_for
+
+    url = f"duckdb:///{tmp_path / 'engine.duckdb'}" if request.param == "duckdb" else \
+        request.getfixturevalue("postgres_url")
+    return engine_for(url)
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
 def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
     """The same world on each engine: the embedded DuckDB file, and a real PostgreSQL server."""
     from tests.world import DEMO_DEFS, make_world

@@ -16,7 +16,6 @@ from backfill_assets.errors import IdentifierError
 from backfill_assets.impact import compare, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec
-from backfill_assets.warehouse import engine_for
 from backfill_assets.warehouse.snapshots import snapshot_table
 from tests.world import BUGGY, FIXED, World, keys
 
@@ -216,16 +215,10 @@ AFTER_ROWS = [
 ]
 
 
-@pytest.fixture(params=["duckdb", "postgresql"])
-def diff_engine(request, tmp_path):
-    url = f"duckdb:///{tmp_path / 'diff.duckdb'}" if request.param == "duckdb" else \
-        request.getfixturevalue("postgres_url")
-    return engine_for(url)
 
-
-def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(diff_engine):
+def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(engine):
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
-    with diff_engine.session() as session:
+    with engine.session() as session:
         for table, rows in (("store_sales_before", BEFORE_ROWS), ("store_sales", AFTER_ROWS)):
             session.execute(DIFF_SPEC.create_sql(table))
             for row in rows:
@@ -249,14 +242,14 @@ def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(diff_engine
     assert day4.totals == {"amount": (None, 9.0, 9.0), "lines": (0.0, 1.0, 1.0)}
 
 
-def test_compare_hashes_rows_whose_columns_postgresql_cannot_hash(diff_engine):
+def test_compare_hashes_rows_whose_columns_postgresql_cannot_hash(engine):
     # hash_record_extended has no hash for JSON, XML, POINT or MONEY: the diff hashes the row's text
-    extra = {"doc": "JSON", "cash": "MONEY", "at": "POINT", "x": "XML"} if diff_engine.name == "postgresql" \
+    extra = {"doc": "JSON", "cash": "MONEY", "at": "POINT", "x": "XML"} if engine.name == "postgresql" \
         else {"doc": "JSON"}
     spec = dataclasses.replace(DIFF_SPEC, contract=(*DIFF_SPEC.contract, *(Column(c, t) for c, t in extra.items())))
     values = {"doc": "'{\"a\": 1}'", "cash": "1.50", "at": "'(1,2)'", "x": "'<a/>'"}
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
-    with diff_engine.session() as session:
+    with engine.session() as session:
         for table in ("store_sales_before", "store_sales"):
             session.execute(spec.create_sql(table))
             for store, amount in ((1, "10.00"), (2, "20.00")):
@@ -267,9 +260,9 @@ def test_compare_hashes_rows_whose_columns_postgresql_cannot_hash(diff_engine):
     assert (day.changed, day.added, day.removed) == (1, 0, 0) and day.totals["amount"] == (30.0, 35.0, 5.0)
 
 
-def test_a_consumer_impact_computed_before_the_lock_is_known_stale_once_either_table_moves(diff_engine):
+def test_a_consumer_impact_computed_before_the_lock_is_known_stale_once_either_table_moves(engine):
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
-    with diff_engine.session() as session:
+    with engine.session() as session:
         for table, rows in ((DIFF_SPEC.publish_table, BEFORE_ROWS), (DIFF_SPEC.table, AFTER_ROWS)):
             session.execute(DIFF_SPEC.create_sql(table))
             for row in rows:

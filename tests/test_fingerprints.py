@@ -6,10 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-import pytest
-
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.warehouse import engine_for
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 
 COLUMNS = ["day", "name", "amount", "n", "seen"]
@@ -39,12 +36,6 @@ def by_definition(rows) -> int:
         total += int(hashlib.md5(text.encode("utf-8")).hexdigest()[:16], 16)
     return total
 
-
-@pytest.fixture(params=["duckdb", "postgresql"])
-def engine(request, tmp_path):
-    url = f"duckdb:///{tmp_path / 'golden.duckdb'}" if request.param == "duckdb" else \
-        request.getfixturevalue("postgres_url")
-    return engine_for(url)
 
 
 def test_fingerprints_are_pinned_and_equal_on_every_engine(engine):

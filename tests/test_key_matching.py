@@ -18,18 +18,11 @@ import pytest
 from backfill_assets.gates.results import Thresholds, Tolerance
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec
-from backfill_assets.warehouse import engine_for
 from backfill_assets.warehouse.gate_sql import slice_figures
 
 PACKAGE = Path(__file__).resolve().parents[1] / "backfill_assets"
 KEYS = ["day", "region", "n"]
 
-
-@pytest.fixture(params=["duckdb", "postgresql"])
-def engine(request, tmp_path):
-    url = f"duckdb:///{tmp_path / 'keys.duckdb'}" if request.param == "duckdb" else \
-        request.getfixturevalue("postgres_url")
-    return engine_for(url)
 
 
 def test_a_key_match_pairs_null_with_null_through_a_hash_or_merge_join(engine):
