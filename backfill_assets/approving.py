@@ -1,9 +1,11 @@
 """`plan approve`: record a signed approval, crash-safe and serialised, then mirror it into the file.
 
-The control record is the source of truth. Under the plan's lock (DuckDB: the file lock; a
-server engine: an advisory lock) the plan file is re-read, the signature verified, the approval
-committed, and only then written into the file, atomically, keeping its comments. Every step is
-idempotent: a retry after a crash at any point converges, and two approvals at once both land.
+The control record is the source of truth. Under the target's lock (DuckDB: the file lock; a
+server engine: an advisory lock per target, so two overlapping plans approved at once cannot both
+become active) the plan file is re-read, the signature verified under the pinned trust root, the
+approval committed, and only then written into the file, atomically, keeping its comments. Every
+step is idempotent: a retry after a crash at any point converges, and two approvals at once both
+land. The owner signs too (their signature is required); approvers are counted by the policy.
 """
 
 from __future__ import annotations
@@ -13,22 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backfill_assets import faults
-from backfill_assets.control import approvers, record
+from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
 from backfill_assets.errors import ApprovalError, PlanInvalidError
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.approvals import mirror_into_file, signed_message, tally
+from backfill_assets.plan.approvals import entry_of, file_candidates, mirror_into_file
 from backfill_assets.plan.fit import fit
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
-from backfill_assets.plan.model import Approval, Plan
+from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_pause
-from backfill_assets.signing import sshsig
-from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.principals import canonical_principal
+from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
 from backfill_assets.table import TableSpec
+from backfill_assets.trust.root import Candidate, Counted, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 
@@ -39,8 +41,7 @@ class Approved:
     sha256: str
     principal: str
     recorded_now: bool
-    counted: int
-    required: int
+    described: str  # the tally: owner, approvers counted, what is missing
     plan_of_record: bool  # this version is now the plan of record
     added_to_file: int
 
@@ -79,61 +80,86 @@ def _refuse_takeover(session: Session, plan: Plan, sha: str) -> None:
             fix=f"finish or roll back {plan.plan_id}, then approve the change under a new plan_id")
 
 
-def approve(warehouse: Warehouse, path: Path, principal: str, signature: str, signers: AllowedSigners,
+def approval_lock(target: str) -> str:
+    return f"approve:{target}"
+
+
+def _verified_one(root, plan: Plan, sha: str, spec: TableSpec, candidate: Candidate) -> Counted:
+    """The signature given on the command line, or refuse saying why it does not count."""
+    found = tally(root, [candidate], kind=PLAN_APPROVAL,
+                  expect={"plan": sha, "code": spec.code_identity, "warehouse": root.warehouse_id},
+                  requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner)
+    mine = found.owner_signature or (found.counted[0] if found.counted else None)
+    if mine is None:
+        reason = found.void[0].reason if found.void else "it does not verify"
+        raise ApprovalError(f"{candidate.principal}'s signature of plan {plan.plan_id} does not count: {reason}",
+                            fix="sign the statement printed by `backfill plan statement PLAN` with a key listed for "
+                                "you in the pinned allowed_signers")
+    return mine
+
+
+def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, signature: str,
             spec: TableSpec, scheme: PartitionScheme, actor: str) -> Approved:
     plan = load_plan(path)
     sha = plan_sha256(plan)
     name = canonical_principal(principal, "approver")
-    if name == plan.owner:
-        raise ApprovalError(f"{name} owns plan {plan.plan_id} and cannot approve it",
-                            fix="ask someone other than the owner to approve")
     keys = _check_fit(plan, path, spec, scheme)
-    verified = signers.verify_approval(name, signed_message(sha), signature)
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    mine = RecordedApproval(name, verified.one_line, verified.fingerprint, actor, now.isoformat())
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     with warehouse.session() as session:
         ensure_schema(session)
         with session.transaction():
-            session.lock(f"approve:{plan.plan_id}")
-            # only the team's pinned approvers file makes a signature count (control/approvers.py)
-            approvers.require_pinned(session, signers, actor)
+            session.lock(approval_lock(plan.target))
+            root = trust_record.require(session)
+            mine = _verified_one(root, plan, sha, spec, Candidate(name, statement, signature))
             # the file may have changed while we waited for the lock: what was signed must be it
             again = load_plan(path)
             if plan_sha256(again) != sha:
                 raise ApprovalError(f"{path} changed while approving (now {plan_sha256(again)[:12]})",
-                                    fix="read the plan again and sign its new sha256")
+                                    fix="read the plan again and sign its new statement")
             _refuse_takeover(session, plan, sha)
             _refuse_overlap(session, plan, keys)
-            record.record_version(session, plan, sha, keys, str(path.resolve()), actor)
-            # signed entries already in the file (given offline with ssh-keygen) are recorded too
-            for other in tally(again, signers).counted:
-                record.add_approval(session, plan.plan_id, sha, RecordedApproval(
-                    other.by, sshsig.one_line(other.signature),
-                    sshsig.parse(other.signature).fingerprint, actor, other.at.isoformat()), signers.sha256)
-            twin = next((a for a in record.approvals(session, sha) if a.key_fingerprint == mine.key_fingerprint
-                         and a.principal != name), None)
+            # only signatures that verify count as "already signed" (a row typed into the table is not one)
+            recorded = tally(root, [Candidate(a.principal, a.statement, a.signature)
+                                    for a in record.approvals(session, sha)], kind=PLAN_APPROVAL,
+                             expect={"plan": sha, "code": None, "warehouse": root.warehouse_id},
+                             requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=None)
+            twin = next((a for a in recorded.counted
+                         if a.fingerprint == mine.fingerprint and a.principal != mine.principal), None)
             if twin is not None:  # one key listed under two names is still one person
-                raise ApprovalError(f"{name}'s key ({mine.key_fingerprint}) already signed {twin.principal}'s "
+                raise ApprovalError(f"{mine.principal}'s key ({mine.fingerprint}) already signed {twin.principal}'s "
                                     f"approval of {plan.plan_id}; a key counts once",
-                                    fix="each approver signs with their own key; fix approvers/allowed_signers")
-            recorded_now = record.add_approval(session, plan.plan_id, sha, mine, signers.sha256)
+                                    fix="each approver signs with their own key; fix allowed_signers (re-pin it)")
+            record.record_version(session, plan, sha, keys, str(path.resolve()), actor)
+            # signed entries already in the file (given offline with ssh-keygen) are recorded too,
+            # each only if it verifies under the pinned root
+            offline, _ = file_candidates(again)
+            valid = tally(root, offline, kind=PLAN_APPROVAL,
+                          expect={"plan": sha, "code": spec.code_identity, "warehouse": root.warehouse_id},
+                          requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner)
+            for other in [*valid.counted, *([valid.owner_signature] if valid.owner_signature else [])]:
+                record.add_approval(session, plan.plan_id, sha, _recorded(other, root.version, actor, now))
+            recorded_now = record.add_approval(session, plan.plan_id, sha, _recorded(mine, root.version, actor, now))
             faults.checkpoint("approve.before_commit")
-            given = list({a.key_fingerprint: a for a in record.approvals(session, sha)
-                          if a.principal != plan.owner}.values())
             state = record.require(session, plan.plan_id)
+            assert state.version is not None or record.version(session, sha) is not None
+            counted = authority.plan_tally(session, record.version(session, sha), code=spec.code_identity)  # type: ignore[arg-type]
             adopted = False
-            if len(given) >= plan.approvals.required and state.approved_sha256 != sha:
+            if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active
                 record.adopt(session, plan.plan_id, sha, actor)
                 adopted = True
                 if not was_active:
                     announce_pause(session, plan, actor)
         faults.checkpoint("approve.after_commit")
-        # still holding the warehouse (and so the plan's turn): mirror the record into the file
-        added = mirror_into_file(path, [
-            Approval(by=a.principal, at=dt.datetime.fromisoformat(a.approved_at), plan_sha256=sha,
-                     signature=a.signature) for a in record.approvals(session, sha)])
+        # still holding the warehouse (and so the target's turn): mirror the record into the file
+        added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
+                                        for a in record.approvals(session, sha)])
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
-    return Approved(plan.plan_id, sha, name, recorded_now, len(given), plan.approvals.required,
-                    state.approved_sha256 == sha and (adopted or state.approved_sha256 == sha), added)
+    return Approved(plan.plan_id, sha, name, recorded_now, counted.describe(),
+                    state.approved_sha256 == sha and (adopted or counted.approved), added)
+
+
+def _recorded(counted: Counted, trust_version: int, actor: str, at: str) -> RecordedApproval:
+    return RecordedApproval(counted.principal, counted.statement.text, counted.signature, counted.fingerprint,
+                            trust_version, actor, at)

@@ -151,6 +151,21 @@ class SignatureError(BackfillError):
     """An SSH signature is malformed, does not verify, or its key is not allowed for the principal."""
 
 
+class PolicyError(BackfillError):
+    """The team's policy file cannot be read or is malformed."""
+
+    exit_code = 2
+
+
+class TrustRootError(BackfillError):
+    """The trust root (allowed_signers and policy) is missing, or a change of it lacks its quorum."""
+
+
+class ForgedRecord(BackfillError):
+    """A control-record row does not match the keyed evidence chain or its signatures: someone
+    wrote the warehouse outside backfill. Decisions refuse to act on it."""
+
+
 class AllowedSignersError(BackfillError):
     """The allowed_signers file cannot be read or has a malformed line."""
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import yaml
 
-from backfill_assets.control import evidence_log, ledger, record
+from backfill_assets.control import evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import BackfillError, EvidenceChainBroken
+from backfill_assets.signing.statements import Statement, stamp
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.identifiers import table_for_asset
 from backfill_assets.warehouse.snapshots import snapshotted
@@ -59,7 +60,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
              for table in (table_for_asset(state.target),)}
     head_seq, head_hash = evidence_log.head(session)
     try:
-        evidence_log.verify(session)
+        integrity.verify_record(session)
         verified: bool | str = True
     except (EvidenceChainBroken, BackfillError) as exc:
         verified = f"NO: {exc}"
@@ -72,8 +73,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "mode": plan.execution.mode if plan else None, "phase": state.phase.value,
             "file": version.source_file if version else None,
         },
-        "approvals": [{"by": a.principal, "at": a.approved_at, "key": a.key_fingerprint, "recorded_by": a.actor,
-                       "plan_sha256": sha} for a in (record.approvals(session, sha) if sha else [])],
+        "approvals": _approvals(record.approvals(session, sha) if sha else []),
         "publish_pause": {"paused_at": pause.at if pause else None,
                           "notified": pause.payload.get("recipients") if pause else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
@@ -89,6 +89,18 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
     return document, verified
+
+
+def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:
+    """The recorded signatures, one line each, and what they bind (said once when they agree)."""
+    statements = [(a, Statement.parse(a.statement)) for a in recorded]
+    binds: dict[str, Any] = {}
+    for name in ("plan", "code", "warehouse"):
+        values = sorted({s[name] for _, s in statements})
+        binds[name] = values[0] if len(values) == 1 else values
+    return {"binds": binds if statements else {},
+            "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)}"
+                       for a, s in statements]}
 
 
 def to_yaml(document: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ WAREHOUSE_FILE = "warehouse.duckdb"
 HOME_ENV = "BACKFILL_HOME"
 WAREHOUSE_URL_ENV = "BACKFILL_WAREHOUSE_URL"
 EVIDENCE_KEY_ENV = "BACKFILL_EVIDENCE_KEY_FILE"
+EVIDENCE_HEADS_ENV = "BACKFILL_EVIDENCE_HEADS_FILE"
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,10 @@ class Home:
 
     @property
     def evidence_heads(self) -> Path:
-        """Every chain head, appended after each commit: shows rows cut off the chain's end."""
-        return self.evidence_key.parent / "evidence-heads.log"
+        """Every chain head, appended after each commit: shows rows cut off the chain's end. Beside the
+        key unless BACKFILL_EVIDENCE_HEADS_FILE says where (the key may sit on a read-only mount)."""
+        configured = os.environ.get(EVIDENCE_HEADS_ENV)
+        return Path(configured) if configured else self.evidence_key.parent / "evidence-heads.log"
 
     @property
     def log_file(self) -> Path:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from backfill_assets.control import record
+from backfill_assets.control import authority, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import PartitionRefused
@@ -105,6 +105,17 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
     return None
 
 
+def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSpec) -> PartitionRefused | None:
+    """The signatures themselves, every time: they bind this plan, this table's code, this warehouse
+    and an expiry; a row inserted into `approvals` is a signature that does not verify."""
+    why = authority.refusal(session, plan.approved, code=spec.code_identity)
+    if why:
+        return _refuse(f"plan {plan.plan_id} may not write {key} of {spec.name}: {why}", plan.plan_id, key,
+                       "have it signed again for the code loaded now (`backfill plan statement PLAN` shows what "
+                       f"to sign), or see `backfill status {plan.plan_id}`")
+    return None
+
+
 def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
            tags: Mapping[str, str]) -> Permission:
     """Decide for a whole run before it writes anything; refuse naming the partition and the fix."""
@@ -142,6 +153,8 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                 raise _refuse(f"partitions {keys[0]}..{key} span plans {chosen.plan_id} and {plan.plan_id}",
                               plan.plan_id, key, "launch one run per plan")
             refusal = _plan_refusal(plan, key, spec, scheme, starting=True)
+            if refusal is None and chosen is None:
+                refusal = _approval_refusal(session, plan, key, spec)
             if refusal is not None:
                 raise refusal
             chosen = plan
@@ -186,4 +199,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
         refusal = _plan_refusal(plan, key, spec, scheme, starting=False)
         if refusal is not None:
             raise refusal
+    refusal = _approval_refusal(session, plan, keys[0], spec) if keys else None
+    if refusal is not None:
+        raise refusal
     return plan

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from urllib.parse import urlencode
 
-from backfill_assets.control import evidence_log, lease, record
+from backfill_assets.control import authority, evidence_log, lease, record, trust_record
 from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
 from backfill_assets.partitions import PartitionScheme
@@ -46,6 +46,19 @@ def _keys_text(keys: list[str], limit: int = 3) -> str:
     return ",".join(keys[:limit]) + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
 
 
+def _approvals(session: Session, state: PlanState, pending: str | None) -> list[str]:
+    """Who signed, as counted now under the pinned root (the owner first), else as recorded."""
+    sha = state.approved_sha256 or pending
+    if not sha:
+        return []
+    version = record.version(session, sha)
+    if version is not None and trust_record.current(session) is not None:
+        counted = authority.plan_tally(session, version, code=None)
+        names = ([f"{counted.owner} (owner)"] if counted.owner_signature else []) + counted.approvers
+        return names + ([f"void: {v.principal}" for v in counted.void[:3]] if not counted.approved else [])
+    return [a.principal for a in record.approvals(session, sha)]
+
+
 def plan_status(session: Session, state: PlanState, spec: TableSpec | None = None,
                 scheme: PartitionScheme | None = None) -> PlanStatus:
     pid = state.plan_id
@@ -53,8 +66,7 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     pending = None if state.approved_sha256 else session.scalar(
         "SELECT sha256 FROM backfill_control.plan_versions WHERE plan_id = ? ORDER BY recorded_at DESC LIMIT 1",
         [pid])
-    approvals = [a.principal for a in record.approvals(session, state.approved_sha256 or pending)] \
-        if (state.approved_sha256 or pending) else []
+    approvals = _approvals(session, state, pending)
     rows = evidence_log.rows(session, plan_id=pid)
     sha = state.approved_sha256
     proof = next((f"proof passed at {r.at}" for r in reversed(rows) if r.kind == "proof"

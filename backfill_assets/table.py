@@ -7,9 +7,11 @@ all use the spec of the definitions actually loaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from backfill_assets.errors import IdentifierError
 from backfill_assets.warehouse.identifiers import checked, quote, table_for_asset
@@ -164,6 +166,16 @@ class TableSpec:
         # publish, rather than the write failing half-way through a window
         cols = ", ".join(f"{quote(c.name)} {c.type}" for c in self.contract)
         return f"CREATE TABLE IF NOT EXISTS {quote(table or self.table)} ({cols})"
+
+    @cached_property
+    def code_identity(self) -> str:
+        """What an approval binds of the table's code: its code version and the sha256 of everything
+        that decides what a write computes and how the gates judge it (the description aside)."""
+        data = json.loads(self.to_json())
+        data.pop("description", None)
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
+        label = re.sub(r"[^\x21-\x7e]", "_", self.code_version)[:64] or "_"
+        return f"{label}/{digest}"
 
     # --- travelling with the definitions ----------------------------------------------------------
     def to_json(self) -> str:

@@ -58,26 +58,38 @@ def _armor(one_line: str) -> str:
 
 
 def openssh_verified(world, path: Path) -> list[str]:
-    """Principals whose entry in the file OpenSSH accepts for the plan's current sha256 (one per entry)."""
+    """Principals with an entry in the file that OpenSSH accepts for the statement it records, bound
+    to the plan's current sha256 (each principal once)."""
+    from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
+
     sha = sha_of(path)
-    found = []
+    found = set()
     for i, entry in enumerate(granted(path)):
-        if entry.get("plan_sha256") != sha:
+        if entry.get("plan_sha256") != sha or "code" not in entry:
             continue
+        statement = Statement.make(PLAN_APPROVAL, signed=_moment(entry["at"]), expires=_moment(entry["expires"]),
+                                   plan=sha, code=entry["code"], warehouse=entry["warehouse"])
         sig = world.root / f".entry-{i}.sig"
         sig.write_text(_armor(str(entry["signature"])))
         checked = subprocess.run(
             ["ssh-keygen", "-Y", "verify", "-f", str(world.root / "approvers" / "allowed_signers"),
              "-I", str(entry["by"]), "-n", "backfill-plan", "-s", str(sig)],
-            input=sha.encode("ascii"), capture_output=True)
+            input=statement.message, capture_output=True)
         if checked.returncode == 0:
-            found.append(str(entry["by"]))
+            found.add(str(entry["by"]))
     return sorted(found)
 
 
+def _moment(value):
+    import datetime as dt
+
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
 def recorded(world, plan_id: str, sha: str | None = None) -> list[str]:
-    """Principals in the control record's approvals of the plan (of one version when `sha` is given)."""
-    query = f"SELECT principal FROM {CONTROL}.approvals WHERE plan_id = ?"
+    """Principals in the control record's approvals of the plan (of one version when `sha` is given),
+    each once (an approver who signs again records a second signature)."""
+    query = f"SELECT DISTINCT principal FROM {CONTROL}.approvals WHERE plan_id = ?"
     params: list = [plan_id]
     if sha is not None:
         query, params = query + " AND sha256 = ?", [plan_id, sha]
@@ -209,9 +221,9 @@ def test_a_full_width_name_is_the_same_approver_and_counts_once(world, capsys):
     full_width = "\uff41\uff4c\uff49\uff43\uff45"  # ａｌｉｃｅ
     assert world.cli("plan", "approve", str(path), "--by", full_width, "--key", str(world.keys["alice"])) == 0
     out = capsys.readouterr().out
-    assert "alice approved fix" in out and "already recorded" in out and "1/2 counted" in out, out
+    assert "alice signed fix" in out and "1/2 approver signature(s) counted (alice)" in out, out
     assert recorded(world, "fix") == ["alice"]
-    assert [g["by"] for g in granted(path)] == ["alice"]
+    assert {g["by"] for g in granted(path)} == {"alice"}
     assert openssh_verified(world, path) == ["alice"]
     assert world.phase("fix") == "drafted"  # one person twice is still one approval of two
 
@@ -258,47 +270,58 @@ def _one_line(armored: str) -> str:
 
 
 def test_hand_typed_and_impersonating_entries_are_void_with_or_without_a_record(world, cli, capsys):
+    from backfill_assets.control import trust_record
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+    from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
+    from backfill_assets.signing import sshsig
+
     path = world.plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     assert approve(world, path, "alice") == 0  # the control record exists from here on
     assert approve(world, path, "bob", key="mallory") == 1  # the command refuses what the file must void
     assert "does not list for bob" in capsys.readouterr().err
-    sha = sha_of(path)
+    with world.warehouse().session() as session:
+        root = trust_record.require(session)
+    statement = plan_statement(load_plan(path), root, DAILY_REVENUE.code_identity)
     fake = base64.b64encode(b"SSHSIG\x00\x00\x00\x01" + b"typed by hand" * 5).decode()
-    by_mallory = _one_line(_ssh_keygen_sign(world.keys["mallory"], sha, world.root))
-    entries = (("carol", fake), ("bob", by_mallory))  # typed by hand; mallory's key, claiming bob
-    typed = "".join(f'    - {{by: {who}, at: "2026-11-30T10:0{i}:00Z", plan_sha256: "{sha}", '
-                    f'signature: "{sig}"}}\n' for i, (who, sig) in enumerate(entries))
-    path.write_text(path.read_text(encoding="utf-8") + typed, encoding="utf-8")
+    by_mallory = sshsig.one_line(sshsig.sign(statement.message, world.keys["mallory"]))
+    for who, sig in (("carol", fake), ("bob", by_mallory)):  # typed by hand; mallory's key, claiming bob
+        path.write_text(append_approval_text(path.read_text(), entry_of(who, statement, sig)))
     assert [g["by"] for g in granted(path)] == ["alice", "carol", "bob"]
     assert openssh_verified(world, path) == ["alice"]
 
     with_record = cli("guard", str(path))
-    fresh = world.root / "elsewhere"  # a machine that never saw the warehouse, e.g. a CI job
-    without_record = cli("guard", str(path), "--home", str(fresh), env={"BACKFILL_HOME": str(fresh)})
+    fresh = world.root / "elsewhere"  # a machine that never saw the warehouse: a CI job naming the files
+    without_record = cli("guard", str(path), "--home", str(fresh), "--allowed-signers",
+                         str(world.root / "approvers" / "allowed_signers"), "--warehouse", root.warehouse_id,
+                         env={"BACKFILL_HOME": str(fresh)})
     assert not (fresh / "warehouse.duckdb").exists()
+    lines = []
     for result in (with_record, without_record):
         assert result.code == 1, result
         line = next(x for x in result.out.splitlines() if "approvals captured" in x)
-        assert line.startswith("- [ ] approvals captured: 1/2 signed approvals counted (alice); void: "), line
+        assert line.startswith("- [ ] approvals captured: owner olivia has not signed; 1/2 approver signature(s) "
+                               "counted (alice); needs "), line
         assert "carol (signature refused" in line
         assert "bob (signature refused: signed by key" in line and "does not list for bob" in line
         assert "REFUSED" in result.out
-    assert with_record.out == without_record.out
+        lines.append(line)
+    assert lines[0].split("; void:")[0] == lines[1].split("; void:")[0]  # the same count with or without
 
     assert world.cli("plan", "show", str(path)) == 0
     shown = capsys.readouterr().out
-    assert "approvals  1/2 signed approvals counted\n" in shown
-    assert re.search(r"^  void     carol at .*signature refused", shown, re.M)
-    assert re.search(r"^  void     bob at .*does not list for bob", shown, re.M)
+    assert "approvals  owner olivia has not signed; 1/2 approver signature(s) counted (alice); needs" in shown
+    assert re.search(r"^  void     carol: signature refused", shown, re.M)
+    assert re.search(r"^  void     bob: .*does not list for bob", shown, re.M)
     assert recorded(world, "fix") == ["alice"]  # the void entries never reached the record
 
     # the impersonation does not lock bob out: his own signature counts beside the void entry
     assert approve(world, path, "bob") == 0
-    assert recorded(world, "fix") == ["alice", "bob"] and world.phase("fix") == "approved"
-    assert openssh_verified(world, path) == ["alice", "bob"]
+    assert approve(world, path, "olivia") == 0
+    assert recorded(world, "fix") == ["alice", "bob", "olivia"] and world.phase("fix") == "approved"
+    assert openssh_verified(world, path) == ["alice", "bob", "olivia"]
     capsys.readouterr()
     assert world.cli("plan", "show", str(path)) == 0
-    assert "approvals  2/2 signed approvals counted (approved)" in capsys.readouterr().out
+    assert "2/2 approver signature(s) counted (alice, bob)" in capsys.readouterr().out
 
 
 # --- 4. an approval signed offline with ssh-keygen ------------------------------------------------
@@ -310,21 +333,24 @@ def test_an_approval_signed_offline_with_ssh_keygen_counts(world, capsys):
     sha = re.search(r"^sha256     (\S+)$", shown, re.M).group(1)
     assert re.fullmatch(r"[0-9a-f]{64}", sha) and sha == sha_of(path)
     command = re.search(r"^to sign    (.+)$", shown, re.M).group(1)
-    assert command.startswith(f"printf '%s' {sha} | ssh-keygen -Y sign -f ")
-    # exactly the printed command, with bob's key in place of the placeholder path
+    assert command.startswith(f"backfill plan statement {path} > statement.txt && ssh-keygen -Y sign -f ")
+    # exactly the printed commands, with bob's key in place of the placeholder path
     command = command.replace("~/.ssh/id_ed25519", shlex.quote(str(world.keys["bob"])))
-    subprocess.run(["bash", "-c", command], cwd=world.root, check=True, capture_output=True)
-    signature = world.root / "approval.sig"
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "BACKFILL_HOME": str(world.home)}
+    subprocess.run(["bash", "-c", command], cwd=world.root, check=True, capture_output=True, env=env)
+    signature = world.root / "statement.txt.sig"
     assert signature.read_text().startswith("-----BEGIN SSH SIGNATURE-----\n")
-
-    assert world.cli("plan", "approve", str(path), "--by", "bob", "--signature", str(signature)) == 0
-    assert "bob approved fix" in capsys.readouterr().out
+    then = re.search(r"^then       (.+?)   \(", shown, re.M).group(1).split()
+    assert then[:3] == ["backfill", "plan", "approve"]
+    args = [a.replace("NAME", "bob").replace("statement.txt", str(world.root / "statement.txt")) for a in then[3:]]
+    assert world.cli("plan", "approve", *args) == 0
+    assert "bob signed fix" in capsys.readouterr().out
     assert recorded(world, "fix") == ["bob"]
     assert openssh_verified(world, path) == ["bob"]
     fingerprint = subprocess.run(["ssh-keygen", "-lf", str(world.keys["bob"]) + ".pub"], capture_output=True,
                                  text=True, check=True).stdout.split()[1]
     assert world.sql(f"SELECT key_fingerprint FROM {CONTROL}.approvals") == [(fingerprint,)]
-    assert approve(world, path, "alice") == 0
+    assert approve(world, path, "alice") == 0 and approve(world, path, "olivia") == 0
     assert world.phase("fix") == "approved" and approved_sha(world, "fix") == sha
 
 
@@ -334,15 +360,17 @@ def test_two_approvals_at_once_both_land_in_the_file_and_the_record(world, spawn
     """Three plans, each approved by alice and bob at the same moment: six processes racing."""
     plans = {f"race{i}": world.plan(f"race{i}", start=f"2026-01-0{2 * i + 1}", end=f"2026-01-0{2 * i + 2}",
                                     proof=(f"2026-01-0{2 * i + 1}",)) for i in range(3)}
+    for path in plans.values():
+        assert approve(world, path, "olivia") == 0  # the owner signs first
     started = [(name, spawn("plan", "approve", str(path), "--by", who, "--key", str(world.keys[who])))
                for name, path in plans.items() for who in ("alice", "bob")]
     for name, process in started:
         result = finish(process)
         assert result.code == 0, (name, result)
     for name, path in plans.items():
-        assert openssh_verified(world, path) == ["alice", "bob"], (name, path.read_text())
-        assert len(granted(path)) == 2, name
-        assert recorded(world, name, sha_of(path)) == ["alice", "bob"], name
+        assert openssh_verified(world, path) == ["alice", "bob", "olivia"], (name, path.read_text())
+        assert len(granted(path)) == 3, name
+        assert recorded(world, name, sha_of(path)) == ["alice", "bob", "olivia"], name
         assert world.phase(name) == "approved" and approved_sha(world, name) == sha_of(path), name
         assert [n[1] for n in notices(world, name)] == ["paused"], name
 
@@ -355,7 +383,7 @@ def test_a_kill_at_any_step_of_approve_converges_on_retry(world, cli, capsys):
                                end=f"2026-01-0{2 * i + 2}", proof=(f"2026-01-0{2 * i + 1}",))
              for i, point in enumerate(CRASH_POINTS)}
     for path in plans.values():
-        assert approve(world, path, "alice") == 0
+        assert approve(world, path, "olivia") == 0 and approve(world, path, "alice") == 0
     before = {point: path.read_bytes() for point, path in plans.items()}
     for point, path in plans.items():
         crashed = cli("plan", "approve", str(path), "--by", "bob", "--key", str(world.keys["bob"]),
@@ -367,20 +395,22 @@ def test_a_kill_at_any_step_of_approve_converges_on_retry(world, cli, capsys):
         # the file is the old one or holds a valid entry; the record committed or not, never half
         in_record = recorded(world, name, sha)
         if point == "approve.after_mirror":
-            assert openssh_verified(world, path) == ["alice", "bob"], point
+            assert openssh_verified(world, path) == ["alice", "bob", "olivia"], point
         else:
             assert path.read_bytes() == before[point], point
-        assert in_record == (["alice"] if point == "approve.before_commit" else ["alice", "bob"]), point
+        assert in_record == (["alice", "olivia"] if point == "approve.before_commit"
+                             else ["alice", "bob", "olivia"]), point
         assert world.phase(name) == ("drafted" if point == "approve.before_commit" else "approved"), point
         assert not list(path.parent.glob(".*.tmp")), point
 
         capsys.readouterr()
         assert approve(world, path, "bob") == 0, (point, capsys.readouterr())  # never locked out
-        out = capsys.readouterr().out
-        assert ("already recorded" in out) == (in_record == ["alice", "bob"]), (point, out)
-        assert recorded(world, name, sha) == ["alice", "bob"], point
-        assert openssh_verified(world, path) == ["alice", "bob"], point
-        assert sorted(g["by"] for g in granted(path)) == ["alice", "bob"], point
+        assert recorded(world, name, sha) == ["alice", "bob", "olivia"], point
+        assert openssh_verified(world, path) == ["alice", "bob", "olivia"], point
+        assert sorted({g["by"] for g in granted(path)}) == ["alice", "bob", "olivia"], point
+        # every recorded signature is in the file, once
+        assert len(granted(path)) == world.sql(f"SELECT count(*) FROM {CONTROL}.approvals WHERE sha256 = ?",
+                                               [sha])[0][0], point
         assert world.phase(name) == "approved" and approved_sha(world, name) == sha, point
         assert [n[1] for n in notices(world, name)] == ["paused"], point  # announced once
     assert world.cli("evidence", "verify") == 0, capsys.readouterr()
@@ -408,7 +438,7 @@ def test_a_slow_webhook_does_not_hold_the_warehouse(world, spawn):
     with serving(port, hold=SLOW_SECONDS) as hook:
         path = write_named_plan(world, "fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",),
                                 publish__webhook_url=hook.url)
-        assert approve(world, path, "alice") == 0
+        assert approve(world, path, "olivia") == 0 and approve(world, path, "alice") == 0
         completing = spawn("plan", "approve", str(path), "--by", "bob", "--key", str(world.keys["bob"]))
         assert hook.received.wait(120), finish(completing)
         # the approval committed and its CLI now waits on the receiver: the warehouse is free meanwhile
@@ -422,7 +452,7 @@ def test_a_slow_webhook_does_not_hold_the_warehouse(world, spawn):
         assert shown.code == 0 and "plan       fix: approved" in shown.out, shown
         assert "waiting for the warehouse lock" not in shown.err, shown.err
         done = finish(completing)
-        assert done.code == 0 and "2/2 counted, approved" in done.out, done
+        assert done.code == 0 and "approved: it is the plan of record" in done.out, done
     [(notice_id, event, attempts, last_error, delivered_at, url)] = notices(world, "fix")
     assert (event, attempts, last_error, url) == ("paused", 1, None, hook.url)
     assert delivered_at is not None
@@ -436,7 +466,7 @@ def test_a_dead_webhook_keeps_the_notice_until_a_later_relay_delivers_it(world, 
     url = f"http://127.0.0.1:{port}/notices"
     path = write_named_plan(world, "fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",),
                             publish__webhook_url=url)
-    assert approve(world, path, "alice") == 0
+    assert approve(world, path, "olivia") == 0 and approve(world, path, "alice") == 0
     assert approve(world, path, "bob") == 0  # a dead receiver never fails the approval
     assert "approved: it is the plan of record" in capsys.readouterr().out
     [(notice_id, event, attempts, last_error, delivered_at, _)] = notices(world, "fix")
@@ -495,17 +525,17 @@ def test_an_edited_plan_becomes_the_plan_of_record_only_with_its_own_approvals(w
     assert second != first
     assert openssh_verified(world, path) == []  # the old entries name the old hash
 
-    assert approve(world, path, "carol") == 0
+    assert approve(world, path, "carol") == 0 and approve(world, path, "alice") == 0
     versions = {r[0] for r in world.sql(f"SELECT sha256 FROM {CONTROL}.plan_versions WHERE plan_id = 'fix'")}
     assert versions == {first, second}
-    assert approved_sha(world, "fix") == first and world.phase("fix") == "approved"
-    assert recorded(world, "fix", second) == ["carol"]
-
-    assert approve(world, path, "alice") == 0
-    assert approved_sha(world, "fix") == second and world.phase("fix") == "approved"
-    assert recorded(world, "fix", first) == ["alice", "bob"]
+    assert approved_sha(world, "fix") == first and world.phase("fix") == "approved"  # the owner has not signed
     assert recorded(world, "fix", second) == ["alice", "carol"]
-    assert openssh_verified(world, path) == ["alice", "carol"]
+
+    assert approve(world, path, "olivia") == 0
+    assert approved_sha(world, "fix") == second and world.phase("fix") == "approved"
+    assert recorded(world, "fix", first) == ["alice", "bob", "olivia"]
+    assert recorded(world, "fix", second) == ["alice", "carol", "olivia"]
+    assert openssh_verified(world, path) == ["alice", "carol", "olivia"]
     assert [n[1] for n in notices(world, "fix")] == ["paused"]  # already paused: not announced again
 
 
@@ -513,8 +543,7 @@ def test_approvals_checked_against_an_approvers_file_of_ones_own_are_refused(wor
     """One person with two keys of their own and a signers file naming them alice and bob."""
     from tests.world import make_keys, signers_text
 
-    world.approved_plan("first", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))  # pins the team's
-    team_file = world.root / "approvers" / "allowed_signers"
+    world.approved_plan("first", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
     mallory = make_keys(tmp_path / "mallory")
     forged = tmp_path / "mallory" / "allowed_signers"
     forged.write_text(signers_text(mallory))
@@ -523,65 +552,71 @@ def test_approvals_checked_against_an_approvers_file_of_ones_own_are_refused(wor
         refused = run_cli("plan", "approve", str(path), "--by", name, "--key", str(mallory[name]),
                           "--allowed-signers", str(forged))
         assert refused.code == 1, refused
-        assert "is not the allowed_signers this warehouse's approvals are checked against" in refused.err
-        assert "backfill approvers pin FILE" in refused.err and refused.err.count("\n") == 1
+        assert "is not the pinned allowed_signers" in refused.err and refused.err.count("\n") == 1
     assert world.phase("evil") is None  # nothing recorded
-    assert "granted: []" in path.read_text() or "plan_sha256" not in path.read_text()
+    assert "plan_sha256" not in path.read_text()
 
     shown = run_cli("approvers", "show")
-    assert shown.code == 0 and str(team_file) in shown.out and "pinned by" in shown.out
+    assert shown.code == 0 and "trust root v1" in shown.out and "pinned by" in shown.out
 
-    # re-pinning is explicit, and the guard (CI, reading the team's reviewed file) then refuses
-    repinned = run_cli("approvers", "pin", str(forged))
-    assert repinned.code == 0 and repinned.out.startswith("re-pinned approvers: "), repinned
+    # re-pinning her own file takes the pinned approvers' signatures, which she does not have
+    repinned = run_cli("approvers", "pin", str(forged), "--sign", f"alice={mallory['alice']}",
+                       "--sign", f"bob={mallory['bob']}")
+    assert repinned.code == 1 and "needs 2 signature(s)" in repinned.err, repinned
     first = world.root / "plans" / "first.yaml"
-    guarded = run_cli("guard", str(first))
-    assert guarded.code == 1, guarded.out
-    assert "- [ ] approvers file is the one the control record pins: " in guarded.out
-    assert guarded.out.rstrip().endswith("REFUSED: 1 gating item(s) open; fix them and run the guard again")
-    assert run_cli("approvers", "pin", str(team_file)).code == 0
     assert run_cli("guard", str(first)).code == 0
+    guarded = run_cli("guard", str(first), "--allowed-signers", str(forged))  # CI reading her file
+    assert guarded.code == 1 and "differ from the pinned trust root" in guarded.out, guarded.out
 
 
-def test_init_pins_the_approvers_file_it_is_given(world, run_cli, tmp_path):
+def test_init_pins_the_approvers_file_it_is_given_once(world, run_cli, tmp_path):
     from tests.world import make_keys, signers_text
 
     team_file = world.root / "approvers" / "allowed_signers"
-    done = run_cli("init", "--allowed-signers", str(team_file))
-    assert done.code == 0 and f"pinned approvers: {team_file} (sha256 " in done.out, done
+    done = run_cli("init", "--allowed-signers", str(team_file))  # the world pinned it as init does
+    assert done.code == 0 and done.out.startswith("already pinned: trust root v1 "), done
     others = make_keys(tmp_path / "others")
     forged = tmp_path / "others" / "allowed_signers"
     forged.write_text(signers_text(others))
-    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
-    refused = run_cli("plan", "approve", str(path), "--by", "alice", "--key", str(others["alice"]),
-                      "--allowed-signers", str(forged))
-    assert refused.code == 1 and "is not the allowed_signers" in refused.err
-    again = run_cli("init", "--allowed-signers", str(forged))  # explicit, and it says what it replaced
-    assert again.code == 0 and again.out.startswith(f"re-pinned approvers: {forged} "), again
-    assert f"; was {team_file} (sha256 " in again.out
+    again = run_cli("init", "--allowed-signers", str(forged))  # init never replaces a pinned root
+    assert again.code == 1 and "approvers pin" in again.err and again.err.count("\n") == 1, again
     missing = run_cli("init", "--allowed-signers", str(tmp_path / "nope"))
     assert missing.code != 0 and "does not exist" in missing.err and missing.err.count("\n") == 1
+    fresh = tmp_path / "fresh"
+    first = run_cli("--home", str(fresh), "init", "--allowed-signers", str(team_file))
+    assert first.code == 0 and first.out.startswith("pinned trust root v1 "), first
 
 
-def test_one_key_listed_under_two_names_counts_once(world, run_cli):
+def test_one_key_listed_under_two_names_counts_once(world, run_cli, tmp_path):
+    from backfill_assets.cli.approvers_cmd import load_files
+    from backfill_assets.control import trust_record
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+    from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
+    from backfill_assets.signing import sshsig
+    from backfill_assets.trust.root import Candidate
+
     signers = world.root / "approvers" / "allowed_signers"
     alice_key = (world.keys["alice"].parent / "alice.pub").read_text().split()[:2]
     signers.write_text(signers.read_text() + f"mallory {' '.join(alice_key)}\n")
+    with world.warehouse().session() as session:  # the team re-pins the file, with its quorum
+        root = trust_record.require(session)
+        new_signers, policy = load_files(str(signers), None, root.policy)
+        change = trust_record.change_statement(root, new_signers, policy)
+        with session.transaction():
+            trust_record.repin(session, new_signers, policy, [
+                Candidate(who, change.text, sshsig.sign(change.message, world.keys[who])) for who in ("bob", "carol")],
+                "test")
     path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
     assert run_cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"])).code == 0
     twin = run_cli("plan", "approve", str(path), "--by", "mallory", "--key", str(world.keys["alice"]))
     assert twin.code == 1 and "a key counts once" in twin.err and twin.err.count("\n") == 1, twin
     assert world.phase("fix") == "drafted"
     # the same two entries written into the file by hand: the guard counts one
-    import datetime as dt
-
-    from backfill_assets.plan.approvals import append_approval_text, signed_message
-    from backfill_assets.plan.model import Approval
-    from backfill_assets.signing import sshsig
-
-    sha = plan_sha256(load_plan(path))
-    signature = sshsig.sign(signed_message(sha), world.keys["alice"])
-    path.write_text(append_approval_text(path.read_text(), Approval(
-        by="mallory", at=dt.datetime.now(dt.UTC), plan_sha256=sha, signature=signature)))
+    with world.warehouse().session() as session:
+        root = trust_record.require(session)
+    statement = plan_statement(load_plan(path), root, DAILY_REVENUE.code_identity)
+    path.write_text(append_approval_text(path.read_text(), entry_of(
+        "mallory", statement, sshsig.one_line(sshsig.sign(statement.message, world.keys["alice"])))))
     guarded = run_cli("guard", str(path))
-    assert guarded.code == 1 and "1/2 signed approvals counted" in guarded.out, guarded.out
+    assert guarded.code == 1 and "1/2 approver signature(s) counted (alice)" in guarded.out, guarded.out
+    assert "a key counts once" in guarded.out

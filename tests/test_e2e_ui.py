@@ -90,7 +90,7 @@ class Team:
 
     def approve(self, ui: DagsterDev, document: dict, *who: str) -> Path:
         path = write_plan(self.root / "plans" / f"{document['plan_id']}.yaml", document)
-        for name in who or ("alice", "bob"):
+        for name in ("olivia", *(who or ("alice", "bob"))):  # the owner signs too
             run_backfill_cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name]),
                              backfill_home=ui.backfill_home, cwd=self.root)
         assert plan_phase(ui.warehouse, document["plan_id"]) == "approved"
@@ -107,6 +107,7 @@ def team(ui: DagsterDev) -> Team:
     signers = root / "approvers" / "allowed_signers"
     signers.parent.mkdir(parents=True, exist_ok=True)
     signers.write_text(signers_text(keys))
+    run_backfill_cli("init", "--allowed-signers", str(signers), backfill_home=ui.backfill_home, cwd=root)
     return Team(root, keys)
 
 
@@ -369,7 +370,7 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(
     row = wait_until(observed, timeout=150, what=f"the reopen sensor to record {plan_id} on {ASSET}",
                      describe=describe_plan(ui, plan_id))
     assert row["window"] == f"{key}..{key} (1)"
-    assert row["approvals"] == "alice, bob"
+    assert row["approvals"] == "olivia (owner), alice, bob"
     assert row["gates"] == "0/1 passed, 1 failed"
     assert row["publish"].startswith("paused")
     assert f"`backfill run {plan_id} --proof`" in row["next step"]
@@ -386,7 +387,7 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(
     cells = [" ".join(c.split()) for c in plan_row.locator("td").all_inner_texts()]
     shown = dict(zip((h.strip() for h in header), cells, strict=True))
     assert {c: shown.get(c) for c in PLAN_COLUMNS} == {
-        "plan": plan_id, "phase": "proving", "window": row["window"], "approvals": "alice, bob",
+        "plan": plan_id, "phase": "proving", "window": row["window"], "approvals": "olivia (owner), alice, bob",
         "gates": "0/1 passed, 1 failed", "publish": row["publish"],
         "next step": row["next step"].replace("`", "")}
     save_screenshot(page, screenshots, "plan-state.png")

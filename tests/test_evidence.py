@@ -101,7 +101,7 @@ def test_init_creates_a_private_key_and_every_row_is_an_hmac_under_it(world, cap
 def test_an_edited_row_rechained_with_plain_sha256_is_detected_naming_the_row(world, backfill, run_subprocess):
     approved(world)
     rows = chain(world)
-    assert backfill("evidence", "verify").out.startswith(f"evidence chain verified: {len(rows)} row(s) intact")
+    assert backfill("evidence", "verify").out.startswith(f"evidence chain verified: {len(rows)} chain row(s) intact")
     victim = next(r for r in rows if r[3] == "approval" and "bob" in r[5])
     forged_payload = victim[5].replace("bob", "carol")
     assert forged_payload != victim[5]
@@ -218,7 +218,7 @@ def test_a_missing_key_is_one_line_naming_its_path_and_is_never_recreated(world,
     assert len(chain(world)) == rows and path.read_text() == before
 
     found = backfill("evidence", "verify", env={"BACKFILL_EVIDENCE_KEY_FILE": str(moved)})
-    assert found.code == 0 and f"{rows} row(s) intact" in found.out, found.err
+    assert found.code == 0 and f"{rows} chain row(s) intact" in found.out, found.err
 
 
 def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfill):

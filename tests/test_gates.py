@@ -467,6 +467,7 @@ def test_a_window_of_mixed_code_versions_fails_the_odd_partition(written, capsys
                                  per_run=3)
     assert written.cli("run", str(path), "--proof") == 0
     newer = replace(FIXED, code_version="3")
+    written.approve_for(path, newer)  # a new release, signed for: the plan may now run either code
     odd = written.plan_run("ver", ["2026-01-04"], spec=newer)
     assert not odd.success  # its own gates saw the mix at once
 

@@ -427,8 +427,13 @@ def test_a_mistyped_home_for_a_writing_command_is_one_line_and_creates_nothing(t
 
 def test_endless_signature_key_and_evidence_files_are_one_line_without_reading_them_whole(world, run_cli):
     path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    statement = world.root / "statement.txt"
+    statement.write_text("x\n")
     started = time.monotonic()
-    for args, what in [(("plan", "approve", str(path), "--by", "alice", "--signature", "/dev/zero"), "signature file"),
+    for args, what in [(("plan", "approve", str(path), "--by", "alice", "--signature", "/dev/zero", "--statement",
+                         str(statement)), "signature file"),
+                       (("plan", "approve", str(path), "--by", "alice", "--signature", str(statement), "--statement",
+                         "/dev/zero"), "statement file"),
                        (("plan", "approve", str(path), "--by", "alice", "--key", "/dev/zero"), "private key"),
                        (("evidence", "verify", "--against", "/dev/zero"), "evidence file")]:
         result = run_cli(*args)

@@ -38,7 +38,7 @@ from backfill_assets.table import Column, Metric, TableSpec
 from backfill_assets.warehouse import open_warehouse
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from tests.plans import complete_plan, edited, write_plan
-from tests.world import failure_text, signers_text
+from tests.world import failure_text, pin_trust_root, signers_text
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
@@ -204,6 +204,8 @@ class Lab:
         signers = tmp_path / "approvers" / "allowed_signers"
         signers.parent.mkdir(parents=True, exist_ok=True)
         signers.write_text(signers_text(keys))
+        with open_warehouse(Home(self.home)).session() as session:
+            pin_trust_root(session, signers)
         self.defs_file = self.write_defs(name)
 
     def write_defs(self, name: str) -> Path:
@@ -320,9 +322,10 @@ def the_whole_lifecycle(lab: Lab) -> None:
 
     # approved through the CLI by two signers, against the definitions in a file
     path = lab.plan("replay", *case.window, case.proof)
+    assert lab.approve(path, "olivia").code == 0  # the owner signs too
     first = lab.approve(path, "alice")
     assert first.code == 0, first.err
-    assert "1/2 counted, needs more approvals" in first.out
+    assert "1/2 approver signature(s) counted (alice)" in first.out and "not approved yet" in first.out
     second = lab.approve(path, "bob")
     assert second.code == 0, second.err
     assert "approved: it is the plan of record" in second.out
@@ -494,7 +497,7 @@ def test_the_run_coordinator_takes_static_keys_as_text():
 def test_the_plan_of_record_holds_the_definitions_keys_in_their_order(lab):
     made = lab("static")
     path = made.plan("regions", "us", "apac", "apac")
-    assert made.approve(path, "alice").code == 0 and made.approve(path, "bob").code == 0
+    assert all(made.approve(path, who).code == 0 for who in ("olivia", "alice", "bob"))
     with open_warehouse(Home(made.home)).session() as session:
         [state] = record.active_plans(session, target="region_kinds")
     assert state.partition_keys == ("us", "apac")  # the definition's order, not the alphabet

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -258,15 +259,16 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
 
     path = world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     code, out = guard(world, capsys, path)
-    assert code == 1 and "- [ ] approvals captured: 0/2 signed approvals counted" in out
+    assert code == 1 and "- [ ] approvals captured: owner olivia has not signed; 0/2 approver signature(s)" in out
     assert "- [x] affected window and partitions bounded: 2026-01-01..2026-01-04, proof 2026-01-02" in out
     assert hook(run_subprocess, path, world.home).code == 1
 
     world.approve(path)
     code, out = guard(world, capsys, path)
     assert code == 0, out
-    assert "- [x] approvals captured: 2/2 signed approvals counted (alice, bob)" in out
-    assert out.count("- [x]") == 7 and out.count("- [ ]") == 3  # execution items are not gating
+    assert "- [x] approvals captured: owner olivia signed; 2/2 approver signature(s) counted (alice, bob)" in out
+    assert "- [x] signatures counted under the team's trust root: the pinned trust root v1 " in out
+    assert out.count("- [x]") == 8 and out.count("- [ ]") == 3  # execution items are not gating
     assert "- [ ] dry run or slice proof completed: not run yet: `backfill run PLAN --proof`" in out
     assert out.rstrip().endswith("ALLOWED: the plan is complete, fits its table, and is signed by enough "
                                  "approvers")
@@ -275,7 +277,7 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
 
     path.write_text(path.read_text().replace("end: '2026-01-04'", "end: '2026-01-05'"))
     code, out = guard(world, capsys, path)
-    assert code == 1 and "0/2 signed approvals counted" in out and "(edited since approval)" in out
+    assert code == 1 and "0/2 approver signature(s) counted" in out and "(edited since it was signed)" in out
     assert hook(run_subprocess, path, world.home).code == 1
 
     broken = world.root / "plans" / "broken.yaml"
@@ -322,7 +324,7 @@ def test_show_summarises_a_long_window_and_its_proof_keys(tmp_path, run_cli):
     lines = result.out.splitlines()
     assert "window     2020-01-01..2026-01-01  (2,193 partitions)" in lines
     assert "proof      2020-01-01, 2020-01-02, 2020-01-03, ... 2020-01-07, 2020-01-08" in lines
-    assert len(lines) == 8 and len(result.out) < 1200  # never one line per partition
+    assert len(lines) == 11 and len(result.out) < 1800  # never one line per partition
 
 
 def test_show_prints_the_hash_and_a_signing_command_that_ssh_keygen_runs(world, capsys, tmp_path):
@@ -333,24 +335,27 @@ def test_show_prints_the_hash_and_a_signing_command_that_ssh_keygen_runs(world, 
     out = capsys.readouterr().out
     assert f"sha256     {sha}\n" in out
     assert "window     2026-01-01..2026-01-08  (8 partitions)\n" in out
-    assert "approvals  0/2 signed approvals counted\n" in out
+    assert "approvals  owner olivia has not signed; 0/2 approver signature(s) counted" in out
+    assert re.search(r"^signs      plan [0-9a-f]{12}; code 2/[0-9a-f]{64}; warehouse wh-[0-9a-f]{16}; expires at most "
+                     r"14 day\(s\) after signing$", out, re.M), out
     command = re.search(r"^to sign    (.+)$", out, re.MULTILINE).group(1)
-    assert sha in command and "-n backfill-plan" in command
+    assert str(path) in command and "-n backfill-plan" in command
 
     # carol runs the printed command as is, with her key where the command expects it
     person = tmp_path / "carol-home"
     (person / ".ssh").mkdir(parents=True)
     shutil.copy(world.keys["carol"], person / ".ssh" / "id_ed25519")
     (person / ".ssh" / "id_ed25519").chmod(0o600)
-    signed = subprocess.run(["bash", "-c", command], cwd=person, env={**os.environ, "HOME": str(person)},
-                            capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "HOME": str(person), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "BACKFILL_HOME": str(world.home)}
+    signed = subprocess.run(["bash", "-c", command], cwd=person, env=env, capture_output=True, text=True, timeout=60)
     assert signed.returncode == 0, signed.stderr
-    signature = person / "approval.sig"
-    assert world.cli("plan", "approve", str(path), "--by", "carol", "--signature", str(signature)) == 0
+    assert world.cli("plan", "approve", str(path), "--by", "carol", "--signature", str(person / "statement.txt.sig"),
+                     "--statement", str(person / "statement.txt")) == 0
     capsys.readouterr()
     assert world.cli("plan", "show", str(path)) == 0
     shown = capsys.readouterr().out
-    assert "approvals  1/2 signed approvals counted\n" in shown and "  counted  carol at " in shown
+    assert "1/2 approver signature(s) counted (carol)" in shown and "  counted  carol (SHA256:" in shown
 
 
 # --- the file keeps its comments and layout through approval -----------------------------------------
@@ -403,7 +408,7 @@ def approve_file(world, text: str) -> tuple[str, str, list[str], list[str], int]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     sha = plan_sha256(load_plan(path))
-    world.approve(path, "alice", "bob")
+    world.approve(path, "alice", "bob", owner=False)
     after = path.read_text(encoding="utf-8")
     before_lines = text.splitlines(keepends=True)
     at = next(i for i, ln in enumerate(before_lines) if ln.lstrip().startswith("granted:"))

@@ -38,8 +38,9 @@ def reconciled_plan(world, **kwargs):
 
 
 def test_a_failed_gate_blocks_publish_in_the_same_run_and_a_later_run_until_fixed(world):
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
+    world.approve_for(path, UNFIXED)  # the release deployed meanwhile is signed for too, and is wrong
     wrong = world.plan_run("fix", keys(3, 4), spec=UNFIXED, publish=True)
     assert not wrong.success and "metrics_match_source" in failure_text(wrong)
     assert world.rows("published_revenue", "2026-01-03") == 0
@@ -204,7 +205,7 @@ def test_the_sensor_shows_the_plans_on_the_target_asset(world):
     tick = evaluate_sensor(world)
     [observation] = tick.asset_events
     table = observation.metadata["backfill_assets/plans"].value
-    assert "| fix | reconciled | 2026-01-01..2026-01-04 (4) | alice, bob | 4/4 passed |" in table
+    assert "| fix | reconciled | 2026-01-01..2026-01-04 (4) | olivia (owner), alice, bob | 4/4 passed |" in table
     assert "backfill publish fix" in table
 
 

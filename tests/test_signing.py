@@ -23,6 +23,7 @@ from backfill_assets.signing import (
     AllowedSigners,
     armor,
     canonical_principal,
+    dearmor,
     one_line,
     parse,
     same_principal,
@@ -497,3 +498,75 @@ def test_same_principal():
         same_principal("alice", "alice\u200b")
     with pytest.raises(PrincipalError):
         same_principal("\u043elivia", "olivia")
+
+
+# --- key identity as OpenSSH computes it: differential against ssh-keygen -------------------------------
+
+def _fields(data: bytes) -> list[bytes]:
+    out, i = [], 0
+    while i < len(data):
+        n = struct.unpack(">I", data[i:i + 4])[0]
+        out.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+    return out
+
+
+def _with_key(signature: str, key_blob: bytes, tail: bytes = b"") -> str:
+    """The signature with another encoding of its public key (and bytes after the SSHSIG blob)."""
+    raw = dearmor(signature)
+    parts = _fields(raw[10:])
+    parts[0] = key_blob
+    return armor(raw[:10] + b"".join(s(p) for p in parts) + tail)
+
+
+def _mutations(kind: str, blob: bytes) -> dict[str, bytes]:
+    parts = _fields(blob)
+    found = {"as signed": blob, "trailing data in the key": blob + s(b"x")}
+    if kind == "rsa":
+        found["a spare zero in the modulus"] = s(parts[0]) + s(parts[1]) + s(b"\0" + parts[2])
+        found["a spare zero in the exponent"] = s(parts[0]) + s(b"\0" + parts[1]) + s(parts[2])
+        found["two spare zeros in the modulus"] = s(parts[0]) + s(parts[1]) + s(b"\0\0" + parts[2])
+    if kind.startswith("ecdsa"):
+        point = parts[2]
+        half = (len(point) - 1) // 2
+        found["a compressed point"] = s(parts[0]) + s(parts[1]) + s(bytes([2 + (point[-1] & 1)]) + point[1:1 + half])
+    return found
+
+
+@pytest.mark.parametrize("key_type", ["rsa", "ecdsa256", "ecdsa384", "ed25519"])
+def test_key_identity_is_openssh_s_under_every_encoding(tmp_path, keys, key_type):
+    """Whatever encoding of a key a signature carries, we accept exactly what `ssh-keygen -Y verify`
+    and `-Y find-principals` accept, and name the key by the fingerprint `ssh-keygen -l` prints, so
+    one key under two names, or re-encoded, counts once."""
+    key = keys[key_type]
+    line = pub_line(key)
+    blob = base64.b64decode(line.split()[1])
+    signed = ssh_sign(key, MESSAGE)
+    expected_fp = ssh_fingerprint(key)
+    allowed = f"alice {line}\nalias {line}\n"
+    signers = AllowedSigners.parse(allowed)
+    (tmp_path / "allowed_signers").write_text(allowed)
+    seen = {}
+    kind = "ecdsa" if key_type.startswith("ecdsa") else key_type
+    for label, mutated in _mutations(kind, blob).items():
+        for tail_label, tail in (("", b""), (" and trailing bytes after the signature", b"\0")):
+            sig = _with_key(signed, mutated, tail)
+            (tmp_path / "m.sig").write_text(sig)
+            theirs = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(tmp_path / "allowed_signers"), "-I",
+                                     "alias", "-n", NAMESPACE, "-s", str(tmp_path / "m.sig")], input=MESSAGE,
+                                    capture_output=True, timeout=60).returncode == 0
+            found = subprocess.run(["ssh-keygen", "-Y", "find-principals", "-f", str(tmp_path / "allowed_signers"),
+                                    "-s", str(tmp_path / "m.sig")], capture_output=True, text=True, timeout=60)
+            try:
+                ours_sig = signers.verify_approval("alias", MESSAGE, sig)
+                ours = True
+            except SignatureError:
+                ours = False
+            seen[label + tail_label] = (theirs, ours)
+            assert ours == theirs, (label + tail_label, theirs, ours)
+            if ours:
+                assert ours_sig.fingerprint == expected_fp, label
+                # find-principals names the first line listing the key; we list every name it has
+                assert found.stdout.split() and set(found.stdout.split()) <= set(
+                    signers.principals_for(ours_sig.public_key))
+    assert seen["as signed"] == (True, True)

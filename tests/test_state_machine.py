@@ -32,7 +32,7 @@ from backfill_assets.control import evidence_log
 from backfill_assets.demo.sample import generate_orders
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from backfill_assets.warehouse.identifiers import quote
-from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, signers_text
+from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, pin_trust_root, signers_text
 
 DAYS = keys(1, 5)       # the warehouse
 WINDOW = keys(1, 4)     # every plan's window; 2026-01-05 lies outside and must never change
@@ -53,6 +53,7 @@ def build_template(root: Path, instance: dg.DagsterInstance, ssh_keys: dict[str,
     signers.write_text(signers_text(ssh_keys))
     with world.warehouse().session() as session:
         generate_orders(session, start=START, days=len(DAYS), rows_per_day=120, seed=5)
+        pin_trust_root(session, signers)
     assert world.materialize(DAYS, spec=BUGGY).success  # an incremental run, as the release wrote them
     history = world.fingerprints("daily_revenue", DAYS)
     cols = ", ".join(quote(c) for c in FIXED.columns)

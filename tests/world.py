@@ -1,22 +1,27 @@
 """A real warehouse, real Dagster definitions and instance, SSH keys and plans, in tmp_path.
 
-Plans live in `<tmp>/plans/` and the reviewed `<tmp>/approvers/allowed_signers` lists alice, bob
-and carol (mallory has a key but is not listed), so the CLI finds the signers the way a team's
-repository would. Every write goes through the product: approvals through `plan approve`, data
-through Dagster runs.
+Plans live in `<tmp>/plans/` and the reviewed `<tmp>/approvers/allowed_signers` lists alice
+(ed25519), bob (RSA), carol (ECDSA) and olivia (ed25519, the owner of the test plans); mallory has
+a key but is not listed. The file is pinned as the warehouse's trust root with the default policy
+(two approvers and the owner), as `backfill init --allowed-signers` does. Every write goes through
+the product: approvals through `plan approve`, data through Dagster runs.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from backfill_assets.cli import main as cli_main
+from backfill_assets.cli.common import actor
+from backfill_assets.control import trust_record
+from backfill_assets.control.schema import ensure_schema
 from backfill_assets.defs.replayable import ACTOR_TAG
 from backfill_assets.demo.definitions import PARTITIONS, build_definitions
 from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
@@ -24,26 +29,39 @@ from backfill_assets.demo.sample import generate_orders
 from backfill_assets.home import Home
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
+from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.table import TableSpec
+from backfill_assets.trust.policy import Policy
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from tests.plans import complete_plan, write_plan
 
 START = dt.date(2026, 1, 1)
 DAYS = 8
-PEOPLE = ("alice", "bob", "carol", "mallory")
-LISTED = ("alice", "bob", "carol")
+PEOPLE = ("alice", "bob", "carol", "olivia", "mallory")
+LISTED = ("alice", "bob", "carol", "olivia")
+OWNER = "olivia"
+KEY_TYPES = {"bob": "rsa", "carol": "ecdsa"}  # the rest ed25519: the approvers use all three kinds
 DEMO_DEFS = "backfill_assets.demo.definitions"
 
 
+def _private_key(kind: str):
+    if kind == "rsa":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    if kind == "ecdsa":
+        return ec.generate_private_key(ec.SECP256R1())
+    return ed25519.Ed25519PrivateKey.generate()
+
+
 def make_keys(folder: Path) -> dict[str, Path]:
-    """Unencrypted ed25519 keys in OpenSSH format, as `ssh-keygen -t ed25519 -N ''` writes them."""
+    """Unencrypted keys in OpenSSH format, as `ssh-keygen -N ''` writes them: RSA for bob, ECDSA for
+    carol, ed25519 for the others."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name in PEOPLE:
         path = folder / name
         if not path.exists():
-            key = ed25519.Ed25519PrivateKey.generate()
+            key = _private_key(KEY_TYPES.get(name, "ed25519"))
             path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                                serialization.NoEncryption()))
             path.chmod(0o600)
@@ -89,10 +107,24 @@ class World:
     def plan(self, name: str = "fix", **kwargs) -> Path:
         return write_plan(self.root / "plans" / f"{name}.yaml", complete_plan(plan_id=name, **kwargs))
 
-    def approve(self, path: Path, *who: str) -> Path:
-        """Signed approvals by non-owners, through the CLI (alice and bob by default)."""
-        for name in who or ("alice", "bob"):
+    def approve(self, path: Path, *who: str, owner: bool = True) -> Path:
+        """The owner's signature (unless `owner=False`) and approvers' (alice and bob by default),
+        through the CLI."""
+        for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
             assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name])) == 0
+        return path
+
+    def approve_for(self, path: Path, spec: TableSpec, *who: str, owner: bool = True) -> Path:
+        """Signatures for the table's code as `spec` declares it (a release the team deploys next):
+        approvers sign what the definitions they load say, so they load a definitions file of it."""
+        defs = self.root / f"defs_{hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]}.py"
+        defs.write_text("from backfill_assets.demo.definitions import build_definitions\n"
+                        "from backfill_assets.table import TableSpec\n"
+                        f"defs = build_definitions(TableSpec.from_json({spec.to_json()!r}), home={str(self.home)!r}, "
+                        f"url={self.url or ''!r})\n", encoding="utf-8")
+        for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
+            assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name]),
+                            "--defs", str(defs)) == 0
         return path
 
     def approved_plan(self, name: str = "fix", **kwargs) -> Path:
@@ -179,7 +211,16 @@ def make_world(tmp_path: Path, instance: dg.DagsterInstance, keys: dict[str, Pat
     signers.write_text(signers_text(keys))
     with world.warehouse().session() as session:
         generate_orders(session, start=START, days=DAYS, rows_per_day=300, seed=11)
+        pin_trust_root(session, signers)
     return world
+
+
+def pin_trust_root(session, signers: Path, policy: Path | None = None) -> None:
+    """What `backfill init --allowed-signers FILE [--policy FILE]` pins."""
+    ensure_schema(session)
+    with session.transaction():
+        trust_record.pin_first(session, AllowedSigners.load(signers),
+                               Policy.load(policy) if policy else Policy.default(), actor())
 
 
 def keys(first: int, last: int) -> list[str]:

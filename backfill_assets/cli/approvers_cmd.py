@@ -1,46 +1,89 @@
-"""`backfill approvers pin FILE | show`: the allowed_signers file approvals are checked against."""
+"""`backfill approvers show | statement | pin`: the trust root approvals are counted under.
+
+The first root is pinned by `backfill init`. Changing it (another allowed_signers or policy) takes
+the signatures of the current root's quorum over a `trust root` statement: `approvers statement
+NEW_FILE` prints it, each approver signs it, `approvers pin NEW_FILE --signature ...` pins it.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from backfill_assets.cli.common import actor, add_home, reading, writing
-from backfill_assets.control import approvers
+from backfill_assets.cli.signatures import add_signature_options, candidates
+from backfill_assets.control import trust_record
 from backfill_assets.signing.allowed_signers import AllowedSigners
+from backfill_assets.trust.policy import POLICY_FILE, Policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("approvers", help="the team's allowed_signers file that approvals are checked against")
-    actions = group.add_subparsers(dest="approvers_action", required=True, metavar="{pin,show}")
-    pin = actions.add_parser("pin", help="pin (or re-pin, when the team changed its approvers) the reviewed file")
-    pin.add_argument("allowed_signers")
-    add_home(pin)
-    pin.set_defaults(handler=cmd_pin)
-    show = actions.add_parser("show", help="which file is pinned, by whom and when")
+    group = sub.add_parser("approvers", help="the trust root: allowed_signers and the policy approvals count under")
+    actions = group.add_subparsers(dest="approvers_action", required=True, metavar="{show,statement,pin}")
+    show = actions.add_parser("show", help="the pinned trust root and its history")
     add_home(show)
     show.set_defaults(handler=cmd_show)
+    for name, text in (("statement", "print the statement the current approvers sign to pin new files"),
+                       ("pin", "pin new files, with the signatures of the current root's quorum")):
+        cmd = actions.add_parser(name, help=text)
+        cmd.add_argument("allowed_signers", help="the new allowed_signers file")
+        cmd.add_argument("--policy", help=f"the new policy (default: {POLICY_FILE} beside it, else the pinned one)")
+        if name == "pin":
+            add_signature_options(cmd)
+        else:
+            cmd.add_argument("--valid-days", type=int, help="how long the signatures may be used")
+        add_home(cmd)
+        cmd.set_defaults(handler=cmd_pin if name == "pin" else cmd_statement)
 
 
-def pin_and_say(session, signers: AllowedSigners) -> str:
-    """Pin `signers` and say what changed (a re-pin names the file it replaced)."""
-    with session.transaction():
-        before = approvers.pinned(session)
-        now = approvers.pin(session, signers, actor())
-    if before is not None and before.sha256 != now.sha256:
-        return f"re-pinned approvers: {now.describe()}; was {before.describe()}"
-    return f"pinned approvers: {now.describe()}"
+def load_files(signers_path: str, policy_path: str | None, fallback: Policy | None = None
+               ) -> tuple[AllowedSigners, Policy]:
+    """allowed_signers and its policy: --policy, else policy.yaml beside the file, else `fallback`
+    (the pinned policy when re-pinning, the default one at init)."""
+    from pathlib import Path
 
-
-def cmd_pin(args: argparse.Namespace) -> int:
-    signers = AllowedSigners.load(args.allowed_signers)
-    with writing(args, create=True) as session:
-        print(pin_and_say(session, signers))
-    return 0
+    signers = AllowedSigners.load(signers_path)
+    beside = Path(signers_path).parent / POLICY_FILE
+    if policy_path:
+        policy = Policy.load(policy_path)
+    elif beside.is_file():
+        policy = Policy.load(beside)
+    else:
+        policy = fallback or Policy.default()
+    return signers, policy
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with reading(args) as session:
-        current = approvers.pinned(session)
-    print(f"approvers: {current.describe()}" if current else
-          "approvers: none pinned yet; the first `plan approve` (or `backfill approvers pin FILE`) pins its file")
+        found = trust_record.history(session)
+    if not found:
+        print("approvers: no trust root pinned yet: `backfill init --allowed-signers FILE [--policy FILE]`")
+        return 0
+    for pinned in found:
+        print(("current    " if pinned is found[-1] else "earlier    ") + pinned.describe())
+    policy = found[-1].root.policy.model
+    print(f"policy     at least {policy.approvals.minimum} approver signature(s) and the owner's on every plan; "
+          f"valid {policy.approvals.valid_days} day(s); {policy.trust_root.quorum} to change the root")
+    return 0
+
+
+def cmd_statement(args: argparse.Namespace) -> int:
+    with reading(args) as session:
+        root = trust_record.require(session)
+    signers, policy = load_files(args.allowed_signers, args.policy, root.policy)
+    statement = trust_record.change_statement(root, signers, policy, valid_days=args.valid_days)
+    print(statement.text, end="")
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    with writing(args) as session:
+        root = trust_record.require(session)
+        signers, policy = load_files(args.allowed_signers, args.policy, root.policy)
+        if args.print_statement:
+            print(trust_record.change_statement(root, signers, policy).text, end="")
+            return 0
+        given = candidates(args, lambda: trust_record.change_statement(root, signers, policy))
+        with session.transaction():
+            pinned, counted = trust_record.repin(session, signers, policy, given, actor())
+    print(f"pinned {pinned.describe()}; was {root.describe()}")
     return 0

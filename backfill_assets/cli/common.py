@@ -12,16 +12,18 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from backfill_assets.control import record
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import ensure_schema, has_control_schema
-from backfill_assets.errors import PlanRefused, UsageError
+from backfill_assets.control.schema import SCHEMA_VERSION, ensure_schema, has_control_schema, schema_version
+from backfill_assets.errors import PlanRefused, UsageError, WarehouseError
 from backfill_assets.home import Home, resolve_home
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.plan.model import PLAN_ID_PATTERN
+from backfill_assets.trust.root import TrustRoot
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
 
@@ -69,6 +71,12 @@ def reading(args: argparse.Namespace) -> Iterator[Session]:
         if not has_control_schema(session):
             raise UsageError(f"{warehouse.engine.describe()} holds no backfill control record",
                              fix="pass --home pointing at the right BACKFILL_HOME, or run `backfill init`")
+        found = schema_version(session)
+        if found != SCHEMA_VERSION:  # a reader never upgrades: it would write
+            raise WarehouseError(f"the control record in {warehouse.engine.describe()} is of schema {found}; this "
+                                 f"release reads schema {SCHEMA_VERSION}",
+                                 fix="run a writing command of this release once (e.g. `backfill init`): it "
+                                     "upgrades the record in place")
         yield session
 
 
@@ -112,3 +120,46 @@ def plan_state(session: Session, reference: str) -> PlanState:
                               f"approved {state.approved_sha256[:12]})",
                               fix="use the approved file or the plan id, or have this version approved")
     return state
+
+
+@dataclass(frozen=True)
+class RootView:
+    """The trust root a reading command counts a plan file's signatures under, and where it came
+    from; `problem` says why it cannot (or why the one named differs from the pinned one)."""
+
+    root: TrustRoot | None
+    source: str
+    problem: str | None = None
+    pinned: bool = False
+
+
+def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:
+    """The pinned root where the control record can be read; else the files named explicitly (the
+    default branch's, in CI); never a file found next to the plan."""
+    from backfill_assets.control import trust_record
+    from backfill_assets.plan.approvals import load_explicit_root
+
+    named, why = load_explicit_root(signers, policy, warehouse)
+    pinned = None
+    store = open_warehouse(home)
+    if store.exists():
+        with store.session(read_only=True) as session:
+            if has_control_schema(session):
+                pinned = trust_record.current(session)
+    if pinned is not None:
+        root = pinned.root
+        if named is not None and (named.root.signers.sha256, named.root.policy.sha256) != \
+                (root.signers.sha256, root.policy.sha256):
+            return RootView(root, f"the pinned {root.describe()}", pinned=True, problem=(
+                f"{named.source} differ from the pinned trust root ({root.describe()}): a change of the root "
+                "takes its quorum's signatures (`backfill approvers pin`)"))
+        if warehouse and warehouse != root.warehouse_id:
+            return RootView(root, f"the pinned {root.describe()}", pinned=True,
+                            problem=f"--warehouse {warehouse} is not this warehouse ({root.warehouse_id})")
+        return RootView(root, f"the pinned {root.describe()}", pinned=True)
+    if named is not None:
+        return RootView(named.root, named.source)
+    return RootView(None, "none", problem=why or (
+        "no trust root to count signatures under: run where the control record can be read, or name the "
+        "team's reviewed files (the default branch's) with --allowed-signers [--policy]; a file beside "
+        "the plan is never trusted"))

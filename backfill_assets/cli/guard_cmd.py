@@ -1,8 +1,10 @@
 """`backfill guard PLAN_FILE`: the checklist; exit 0 only for a complete, fitting, signed plan.
 
-The approvals are counted from the signatures in the file, verified against allowed_signers, so
-the guard gives the same answer with or without a control record (a CI job, a laptop). The last
-three ticks come from `status.plan_status` when the record knows the plan.
+The approvals are counted from the signatures in the file, under the trust root pinned in the
+control record or, where none can be read (a CI job), the files named explicitly (the default
+branch's `--allowed-signers` and `--policy`): never a file found next to the plan, which a pull
+request could add. When both are there and differ, it refuses. The last three ticks come from
+`status.plan_status` when the record knows the plan.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from pathlib import Path
 
 from backfill_assets.cli.common import add_home, home_of
 from backfill_assets.errors import BackfillError
-from backfill_assets.plan.approvals import load_signers, tally
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.plan.loading import collect_problems, read_plan_document
 
@@ -20,14 +21,18 @@ from backfill_assets.plan.loading import collect_problems, read_plan_document
 def register(sub: argparse._SubParsersAction) -> None:
     guard = sub.add_parser("guard", help="the replay plan checklist; exit 0 only when it may run")
     guard.add_argument("plan_file")
-    guard.add_argument("--allowed-signers")
+    guard.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
+                                                 "allowed_signers, e.g. the default branch's; never the plan's folder")
+    guard.add_argument("--policy", help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
+    guard.add_argument("--warehouse", help="the production warehouse's id, to check what signatures bind in CI")
     guard.add_argument("--defs", help="definitions to check the plan against (default: as `backfill run`)")
     add_home(guard)
     guard.set_defaults(handler=cmd_guard)
 
 
-def _fit_problems(plan, defs: str | None) -> tuple[list, str | None]:
-    """Problems fitting the plan to its table, or a note why it was not checked."""
+def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]:
+    """Problems fitting the plan to its table, a note why it was not checked, and the table's code
+    identity (what signatures must bind)."""
     try:
         from backfill_assets.defs.loading import load_defs
         from backfill_assets.plan.fit import fit
@@ -37,22 +42,11 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None]:
         if defs:
             raise
         return [], (f"not checked against {plan.target}: {exc.message}; run the guard where the "
-                    "definitions are found (workspace.yaml) or pass --defs")
-    return fit(plan, table.spec, table.scheme()).problems, None
+                    "definitions are found (workspace.yaml) or pass --defs"), None
+    return fit(plan, table.spec, table.scheme()).problems, None, table.spec.code_identity
 
 
-def _pin_mismatch(session, signers) -> str | None:
-    """Why the approvers file the guard read is not the one the record pins, or None."""
-    from backfill_assets.control import approvers
-
-    current = approvers.pinned(session)
-    if current is None or signers is None or current.sha256 == signers.sha256:
-        return None
-    return (f"{signers.source} (sha256 {signers.sha256[:12]}) differs from the approvers the control record "
-            f"pins: {current.describe()}")
-
-
-def _execution(plan, home, signers=None) -> tuple[ExecutionState, str | None, str | None]:
+def _execution(plan, home) -> tuple[ExecutionState, str | None]:
     from backfill_assets.control import record
     from backfill_assets.control.schema import has_control_schema
     from backfill_assets.plan.identity import plan_sha256
@@ -61,44 +55,51 @@ def _execution(plan, home, signers=None) -> tuple[ExecutionState, str | None, st
 
     warehouse = open_warehouse(home)
     if not warehouse.exists():
-        return ExecutionState(), None, None
+        return ExecutionState(), None
     # read-only: the guard is also a CI step and must not change anything
     with warehouse.session(read_only=True) as session:
         if not has_control_schema(session):
-            return ExecutionState(), None, None
-        mismatch = _pin_mismatch(session, signers)
+            return ExecutionState(), None
         state = record.get(session, plan.plan_id)
         if state is None or state.approved_sha256 != plan_sha256(plan):
-            return ExecutionState(), None, mismatch
+            return ExecutionState(), None
         status = plan_status(session, state)
         notice = session.one("SELECT recorded_at, recipients FROM backfill_control.outbox WHERE plan_id = ? "
                              "AND event = 'paused' ORDER BY notice_id DESC LIMIT 1", [plan.plan_id])
     pending = f"not passing: {status.next}" if status.failed else None
     return ExecutionState(proof=status.proof, reconciled=status.window_reconciled, published=status.published,
                           **({"pending_reconcile": pending} if pending else {})), \
-        (f"paused; notice queued at {notice[0]} for {notice[1]}" if notice else None), mismatch
+        (f"paused; notice queued at {notice[0]} for {notice[1]}" if notice else None)
 
 
-def guard_items(plan_file: Path, home, signers_path: str | None = None, defs: str | None = None) -> list[Item]:
+def guard_items(plan_file: Path, home, signers_path: str | None = None, defs: str | None = None,
+                policy_path: str | None = None, warehouse: str | None = None) -> list[Item]:
+    from backfill_assets.cli.common import resolve_root
+    from backfill_assets.plan.approvals import file_tally
+
     plan, problems = collect_problems(read_plan_document(plan_file))
-    approvals, execution, notice, note, mismatch = None, ExecutionState(), None, None, None
+    approvals, execution, notice, note, view = None, ExecutionState(), None, None, None
     if plan is not None:
-        signers, why = load_signers(plan_file, signers_path)
-        approvals = tally(plan, signers, why)
-        fitting, note = _fit_problems(plan, defs)
+        view = resolve_root(home, signers_path, policy_path, warehouse)
+        fitting, note, code = _fit_problems(plan, defs)
         problems = problems + fitting
-        execution, notice, mismatch = _execution(plan, home, signers)
-    items = build(plan, problems, approvals, execution, notice)
+        approvals = file_tally(plan, view.root, code) if view.root is not None else None
+        execution, notice = _execution(plan, home)
+    items = build(plan, problems, approvals, execution, notice,
+                  approvals_note=view.problem if view is not None and view.root is None else None)
     if note:  # unchecked is not allowed: ALLOWED says the plan fits its table
         items.append(Item("plan checked against its table", False, note, True))
-    if mismatch:  # someone re-pinned the approvers, or approved against another file
-        items.append(Item("approvers file is the one the control record pins", False,
-                          mismatch + "; review the change, then re-pin with `backfill approvers pin FILE`", True))
+    if view is not None and view.root is not None:
+        bound = "; ".join(f"{name} not checked here" for name in (approvals.unchecked if approvals else ()))
+        items.append(Item("signatures counted under the team's trust root", view.problem is None,
+                          (view.problem + "; review the change, then re-pin with `backfill approvers pin FILE`")
+                          if view.problem else view.source + (f" ({bound})" if bound else ""), True))
     return items
 
 
 def cmd_guard(args: argparse.Namespace) -> int:
-    items = guard_items(Path(args.plan_file), home_of(args), args.allowed_signers, args.defs)
+    items = guard_items(Path(args.plan_file), home_of(args), args.allowed_signers, args.defs, args.policy,
+                        args.warehouse)
     print(render(items))
     blocking = [i for i in items if i.gating and not i.done]
     if blocking:

@@ -15,10 +15,30 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "(default) or the Postgres server named by --instance-url")
     init.add_argument("--instance-url", help="postgresql://user@host:port/db for --instance postgres "
                                              "(default $BACKFILL_DAGSTER_PG_URL)")
-    init.add_argument("--allowed-signers", help="the team's reviewed allowed_signers: approvals count only "
-                                                "when checked against it (default: the first approval pins its file)")
+    init.add_argument("--allowed-signers", help="the team's reviewed allowed_signers: pinned as the trust root "
+                                                "with the policy (approvals count only under it)")
+    init.add_argument("--policy", help="the team's reviewed policy (default: policy.yaml beside allowed_signers, "
+                                       "else the default policy: 2 approvers and the owner, 14 days)")
     add_home(init)
     init.set_defaults(handler=cmd_init)
+
+
+def _pin_first(session, signers, policy) -> str:
+    """Pin the first trust root; an identical one is already pinned; another one is refused."""
+    from backfill_assets.cli.common import actor
+    from backfill_assets.control import trust_record
+    from backfill_assets.errors import TrustRootError
+
+    with session.transaction():
+        session.lock("backfill_control.trust_root")
+        pinned = trust_record.current(session)
+        if pinned is None:
+            return f"pinned {trust_record.pin_first(session, signers, policy, actor()).describe()}"
+    if (pinned.root.signers.sha256, pinned.root.policy.sha256) == (signers.sha256, policy.sha256):
+        return f"already pinned: {pinned.describe()}"
+    raise TrustRootError(f"{pinned.root.describe()} is pinned, and {signers.source} with {policy.source} differs",
+                         fix="change the trust root with `backfill approvers pin FILE` and the signatures of its "
+                             "quorum (`backfill approvers statement FILE` prints what they sign)")
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -33,17 +53,18 @@ def cmd_init(args: argparse.Namespace) -> int:
         url = args.instance_url or os.environ.get(INSTANCE_URL_ENV)
         if not url:
             raise UsageError("--instance postgres needs a server", fix="pass --instance-url postgresql://...")
-    signers = None
+    files = None
     if args.allowed_signers:
-        from backfill_assets.signing.allowed_signers import AllowedSigners
+        from backfill_assets.cli.approvers_cmd import load_files
 
-        signers = AllowedSigners.load(args.allowed_signers)  # refused before anything is created
+        files = load_files(args.allowed_signers, args.policy)  # refused before anything is created
+        files[1].check_against(set(files[0].principals))
+    elif args.policy:
+        raise UsageError("--policy needs --allowed-signers", fix="pin both: --allowed-signers FILE --policy FILE")
     with writing(args, create=True) as session:
         where = session.engine.describe()
-        if signers is not None:
-            from backfill_assets.cli.approvers_cmd import pin_and_say
-
-            print(pin_and_say(session, signers))
+        if files is not None:
+            print(_pin_first(session, *files))
     key = create_key(home)
     dagster_home = ensure_dagster_home(home, url)
     print(f"warehouse    {where}")

@@ -22,7 +22,7 @@ from backfill_assets.errors import (
     SignatureError,
     UsageError,
 )
-from backfill_assets.plan.approvals import load_signers, signing_command, tally
+from backfill_assets.plan.approvals import signing_command
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_document
 
@@ -42,20 +42,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_defs(validate)
     validate.set_defaults(handler=cmd_validate)
 
-    approve = plan_sub.add_parser("approve", help="sign the plan's sha256 and record the approval")
+    statement = plan_sub.add_parser("statement", help="print the statement an approver signs for this plan")
+    statement.add_argument("plan_file")
+    statement.add_argument("--valid-days", type=int, help="expire sooner than the policy's limit")
+    add_defs(statement)
+    add_home(statement)
+    statement.set_defaults(handler=cmd_statement)
+
+    approve = plan_sub.add_parser("approve", help="sign the plan's statement and record the signature")
     approve.add_argument("plan_file")
-    approve.add_argument("--by", required=True, help="the approving principal (not the owner)")
+    approve.add_argument("--by", required=True, help="the signing principal: an approver, or the owner")
     how = approve.add_mutually_exclusive_group(required=True)
-    how.add_argument("--key", help="your SSH private key: we sign for you (unencrypted keys)")
-    how.add_argument("--signature", help="a signature file made with `ssh-keygen -Y sign -n backfill-plan`")
-    approve.add_argument("--allowed-signers", help="default $BACKFILL_ALLOWED_SIGNERS or approvers/allowed_signers")
+    how.add_argument("--key", help="your SSH private key: we sign the statement for you (unencrypted keys)")
+    how.add_argument("--signature", help="your `ssh-keygen -Y sign -n backfill-plan` signature of --statement")
+    approve.add_argument("--statement", help="with --signature: the statement you signed (`backfill plan statement`)")
+    approve.add_argument("--allowed-signers", help="must be the pinned one (kept for scripts; it changes nothing)")
     add_defs(approve)
     add_home(approve)
     approve.set_defaults(handler=cmd_approve, relay=True)
 
-    show = plan_sub.add_parser("show", help="partitions, hash, how to sign, approvals counted and void")
+    show = plan_sub.add_parser("show", help="partitions, what a signature binds, approvals counted and void")
     show.add_argument("plan_file")
-    show.add_argument("--allowed-signers")
+    _add_root_options(show)
+    add_defs(show)
+    add_home(show)
     show.set_defaults(handler=cmd_show)
 
     close = plan_sub.add_parser("close", help="close a published plan whose window still passes")
@@ -70,6 +80,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     withdraw.add_argument("--note", default="")
     add_home(withdraw)
     withdraw.set_defaults(handler=cmd_withdraw, relay=True)
+
+
+def _add_root_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
+                                                  "file, e.g. the default branch's")
+    parser.add_argument("--policy", help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
+    parser.add_argument("--warehouse", help="the production warehouse's id (`backfill approvers show`), to check "
+                                            "what signatures bind where no control record can be read")
 
 
 def template_text() -> str:
@@ -132,32 +150,70 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _statement_text(args: argparse.Namespace, sha: str) -> str:
+    if not args.statement:
+        raise UsageError("--signature needs --statement, the text you signed",
+                         fix="print it with `backfill plan statement PLAN > statement.txt`, sign that file")
+    try:
+        return read_bounded(args.statement, 4096, "statement file",
+                            "print it with `backfill plan statement PLAN`").decode("ascii", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read statement file {args.statement} ({exc.strerror})",
+                         fix="print it with `backfill plan statement PLAN`") from None
+
+
+def cmd_statement(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.common import reading
+    from backfill_assets.control import trust_record
+    from backfill_assets.plan.approvals import plan_statement
+
+    path = Path(args.plan_file)
+    plan = load_plan(path)
+    table, _ = _table_for(plan.target, args.defs, required=True)
+    with reading(args) as session:
+        root = trust_record.require(session)
+    print(plan_statement(plan, root, table.spec.code_identity, valid_days=args.valid_days).text, end="")
+    return 0
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     from backfill_assets.approving import approve
+    from backfill_assets.cli.common import reading
+    from backfill_assets.control import trust_record
+    from backfill_assets.plan.approvals import plan_statement
     from backfill_assets.signing import sshsig
 
     path = Path(args.plan_file)
     plan = load_plan(path)
-    signers, why = load_signers(path, args.allowed_signers)
-    if signers is None:
-        raise SignatureError(f"approvals cannot be verified: {why}",
-                             fix="create approvers/allowed_signers (OpenSSH format) or pass --allowed-signers")
     table, _ = _table_for(plan.target, args.defs, required=True)
     sha = plan_sha256(plan)
+    with reading(args) as session:
+        root = trust_record.require(session)
+    if args.allowed_signers:  # a file of one's own never changes whose signatures count
+        from backfill_assets.signing.allowed_signers import AllowedSigners
+
+        named = AllowedSigners.load(args.allowed_signers)
+        if named.sha256 != root.signers.sha256:
+            raise SignatureError(f"{named.source} (sha256 {named.sha256[:12]}) is not the pinned allowed_signers "
+                                 f"({root.describe()})",
+                                 fix="approvals count only under the pinned root; a change of it takes its "
+                                     "quorum's signatures (`backfill approvers pin`)")
     if args.key:
-        signature = sshsig.sign(sha.encode("ascii"), Path(args.key).expanduser())
+        statement = plan_statement(plan, root, table.spec.code_identity).text
+        signature = sshsig.sign(statement.encode("ascii"), Path(args.key).expanduser())
     else:
+        statement = _statement_text(args, sha)
         try:
             signature = read_bounded(args.signature, 64 * 1024, "signature file",
-                                     f"make it with: {signing_command(sha)}").decode("utf-8", errors="replace")
+                                     f"make it with: {signing_command()}").decode("utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"cannot read signature file {args.signature} ({exc.strerror})",
-                             fix=f"make it with: {signing_command(sha)}") from None
-    done = approve(warehouse_of(args), path, args.by, signature, signers, table.spec, table.scheme(), actor())
-    state = "approved: it is the plan of record" if done.plan_of_record else "needs more approvals"
-    print(f"{done.principal} approved {done.plan_id} at {done.sha256[:12]}"
+                             fix=f"make it with: {signing_command()}") from None
+    done = approve(warehouse_of(args), path, args.by, statement, signature, table.spec, table.scheme(), actor())
+    state = "approved: it is the plan of record" if done.plan_of_record else "not approved yet"
+    print(f"{done.principal} signed {done.plan_id} at {done.sha256[:12]}"
           + ("" if done.recorded_now else " (already recorded; the file is in sync)")
-          + f": {done.counted}/{done.required} counted, {state}")
+          + f": {done.described}; {state}")
     return 0
 
 
@@ -168,28 +224,47 @@ def _summary(keys: list[str], limit: int = 6) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.common import home_of, resolve_root
+    from backfill_assets.plan.approvals import file_tally
     from backfill_assets.plan.loading import estimate_window
 
     path = Path(args.plan_file)
     plan = load_plan(path)
-    signers, why = load_signers(path, args.allowed_signers)
-    counted = tally(plan, signers, why)
+    sha = plan_sha256(plan)
+    view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
+    table, why = _table_for(plan.target, args.defs, required=False)
+    code = table.spec.code_identity if table else None
     size = estimate_window(plan.window.start, plan.window.end)
     print(f"plan       {plan.plan_id}  (owner {plan.owner})")
-    print(f"sha256     {counted.sha256}")
+    print(f"sha256     {sha}")
     print(f"target     {plan.target}  <- source of truth {plan.source_of_truth}")
     print(f"window     {plan.window.start}..{plan.window.end}"
           + (f"  ({size:,} partitions)" if size is not None else ""))
     print(f"proof      {_summary(plan.proof_keys)}")
     print(f"mode       {plan.execution.mode}; {plan.execution.partitions_per_run} partition(s) per run, "
           f"{plan.execution.runs_at_once} run(s) at once")
-    print(f"approvals  {len(counted.counted)}/{counted.required} signed approvals counted"
-          + (" (approved)" if counted.approved else ""))
-    for a in counted.counted:
-        print(f"  counted  {a.by} at {a.at.isoformat()}")
-    for v in counted.void:
-        print(f"  void     {v.approval.by} at {v.approval.at.isoformat()}: {v.reason}")
-    print(f"to sign    {signing_command(counted.sha256)}")
+    root = view.root
+    print(f"signs      plan {sha[:12]}; code {code or f'(not checked: {why})'}; warehouse "
+          + (root.warehouse_id if root and root.warehouse_id else "(not checked: no control record here; "
+              "pass --warehouse ID)") + "; expires at most "
+          + (f"{root.policy.model.approvals.valid_days} day(s)" if root else "(policy unknown)")
+          + " after signing")
+    print(f"root       {view.source}" + (f"; {view.problem}" if view.problem else ""))
+    if root is None:
+        print("approvals  not counted: no trust root")
+    else:
+        counted = file_tally(plan, root, code)
+        print(f"approvals  {counted.describe(void=False)}" + (" (approved)" if counted.approved else ""))
+        if counted.owner_signature:
+            owner = counted.owner_signature
+            print(f"  owner    {owner.principal} ({owner.fingerprint}) until {owner.statement.expires}")
+        for c in counted.counted:
+            print(f"  counted  {c.principal} ({c.fingerprint}) until {c.statement.expires}")
+        for v in counted.void:
+            print(f"  void     {v.principal}: {v.reason}")
+    print(f"to sign    backfill plan statement {path} > statement.txt && {signing_command()}")
+    print(f"then       backfill plan approve {path} --by NAME --signature statement.txt.sig --statement statement.txt"
+          "   (or --key KEY: sign here)")
     return 0
 
 

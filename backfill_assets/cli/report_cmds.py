@@ -208,13 +208,14 @@ def _pinned_head(path: str) -> tuple[int, str]:
 
 def cmd_evidence(args: argparse.Namespace) -> int:
     from backfill_assets import evidence
-    from backfill_assets.control import evidence_log
 
     if args.plan == "verify":
+        from backfill_assets.control.integrity import verify_record
+
         pinned = _pinned_head(args.against) if args.against else None
         with reading(args) as session:
-            count = evidence_log.verify(session, pinned)
-        print(f"evidence chain verified: {count} row(s) intact, keyed, none cut off"
+            found = verify_record(session, pinned)
+        print(f"evidence chain verified: {found.describe()}"
               + (f"; row {pinned[0]} pinned by {args.against} is there" if pinned else ""))
         return 0
     with reading(args) as session:

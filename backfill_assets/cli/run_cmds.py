@@ -7,6 +7,7 @@ import os
 
 from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
+from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.errors import PlanRefused, WindowError
 from backfill_assets.plan.phases import PAST_PROOF, Phase
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rollback = sub.add_parser("rollback", help="restore every partition the plan wrote")
     rollback.add_argument("plan")
     rollback.add_argument("--dry-run", action="store_true")
+    add_signature_options(rollback)  # a published plan whose approvals expired: approvers sign the rollback
     add_defs(rollback)
     add_home(rollback)
     rollback.set_defaults(handler=cmd_rollback, relay=True)
@@ -103,6 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(stage.describe())
             return 0
         _refuse_phase(args, state, stage)
+        from backfill_assets.control import authority
+
+        why = authority.refusal(session, state.approved, code=table.spec.code_identity)
+        if why:  # every run's permission says the same; this says it before anything starts
+            raise PlanRefused(f"plan {state.plan_id} may not run: {why}",
+                              fix="have it signed again (`backfill plan statement PLAN` shows what to sign)")
         if not stage.partitions:
             with instance_for(home) as instance:
                 fail_dead_runs(instance)
@@ -203,14 +211,21 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
+    from backfill_assets.control.authority import rollback_statement
     from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.rollback import rollback
 
     loaded = load_defs(args.defs)
     with writing(args) as session:
         state = plan_state(session, args.plan)
+        if args.print_statement:
+            print(rollback_statement(session, state.approved).text, end="")
+            return 0
         table = loaded.table(state.target)
-        report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run)
+        given = candidates(args, lambda: rollback_statement(session, state.approved)) \
+            if args.sign or args.signature else []
+        report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run,
+                          signatures=given)
     for line in report.lines():
         print(line)
     return 0

@@ -4,7 +4,11 @@ Each row's hash is HMAC-SHA256, under a key kept outside the warehouse (BACKFILL
 evidence.key, mode 0600), of the row and the hash of the row before it. Someone who can write the
 warehouse but not read the key cannot edit a row and recompute the chain. After each commit the
 new head is appended to a head log beside the key, so rows cut off the chain's end, or a chain
-emptied altogether, are detected too.
+emptied altogether, are detected too. The chain records its key's id: a process given another key
+(a wrong BACKFILL_EVIDENCE_KEY_FILE) is refused before it appends, instead of breaking the chain.
+
+Decisions read rows through `verified`: each row read is checked against its keyed hash, so a row
+forged by someone who can write the warehouse is refused, never obeyed (`ForgedRecord`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import EvidenceChainBroken, WarehouseError
+from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, WarehouseError
 from backfill_assets.home import Home
 from backfill_assets.warehouse.engine import Session
 
 GENESIS = "0" * 64
 KEY_BYTES = 32
+KEY_ID_META = "evidence_key_id"
+FORGED_FIX = ("the control record was edited outside backfill: restore it from backup (`backfill evidence "
+              "verify` names the first bad row)")
 
 
 def now_iso() -> str:
@@ -66,13 +73,61 @@ def read_key(home: Home) -> bytes:
     return key
 
 
-def _key_for(session: Session, *, chain_empty: bool) -> bytes:
+def key_id(key: bytes) -> str:
+    """A public name for the key: what the chain records to refuse another key."""
+    return hmac.new(key, b"backfill-assets evidence key id", hashlib.sha256).hexdigest()[:16]
+
+
+def can_verify(session: Session) -> bool:
+    """Whether rows read here can be checked against their keyed hashes: always for a writer (it
+    appends with the key); a reader without the key (a CI job that may read the warehouse) reports
+    what it reads unverified, and never decides anything."""
+    if not session.read_only:
+        return True
+    try:
+        session_key(session)
+    except WarehouseError:
+        return False
+    return True
+
+
+def session_key(session: Session) -> bytes:
+    """The chain's key for reading (verifying) rows; refused when it is not the chain's key."""
+    cached = getattr(session, "_evidence_key", None)
+    if cached is not None:
+        return cached
+    if session.home is None:
+        raise WarehouseError("no BACKFILL_HOME for the evidence key",
+                             fix="open the warehouse through open_warehouse()")
+    key = read_key(session.home)
+    recorded = session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [KEY_ID_META])
+    if recorded is not None and recorded != key_id(key):
+        raise WarehouseError(
+            f"the evidence key {session.home.evidence_key} (id {key_id(key)}) is not the key this "
+            f"warehouse's chain was made with (id {recorded})",
+            fix="point BACKFILL_EVIDENCE_KEY_FILE at the chain's key (restore it from backup); "
+                "a chain never changes keys")
+    session._evidence_key = key  # type: ignore[attr-defined]
+    return key
+
+
+def _key_for(session: Session, *, chain_empty: bool, last: tuple | None) -> bytes:
+    """The key for appending: created with the chain's first row, its id recorded then (or, for a
+    chain of an earlier release, once the last row verifies under it)."""
     if session.home is None:
         raise WarehouseError("no BACKFILL_HOME for the evidence key",
                              fix="open the warehouse through open_warehouse()")
     if chain_empty:
         create_key(session.home)
-    return read_key(session.home)
+    key = session_key(session)
+    if session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [KEY_ID_META]) is None:
+        if last is not None and not _row_ok(key, row_of(last)):
+            raise WarehouseError(
+                f"the evidence key {session.home.evidence_key} does not verify the chain's last row "
+                f"({last[0]}): it is not the key this chain was made with",
+                fix="point BACKFILL_EVIDENCE_KEY_FILE at the chain's key (restore it from backup)")
+        session.execute(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", [KEY_ID_META, key_id(key)])
+    return key
 
 
 def _row_hash(key: bytes, prev_hash: str, seq: int, at: str, plan_id: str | None, kind: str,
@@ -83,15 +138,37 @@ def _row_hash(key: bytes, prev_hash: str, seq: int, at: str, plan_id: str | None
 
 # --- the head log -------------------------------------------------------------------------------
 
+def _heads_writable(session: Session, home: Home) -> None:
+    """Before anything commits: the head log can be appended to (a read-only key folder, a full
+    disk), so a command never fails after its commit for want of it. Once per session."""
+    if getattr(session, "_heads_ok", False):
+        return
+    path = home.evidence_heads
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    except OSError as exc:
+        raise WarehouseError(
+            f"cannot append to the evidence head log {path} ({exc.strerror or exc})",
+            fix="make its folder writable, or set BACKFILL_EVIDENCE_HEADS_FILE to a writable file "
+                "(the key itself may stay on a read-only mount)") from None
+    session._heads_ok = True  # type: ignore[attr-defined]
+
+
 def _append_head(home: Home, seq: int, row_hash: str) -> None:
     path = home.evidence_heads
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # one short line with O_APPEND: concurrent writers never interleave within a line
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.write(fd, f"{seq} {row_hash}\n".encode("ascii"))
-    finally:
-        os.close(fd)
+        # one short line with O_APPEND: concurrent writers never interleave within a line
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, f"{seq} {row_hash}\n".encode("ascii"))
+        finally:
+            os.close(fd)
+    except OSError as exc:  # after the commit: say so, never fail a command whose work committed
+        from backfill_assets import terminal
+
+        terminal.say(f"backfill: warning: evidence row {seq} committed but its head could not be logged to "
+                     f"{path} ({exc.strerror or exc}); `evidence verify` still checks the chain's links")
 
 
 def recorded_head(home: Home) -> tuple[int, str] | None:
@@ -117,32 +194,67 @@ class EvidenceRow:
     plan_id: str | None
     kind: str
     actor: str
+    text: str  # the payload as stored (what the keyed hash covers)
     payload: dict[str, Any]
+    prev_hash: str = ""
+    row_hash: str = ""
+
+
+_COLUMNS = "seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash"
+
+
+def row_of(r: tuple) -> EvidenceRow:
+    return EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], json.loads(r[5]), r[6], r[7])
+
+
+def _row_ok(key: bytes, row: EvidenceRow) -> bool:
+    expected = _row_hash(key, row.prev_hash, row.seq, row.at, row.plan_id, row.kind, row.actor, row.text)
+    return hmac.compare_digest(expected, row.row_hash)
+
+
+def _last(session: Session) -> tuple | None:
+    return session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
+
+
+def next_seq(session: Session) -> int:
+    """The number the next row appended in this transaction gets: rows it seals can carry it.
+    Takes the chain's turn (held until the transaction ends), so no one else appends meanwhile."""
+    if not session.in_transaction:
+        raise WarehouseError("next_seq needs a transaction", fix="call it inside session.transaction()")
+    session.lock("backfill_control.evidence")
+    last = session.scalar(f"SELECT max(seq) FROM {SCHEMA}.evidence")
+    return int(last or 0) + 1
 
 
 def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
-           payload: dict[str, Any]) -> EvidenceRow:
-    """Append one row inside the caller's transaction; its head is logged after the commit."""
+           payload: dict[str, Any], seq: int | None = None) -> EvidenceRow:
+    """Append one row inside the caller's transaction; its head is logged after the commit.
+    `seq`: the number `next_seq` promised to rows this one seals."""
     if not session.in_transaction:
         with session.transaction():
-            return append(session, plan_id=plan_id, kind=kind, actor=actor, payload=payload)
+            return append(session, plan_id=plan_id, kind=kind, actor=actor, payload=payload, seq=seq)
     session.lock("backfill_control.evidence")  # one chain: appends take turns on server engines
-    last = session.one(f"SELECT seq, row_hash FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
-    seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS)
-    key = _key_for(session, chain_empty=last is None)
+    last = _last(session)
+    number, prev = (int(last[0]) + 1, str(last[7])) if last else (1, GENESIS)
+    if seq is not None and seq != number:
+        raise WarehouseError(f"evidence row {seq} was promised but the chain's next row is {number}",
+                             fix="this is a bug: report it with the log file")
+    home = session.home
+    key = _key_for(session, chain_empty=last is None, last=last)
+    assert home is not None
+    _heads_writable(session, home)
     at = now_iso()
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    row_hash = _row_hash(key, prev, seq, at, plan_id, kind, actor, text)
+    row_hash = _row_hash(key, prev, number, at, plan_id, kind, actor, text)
     session.execute(f"INSERT INTO {SCHEMA}.evidence VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [seq, at, plan_id, kind, actor, text, prev, row_hash])
-    home = session.home
-    assert home is not None
-    session.after_commit(lambda: _append_head(home, seq, row_hash))
-    return EvidenceRow(seq, at, plan_id, kind, actor, json.loads(text))
+                    [number, at, plan_id, kind, actor, text, prev, row_hash])
+    session.after_commit(lambda: _append_head(home, number, row_hash))
+    return EvidenceRow(number, at, plan_id, kind, actor, text, json.loads(text), prev, row_hash)
 
 
 def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[EvidenceRow]:
-    query = f"SELECT seq, recorded_at, plan_id, kind, actor, payload FROM {SCHEMA}.evidence WHERE 1=1"
+    """Rows as stored, for reports; decisions read through `verified`."""
+    query = f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence WHERE 1=1"
     params: list[Any] = []
     if plan_id is not None:
         query += " AND plan_id = ?"
@@ -150,8 +262,55 @@ def rows(session: Session, plan_id: str | None = None, kind: str | None = None) 
     if kind is not None:
         query += " AND kind = ?"
         params.append(kind)
-    return [EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], json.loads(r[5]))
-            for r in session.rows(query + " ORDER BY seq", params)]
+    return [row_of(r) for r in session.rows(query + " ORDER BY seq", params)]
+
+
+def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:
+    """`found`, each checked against its keyed hash; ForgedRecord naming the first that fails."""
+    key = session_key(session)
+    for row in found:
+        if not _row_ok(key, row):
+            raise ForgedRecord(f"evidence row {row.seq} ({row.kind} of plan {row.plan_id or '-'}) does not match "
+                               "its keyed hash", fix=FORGED_FIX)
+    return found
+
+
+def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
+    """The rows of these numbers, verified; a missing one is a ForgedRecord too."""
+    wanted = sorted(set(seqs))
+    found: dict[int, EvidenceRow] = {}
+    for i in range(0, len(wanted), 1000):
+        part = wanted[i:i + 1000]
+        for r in session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence WHERE seq IN "
+                              f"({', '.join('?' for _ in part)})", part):
+            found[int(r[0])] = row_of(r)
+    missing = [s for s in wanted if s not in found]
+    if missing:
+        raise ForgedRecord(f"evidence row {missing[0]}, which records rows the control record holds, is gone",
+                           fix=FORGED_FIX)
+    verified(session, list(found.values()))
+    return found
+
+
+def check_links(session: Session) -> None:
+    """One pass in the engine, without the key: no row removed, none re-linked, none cut off the
+    end the head log saw. Rows edited in place are found by their keyed hash (`verified`, `verify`)."""
+    count, top = session.one(f"SELECT count(*), coalesce(max(seq), 0) FROM {SCHEMA}.evidence") or (0, 0)
+    if int(count) != int(top):
+        raise EvidenceChainBroken(int(top), f"the chain holds {count} row(s) numbered up to {top}: rows were removed")
+    broken = session.scalar(
+        f"SELECT min(e.seq) FROM {SCHEMA}.evidence e LEFT JOIN {SCHEMA}.evidence p ON p.seq = e.seq - 1 "
+        f"WHERE (e.seq = 1 AND e.prev_hash <> ?) OR (e.seq > 1 AND (p.seq IS NULL OR p.row_hash <> e.prev_hash))",
+        [GENESIS])
+    if broken is not None:
+        raise EvidenceChainBroken(int(broken), "its link to the previous row was changed")
+    home = session.home
+    recorded = recorded_head(home) if home is not None else None
+    if recorded is not None and recorded[0] > 0:
+        found = session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [recorded[0]])
+        if found != recorded[1]:
+            raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
+                                                   "(rows were cut off the chain's end)")
 
 
 def head(session: Session) -> tuple[int, str]:
@@ -174,7 +333,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
             raise EvidenceChainBroken(recorded[0], "the chain is empty, but the head log "
                                       f"{home.evidence_heads} recorded rows up to it")
         return 0
-    key = read_key(home)
+    key = session_key(session)
     prev, expected_seq = GENESIS, 1
     last_seq, chunk = 0, 5000
     while True:

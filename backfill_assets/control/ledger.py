@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backfill_assets.control import evidence_log
+from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.gates.results import GateResult
 from backfill_assets.warehouse.engine import Session
@@ -26,6 +26,7 @@ class LatestWrite:
     recorded_at: str
     fingerprint: Fingerprint
     code_version: str | None
+    code_identity: str | None = None
     gates: dict[str, tuple[bool, dict]] = field(default_factory=dict)  # gate -> (passed, figures)
     checked: dict[str, str | None] = field(default_factory=dict)  # gate -> checked fingerprint
 
@@ -39,27 +40,38 @@ class LatestWrite:
 
 
 def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: str, run_id: str | None,
-                  code_version: str, written: Mapping[str, Fingerprint]) -> tuple[dict[str, int], str]:
-    """One ledger row per partition written ({key: fingerprint after the write}), in one statement;
-    returns each key's write id and the time recorded."""
+                  code_version: str, code_identity: str, written: Mapping[str, Fingerprint], actor: str,
+                  sha256: str | None = None) -> tuple[dict[str, int], str]:
+    """One ledger row per partition written ({key: fingerprint after the write}), in one statement,
+    sealed by one `write` chain row; returns each key's write id and the time recorded."""
     at = evidence_log.now_iso()
     if not written:
         return {}, at
+    seq = evidence_log.next_seq(session)
     values: list[object] = []
     for key, fingerprint in written.items():
         values += [key, fingerprint.rows, fingerprint.digest]
     placeholders = ", ".join(["(?, ?, ?)"] * len(written))
     rows = session.rows(
-        f"INSERT INTO {SCHEMA}.writes SELECT nextval('{SCHEMA}.ids'), ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, "
-        f"NULL FROM (VALUES {placeholders}) AS v(k, n, d) RETURNING partition_key, write_id",
-        [plan_id, asset, mode, run_id, code_version, at, *values])
-    return {str(k): int(w) for k, w in rows}, at
+        f"INSERT INTO {SCHEMA}.writes (write_id, plan_id, asset, partition_key, mode, run_id, code_version, "
+        f"row_count, fingerprint, recorded_at, impact, evidence_seq, code_identity) "
+        f"SELECT nextval('{SCHEMA}.ids'), ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, NULL, ?, ? "
+        f"FROM (VALUES {placeholders}) AS v(k, n, d) RETURNING partition_key, write_id",
+        [plan_id, asset, mode, run_id, code_version, at, seq, code_identity, *values])
+    ids = {str(k): int(w) for k, w in rows}
+    evidence_log.append(session, plan_id=plan_id, kind="write", actor=actor, seq=seq, payload={
+        "table": asset, "mode": mode, "run_id": run_id, "code_version": code_version,
+        "code_identity": code_identity, "sha256": sha256,
+        "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest, "write_id": ids[k]} for k, fp in written.items()},
+        "seals": {"writes": seals.of_seq(session, "writes", seq)}})
+    return ids, at
 
 
 def record_results(session: Session, *, plan_id: str | None, asset: str,
-                   judged: Sequence[tuple[int | None, str, Fingerprint, list[GateResult]]]) -> None:
+                   judged: Sequence[tuple[int | None, str, Fingerprint | None, list[GateResult]]], actor: str,
+                   summary: Mapping[str, object] | None = None) -> None:
     """Store results: one (write_id, partition, checked fingerprint, results) per partition, in one
-    statement for the whole slice."""
+    statement for the whole slice, sealed by one `gates` chain row carrying `summary`."""
     at = evidence_log.now_iso()
     values: list[object] = []
     for write_id, key, checked, results in judged:
@@ -68,17 +80,24 @@ def record_results(session: Session, *, plan_id: str | None, asset: str,
                        checked.digest if checked else None, json.dumps(result.to_json(), default=str), at]
     if not values:
         return
+    seq = evidence_log.next_seq(session)
     rows = len(values) // 9
     placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     session.execute(
         f"INSERT INTO {SCHEMA}.gate_results (result_id, write_id, plan_id, asset, partition_key, gate, passed, "
-        f"checked_fingerprint, figures, recorded_at) SELECT nextval('{SCHEMA}.ids'), CAST(w AS BIGINT), p, a, k, g, "
-        f"CAST(ok AS BOOLEAN), c, f, t FROM (VALUES {placeholders}) AS v(w, p, a, k, g, ok, c, f, t)", values)
+        f"checked_fingerprint, figures, recorded_at, evidence_seq) SELECT nextval('{SCHEMA}.ids'), "
+        f"CAST(w AS BIGINT), p, a, k, g, CAST(ok AS BOOLEAN), c, f, t, CAST(? AS BIGINT) "
+        f"FROM (VALUES {placeholders}) AS v(w, p, a, k, g, ok, c, f, t)", [seq, *values])
+    evidence_log.append(session, plan_id=plan_id, kind="gates", actor=actor, seq=seq, payload={
+        **(summary or {"table": asset, "partitions": len(judged)}),
+        "judged": {key: write_id for write_id, key, _, _ in judged},
+        "seals": {"gate_results": seals.of_seq(session, "gate_results", seq)}})
 
 
 def latest(session: Session, asset: str, keys: Sequence[str],
            plan_id: str | None = None) -> dict[str, LatestWrite | None]:
-    """The latest write per key (of the plan, when given) and the latest result of each gate on it."""
+    """The latest write per key (of the plan, when given) and the latest result of each gate on it,
+    each checked against the seal of the chain row that recorded it (ForgedRecord otherwise)."""
     keys = list(dict.fromkeys(keys))
     out: dict[str, LatestWrite | None] = {k: None for k in keys}
     if not keys:
@@ -88,33 +107,52 @@ def latest(session: Session, asset: str, keys: Sequence[str],
         f"""
         WITH w AS (
             SELECT write_id, partition_key, plan_id, recorded_at, row_count, fingerprint, code_version,
+                   code_identity, evidence_seq,
                    row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
             FROM {SCHEMA}.writes WHERE asset = ? AND partition_key = ANY(?) {plan_filter}),
         g AS (
-            SELECT write_id, gate, passed, figures, checked_fingerprint,
+            SELECT write_id, gate, passed, figures, checked_fingerprint, evidence_seq,
                    row_number() OVER (PARTITION BY write_id, gate ORDER BY result_id DESC) AS rk
             FROM {SCHEMA}.gate_results WHERE write_id IN (SELECT write_id FROM w WHERE rk = 1))
         SELECT w.partition_key, w.write_id, w.plan_id, w.recorded_at, w.row_count, w.fingerprint,
-               w.code_version, g.gate, g.passed, g.figures, g.checked_fingerprint
+               w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, g.figures,
+               g.checked_fingerprint, g.evidence_seq
         FROM w LEFT JOIN g ON g.write_id = w.write_id AND g.rk = 1
         WHERE w.rk = 1 ORDER BY w.partition_key, g.gate
         """, [asset, keys, *params])
-    for key, wid, pid, at, n, digest, version, gate, passed, figures, checked in rows:
+    write_seals, gate_seals = [], []
+    for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, figures, checked, gseq in rows:
         entry = out.get(key)
         if entry is None:
-            entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version)
+            entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version, identity)
             out[key] = entry
+            write_seals.append(wseq)
         if gate is not None:
             entry.gates[gate] = (bool(passed), json.loads(figures))
             entry.checked[gate] = checked
+            gate_seals.append(gseq)
+    seals.check(session, "writes", write_seals, f" of {asset}")
+    seals.check(session, "gate_results", gate_seals, f" of {asset}")
     return out
 
 
 def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str | None]:
-    """The code version of the latest write of each partition the plan wrote (one light query)."""
-    return dict(session.rows(
-        f"""SELECT partition_key, code_version FROM (
-                SELECT partition_key, code_version,
+    """The code version of the latest write of each partition the plan wrote (one light query),
+    checked against their seals."""
+    rows = session.rows(
+        f"""SELECT partition_key, code_version, evidence_seq FROM (
+                SELECT partition_key, code_version, evidence_seq,
                        row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
                 FROM {SCHEMA}.writes WHERE asset = ? AND plan_id = ?) AS w
-            WHERE rk = 1""", [asset, plan_id]))
+            WHERE rk = 1""", [asset, plan_id])
+    seals.check(session, "writes", [r[2] for r in rows], f" of plan {plan_id}")
+    return {r[0]: r[1] for r in rows}
+
+
+def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -> list[str]:
+    """The fingerprints of every write of `key` under the plan, oldest first (the proof compares
+    the last two), checked against their seals."""
+    rows = session.rows(f"SELECT fingerprint, evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? "
+                        "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
+    seals.check(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
+    return [str(r[0]) for r in rows]

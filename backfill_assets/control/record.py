@@ -5,21 +5,31 @@ everything (the write permission, the coordinator, runs, reconcile, publish, rol
 window, proof partitions, mode and thresholds from here, never from a file path on one machine.
 Approving an edited plan records the new version beside the old one; the plan of record moves to
 it only when its own approvals are complete. Every phase change goes through `transition`.
+
+What is read here is re-verified: every change of a plan's row is a chain row carrying the whole
+new state, and a row of `plans` that differs from the chain's last record of it is refused; a
+version's content must hash to its sha256 and its partitions to the digest its chain row holds.
+Someone who can write the warehouse but not read the evidence key cannot forge either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import UsageError
+from backfill_assets.control.schema import SCHEMA, next_id
+from backfill_assets.errors import ForgedRecord, UsageError
 from backfill_assets.plan.identity import canonical_text, plan_from_canonical
 from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ACTIVE, PAST_PROOF, Phase, check_transition
 from backfill_assets.warehouse.engine import Session
+
+# the chain rows that record a plan's row; each carries the row's whole new state under "state"
+STATE_KINDS = ("plan_version", "plan_of_record", "transition", "hold", "plan_state")
+_STATE_FIELDS = ("phase", "target", "owner", "approved_sha256", "hold")
 
 
 @dataclass(frozen=True)
@@ -82,25 +92,44 @@ def _key_set(sha: str, keys: tuple[str, ...]) -> frozenset[str]:
 
 
 @lru_cache(maxsize=64)
-def _version_from(sha: str, plan_id: str, content: str, keys: str, source: str | None) -> PlanVersion:
+def _version_from(sha: str, content: str, keys: str, source: str | None) -> PlanVersion:
     # versions are content-addressed and immutable, so parsing each once per process is safe
     return PlanVersion(sha, plan_from_canonical(content), tuple(json.loads(keys)), source)
 
 
-_VERSIONS: dict[tuple[str, str], PlanVersion] = {}  # (warehouse, sha256): a recorded version never changes
+def keys_digest(keys_text: str) -> str:
+    return hashlib.sha256(keys_text.encode("utf-8")).hexdigest()
+
+
+# verified versions, by the row as read: a row edited later is read, and refused, again
+_VERSIONS: dict[tuple, PlanVersion] = {}
 
 
 def version(session: Session, sha: str) -> PlanVersion | None:
-    cache_key = (session.engine.describe(), sha)
-    found = _VERSIONS.get(cache_key)
-    if found is not None:
-        return found
-    row = session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file "
+    row = session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file, evidence_seq "
                       f"FROM {SCHEMA}.plan_versions WHERE sha256 = ?", [sha])
     if row is None:
         return None
-    found = _version_from(*row)
-    if len(_VERSIONS) < 256:
+    cache_key = (session.engine.describe(), *row)
+    found = _VERSIONS.get(cache_key)
+    if found is not None:
+        return found
+    _, plan_id, content, keys, source, seq = row
+    where = f"version {sha[:12]} of plan {plan_id} in {SCHEMA}.plan_versions"
+    if hashlib.sha256(str(content).encode("ascii", errors="replace")).hexdigest() != sha:
+        raise ForgedRecord(f"{where}: its content does not hash to its sha256 (it was edited)",
+                           fix=evidence_log.FORGED_FIX)
+    verify = evidence_log.can_verify(session)
+    if verify and seq is not None:
+        sealed = evidence_log.by_seq(session, [int(seq)])[int(seq)]
+        if sealed.kind != "plan_version" or sealed.payload.get("sha256") != sha or \
+                sealed.payload.get("keys_sha256") != keys_digest(str(keys)):
+            raise ForgedRecord(f"{where}: its partitions are not the ones the evidence chain recorded",
+                               fix=evidence_log.FORGED_FIX)
+    elif verify:
+        raise ForgedRecord(f"{where} carries no seal", fix=evidence_log.FORGED_FIX)
+    found = _version_from(sha, str(content), str(keys), source)
+    if verify and len(_VERSIONS) < 256:
         _VERSIONS[cache_key] = found
     return found
 
@@ -108,9 +137,48 @@ def version(session: Session, sha: str) -> PlanVersion | None:
 _COLUMNS = "plan_id, phase, target, owner, approved_sha256, hold, updated_at"
 
 
-def _state(session: Session, row: tuple) -> PlanState:
-    approved = version(session, row[4]) if row[4] else None
-    return PlanState(row[0], Phase(row[1]), row[2], row[3], row[4], row[5], row[6], approved)
+def _state_of(row: tuple) -> dict[str, str | None]:
+    return dict(zip(_STATE_FIELDS, (row[1], row[2], row[3], row[4], row[5]), strict=True))
+
+
+def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_log.EvidenceRow]:
+    """The chain's last record of each plan's row (verified)."""
+    if not plan_ids:
+        return {}
+    kinds = ", ".join("?" for _ in STATE_KINDS)
+    found: dict[str, evidence_log.EvidenceRow] = {}
+    for i in range(0, len(plan_ids), 500):
+        part = plan_ids[i:i + 500]
+        rows = session.rows(
+            f"SELECT seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash FROM {SCHEMA}.evidence "
+            f"WHERE kind IN ({kinds}) AND plan_id IN ({', '.join('?' for _ in part)}) ORDER BY plan_id, seq DESC",
+            [*STATE_KINDS, *part])
+        for raw in rows:
+            if raw[2] in found:
+                continue
+            row = evidence_log.row_of(raw)
+            if "state" in row.payload:
+                found[str(raw[2])] = row
+    evidence_log.verified(session, list(found.values()))
+    return found
+
+
+def _states(session: Session, rows: list[tuple]) -> list[PlanState]:
+    if rows and evidence_log.can_verify(session):
+        chain = _chain_states(session, [r[0] for r in rows])
+        for row in rows:
+            sealed = chain.get(row[0])
+            if sealed is None:
+                raise ForgedRecord(f"plan {row[0]} is in {SCHEMA}.plans, but the evidence chain never recorded it",
+                                   fix=evidence_log.FORGED_FIX)
+            expected = sealed.payload["state"]
+            for name, value in _state_of(row).items():
+                if expected.get(name) != value:
+                    raise ForgedRecord(
+                        f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
+                        f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
+    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], r[5], r[6], version(session, r[4]) if r[4] else None)
+            for r in rows]
 
 
 def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState | None:
@@ -119,7 +187,7 @@ def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool =
     `exclusive` for the one about to change it."""
     clause = session.lock_rows_clause(exclusive) if lock or exclusive else ""
     row = session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE plan_id = ?{clause}", [plan_id])
-    return _state(session, row) if row else None
+    return _states(session, [row])[0] if row else None
 
 
 def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState:
@@ -130,66 +198,77 @@ def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bo
     return state
 
 
-def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
-    phases = [p.value for p in ACTIVE]
-    query = f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE phase IN ({', '.join('?' for _ in phases)})"
-    params: list[object] = list(phases)
-    if target is not None:
-        query += " AND target = ?"
-        params.append(target)
-    return [_state(session, r) for r in session.rows(query + " ORDER BY plan_id", params)]
-
-
 def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
-    query, params = f"SELECT {_COLUMNS} FROM {SCHEMA}.plans", []
-    if target is not None:
-        query, params = query + " WHERE target = ?", [target]
-    return [_state(session, r) for r in session.rows(query + " ORDER BY plan_id", params)]
+    # every row is read and verified, then filtered: a row whose target or phase was edited to hide
+    # it from a filter is refused, not skipped
+    rows = session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id")
+    return [s for s in _states(session, rows) if target is None or s.target == target]
+
+
+def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
+    return [s for s in all_plans(session, target) if s.active]
+
+
+def _chain_state(state: PlanState | None, **changes: str | None) -> dict[str, str | None]:
+    base = {} if state is None else {"phase": state.phase.value, "target": state.target, "owner": state.owner,
+                                     "approved_sha256": state.approved_sha256, "hold": state.hold}
+    return {**base, **changes}
 
 
 def record_version(session: Session, plan: Plan, sha: str, keys: list[str], source_file: str | None,
                    actor: str) -> PlanState:
     """Remember a version of the plan (first approval of it); the plan row starts as drafted."""
-    if version(session, sha) is None:
-        session.execute(f"INSERT INTO {SCHEMA}.plan_versions VALUES (?, ?, ?, ?, ?, ?)",
-                        [sha, plan.plan_id, canonical_text(plan), json.dumps(keys), source_file,
-                         evidence_log.now_iso()])
-        evidence_log.append(session, plan_id=plan.plan_id, kind="plan_version", actor=actor, payload={
-            "sha256": sha, "partitions": len(keys), "first": keys[0], "last": keys[-1],
-            "file": source_file})
-    if get(session, plan.plan_id) is None:
-        session.execute(f"INSERT INTO {SCHEMA}.plans ({_COLUMNS}) VALUES (?, ?, ?, ?, NULL, NULL, ?)",
-                        [plan.plan_id, Phase.DRAFTED.value, plan.target, plan.owner,
-                         evidence_log.now_iso()])
+    existing = get(session, plan.plan_id)
+    if version(session, sha) is None or existing is None:
+        keys_text = json.dumps(keys)
+        seq = evidence_log.next_seq(session)
+        payload: dict[str, object] = {"sha256": sha, "partitions": len(keys), "first": keys[0], "last": keys[-1],
+                                      "file": source_file, "keys_sha256": keys_digest(keys_text)}
+        if version(session, sha) is None:
+            session.execute(f"INSERT INTO {SCHEMA}.plan_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [sha, plan.plan_id, canonical_text(plan), keys_text, source_file,
+                             evidence_log.now_iso(), seq])
+        if existing is None:
+            session.execute(f"INSERT INTO {SCHEMA}.plans ({_COLUMNS}) VALUES (?, ?, ?, ?, NULL, NULL, ?)",
+                            [plan.plan_id, Phase.DRAFTED.value, plan.target, plan.owner, evidence_log.now_iso()])
+            payload["state"] = _chain_state(None, phase=Phase.DRAFTED.value, target=plan.target, owner=plan.owner,
+                                            approved_sha256=None, hold=None)
+        evidence_log.append(session, plan_id=plan.plan_id, kind="plan_version", actor=actor, payload=payload,
+                            seq=seq)
     return require(session, plan.plan_id)
 
 
 @dataclass(frozen=True)
 class RecordedApproval:
     principal: str
+    statement: str
     signature: str
     key_fingerprint: str
+    trust_version: int
     actor: str
     approved_at: str
 
 
 def approvals(session: Session, sha: str) -> list[RecordedApproval]:
-    return [RecordedApproval(*r) for r in session.rows(
-        f"SELECT principal, signature, key_fingerprint, actor, approved_at FROM {SCHEMA}.approvals "
-        "WHERE sha256 = ? ORDER BY approved_at, principal", [sha])]
+    """The signatures recorded for a version, as stored: they authenticate themselves, so whoever
+    counts them verifies each under the pinned trust root (`control.authority`)."""
+    return [RecordedApproval(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6]) for r in session.rows(
+        f"SELECT principal, statement, signature, key_fingerprint, trust_version, actor, approved_at "
+        f"FROM {SCHEMA}.approvals WHERE sha256 = ? ORDER BY approval_id", [sha])]
 
 
-def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApproval,
-                 signers_sha256: str) -> bool:
-    """Record a verified approval once; False when this principal already approved this version."""
-    if any(a.principal == approval.principal for a in approvals(session, sha)):
+def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApproval) -> bool:
+    """Record a verified approval once; False when this very signature is already recorded."""
+    if any((a.principal, a.statement, a.signature) == (approval.principal, approval.statement, approval.signature)
+           for a in approvals(session, sha)):
         return False
-    session.execute(f"INSERT INTO {SCHEMA}.approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [sha, plan_id, approval.principal, approval.signature, approval.key_fingerprint,
-                     signers_sha256, approval.actor, approval.approved_at])
-    evidence_log.append(session, plan_id=plan_id, kind="approval", actor=approval.actor, payload={
+    seq = evidence_log.next_seq(session)
+    session.execute(f"INSERT INTO {SCHEMA}.approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [next_id(session), sha, plan_id, approval.principal, approval.statement, approval.signature,
+                     approval.key_fingerprint, approval.trust_version, approval.actor, approval.approved_at, seq])
+    evidence_log.append(session, plan_id=plan_id, kind="approval", actor=approval.actor, seq=seq, payload={
         "sha256": sha, "principal": approval.principal, "key": approval.key_fingerprint,
-        "allowed_signers_sha256": signers_sha256, "signature": approval.signature})
+        "trust_version": approval.trust_version, "statement": approval.statement, "signature": approval.signature})
     return True
 
 
@@ -202,7 +281,8 @@ def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
                     "updated_at = ? WHERE plan_id = ?",
                     [sha, chosen.plan.target, chosen.plan.owner, evidence_log.now_iso(), plan_id])
     evidence_log.append(session, plan_id=plan_id, kind="plan_of_record", actor=actor, payload={
-        "sha256": sha, "previous": state.approved_sha256})
+        "sha256": sha, "previous": state.approved_sha256,
+        "state": _chain_state(state, approved_sha256=sha, target=chosen.plan.target, owner=chosen.plan.owner)})
     if state.phase is Phase.DRAFTED:
         return transition(session, plan_id, Phase.APPROVED, actor, note="approvals complete")
     return require(session, plan_id)
@@ -217,7 +297,7 @@ def transition(session: Session, plan_id: str, target: Phase, actor: str, note: 
                         [target.value, evidence_log.now_iso(), plan_id])
         evidence_log.append(session, plan_id=plan_id, kind="transition", actor=actor, payload={
             "from": state.phase.value, "to": target.value, "note": note,
-            "sha256": state.approved_sha256})
+            "sha256": state.approved_sha256, "state": _chain_state(state, phase=target.value)})
         return require(session, plan_id)
 
 
@@ -228,5 +308,19 @@ def set_hold(session: Session, plan_id: str, hold: str | None, actor: str, note:
         session.execute(f"UPDATE {SCHEMA}.plans SET hold = ?, updated_at = ? WHERE plan_id = ?",
                         [hold, evidence_log.now_iso(), plan_id])
         evidence_log.append(session, plan_id=plan_id, kind="hold", actor=actor, payload={
-            "from": state.hold, "to": hold, "note": note})
+            "from": state.hold, "to": hold, "note": note, "state": _chain_state(state, hold=hold)})
         return require(session, plan_id)
+
+
+def seal_upgraded_plans(session: Session, actor: str) -> None:
+    """After an upgrade from schema 2 (no plan active): one chain row per version and per plan, so
+    the chain records every version and every row of `plans` as it stood when upgraded."""
+    for sha, plan_id, keys in session.rows(f"SELECT sha256, plan_id, partition_keys FROM {SCHEMA}.plan_versions "
+                                           "WHERE evidence_seq IS NULL ORDER BY sha256"):
+        seq = evidence_log.next_seq(session)
+        session.execute(f"UPDATE {SCHEMA}.plan_versions SET evidence_seq = ? WHERE sha256 = ?", [seq, sha])
+        evidence_log.append(session, plan_id=plan_id, kind="plan_version", actor=actor, seq=seq, payload={
+            "sha256": sha, "keys_sha256": keys_digest(str(keys)), "note": "sealed by the upgrade from schema 2"})
+    for row in session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id"):
+        evidence_log.append(session, plan_id=row[0], kind="plan_state", actor=actor, payload={
+            "note": "recorded by the upgrade from schema 2", "state": _state_of(row)})

@@ -11,7 +11,7 @@ from backfill_assets.warehouse.engine import Session
 
 SCHEMA = "backfill_control"
 SNAPSHOT_SCHEMA = "backfill_snapshots"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 _TABLES = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
@@ -36,18 +36,21 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.plan_versions (
     content VARCHAR NOT NULL,
     partition_keys VARCHAR NOT NULL,
     source_file VARCHAR,
-    recorded_at VARCHAR NOT NULL
+    recorded_at VARCHAR NOT NULL,
+    evidence_seq BIGINT
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.approvals (
+    approval_id BIGINT PRIMARY KEY,
     sha256 VARCHAR NOT NULL,
     plan_id VARCHAR NOT NULL,
     principal VARCHAR NOT NULL,
+    statement VARCHAR NOT NULL,
     signature VARCHAR NOT NULL,
     key_fingerprint VARCHAR NOT NULL,
-    signers_sha256 VARCHAR NOT NULL,
+    trust_version INTEGER NOT NULL,
     actor VARCHAR NOT NULL,
     approved_at VARCHAR NOT NULL,
-    PRIMARY KEY (sha256, principal)
+    evidence_seq BIGINT
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.writes (
     write_id BIGINT PRIMARY KEY,
@@ -60,7 +63,9 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.writes (
     row_count BIGINT NOT NULL,
     fingerprint VARCHAR NOT NULL,
     recorded_at VARCHAR NOT NULL,
-    impact VARCHAR
+    impact VARCHAR,
+    evidence_seq BIGINT,
+    code_identity VARCHAR
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.snapshots (
     plan_id VARCHAR NOT NULL,
@@ -70,6 +75,7 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.snapshots (
     fingerprint VARCHAR NOT NULL,
     snapshot_table VARCHAR NOT NULL,
     recorded_at VARCHAR NOT NULL,
+    evidence_seq BIGINT,
     PRIMARY KEY (plan_id, table_name, partition_key)
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.gate_results (
@@ -82,7 +88,8 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.gate_results (
     passed BOOLEAN NOT NULL,
     checked_fingerprint VARCHAR,
     figures VARCHAR NOT NULL,
-    recorded_at VARCHAR NOT NULL
+    recorded_at VARCHAR NOT NULL,
+    evidence_seq BIGINT
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
     asset VARCHAR PRIMARY KEY,
@@ -112,6 +119,18 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.evidence (
     prev_hash VARCHAR NOT NULL,
     row_hash VARCHAR NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {SCHEMA}.trust_roots (
+    version INTEGER PRIMARY KEY,
+    warehouse_id VARCHAR NOT NULL,
+    signers_text VARCHAR NOT NULL,
+    signers_sha256 VARCHAR NOT NULL,
+    policy_text VARCHAR NOT NULL,
+    policy_sha256 VARCHAR NOT NULL,
+    signatures VARCHAR NOT NULL,
+    pinned_by VARCHAR NOT NULL,
+    pinned_at VARCHAR NOT NULL,
+    evidence_seq BIGINT
+);
 CREATE TABLE IF NOT EXISTS {SCHEMA}.leases (
     plan_id VARCHAR PRIMARY KEY,
     holder VARCHAR NOT NULL,
@@ -125,15 +144,41 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.leases (
 _INDEXES = f"""
 CREATE INDEX IF NOT EXISTS writes_by_partition ON {SCHEMA}.writes (asset, partition_key);
 CREATE INDEX IF NOT EXISTS results_by_write ON {SCHEMA}.gate_results (write_id);
+CREATE INDEX IF NOT EXISTS evidence_by_plan ON {SCHEMA}.evidence (plan_id, seq);
+CREATE INDEX IF NOT EXISTS evidence_by_kind ON {SCHEMA}.evidence (kind, plan_id);
+"""
+
+# Schema 2 (backfill-assets 0.2) to 3: the ledger rows are sealed by the evidence rows that record
+# them; approvals are statements under a pinned trust root. Rows written before carry no seal and
+# old approvals sign only a plan hash, so the upgrade runs only when no plan is active. DuckDB
+# alters no table an index depends on: the indexes are dropped first and made again after.
+_UPGRADE_FROM_2 = f"""
+DROP INDEX IF EXISTS {SCHEMA}.writes_by_partition;
+DROP INDEX IF EXISTS {SCHEMA}.results_by_write;
+ALTER TABLE {SCHEMA}.plan_versions ADD COLUMN evidence_seq BIGINT;
+ALTER TABLE {SCHEMA}.writes ADD COLUMN evidence_seq BIGINT;
+ALTER TABLE {SCHEMA}.writes ADD COLUMN code_identity VARCHAR;
+ALTER TABLE {SCHEMA}.snapshots ADD COLUMN evidence_seq BIGINT;
+ALTER TABLE {SCHEMA}.gate_results ADD COLUMN evidence_seq BIGINT;
+ALTER TABLE {SCHEMA}.approvals RENAME TO approvals_v2
 """
 
 
+def schema_version(session: Session) -> str | None:
+    if not session.engine.table_exists(session, "meta", SCHEMA):
+        return None
+    return session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'") or "1"
+
+
 def ensure_schema(session: Session) -> None:
-    """Create the control record if missing; refuse one written by another schema version."""
+    """Create the control record if missing, upgrade one of the previous release in place (when
+    no plan is active), refuse any other version."""
     if has_control_schema(session):
-        version = session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'") \
-            if session.engine.table_exists(session, "meta", SCHEMA) else None
+        version = schema_version(session)
         if version == SCHEMA_VERSION:
+            return
+        if version == "2":
+            _upgrade_from_2(session)
             return
         raise WarehouseError(
             f"the control record in {session.engine.describe()} was written by another version of "
@@ -141,11 +186,43 @@ def ensure_schema(session: Session) -> None:
             fix="finish its plans with that version, or start from a fresh BACKFILL_HOME")
     with session.transaction():
         session.lock("backfill_control.schema")  # two first commands at once on a server engine
-        for statement in (_TABLES + _INDEXES).split(";"):
-            if statement.strip():
-                session.execute(statement)
+        _run(session, _TABLES + _INDEXES)
         session.execute(f"INSERT INTO {SCHEMA}.meta VALUES ('schema_version', ?) "
                         "ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION])
+
+
+def _run(session: Session, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            session.execute(statement)
+
+
+def _upgrade_from_2(session: Session) -> None:
+    from backfill_assets.plan.phases import ACTIVE
+
+    with session.transaction():
+        session.lock("backfill_control.schema")
+        if schema_version(session) == SCHEMA_VERSION:  # another process upgraded it meanwhile
+            return
+        phases = [p.value for p in ACTIVE]
+        active = [r[0] for r in session.rows(
+            f"SELECT plan_id FROM {SCHEMA}.plans WHERE phase IN ({', '.join('?' for _ in phases)}) "
+            "ORDER BY plan_id", phases)]
+        if active:
+            raise WarehouseError(
+                f"the control record in {session.engine.describe()} is of backfill-assets 0.2 (schema 2) "
+                f"and plan(s) {', '.join(active)} are still active: their approvals sign only a plan hash "
+                "and their records carry no seals",
+                fix="finish, withdraw or roll them back with backfill-assets 0.2, then run this version")
+        _run(session, _UPGRADE_FROM_2 + ";" + _TABLES + _INDEXES)
+        session.execute(f"UPDATE {SCHEMA}.meta SET value = ? WHERE key = 'schema_version'", [SCHEMA_VERSION])
+        from backfill_assets.control import evidence_log, record, seals
+
+        actor = "backfill-assets upgrade"
+        evidence_log.append(session, plan_id=None, kind="upgrade", actor=actor, payload={
+            "from": "2", "to": SCHEMA_VERSION})
+        record.seal_upgraded_plans(session, actor)
+        seals.seal_unsealed(session, actor)
 
 
 def has_control_schema(session: Session) -> bool:

@@ -18,7 +18,7 @@ from dagster._config import Field, StringSource
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.dagster_run import DagsterRun
 
-from backfill_assets.control import record
+from backfill_assets.control import authority, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import has_control_schema
 from backfill_assets.errors import BackfillError, PartitionRefused
@@ -116,9 +116,15 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
                 warehouse = open_warehouse(home, self._warehouse_url)
                 with warehouse.session() as session:
                     plans = record.active_plans(session) if has_control_schema(session) else []
-                for target in targets:
-                    plan = covering_plan([p for p in plans if p.target == target], target, span)
-                    extra.update(cap_tags(plan.plan_id, plan.approved.plan.execution.runs_at_once))
+                    for target in targets:
+                        plan = covering_plan([p for p in plans if p.target == target], target, span)
+                        # the code is checked by the run's own permission, which loads the table
+                        why = authority.refusal(session, plan.approved, code=None)
+                        if why:
+                            raise PartitionRefused(f"plan {plan.plan_id} may not start a run of {target}: {why}",
+                                                   plan_id=plan.plan_id, partition=span[0],
+                                                   fix=f"see `backfill status {plan.plan_id}`")
+                        extra.update(cap_tags(plan.plan_id, plan.approved.plan.execution.runs_at_once))
             except BackfillError as exc:
                 self._instance.report_run_failed(run, message=f"Refused by the backfill write permission: {exc}")
                 return self._instance.get_run_by_id(run.run_id) or run

@@ -12,14 +12,16 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from backfill_assets import terminal
 from backfill_assets.cli import main as cli
+from backfill_assets.control import trust_record
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.demo.definitions import build_definitions
@@ -29,11 +31,10 @@ from backfill_assets.execution.runner import enable_event_batching, failure_mess
 from backfill_assets.home import Home
 from backfill_assets.impact import consumers_line
 from backfill_assets.permission import BACKFILL_TAG
-from backfill_assets.plan.approvals import append_approval_text
-from backfill_assets.plan.identity import plan_sha256
+from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
 from backfill_assets.plan.loading import load_plan
-from backfill_assets.plan.model import Approval
 from backfill_assets.signing import sshsig
+from backfill_assets.signing.statements import Statement
 from backfill_assets.warehouse import open_warehouse
 
 MARKER = ".backfill-demo"
@@ -119,12 +120,14 @@ def _prepare(home: Home) -> None:
 
 
 def _keys(home: Home, names: list[str]) -> dict[str, Path]:
-    """Throwaway SSH keys for the demo's people, and the allowed_signers file of alice and bob."""
+    """Throwaway SSH keys for the demo's people (bob's is RSA), and the allowed_signers file of
+    olivia (the plan's owner), alice and bob."""
     folder = home.root / "demo-keys"
     folder.mkdir(mode=0o700)
     paths = {}
     for name in names:
-        key = ed25519.Ed25519PrivateKey.generate()
+        key = rsa.generate_private_key(public_exponent=65537, key_size=3072) if name == "bob" else \
+            ed25519.Ed25519PrivateKey.generate()
         path = folder / name
         path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                            serialization.NoEncryption()))
@@ -135,14 +138,16 @@ def _keys(home: Home, names: list[str]) -> dict[str, Path]:
     signers = home.root / "approvers" / "allowed_signers"
     signers.parent.mkdir()
     signers.write_text("# reviewed like code: who may approve replay plans, with which key\n" + "".join(
-        f"{n} {(paths[n].parent / f'{n}.pub').read_text().split(' ' + n)[0]}\n" for n in ("alice", "bob")))
+        f"{n} {(paths[n].parent / f'{n}.pub').read_text().split(' ' + n)[0]}\n" for n in ("olivia", "alice", "bob")))
     return paths
 
 
-def _forge(plan: Path, by: str, signature: str) -> None:
-    sha = plan_sha256(load_plan(plan))
-    approval = Approval(by=by, at=dt.datetime.now(dt.UTC), plan_sha256=sha, signature=signature)
-    plan.write_text(append_approval_text(plan.read_text(), approval))
+def _forge(home: Home, plan: Path, by: str, signature: Callable[[Statement], str]) -> None:
+    """Append an entry by hand, as someone without `by`'s key would."""
+    with open_warehouse(home).session(read_only=True) as session:
+        root = trust_record.require(session)
+    statement = plan_statement(load_plan(plan), root, DAILY_REVENUE.code_identity)
+    plan.write_text(append_approval_text(plan.read_text(), entry_of(by, statement, signature(statement))))
 
 
 def _net_revenue(home: Home, table: str) -> float:
@@ -183,8 +188,9 @@ def run_demo(home: Home) -> int:
     instance = instance_for(home)
     last = (FIRST_DAY + dt.timedelta(days=DAYS - 1)).isoformat()
 
-    step(1, "Sample orders: deterministic order events, generated inside the warehouse")
-    run(*h, "init")
+    step(1, "Pin the team's approvers; sample orders, generated inside the warehouse")
+    keys = _keys(home, ["olivia", "alice", "bob", "mallory"])
+    run(*h, "init", "--allowed-signers", str(home.root / "approvers" / "allowed_signers"))
     run(*h, "sample", "--days", str(DAYS), "--rows-per-day", str(ROWS_PER_DAY), "--start", FIRST_DAY.isoformat())
 
     step(2, "The buggy release (refunds counted twice) loads and publishes the history")
@@ -209,18 +215,21 @@ def run_demo(home: Home) -> int:
     step(4, "Draft the replay plan; the guard refuses it until it is signed")
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text(PLAN_TEXT)
-    keys = _keys(home, ["alice", "bob", "mallory"])
     run(*h, "plan", "validate", str(plan))
     run(*h, "guard", str(plan), expect=1)
 
-    step(5, "Forged approvals do not count; two approvers sign with their SSH keys")
-    sha = plan_sha256(load_plan(plan))
-    _forge(plan, "carol", "U1NIU0lHAAAAAQ==")  # typed by hand
-    _forge(plan, "bob", sshsig.one_line(sshsig.sign(sha.encode(), keys["mallory"])))  # mallory's key
+    step(5, "Forged approvals do not count; the owner and two approvers sign with their SSH keys")
+    _forge(home, plan, "carol", lambda statement: "U1NIU0lHAAAAAQ==")  # typed by hand
+    _forge(home, plan, "bob", lambda statement: sshsig.one_line(sshsig.sign(statement.message, keys["mallory"])))
     run(*h, "plan", "show", str(plan))
     run(*h, "plan", "approve", str(plan), "--by", "bob", "--key", str(keys["mallory"]), expect=1)
-    run(*h, "plan", "approve", str(plan), "--by", "alice", "--key", str(keys["alice"]))
-    run(*h, "plan", "approve", str(plan), "--by", "bob", "--key", str(keys["bob"]))
+    mine = home.root / "approvers" / "mallory_signers"  # mallory lists her own key as alice and bob
+    mine.write_text("".join(f"{n} {(keys['mallory'].parent / 'mallory.pub').read_text().split(' mallory')[0]}\n"
+                            for n in ("alice", "bob")))
+    run(*h, "approvers", "pin", str(mine), "--sign", f"alice={keys['mallory']}", "--sign", f"bob={keys['mallory']}",
+        expect=1)
+    for who in ("olivia", "alice", "bob"):
+        run(*h, "plan", "approve", str(plan), "--by", who, "--key", str(keys[who]))
     run(*h, "guard", str(plan))
 
     step(6, "Proof slice, twice, through Dagster: identical fingerprints")

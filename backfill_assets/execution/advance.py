@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import SCHEMA
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.plan.phases import Phase
 from backfill_assets.warehouse.engine import Session
@@ -29,9 +28,7 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
     """Every proof partition written at least twice with identical fingerprints, all gates passed."""
     blockers: list[str] = []
     for key in state.proof_keys:
-        prints = [r[0] for r in session.rows(
-            f"SELECT fingerprint FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? AND "
-            "partition_key = ? ORDER BY write_id", [state.plan_id, state.target, key])]
+        prints = ledger.fingerprints_written(session, state.target, state.plan_id, key)
         if len(prints) < 2:
             blockers.append(f"{key}: materialized {len(prints)} time(s), the proof needs 2")
         elif prints[-1] != prints[-2]:

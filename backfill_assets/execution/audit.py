@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 
-from backfill_assets.control import evidence_log, ledger
+from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
 from backfill_assets.gates.results import (
     CONTRACT_HOLDS,
@@ -112,10 +112,8 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         if record_results:
             with session.transaction():
                 ledger.record_results(session, plan_id=plan.plan_id if plan else None, asset=spec.name,
-                                      judged=[(written[k][0], k, None, results[k]) for k in keys])
-                if plan is not None:
-                    evidence_log.append(session, plan_id=plan.plan_id, kind="gates", actor=actor,
-                                        payload=summary(spec.name, results, plan.approved_sha256))
+                                      judged=[(written[k][0], k, None, results[k]) for k in keys], actor=actor,
+                                      summary=summary(spec.name, results, plan.approved_sha256 if plan else None))
         return results
     null_columns = [c.name for c in spec.contract if not c.nullable and c.name not in schema.missing]
     if just_written:
@@ -146,11 +144,10 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         assert [r.gate for r in results[key]] == list(GATE_NAMES)
     if record_results:
         with session.transaction():
+            sha = plan.approved_sha256 if plan else None
             ledger.record_results(session, plan_id=plan.plan_id if plan else None, asset=spec.name,
-                                  judged=[(written[k][0], k, figures[k].fingerprint, results[k]) for k in keys])
-            if plan is not None:
-                evidence_log.append(session, plan_id=plan.plan_id, kind="gates", actor=actor,
-                                    payload=summary(spec.name, results, plan.approved_sha256))
+                                  judged=[(written[k][0], k, figures[k].fingerprint, results[k]) for k in keys],
+                                  actor=actor, summary=summary(spec.name, results, sha))
     return results
 
 

@@ -6,14 +6,20 @@ record and rows; then one transaction restores both tables, and the restored fin
 equal those taken before the plan's first write, or nothing changes. It is refused, naming the
 writer, when a later writer (another plan, or an incremental run) has since written the same
 partitions.
+
+Rolling back a plan whose data consumers already saw (published, repairing, closed) changes what
+they see: it needs the plan's own approvals, if they still hold, or signatures of the policy's
+approvers over a `rollback` statement; the downstream owners are told, and it is a chain row.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets import faults
-from backfill_assets.control import evidence_log, record
+from backfill_assets.control import authority, evidence_log, integrity, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import PlanRefused, RollbackRefused
@@ -22,6 +28,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_end
 from backfill_assets.publish.rule import publish_lock
 from backfill_assets.table import TableSpec
+from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from backfill_assets.warehouse.snapshots import incomplete, restore, snapshotted
@@ -78,10 +85,37 @@ def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[t
             ORDER BY 2""", [state.target, keys, state.plan_id, state.plan_id])]
 
 
+SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
+
+
+def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate]) -> dict:
+    """Who authorises the rollback: nobody needs to while consumers never saw the plan's data;
+    after a publish, the plan's approvals if they still hold, else the signatures given."""
+    if state.phase not in SEEN_BY_CONSUMERS:
+        return {"by": "not published: no approval needed"}
+    version = state.approved
+    if authority.refusal(session, version, code=None) is None:
+        return {"by": "the plan's approvals, which still hold",
+                "approvers": authority.plan_tally(session, version, code=None).approvers}
+    counted = authority.rollback_tally(session, version, list(signatures))
+    if not counted.approved:
+        raise RollbackRefused(
+            f"plan {state.plan_id} is {state.phase}: rolling it back changes what consumers see, and its own "
+            f"approvals no longer hold; the rollback needs approvers' signatures: {counted.describe()}",
+            fix=f"have approvers sign `backfill rollback {state.plan_id} --print-statement`, then pass "
+                "--statement FILE --signature NAME=SIG (or --sign NAME=KEY)")
+    return {"by": "rollback signatures", "approvers": counted.approvers,
+            "statement_sha256": hashlib.sha256(counted.counted[0].statement.message).hexdigest()}
+
+
 def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
-             *, dry_run: bool = False) -> RollbackReport:
+             *, dry_run: bool = False, signatures: Sequence[Candidate] = ()) -> RollbackReport:
     if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
+    if not dry_run:
+        # it restores from records: all of them against the keyed chain first
+        integrity.verify_record(session)
+        authorised = authorisation(session, state, signatures)
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
     _refuse_later_writers(session, state, keys)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
@@ -113,19 +147,17 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
                 report.tables[table] = restored
         faults.checkpoint("rollback.before_commit")
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
-            t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
-            for t, parts in report.tables.items()})
-        was_active = state.active
+            **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
+               for t, parts in report.tables.items()}, "authorised": authorised})
+        told = state.active or state.phase in SEEN_BY_CONSUMERS
         record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
                           note="restored from pre-write snapshots")
-        if was_active and state.version is not None:
+        if told and state.version is not None:
             announce_end(session, state.version.plan, actor, "rolled_back")
     return report
 
 
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
-    import hashlib
-
     text = "\n".join(f"{k} {v[0].rows} {v[0].digest}" for k, v in sorted(parts.items()))
     return hashlib.sha256(text.encode()).hexdigest()
 

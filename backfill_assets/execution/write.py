@@ -94,18 +94,15 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
             session.lock(f"write:{spec.name}:{key}")
         current = recheck(session, spec, scheme, permission, keys)
         if current is not None:
-            ensure_snapshots(session, spec, scheme, spec.table, current.plan_id, keys, evidence_log.now_iso())
+            ensure_snapshots(session, spec, scheme, spec.table, current.plan_id, keys, evidence_log.now_iso(), actor)
         faults.checkpoint("write.after_snapshot")
         written = write_rows(session, spec, scheme, keys, mode, allow_empty=allow_empty)
         ids, at = ledger.record_writes(session, plan_id=current.plan_id if current else None, asset=spec.name,
                                        mode=mode, run_id=run_id, code_version=spec.code_version,
-                                       written={k: fp for k, (_, fp) in written.items()})
-        if current is not None:
-            evidence_log.append(session, plan_id=current.plan_id, kind="write", actor=actor, payload={
-                "table": spec.name, "mode": mode, "run_id": run_id, "code_version": spec.code_version,
-                "sha256": current.approved_sha256,
-                "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest} for k, (_, fp) in written.items()}})
-        else:
+                                       code_identity=spec.code_identity,
+                                       written={k: fp for k, (_, fp) in written.items()}, actor=actor,
+                                       sha256=current.approved_sha256 if current else None)
+        if current is None:
             _advance_watermark(session, spec.name, max(keys, key=scheme.position), scheme)
         faults.checkpoint("write.before_commit")
     return [PartitionWrite(k, ids[k], rows, fp, at) for k, (rows, fp) in written.items()]

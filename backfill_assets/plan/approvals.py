@@ -1,10 +1,14 @@
 """Which approvals count, and mirroring signed approvals into the plan file.
 
-An approval is an SSH signature (the SSHSIG format git uses, namespace `backfill-plan`) over the
-plan's sha256 by a principal. It counts only if the signature verifies for that principal against
-the team's reviewed `allowed_signers` file, it is bound to the plan's current hash, the principal
-is not the owner, and that principal was not counted already. The guard, `plan show` and
-`plan approve` all use `tally`, so they give the same answer with or without a control record.
+An approval is an SSH signature (the SSHSIG format git uses, namespace `backfill-plan`) by a
+principal over a `plan approval` statement (signing.statements) that binds the plan's sha256, the
+code identity of its table, the warehouse and an expiry. It counts under the team's trust root
+(allowed_signers and policy, trust.root): the guard, `plan show` and `plan approve` count a file's
+signatures with `file_tally`, decisions count the recorded ones (control.authority), the same way.
+
+The trust root is never a file found next to the plan (a pull request could add one): it is the
+one pinned in the control record or, where there is none (a CI job without the warehouse), the
+file named explicitly (`--allowed-signers`, `$BACKFILL_ALLOWED_SIGNERS`: the default branch's).
 """
 
 from __future__ import annotations
@@ -13,113 +17,101 @@ import datetime as dt
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from backfill_assets.errors import AllowedSignersError, PlanReadError, SignatureError
+from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
 from backfill_assets.plan.yaml_document import read_yaml_text
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.allowed_signers import AllowedSigners
+from backfill_assets.signing.statements import PLAN_APPROVAL, Statement, stamp
+from backfill_assets.trust.policy import POLICY_FILE, Policy
+from backfill_assets.trust.root import Candidate, Tally, TrustRoot, Void, tally
 
 SIGNERS_ENV = "BACKFILL_ALLOWED_SIGNERS"
-DEFAULT_SIGNERS = Path("approvers") / "allowed_signers"
+POLICY_ENV = "BACKFILL_POLICY"
 
 
-def signed_message(sha256: str) -> bytes:
-    """What an approver signs: the plan's sha256 as 64 hex characters, nothing else."""
-    return sha256.encode("ascii")
+def plan_statement(plan: Plan, root: TrustRoot, code: str, *, signed: dt.datetime | None = None,
+                   valid_days: int | None = None) -> Statement:
+    """What an approver signs for `plan` under `root`, for a table whose code identity is `code`."""
+    signed = signed or dt.datetime.now(dt.UTC)
+    days = min(valid_days or root.policy.model.approvals.valid_days, root.policy.model.approvals.valid_days)
+    return Statement.make(PLAN_APPROVAL, signed=signed, expires=signed + dt.timedelta(days=days),
+                          plan=plan_sha256(plan), code=code, warehouse=root.warehouse_id)
 
 
-def signing_command(sha256: str) -> str:
-    return (f"printf '%s' {sha256} | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {sshsig.NAMESPACE} "
-            "> approval.sig")
+def signing_command(statement_file: str = "statement.txt") -> str:
+    return f"ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {sshsig.NAMESPACE} {statement_file}"
 
 
-def find_allowed_signers(plan_file: str | Path | None = None, explicit: str | None = None) -> Path:
-    """--allowed-signers, then $BACKFILL_ALLOWED_SIGNERS, then approvers/allowed_signers in the plan
-    file's folder or any folder above it, then in the current directory."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get(SIGNERS_ENV):
-        return Path(os.environ[SIGNERS_ENV])
-    if plan_file is not None:
-        for folder in Path(plan_file).resolve().parents:
-            candidate = folder / DEFAULT_SIGNERS
-            if candidate.exists():
-                return candidate
-    return DEFAULT_SIGNERS.resolve()
+@dataclass(frozen=True)
+class NamedRoot:
+    """A trust root named explicitly (a CI job without the warehouse): no warehouse id unless given."""
+
+    root: TrustRoot
+    source: str
 
 
-def load_signers(plan_file: str | Path | None = None, explicit: str | None = None
-                 ) -> tuple[AllowedSigners | None, str | None]:
-    """The allowed signers, or None with the reason (approvals cannot count without them)."""
+def explicit_root(signers_path: str | None, policy_path: str | None = None,
+                  warehouse_id: str | None = None) -> NamedRoot | None:
+    """The trust root named by --allowed-signers / $BACKFILL_ALLOWED_SIGNERS (and --policy /
+    $BACKFILL_POLICY, else policy.yaml beside that file, else the default policy); None if none."""
+    path = signers_path or os.environ.get(SIGNERS_ENV) or None
+    if not path:
+        return None
+    signers = AllowedSigners.load(path)
+    chosen = policy_path or os.environ.get(POLICY_ENV) or None
+    beside = Path(path).parent / POLICY_FILE
+    policy = Policy.load(chosen) if chosen else Policy.load(beside) if beside.is_file() else Policy.default()
+    return NamedRoot(TrustRoot(0, warehouse_id or "", signers, policy), f"{signers.source} and {policy.source}")
+
+
+def load_explicit_root(signers_path: str | None, policy_path: str | None = None,
+                       warehouse_id: str | None = None) -> tuple[NamedRoot | None, str | None]:
+    """`explicit_root`, or None with why (a guard or `plan show` reports it instead of failing)."""
     try:
-        return AllowedSigners.load(find_allowed_signers(plan_file, explicit)), None
-    except AllowedSignersError as exc:
+        return explicit_root(signers_path, policy_path, warehouse_id), None
+    except (AllowedSignersError, PolicyError) as exc:
         return None, str(exc)
 
 
-@dataclass(frozen=True)
-class VoidApproval:
-    approval: Approval
-    reason: str
+def file_candidates(plan: Plan) -> tuple[list[Candidate], list[Void]]:
+    """The plan file's signed entries as candidates; entries of the earlier form are void."""
+    found, void = [], []
+    for entry in plan.approvals.granted:
+        if entry.code is None or entry.warehouse is None or entry.expires is None:
+            void.append(Void(entry.by, "signs the plan hash alone (an earlier form): sign the statement of "
+                                       "`backfill plan statement` instead"))
+            continue
+        try:
+            statement = Statement.make(PLAN_APPROVAL, signed=entry.at, expires=entry.expires,
+                                       plan=entry.plan_sha256, code=entry.code, warehouse=entry.warehouse)
+        except SignatureError as exc:
+            void.append(Void(entry.by, exc.message))
+            continue
+        found.append(Candidate(entry.by, statement.text, entry.signature))
+    return found, void
 
 
-@dataclass(frozen=True)
-class ApprovalTally:
-    sha256: str
-    required: int
-    counted: list[Approval] = field(default_factory=list)
-    void: list[VoidApproval] = field(default_factory=list)
-
-    @property
-    def approved(self) -> bool:
-        return len(self.counted) >= self.required
-
-    @property
-    def approvers(self) -> list[str]:
-        return [a.by for a in self.counted]
-
-    def describe(self) -> str:
-        who = f" ({', '.join(self.approvers)})" if self.counted else ""
-        void = "; void: " + "; ".join(f"{v.approval.by} ({v.reason})" for v in self.void) if self.void else ""
-        return f"{len(self.counted)}/{self.required} signed approvals counted{who}{void}"
+def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime | None = None) -> Tally:
+    """The file's signatures counted under `root`; `code` None when the table could not be loaded
+    (shown as unchecked), and so is a root without a warehouse id."""
+    candidates, void = file_candidates(plan)
+    counted = tally(root, candidates, kind=PLAN_APPROVAL,
+                    expect={"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None},
+                    requirement=root.policy.requirement(plan.target, plan.approvals.required),
+                    owner=plan.owner, now=now)
+    return Tally(counted.requirement, counted.owner, counted.counted, void + counted.void, counted.owner_signature,
+                 counted.missing_groups, counted.unchecked)
 
 
-def tally(plan: Plan, signers: AllowedSigners | None, why_no_signers: str | None = None) -> ApprovalTally:
-    sha = plan_sha256(plan)
-    counted: list[Approval] = []
-    void: list[VoidApproval] = []
-    for approval in plan.approvals.granted:
-        reason = void_reason(approval, plan, sha, signers, why_no_signers, counted)
-        if reason is None:
-            counted.append(approval)
-        else:
-            void.append(VoidApproval(approval, reason))
-    return ApprovalTally(sha, plan.approvals.required, counted, void)
-
-
-def void_reason(approval: Approval, plan: Plan, sha: str, signers: AllowedSigners | None,
-                why_no_signers: str | None, counted: list[Approval]) -> str | None:
-    if approval.plan_sha256 != sha:
-        return (f"given for plan {approval.plan_sha256[:12]}, but the plan is now {sha[:12]} "
-                "(edited since approval)")
-    if approval.by == plan.owner:
-        return "the owner cannot approve their own plan"
-    if any(approval.by == c.by for c in counted):
-        return f"{approval.by} already approved; each approver counts once"
-    if signers is None:
-        return f"cannot be verified: {why_no_signers or 'no allowed_signers file'}"
-    try:
-        verified = signers.verify_approval(approval.by, signed_message(sha), approval.signature)
-    except SignatureError as exc:
-        return f"signature refused: {exc.message}"
-    for other in counted:  # one key listed under two names is still one person
-        if sshsig.parse(other.signature).fingerprint == verified.fingerprint:
-            return f"signed with the key that signed {other.by}'s approval; a key counts once"
-    return None
+def entry_of(principal: str, statement: Statement, signature: str) -> Approval:
+    """The file entry of a signature over a plan approval statement."""
+    return Approval(by=principal, at=statement.signed, plan_sha256=statement["plan"], code=statement["code"],
+                    warehouse=statement["warehouse"], expires=statement.expires, signature=signature)
 
 
 # --- the file mirror ------------------------------------------------------------------------------
@@ -132,9 +124,11 @@ def _one_line(signature: str) -> str:
 
 
 def _entry_line(indent: str, approval: Approval) -> str:
-    at = approval.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-    return (f'{indent}- {{by: "{approval.by}", at: "{at}", plan_sha256: "{approval.plan_sha256}", '
-            f'signature: "{_one_line(approval.signature)}"}}\n')
+    bound = "".join(f', {name}: "{value}"' for name, value in (
+        ("code", approval.code), ("warehouse", approval.warehouse),
+        ("expires", stamp(approval.expires) if approval.expires else None)) if value is not None)
+    return (f'{indent}- {{by: "{approval.by}", at: "{stamp(approval.at)}", plan_sha256: "{approval.plan_sha256}"'
+            f'{bound}, signature: "{_one_line(approval.signature)}"}}\n')
 
 
 def append_approval_text(text: str, approval: Approval) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backfill_assets.errors import PlanProblem
-from backfill_assets.plan.approvals import ApprovalTally
 from backfill_assets.plan.model import Plan
+from backfill_assets.trust.root import Tally
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,9 @@ def _item_of(key: str) -> int:
     return best
 
 
-def build(plan: Plan | None, problems: list[PlanProblem], approvals: ApprovalTally | None,
-          execution: ExecutionState, pause_notice: str | None = None) -> list[Item]:
+def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | None,
+          execution: ExecutionState, pause_notice: str | None = None,
+          approvals_note: str | None = None) -> list[Item]:
     by_item: dict[int, list[PlanProblem]] = {}
     for problem in problems:
         by_item.setdefault(_item_of(problem.key), []).append(problem)
@@ -96,8 +97,10 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: ApprovalTal
                    "contract, one code version, source without duplicates, unchanged since checked"
                 if plan else ""),
     ]
-    if by_item.get(6) or plan is None or approvals is None:
+    if by_item.get(6) or plan is None:
         items.append(planned(6, ""))
+    elif approvals is None:
+        items.append(Item(LABELS[6], False, approvals_note or "not counted: no trust root", True))
     else:
         items.append(Item(LABELS[6], approvals.approved, approvals.describe(), True))
     items.append(Item(LABELS[7], execution.proof is not None,

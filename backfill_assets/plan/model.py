@@ -152,11 +152,16 @@ class Checks(_Block):
 
 
 class Approval(_Block):
-    """A signed approval: an SSH signature by `by` over the plan's sha256 (see plan.approvals)."""
+    """A signed approval: an SSH signature by `by` over a `plan approval` statement binding the
+    plan's sha256, its table's code, the warehouse and an expiry (see signing.statements): `at` is
+    when it was signed. Entries of the earlier form (the hash alone) load, and count for nothing."""
 
     by: Principal
     at: dt.datetime
     plan_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    code: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    warehouse: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
+    expires: dt.datetime | None = None
     signature: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
 
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets import faults
-from backfill_assets.control import evidence_log, ledger, record
+from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PublishBlocked
-from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
+from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
@@ -48,6 +48,10 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         if not held:
             continue
         found.plans.append(plan)
+        # consumers see what the plan wrote only while its signatures still authorise it
+        why = authority.refusal(session, plan.approved, code=spec.code_identity)
+        if why:
+            found.problems.append(f"plan {plan.plan_id}: {why}")
         if plan.phase is not Phase.RECONCILED:
             found.problems.append(f"{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
                                   "publish reopens only after every gate of the window passed")
@@ -68,6 +72,10 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         stale = sorted(g for g, fp in entry.checked.items() if fp != entry.fingerprint.digest)
         if stale:
             found.problems.append(f"{key}: the gates checked other data than the latest write produced")
+        owner = next((p for p in found.plans if p.covers(key)), None)
+        if owner is not None and entry.code_identity != spec.code_identity:
+            found.problems.append(f"{key}: written by code {entry.code_identity or 'unknown'}, but plan "
+                                  f"{owner.plan_id} is approved for {spec.code_identity}")
         current = now.get(key, Fingerprint(0, "0"))
         if current != entry.fingerprint:
             found.changed[key] = (current, entry.fingerprint, entry.write_id)
@@ -102,12 +110,16 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     # under them (two hash passes): if either table moved in between, it is left out, not redone
     # there (a report must neither hold writers up nor fail the publish)
     impact, impact_error = _impact_or_why(session, spec, scheme, keys)
+    # what consumers will see rests on the record: all of it against the keyed chain first (a row
+    # removed or hidden is found only this way), outside the lock, then its links again under it
+    integrity.verify_record(session)
     try:
         with session.transaction():
             # publishes (and rollbacks) of one table take turns: on a server engine two copies at
             # once would each delete what the other had not committed yet, then both insert
             session.lock(publish_lock(spec))
             session.hold_table(spec.table)  # no writer may change the target between check and copy
+            evidence_log.check_links(session)
             found = check(session, spec, scheme, keys)
             if found.problems:
                 raise _Refused(found)
@@ -156,10 +168,12 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
 
     plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k)}
     with session.transaction():
-        for key, (now, written, write_id) in found.changed.items():
-            result: GateResult = unchanged_result(key, now, written)
-            ledger.record_results(session, plan_id=plan_of.get(key), asset=spec.name,
-                                  judged=[(write_id, key, now, [result])])
+        for plan_id in sorted(set(plan_of.values()) | ({None} if len(plan_of) < len(found.changed) else set()),
+                              key=lambda p: p or ""):
+            judged = [(write_id, key, now, [unchanged_result(key, now, written)])
+                      for key, (now, written, write_id) in found.changed.items() if plan_of.get(key) == plan_id]
+            ledger.record_results(session, plan_id=plan_id, asset=spec.name, judged=judged, actor=actor,
+                                  summary={"table": spec.name, "partitions": len(judged), "publish_refused": True})
         for plan_id in sorted(set(plan_of.values())):
             evidence_log.append(session, plan_id=plan_id, kind="publish_refused", actor=actor, payload={
                 "gate": UNCHANGED_SINCE_CHECKED,
@@ -172,7 +186,7 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
     at = evidence_log.now_iso()
     for plan in plans:
         held = [k for k in keys if plan.covers(k)]
-        ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at)
+        ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at, actor)
     target, published = quote(spec.table), quote(spec.publish_table)
     cols = ", ".join(quote(c) for c in spec.columns)
     where, params = scheme.many_predicate(quote(spec.partition_column), keys)

@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from itertools import accumulate
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-
 from backfill_assets.errors import AllowedSignersError, PrincipalError, SignatureError
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.principals import canonical_principal
@@ -66,6 +64,7 @@ class AllowedSigners:
     entries: tuple[SignerEntry, ...]
     source: str
     sha256: str
+    text: str | None = None  # the file as read: what the control record pins
 
     @classmethod
     def load(cls, path: str | Path) -> AllowedSigners:
@@ -102,7 +101,15 @@ class AllowedSigners:
             if stripped and not stripped.startswith("#"):
                 entries.append(_parse_line(stripped, number, source))
         digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-        return cls(tuple(entries), source, digest)
+        return cls(tuple(entries), source, digest, text)
+
+    def keys_of(self, principal: str) -> frozenset[bytes]:
+        """Every key (canonical blob) listed for `principal`: the owner is excluded by these."""
+        return frozenset(e.public_key for e in self.entries if principal in e.principals)
+
+    @property
+    def principals(self) -> frozenset[str]:
+        return frozenset(p for e in self.entries for p in e.principals)
 
     def principals_for(self, public_key: str | bytes) -> list[str]:
         """Every principal listed for ``public_key`` (a ``ssh-ed25519 AAAA...`` line or a blob)."""
@@ -117,7 +124,7 @@ class AllowedSigners:
                         at: datetime | None = None) -> Signature:
         """The signature verifies AND this file lists its key for ``principal``, ``namespace`` and ``at``."""
         name = canonical_principal(principal, "approver")
-        sig = sshsig.verify(message, signature, namespace)
+        sig = sshsig.verify_cached(message, signature, namespace)
         at = datetime.now(UTC) if at is None else at if at.tzinfo else at.replace(tzinfo=UTC)
         blob = key_blob(sig.public_key)
         entries = [e for e in self.entries if e.public_key == blob and name in e.principals]
@@ -141,9 +148,7 @@ def key_blob(key: str | bytes) -> bytes:
     if sshsig.key_type_of(blob) in sshsig.SK_KEY_TYPES:
         return blob
     # Re-serialise so two encodings of one key (e.g. an RSA modulus with a spare zero) compare equal.
-    line = sshsig.load_public_key(blob).public_bytes(serialization.Encoding.OpenSSH,
-                                                     serialization.PublicFormat.OpenSSH)
-    return base64.b64decode(line.split()[1])
+    return sshsig.canonical_blob(blob)
 
 
 def _line_blob(line: str) -> bytes:

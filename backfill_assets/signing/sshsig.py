@@ -15,7 +15,7 @@ import binascii
 import hashlib
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -48,7 +48,7 @@ _SIG_FIX = "paste the whole `ssh-keygen -Y sign` output (or its base64 on one li
 class Signature:
     """A parsed SSHSIG blob; ``parse`` checked its structure, ``verify`` its cryptography too."""
 
-    public_key: bytes  # the signing key's SSH wire blob
+    public_key: bytes  # the signing key's SSH wire blob: canonical once `verify` returned it
     namespace: str
     hash_alg: str
     signature: bytes  # the SSH signature blob: string(sig_alg) string(sig_bytes)
@@ -62,6 +62,8 @@ class Signature:
 
     @property
     def fingerprint(self) -> str:
+        """OpenSSH's fingerprint of the key; of its canonical blob once `verify` returned it, so two
+        encodings of one key (an RSA modulus with a spare leading zero) give one fingerprint."""
         return fingerprint(self.public_key)
 
     @property
@@ -204,6 +206,13 @@ def load_public_key(blob: bytes) -> PublicKey:
     return key
 
 
+def canonical_blob(blob: bytes) -> bytes:
+    """The key blob as OpenSSH re-serialises it (what `ssh-keygen -l` fingerprints and what it
+    compares): integers without spare leading zeros. Every comparison of keys uses this form."""
+    key = load_public_key(blob)
+    return base64.b64decode(key.public_bytes(*_OPENSSH).split()[1])
+
+
 def _signed_data(message: bytes, namespace: str, hash_alg: str) -> bytes:
     digest = HASH_ALGS[hash_alg](message).digest()
     return _MAGIC + _string(namespace) + _string(b"") + _string(hash_alg) + _string(digest)
@@ -255,6 +264,8 @@ def verify(message: bytes, signature: str | bytes, namespace: str = NAMESPACE) -
     """Parse ``signature`` and check that its embedded key signed ``message`` in ``namespace``.
 
     This proves only that *some* key signed; AllowedSigners.verify_approval decides whose key it is.
+    The returned signature carries the key's canonical blob (``canonical_blob``), never the bytes
+    as written in the signature.
     """
     sig = parse(signature)
     if not isinstance(message, bytes):
@@ -275,7 +286,29 @@ def verify(message: bytes, signature: str | bytes, namespace: str = NAMESPACE) -
     except Exception:  # InvalidSignature, or cryptography refusing a hostile value outright
         raise SignatureError(f"signature does not verify for this message (key {sig.fingerprint})",
                              fix="sign exactly this plan's sha256 again, with your approving key") from None
-    return sig
+    return replace(sig, public_key=base64.b64decode(key.public_bytes(*_OPENSSH).split()[1]))
+
+
+_VERIFIED: dict[tuple[bytes, str, str], Signature | SignatureError] = {}
+
+
+def verify_cached(message: bytes, signature: str | bytes, namespace: str = NAMESPACE) -> Signature:
+    """`verify`, remembered per process: decisions re-verify every stored signature each time they
+    read it, and a signature's verdict on a message never changes."""
+    text = signature if isinstance(signature, str) else signature.decode("ascii", errors="replace")
+    key = (message, text, namespace)
+    found = _VERIFIED.get(key)
+    if found is None:
+        try:
+            found = verify(message, text, namespace)
+        except SignatureError as exc:
+            found = exc
+        if len(_VERIFIED) > 4096:
+            _VERIFIED.clear()
+        _VERIFIED[key] = found
+    if isinstance(found, SignatureError):
+        raise SignatureError(found.message, fix=found.fix)
+    return found
 
 
 def _check(key: PublicKey, sig: Signature, sig_bytes: bytes, data: bytes) -> None:

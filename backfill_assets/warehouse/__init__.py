@@ -39,6 +39,7 @@ class Warehouse:
                 wait_seconds: float | None = None) -> Iterator[Session]:
         with self.engine.session(read_only=read_only, wait_seconds=wait_seconds) as session:
             session.home = self.home
+            session.read_only = read_only
             yield session
 
     def exists(self) -> bool:

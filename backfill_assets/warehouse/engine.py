@@ -30,6 +30,7 @@ class Session(ABC):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.home: Home | None = None  # set by Warehouse.session: where the evidence key lives
+        self.read_only = False  # set by Warehouse.session: a reader never needs the evidence key
         self._depth = 0
         self._after_commit: list[Callable[[], None]] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.schema import SCHEMA, SNAPSHOT_SCHEMA
 from backfill_assets.errors import RollbackRefused
 from backfill_assets.partitions import PartitionScheme
@@ -28,16 +29,18 @@ def snapshot_table(plan_id: str, table: str) -> str:
 
 def snapshotted(session: Session, plan_id: str, table: str,
                 keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
-    """The plan's snapshots of `table` (only of `keys`, when given)."""
+    """The plan's snapshots of `table` (only of `keys`, when given), checked against their seals."""
     only, params = ("AND partition_key = ANY(?)", [list(keys)]) if keys is not None else ("", [])
-    rows = session.rows(f"SELECT partition_key, row_count, fingerprint FROM {SCHEMA}.snapshots "
+    rows = session.rows(f"SELECT partition_key, row_count, fingerprint, evidence_seq FROM {SCHEMA}.snapshots "
                         f"WHERE plan_id = ? AND table_name = ? {only}", [plan_id, table, *params])
-    return {k: Fingerprint(int(n), str(d)) for k, n, d in rows}
+    seals.check(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
+    return {k: Fingerprint(int(n), str(d)) for k, n, d, _ in rows}
 
 
 def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str,
-                     plan_id: str, keys: Sequence[str], recorded_at: str) -> dict[str, Fingerprint]:
-    """Copy aside the current rows of every key this plan has not snapshotted yet.
+                     plan_id: str, keys: Sequence[str], recorded_at: str, actor: str) -> dict[str, Fingerprint]:
+    """Copy aside the current rows of every key this plan has not snapshotted yet, their records
+    sealed by one `snapshot` chain row.
 
     Inside the caller's transaction, before it changes those partitions. Returns what it took.
     """
@@ -56,9 +59,14 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
     values: list[object] = []
     for key in wanted:
         values += [key, before[key].rows, before[key].digest]
-    session.execute(f"INSERT INTO {SCHEMA}.snapshots SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ? "
-                    f"FROM (VALUES {', '.join(['(?, ?, ?)'] * len(wanted))}) AS v(k, n, d)",
-                    [plan_id, table, snapshot_table(plan_id, table), recorded_at, *values])
+    seq = evidence_log.next_seq(session)
+    session.execute(f"INSERT INTO {SCHEMA}.snapshots (plan_id, table_name, partition_key, row_count, fingerprint, "
+                    f"snapshot_table, recorded_at, evidence_seq) SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ?, "
+                    f"CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?)'] * len(wanted))}) AS v(k, n, d)",
+                    [plan_id, table, snapshot_table(plan_id, table), recorded_at, seq, *values])
+    evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
+        "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
+        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq)}})
     return before
 
 

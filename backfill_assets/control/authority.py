@@ -1,0 +1,74 @@
+"""Whether a plan is authorised now: its recorded signatures counted under the pinned trust root.
+
+Every decision that lets a plan change data or what consumers see (the write permission, the
+coordinator, publish, a rollback of what was published) asks here, and the answer is computed
+from what authenticates itself: signatures over statements that bind the plan's sha256, the code
+identity of its table, this warehouse's id and an expiry, counted under the trust root whose
+history `trust_record` re-verifies. A forged row in `approvals` is a signature that does not
+verify; a staging signature names another warehouse; an old one has expired; other code has
+another identity. Verdicts are cached per process until the earliest expiry they rely on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from backfill_assets.control import record, trust_record
+from backfill_assets.control.record import PlanVersion
+from backfill_assets.signing.statements import PLAN_APPROVAL, ROLLBACK, Statement
+from backfill_assets.trust.root import Candidate, Tally, tally
+
+_CACHE: dict[tuple, Tally] = {}
+
+
+def plan_tally(session, version: PlanVersion, *, code: str | None,
+               now: dt.datetime | None = None) -> Tally:
+    """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
+    (the coordinator, which cannot load the table: the run's own permission checks it)."""
+    now = now or dt.datetime.now(dt.UTC)
+    root = trust_record.require(session)
+    recorded = record.approvals(session, version.sha256)
+    cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code,
+                 tuple((a.principal, a.statement, a.signature) for a in recorded))
+    cached = _CACHE.get(cache_key)
+    if cached is not None and cached.expires is not None and now < cached.expires:
+        return cached
+    plan = version.plan
+    found = tally(root, [Candidate(a.principal, a.statement, a.signature) for a in recorded], kind=PLAN_APPROVAL,
+                  expect={"plan": version.sha256, "code": code, "warehouse": root.warehouse_id},
+                  requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner,
+                  now=now)
+    if found.approved:
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[cache_key] = found
+    return found
+
+
+def refusal(session, version: PlanVersion, *, code: str | None) -> str | None:
+    """Why the plan's approvals do not authorise it now (one clause), or None."""
+    found = plan_tally(session, version, code=code)
+    if found.approved:
+        return None
+    why = "; ".join(found.missing())
+    if found.void:
+        why += " (void: " + "; ".join(f"{v.principal}: {v.reason}" for v in found.void[:3]) + ")"
+    return f"its approvals do not hold now: needs {why}"
+
+
+def rollback_statement(session, version: PlanVersion, *, signed: dt.datetime | None = None) -> Statement:
+    """What approvers sign to roll back a published plan whose own approvals no longer hold."""
+    root = trust_record.require(session)
+    signed = signed or dt.datetime.now(dt.UTC)
+    return Statement.make(ROLLBACK, signed=signed, expires=signed + root.policy.valid_for,
+                          plan=version.sha256, warehouse=root.warehouse_id)
+
+
+def rollback_tally(session, version: PlanVersion, candidates: list[Candidate]) -> Tally:
+    """Signatures authorising the rollback of a published plan: the policy's approvers for its
+    target (the owner's keys never count), over a `rollback` statement for this plan and warehouse."""
+    root = trust_record.require(session)
+    plan = version.plan
+    return tally(root, candidates, kind=ROLLBACK, expect={"plan": version.sha256, "warehouse": root.warehouse_id},
+                 requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner,
+                 owner_required=False)

@@ -1,0 +1,115 @@
+"""Seals: each ledger row is bound to the keyed chain row that recorded it.
+
+A write transaction's ledger rows (`writes`, `snapshots`) and a judged slice's `gate_results`
+carry the number of the chain row appended with them (`evidence_seq`), and that row's payload
+holds, per table, the sha256 of those rows (`"seals": {"writes": ...}`). Before a decision acts on
+a ledger row it recomputes the digest of every row of that seal and compares it with the chain
+row, whose keyed hash it checks: `UPDATE gate_results SET passed = true` by someone who can write
+the warehouse but not read the evidence key is refused, naming the row, never obeyed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+
+from backfill_assets.control import evidence_log
+from backfill_assets.control.schema import SCHEMA
+from backfill_assets.errors import ForgedRecord
+from backfill_assets.warehouse.engine import Session
+
+# the columns a seal covers, the first of them ordering the rows
+SEALED: dict[str, tuple[str, ...]] = {
+    "writes": ("write_id", "plan_id", "asset", "partition_key", "mode", "run_id", "code_version", "row_count",
+               "fingerprint", "recorded_at", "code_identity"),
+    "gate_results": ("result_id", "write_id", "plan_id", "asset", "partition_key", "gate", "passed",
+                     "checked_fingerprint", "figures", "recorded_at"),
+    "snapshots": ("table_name", "partition_key", "plan_id", "row_count", "fingerprint", "snapshot_table",
+                  "recorded_at"),
+}
+
+
+def _value(value: object) -> object:
+    if value is None or isinstance(value, bool | int):
+        return value
+    return str(value)
+
+
+def digest(table: str, rows: Iterable[Sequence[object]]) -> str:
+    """The seal of `rows` of `table` (each in SEALED order), however they are ordered."""
+    normal = sorted(([_value(v) for v in row] for row in rows), key=lambda r: json.dumps(r, default=str))
+    return hashlib.sha256(json.dumps([table, normal], separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def of_seq(session: Session, table: str, seq: int) -> str:
+    """The seal of the rows of `table` that carry `seq`, read back as a verifier reads them."""
+    columns = SEALED[table]
+    return digest(table, session.rows(f"SELECT {', '.join(columns)} FROM {SCHEMA}.{table} WHERE evidence_seq = ?",
+                                      [seq]))
+
+
+def check(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
+    """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
+    row of a decision that carries no seal)."""
+    given = list(seqs)
+    wanted = sorted({int(s) for s in given if s is not None})
+    if any(s is None for s in given):
+        raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries no seal of the evidence chain",
+                           fix=evidence_log.FORGED_FIX)
+    if not wanted or not evidence_log.can_verify(session):
+        return
+    columns = SEALED[table]
+    found: dict[int, list[tuple]] = {s: [] for s in wanted}
+    for i in range(0, len(wanted), 500):
+        part = wanted[i:i + 500]
+        for row in session.rows(f"SELECT {', '.join(columns)}, evidence_seq FROM {SCHEMA}.{table} "
+                                f"WHERE evidence_seq IN ({', '.join('?' for _ in part)})", part):
+            found[int(row[-1])].append(row[:-1])
+    chain = evidence_log.by_seq(session, wanted)
+    for seq in wanted:
+        sealed = chain[seq].payload.get("seals", {}).get(table)
+        if sealed != digest(table, found[seq]):
+            raise ForgedRecord(
+                f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ from "
+                "what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
+
+
+def check_all(session: Session) -> int:
+    """Every seal in the warehouse (for `evidence verify`); returns the number of rows checked."""
+    total = 0
+    for table in SEALED:
+        seqs = [int(s) for (s,) in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.{table} "
+                                                "WHERE evidence_seq IS NOT NULL")]
+        unsealed = session.scalar(f"SELECT count(*) FROM {SCHEMA}.{table} WHERE evidence_seq IS NULL")
+        if unsealed:
+            raise ForgedRecord(f"{unsealed} row(s) of {SCHEMA}.{table} carry no seal of the evidence chain",
+                               fix=evidence_log.FORGED_FIX)
+        for i in range(0, len(seqs), 200):
+            check(session, table, seqs[i:i + 200])
+        total += int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.{table}") or 0)
+    # a seal whose rows were all removed is a chain row no ledger row points at any more
+    referenced = {int(s) for table in SEALED for (s,) in session.rows(
+        f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.{table} WHERE evidence_seq IS NOT NULL")}
+    # an upgrade re-seals every row as it stood: seals before it are superseded
+    upgraded = int(session.scalar(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.evidence WHERE kind = 'upgrade'"))
+    for row in evidence_log.rows(session):
+        tables = row.payload.get("seals") if isinstance(row.payload, dict) else None
+        if row.seq > upgraded and tables and any(tables.get(t) != digest(t, []) for t in tables) \
+                and row.seq not in referenced:
+            raise ForgedRecord(f"the rows evidence row {row.seq} ({row.kind}) sealed are gone from the control record",
+                               fix=evidence_log.FORGED_FIX)
+    return total
+
+
+def seal_unsealed(session: Session, actor: str) -> None:
+    """The upgrade from schema 2: seal every row written before seals existed, as it stands, with one
+    chain row per table (the 0.2 record is trusted as it was when upgraded)."""
+    for table, columns in SEALED.items():
+        rows = session.rows(f"SELECT {', '.join(columns)} FROM {SCHEMA}.{table} WHERE evidence_seq IS NULL")
+        if not rows:
+            continue
+        seq = evidence_log.next_seq(session)
+        session.execute(f"UPDATE {SCHEMA}.{table} SET evidence_seq = ? WHERE evidence_seq IS NULL", [seq])
+        evidence_log.append(session, plan_id=None, kind="upgrade_seal", actor=actor, seq=seq, payload={
+            "table": table, "rows": len(rows), "seals": {table: digest(table, rows)}})

@@ -1,0 +1,209 @@
+"""The trust root pinned in the control record: allowed_signers, the policy, the warehouse's id.
+
+`backfill init` pins the first root (the team's reviewed files) and creates the warehouse's id.
+Every later change must carry signatures, over a `trust root` statement naming the new files'
+sha256 and the root it replaces, of the quorum of the root *currently pinned*: someone who can
+run the CLI cannot list their own keys as alice and bob. Each pin is a chain row.
+
+`current` re-verifies the whole history on every read (cached per process while it is
+unchanged): the first root's chain row under the evidence key, each later one's signatures under
+the root before it, and each stored file against its sha256. A root forged by someone who can
+write the warehouse is refused, never obeyed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from backfill_assets.control import evidence_log
+from backfill_assets.control.schema import SCHEMA
+from backfill_assets.errors import ForgedRecord, TrustRootError
+from backfill_assets.signing.allowed_signers import AllowedSigners
+from backfill_assets.signing.statements import TRUST_ROOT, Statement
+from backfill_assets.trust.policy import Policy, Requirement
+from backfill_assets.trust.root import Candidate, Tally, TrustRoot, tally
+from backfill_assets.warehouse.engine import Session
+
+LEGACY_PIN_KEY = "approvers_pin"  # schema 2 pinned only the sha256 of allowed_signers here
+_COLUMNS = ("version, warehouse_id, signers_text, signers_sha256, policy_text, policy_sha256, signatures, "
+            "pinned_by, pinned_at, evidence_seq")
+_NO_ROOT_FIX = ("pin the team's reviewed files once: `backfill init --allowed-signers approvers/allowed_signers "
+                "[--policy approvers/policy.yaml]`")
+
+
+@dataclass(frozen=True)
+class PinnedRoot:
+    root: TrustRoot
+    pinned_by: str
+    pinned_at: str
+    signed_by: tuple[str, ...]  # who signed this change (empty for the first root)
+
+    def describe(self) -> str:
+        who = f", signed by {', '.join(self.signed_by)}" if self.signed_by else " (the first root)"
+        return f"{self.root.describe()}, pinned by {self.pinned_by} at {self.pinned_at}{who}"
+
+
+_CACHE: dict[tuple[str, str], list[PinnedRoot]] = {}
+
+
+def _rows(session: Session) -> list[tuple]:
+    if not session.engine.table_exists(session, "trust_roots", SCHEMA):
+        return []
+    return session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.trust_roots ORDER BY version")
+
+
+def history(session: Session) -> list[PinnedRoot]:
+    """Every pinned root, oldest first, each verified; [] when none is pinned."""
+    rows = _rows(session)
+    if not rows:
+        return []
+    fingerprint = hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
+    cache_key = (session.engine.describe(), fingerprint)
+    if cache_key in _CACHE:
+        return _CACHE[cache_key]
+    verify = evidence_log.can_verify(session)
+    chain = evidence_log.by_seq(session, [int(r[9]) for r in rows if r[9] is not None]) if verify else {}
+    out: list[PinnedRoot] = []
+    for number, row in enumerate(rows, start=1):
+        version, warehouse_id, signers_text, signers_sha, policy_text, policy_sha, signatures, by, at, seq = row
+        where = f"trust root v{version} in {SCHEMA}.trust_roots"
+        if int(version) != number:
+            raise ForgedRecord(f"{where}: versions are not consecutive from 1", fix=evidence_log.FORGED_FIX)
+        signers = AllowedSigners.parse(signers_text, source=f"allowed_signers v{version}")
+        policy = Policy.parse(policy_text, source=f"policy v{version}")
+        if signers.sha256 != signers_sha or policy.sha256 != policy_sha:
+            raise ForgedRecord(f"{where}: its stored files do not match their sha256", fix=evidence_log.FORGED_FIX)
+        root = TrustRoot(int(version), str(warehouse_id), signers, policy)
+        if verify:
+            sealed = chain.get(int(seq)) if seq is not None else None
+            payload = sealed.payload if sealed else {}
+            if sealed is None or sealed.kind != "trust_root" or payload.get("version") != root.version or \
+                    payload.get("signers_sha256") != signers_sha or payload.get("policy_sha256") != policy_sha or \
+                    payload.get("warehouse_id") != root.warehouse_id or \
+                    payload.get("signatures_sha256") != _digest(signatures):
+                raise ForgedRecord(f"{where} does not match the evidence chain's record of it",
+                                   fix=evidence_log.FORGED_FIX)
+        signed_by: tuple[str, ...] = ()
+        if out:
+            previous = out[-1].root
+            if root.warehouse_id != previous.warehouse_id:
+                raise ForgedRecord(f"{where} names another warehouse", fix=evidence_log.FORGED_FIX)
+            # the signatures were valid when the change was pinned: at the chain row's time (which
+            # no one without the key can alter), else the row's own
+            when = chain[int(seq)].at if verify and seq is not None else str(at)
+            counted = count_change(previous, signers, policy, _candidates(signatures),
+                                   now=dt.datetime.fromisoformat(when.replace("Z", "+00:00")))
+            if not counted.approved:
+                raise ForgedRecord(f"{where} lacks the quorum of v{previous.version}'s approvers "
+                                   f"({counted.describe()})", fix=evidence_log.FORGED_FIX)
+            signed_by = tuple(counted.approvers)
+        out.append(PinnedRoot(root, str(by), str(at), signed_by))
+    if len(_CACHE) > 16:
+        _CACHE.clear()
+    _CACHE[cache_key] = out
+    return out
+
+
+def current(session: Session) -> PinnedRoot | None:
+    found = history(session)
+    return found[-1] if found else None
+
+
+def require(session: Session) -> TrustRoot:
+    pinned = current(session)
+    if pinned is None:
+        raise TrustRootError(f"no trust root is pinned in {session.engine.describe()}: approvals cannot be "
+                             "checked", fix=_NO_ROOT_FIX)
+    return pinned.root
+
+
+def _digest(signatures: str) -> str:
+    return hashlib.sha256(signatures.encode("utf-8")).hexdigest()
+
+
+def _candidates(signatures: str) -> list[Candidate]:
+    return [Candidate(s["principal"], s["statement"], s["signature"]) for s in json.loads(signatures)]
+
+
+def change_statement(current_root: TrustRoot, signers: AllowedSigners, policy: Policy, *,
+                     signed: dt.datetime | None = None, valid_days: int | None = None) -> Statement:
+    """What the current root's approvers sign to pin `signers` and `policy` instead."""
+    signed = signed or dt.datetime.now(dt.UTC)
+    days = valid_days or current_root.policy.model.approvals.valid_days
+    return Statement.make(TRUST_ROOT, signed=signed, expires=signed + dt.timedelta(days=days),
+                          warehouse=current_root.warehouse_id, replaces=current_root.identity,
+                          signers=signers.sha256, policy=policy.sha256)
+
+
+def count_change(current_root: TrustRoot, signers: AllowedSigners, policy: Policy,
+                 candidates: Sequence[Candidate], now: dt.datetime | None = None) -> Tally:
+    """The current root's approvers who signed this change, against its quorum."""
+    return tally(current_root, candidates, kind=TRUST_ROOT,
+                 expect={"warehouse": current_root.warehouse_id, "replaces": current_root.identity,
+                         "signers": signers.sha256, "policy": policy.sha256},
+                 requirement=Requirement(current_root.policy.quorum, ()), now=now)
+
+
+def pin_first(session: Session, signers: AllowedSigners, policy: Policy, actor: str) -> PinnedRoot:
+    """Pin the first root and create the warehouse's id (call inside a transaction)."""
+    policy.check_against(set(signers.principals))
+    legacy = session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [LEGACY_PIN_KEY])
+    if legacy is not None and json.loads(legacy).get("sha256") != signers.sha256:
+        # a release-0.2 warehouse pinned its approvers: the upgrade keeps that file, nobody else's
+        raise TrustRootError(
+            f"{signers.source} (sha256 {signers.sha256[:12]}) is not the allowed_signers this warehouse pinned "
+            f"before its upgrade (sha256 {json.loads(legacy)['sha256'][:12]})",
+            fix="pin that same file first; change it afterwards with `backfill approvers pin` and the "
+                "quorum's signatures")
+    return _insert(session, 1, "wh-" + secrets.token_hex(8), signers, policy, [], actor)
+
+
+def repin(session: Session, signers: AllowedSigners, policy: Policy, candidates: Sequence[Candidate],
+          actor: str) -> tuple[PinnedRoot, Tally]:
+    """Pin a new root under the quorum of the current one (call inside a transaction)."""
+    session.lock("backfill_control.trust_root")
+    pinned = current(session)
+    if pinned is None:
+        raise TrustRootError("no trust root is pinned yet", fix=_NO_ROOT_FIX)
+    policy.check_against(set(signers.principals))
+    counted = count_change(pinned.root, signers, policy, candidates)
+    if not counted.approved:
+        raise TrustRootError(
+            f"changing the trust root needs {pinned.root.policy.quorum} signature(s) of the approvers of "
+            f"{pinned.root.describe()}: {counted.describe()}",
+            fix="have that many of the currently pinned approvers sign the statement printed by "
+                "`backfill approvers statement NEW_FILE`, then pass their signatures")
+    signatures = [{"principal": c.principal, "statement": c.statement.text, "signature": c.signature,
+                   "key": c.fingerprint} for c in counted.counted]
+    return _insert(session, pinned.root.version + 1, pinned.root.warehouse_id, signers, policy, signatures,
+                   actor), counted
+
+
+def _insert(session: Session, version: int, warehouse_id: str, signers: AllowedSigners, policy: Policy,
+            signatures: list[dict], actor: str) -> PinnedRoot:
+    text = json.dumps(signatures, sort_keys=True)
+    at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+    seq = evidence_log.next_seq(session)
+    session.execute(f"INSERT INTO {SCHEMA}.trust_roots ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [version, warehouse_id, _text_of(signers), signers.sha256, policy.text, policy.sha256, text,
+                     actor, at, seq])
+    evidence_log.append(session, plan_id=None, kind="trust_root", actor=actor, seq=seq, payload={
+        "version": version, "warehouse_id": warehouse_id, "signers_sha256": signers.sha256,
+        "policy_sha256": policy.sha256, "signatures_sha256": _digest(text),
+        "signed_by": [s["principal"] for s in signatures], "signers_source": signers.source,
+        "policy_source": policy.source})
+    _CACHE.clear()
+    found = current(session)
+    assert found is not None and found.root.version == version
+    return found
+
+
+def _text_of(signers: AllowedSigners) -> str:
+    if signers.text is None:
+        raise TrustRootError(f"{signers.source} was read without its text", fix="load it with AllowedSigners.load")
+    return signers.text

@@ -1,0 +1,434 @@
+"""Issue 20: trust that holds against the people it constrains.
+
+Each test is one attack from the threat model, reproduced through the product's own doors (the CLI
+in-process and as a subprocess, the guard hook, Dagster runs) against a real warehouse: an operator
+with the CLI but no approver key, an insider who writes the warehouse but cannot read the evidence
+key, a pull-request author in CI, an approver with one key (RSA and ECDSA too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from backfill_assets.cli.approvers_cmd import load_files
+from backfill_assets.control import trust_record
+from backfill_assets.plan.approvals import entry_of, plan_statement
+from backfill_assets.plan.identity import plan_sha256
+from backfill_assets.plan.loading import load_plan
+from backfill_assets.signing import sshsig
+from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
+from tests.conftest import ROOT
+from tests.plans import complete_plan, edited, write_plan
+from tests.world import FIXED, OWNER, failure_text, keys, signers_text
+
+CONTROL = "backfill_control"
+HOOK = ROOT / "hooks" / "backfill-guard.sh"
+
+
+def pub(world, name: str) -> str:
+    return " ".join((world.keys[name].parent / f"{name}.pub").read_text().split()[:2])
+
+
+def root_of(world):
+    with world.warehouse().session() as session:
+        return trust_record.require(session)
+
+
+def sign_file(world, who: str, statement: Statement, tmp: Path) -> tuple[Path, Path]:
+    """`who` signs `statement` offline with OpenSSH, as an approver on their laptop would."""
+    import tempfile
+
+    text = Path(tempfile.mkstemp(dir=tmp, prefix=f"{who}-", suffix=".txt")[1])
+    text.write_text(statement.text)
+    subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(world.keys[who]), "-n", "backfill-plan", str(text)],
+                   check=True, capture_output=True, timeout=60)
+    return text, Path(f"{text}.sig")
+
+
+def approve_offline(world, path: Path, who: str, statement: Statement) -> int:
+    text, sig = sign_file(world, who, statement, world.root)
+    return world.cli("plan", "approve", str(path), "--by", who, "--signature", str(sig), "--statement", str(text))
+
+
+def phase_and_sha(world, plan_id: str = "fix"):
+    return world.sql(f"SELECT phase, approved_sha256 FROM {CONTROL}.plans WHERE plan_id = ?", [plan_id])
+
+
+# --- who may change the trust root ----------------------------------------------------------------
+
+def test_an_operator_without_approver_keys_cannot_re_pin_the_approvers(world, capsys):
+    # mallory lists her own key as alice and bob and signs the change with it: the pinned root's
+    # quorum (the real alice and bob) never signed, so nothing changes
+    mine = world.root / "mine" / "allowed_signers"
+    mine.parent.mkdir()
+    mine.write_text(f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\nolivia {pub(world, 'mallory')}\n")
+    before = root_of(world)
+    code = world.cli("approvers", "pin", str(mine), "--sign", f"alice={world.keys['mallory']}",
+                     "--sign", f"bob={world.keys['mallory']}")
+    err = capsys.readouterr().err
+    assert code == 1 and "needs 2 signature(s)" in err and err.count("\n") == 1, err
+    assert root_of(world) == before
+    # nor can she approve with her file: approve counts under the pinned root only
+    path = world.plan("fix")
+    assert world.cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["mallory"]),
+                     "--allowed-signers", str(mine)) == 1
+    assert world.sql(f"SELECT count(*) FROM {CONTROL}.approvals") == [(0,)]
+
+
+def test_the_pinned_quorum_re_pins_and_the_change_is_a_chain_row(world, capsys):
+    new = world.root / "next" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "olivia")))  # carol leaves the team
+    assert world.cli("approvers", "statement", str(new)) == 0
+    statement = Statement.parse(capsys.readouterr().out)
+    text, alice_sig = sign_file(world, "alice", statement, world.root)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(text), "--signature", f"alice={alice_sig}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    root = root_of(world)
+    assert root.version == 2 and root.signers.sha256 == statement["signers"]
+    row = world.sql(f"SELECT payload FROM {CONTROL}.evidence WHERE kind = 'trust_root' ORDER BY seq DESC LIMIT 1")
+    assert sorted(json.loads(row[0][0])["signed_by"]) == ["alice", "bob"]
+    # carol's key no longer counts
+    path = world.plan("fix")
+    assert world.cli("plan", "approve", str(path), "--by", "carol", "--key", str(world.keys["carol"])) == 1
+    # the same signatures cannot pin anything else: they name this change and the root it replaced
+    other = world.root / "next" / "other_signers"
+    other.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
+    assert world.cli("approvers", "pin", str(other), "--statement", str(text), "--signature",
+                     f"alice={alice_sig}", "--sign", f"bob={world.keys['bob']}") == 1
+    assert world.cli("evidence", "verify") == 0
+
+
+def test_init_never_replaces_a_pinned_root(world, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.write_text(f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\n")
+    assert world.cli("init", "--allowed-signers", str(mine)) == 1
+    assert "is pinned" in capsys.readouterr().err
+    assert root_of(world).version == 1
+
+
+def test_a_trust_root_row_written_into_the_warehouse_is_refused(engine_world, capsys):
+    world = engine_world
+    mine = f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\nolivia {pub(world, 'mallory')}\n"
+    import hashlib
+
+    world.run_sql(f"INSERT INTO {CONTROL}.trust_roots SELECT 2, warehouse_id, ?, ?, policy_text, policy_sha256, "
+                  f"'[]', 'insider', pinned_at, evidence_seq FROM {CONTROL}.trust_roots WHERE version = 1",
+                  [mine, hashlib.sha256(mine.encode()).hexdigest()])
+    path = world.plan("fix")
+    assert world.cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["mallory"])) == 1
+    assert "trust root v2" in capsys.readouterr().err
+    assert world.cli("evidence", "verify") == 1
+
+
+# --- the guard in CI --------------------------------------------------------------------------------
+
+def _planted(world) -> Path:
+    """A pull request's plan with its own approvers/allowed_signers beside it, signed by mallory
+    as alice, bob and olivia."""
+    folder = world.root / "pr" / "plans" / "other"
+    (folder / "approvers").mkdir(parents=True)
+    fake = f"olivia {pub(world, 'mallory')}\nalice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\n"
+    (folder / "approvers" / "allowed_signers").write_text(fake)
+    path = write_plan(folder / "other.yaml", complete_plan(plan_id="other"))
+    plan = load_plan(path)
+    root = dataclasses.replace(root_of(world), warehouse_id="wh-anything")
+    for who in ("olivia", "alice", "bob"):
+        statement = plan_statement(plan, root, FIXED.code_identity)
+        entry = entry_of(who, statement, sshsig.one_line(sshsig.sign(statement.message, world.keys["mallory"])))
+        from backfill_assets.plan.approvals import append_approval_text
+
+        path.write_text(append_approval_text(path.read_text(), entry))
+    return path
+
+
+def test_the_ci_guard_never_trusts_a_signers_file_planted_next_to_the_plan(world, run_subprocess, tmp_path):
+    path = _planted(world)
+    env = {"BACKFILL_HOME": str(tmp_path / "ci-no-warehouse")}
+    alone = run_subprocess(command=[str(HOOK), str(path)], env=env)
+    assert alone.code == 1 and "ALLOWED" not in alone.out, alone.out
+    assert "never trusted" in alone.out
+    # CI names the default branch's file: the planted signatures are void under it
+    named = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers",
+                                    str(world.root / "approvers" / "allowed_signers")], env=env)
+    assert named.code == 1 and "does not list" in named.out, named.out
+    # where the control record can be read, its pinned root is used, and a different file is refused
+    pinned = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers",
+                                     str(path.parent / "approvers" / "allowed_signers")],
+                            env={"BACKFILL_HOME": str(world.home)})
+    assert pinned.code == 1 and "differ from the pinned trust root" in pinned.out, pinned.out
+
+
+# --- who may approve ----------------------------------------------------------------------------------
+
+def test_the_policy_sets_the_minimum_a_plan_may_only_raise(world, capsys):
+    path = write_plan(world.root / "plans" / "fix.yaml", edited(complete_plan(plan_id="fix"), approvals__required=1))
+    world.approve(path, "alice")
+    assert phase_and_sha(world) == [("drafted", None)]
+    assert "1/2 approver signature(s)" in capsys.readouterr().out
+    world.approve(path, "bob", owner=False)
+    assert phase_and_sha(world)[0][0] == "approved"
+    more = write_plan(world.root / "plans" / "more.yaml", edited(complete_plan(plan_id="more", start="2026-01-07",
+                                                                             end="2026-01-08", proof=("2026-01-07",)),
+                                                                 approvals__required=3))
+    world.approve(more)
+    assert phase_and_sha(world, "more") == [("drafted", None)]
+    world.approve(more, "carol", owner=False)
+    assert phase_and_sha(world, "more")[0][0] == "approved"
+
+
+def test_the_owner_must_sign_and_never_counts_as_an_approver_under_another_name(world, tmp_path, capsys):
+    # the team lists olivia's key a second time, as oli
+    signers = world.root / "approvers" / "allowed_signers"
+    text = signers.read_text() + f"oli {pub(world, OWNER)}\n"
+    new = tmp_path / "allowed_signers"
+    new.write_text(text)
+    root = root_of(world)
+    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    text_file, sig = sign_file(world, "alice", statement, tmp_path)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(text_file), "--signature", f"alice={sig}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+    path = world.plan("fix")
+    world.approve(path, "alice", owner=False)
+    assert world.cli("plan", "approve", str(path), "--by", "oli", "--key", str(world.keys[OWNER])) == 1
+    assert "listed for the owner" in capsys.readouterr().err
+    world.approve(path, "bob", owner=False)
+    assert phase_and_sha(world) == [("drafted", None)]  # two approvers, but the owner has not signed
+    assert world.cli("plan", "approve", str(path), "--by", OWNER, "--key", str(world.keys[OWNER])) == 0
+    assert phase_and_sha(world)[0][0] == "approved"
+
+
+def _reencoded_rsa(signature: str) -> str:
+    """bob's signature with a spare leading zero in his RSA modulus: the same key, other bytes."""
+    import struct
+
+    raw = sshsig.dearmor(signature)
+    def fields(data: bytes) -> list[bytes]:
+        out, i = [], 0
+        while i < len(data):
+            n = struct.unpack(">I", data[i:i + 4])[0]
+            out.append(data[i + 4:i + 4 + n])
+            i += 4 + n
+        return out
+
+    parts = fields(raw[10:])
+    kind, e, n = fields(parts[0])
+    parts[0] = b"".join(struct.pack(">I", len(x)) + x for x in (kind, e, b"\x00" + n))
+    return sshsig.one_line(sshsig.armor(raw[:10] + b"".join(struct.pack(">I", len(x)) + x for x in parts)))
+
+
+def test_one_rsa_key_counts_once_however_its_signature_encodes_it(world, tmp_path, capsys):
+    path = world.plan("fix")
+    world.approve(path, "alice")
+    plan = load_plan(path)
+    root = root_of(world)
+    statement = plan_statement(plan, root, FIXED.code_identity)
+    text, sig = sign_file(world, "bob", statement, tmp_path)
+    twin = _reencoded_rsa(sig.read_text())
+    # OpenSSH itself accepts the re-encoded signature for bob, and its fingerprint is bob's
+    allowed = tmp_path / "bob_signers"
+    allowed.write_text(f"bob {pub(world, 'bob')}\nbobby {pub(world, 'bob')}\n")
+    (tmp_path / "twin.sig").write_text(sshsig.armor(sshsig.dearmor(twin)))
+    ok = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", "bobby", "-n", "backfill-plan",
+                         "-s", str(tmp_path / "twin.sig")], input=statement.message, capture_output=True)
+    assert ok.returncode == 0
+    ssh_fp = subprocess.run(["ssh-keygen", "-lf", str(world.keys["bob"].parent / "bob.pub")], capture_output=True,
+                            text=True, check=True).stdout.split()[1]
+    assert sshsig.verify(statement.message, twin).fingerprint == ssh_fp
+    # the team lists bob's key twice (bob, bobby): one key is one person
+    new = tmp_path / "allowed_signers"
+    new.write_text((world.root / "approvers" / "allowed_signers").read_text() + f"bobby {pub(world, 'bob')}\n")
+    change = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    ctext, csig = sign_file(world, "alice", change, tmp_path)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(ctext), "--signature", f"alice={csig}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+    assert world.cli("plan", "approve", str(path), "--by", "bob", "--signature", str(sig),
+                     "--statement", str(text)) == 0
+    (tmp_path / "twin-line.sig").write_text(twin)
+    capsys.readouterr()
+    assert world.cli("plan", "approve", str(path), "--by", "bobby", "--signature", str(tmp_path / "twin-line.sig"),
+                     "--statement", str(text)) == 1
+    assert "a key counts once" in capsys.readouterr().err
+    recorded = world.sql(f"SELECT principal, key_fingerprint FROM {CONTROL}.approvals WHERE principal LIKE 'bob%'")
+    assert recorded == [("bob", ssh_fp)]
+    # written into the file by hand, the twin is void there too
+    from backfill_assets.plan.approvals import append_approval_text
+
+    path.write_text(append_approval_text(path.read_text(), entry_of("bobby", statement, twin)))
+    assert world.cli("plan", "show", str(path)) == 0
+    shown = capsys.readouterr().out
+    assert "2/2 approver signature(s) counted (alice, bob)" in shown and "a key counts once" in shown, shown
+
+
+# --- what a signature binds --------------------------------------------------------------------------
+
+def test_a_staging_signature_does_not_approve_in_production(world, tmp_path, run_cli):
+    path = world.approved_plan("fix")
+    assert phase_and_sha(world)[0][0] == "approved"
+    # production: another warehouse, the same reviewed files pinned; the plan file carries staging's signatures
+    prod = tmp_path / "prod"
+    assert run_cli("--home", str(prod), "init", "--allowed-signers",
+                   str(world.root / "approvers" / "allowed_signers")).code == 0
+    from backfill_assets.demo.sample import generate_orders
+    from backfill_assets.home import Home
+    from backfill_assets.warehouse import open_warehouse
+
+    with open_warehouse(Home(prod)).session() as session:
+        generate_orders(session, start=dt.date(2026, 1, 1), days=8, rows_per_day=50, seed=3)
+    shown = run_cli("--home", str(prod), "plan", "show", str(path))
+    assert "signed for warehouse" in shown.out and "(approved)" not in shown.out, shown.out
+    carol = run_cli("--home", str(prod), "plan", "approve", str(path), "--by", "carol", "--key",
+                    str(world.keys["carol"]))
+    assert carol.code == 0 and "not approved yet" in carol.out, carol.out
+    guard = run_cli("--home", str(prod), "guard", str(path))
+    assert guard.code == 1 and "signed for warehouse" in guard.out
+
+
+def test_an_expired_approval_stops_authorising_runs(world, capfd):
+    import time
+
+    path = world.plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    plan = load_plan(path)
+    root = root_of(world)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    old = Statement.make(PLAN_APPROVAL, signed=now - dt.timedelta(days=20), expires=now - dt.timedelta(days=6),
+                         plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
+    assert approve_offline(world, path, "alice", old) == 1
+    assert "expired" in capfd.readouterr().err
+    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=4),
+                          plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
+    for who in (OWNER, "alice", "bob"):
+        assert approve_offline(world, path, who, soon) == 0
+    assert phase_and_sha(world)[0][0] == "approved"
+    time.sleep(max(0.0, (soon.expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
+    capfd.readouterr()
+    assert world.cli("run", "fix", "--proof") == 1
+    refused = capfd.readouterr()
+    assert "expired" in refused.err and refused.err.count("\n") == 1, refused.err
+    assert world.rows("daily_revenue", "2026-01-02") == 0
+    result = world.plan_run("fix", "2026-01-02")
+    assert not result.success and "expired" in failure_text(result)
+    # signing again (a fresh statement) lets it go on
+    world.approve(path, "alice", "bob")
+    assert world.cli("run", "fix", "--proof") == 0
+
+
+def test_a_run_with_other_code_than_the_approved_is_refused(world):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    other = dataclasses.replace(FIXED, code_version="3")
+    result = world.plan_run("fix", "2026-01-02", spec=other)
+    assert not result.success
+    assert "signed for code 2/" in failure_text(result) and "now 3/" in failure_text(result)
+    assert world.rows("daily_revenue", "2026-01-02") == 0
+    assert world.plan_run("fix", "2026-01-02").success
+
+
+# --- decisions re-verify what they read (both engines) -------------------------------------------
+
+def test_an_inserted_approvals_row_never_makes_a_plan_of_record(engine_world, capsys):
+    world = engine_world
+    path = world.plan("fix")
+    world.approve(path, "alice")
+    sha = plan_sha256(load_plan(path))
+    # the insider copies alice's row as bob's, and types a third
+    world.run_sql(f"INSERT INTO {CONTROL}.approvals SELECT approval_id + 1000, sha256, plan_id, 'bob', statement, "
+                  "signature, key_fingerprint, trust_version, actor, approved_at, evidence_seq "
+                  f"FROM {CONTROL}.approvals WHERE principal = 'alice'")
+    world.run_sql(f"INSERT INTO {CONTROL}.approvals SELECT approval_id + 2000, sha256, plan_id, 'carol', statement, "
+                  f"'U1NIU0lHAAAAAQ==', key_fingerprint, trust_version, actor, approved_at, evidence_seq "
+                  f"FROM {CONTROL}.approvals WHERE principal = 'alice'")
+    assert world.cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"])) == 0
+    assert phase_and_sha(world) == [("drafted", None)]
+    # making it a plan of record by hand is refused by every decision
+    world.run_sql(f"UPDATE {CONTROL}.plans SET phase = 'approved', approved_sha256 = ? WHERE plan_id = 'fix'", [sha])
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") == 1
+    assert "evidence chain's last record" in capsys.readouterr().err
+    result = world.plan_run("fix", "2026-01-02")
+    assert not result.success and "evidence chain" in failure_text(result)
+    assert world.cli("evidence", "verify") == 1
+
+
+def test_gate_results_set_to_passed_by_hand_are_refused_by_publish(engine_world, capsys):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
+    assert world.cli("run", "fix") == 1
+    world.run_sql(f"UPDATE {CONTROL}.gate_results SET passed = true")
+    capsys.readouterr()
+    assert world.cli("publish", "fix") == 1
+    err = capsys.readouterr().err
+    assert "gate_results" in err and "differ from what that row sealed" in err, err
+    assert world.rows("published_revenue", "2026-01-03") == 0
+    assert world.phase() != "reconciled"
+    assert world.cli("evidence", "verify") == 1
+
+
+def test_plan_content_edited_in_the_warehouse_is_refused(engine_world, capsys):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    keys_text = json.dumps(keys(1, 8))
+    world.run_sql(f"UPDATE {CONTROL}.plan_versions SET partition_keys = ?, "
+                  "content = replace(content, '\"end\":\"2026-01-03\"', '\"end\":\"2026-01-08\"')", [keys_text])
+    assert world.cli("run", "fix", "--proof") == 1
+    assert "plan_versions" in capsys.readouterr().err
+    result = world.plan_run("fix", "2026-01-07")
+    assert not result.success and "plan_versions" in failure_text(result)
+    assert world.rows("daily_revenue", "2026-01-07") == 0
+    assert world.cli("evidence", "verify") == 1
+
+
+# --- rollback of what consumers saw -------------------------------------------------------------------
+
+def test_rolling_back_a_closed_plan_needs_approval_and_tells_the_consumers(world, tmp_path, capsys):
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
+    plan = load_plan(path)
+    root = root_of(world)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    short = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=30),
+                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
+    for who in (OWNER, "alice", "bob"):
+        assert approve_offline(world, path, who, short) == 0
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    assert world.cli("plan", "close", "fix") == 0
+    import time
+
+    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1  # the plan's approvals expired: consumers' data is not anyone's to flip
+    assert "changes what consumers see" in capsys.readouterr().err
+    assert world.phase() == "closed"
+    assert world.cli("rollback", "fix", "--sign", f"mallory={world.keys['mallory']}",
+                     "--sign", f"olivia={world.keys[OWNER]}", "--sign", f"alice={world.keys['alice']}") == 1
+    assert world.phase() == "closed"
+    assert world.cli("rollback", "fix", "--print-statement") == 0
+    statement = Statement.parse(capsys.readouterr().out)
+    text, sig = sign_file(world, "carol", statement, tmp_path)
+    assert world.cli("rollback", "fix", "--statement", str(text), "--signature", f"carol={sig}",
+                     "--sign", f"alice={world.keys['alice']}") == 0
+    assert world.phase() == "rolled_back"
+    told = world.sql(f"SELECT event FROM {CONTROL}.outbox WHERE plan_id = 'fix' ORDER BY notice_id")
+    assert told[-1] == ("rolled_back",)
+    row = world.sql(f"SELECT payload FROM {CONTROL}.evidence WHERE kind = 'rollback'")
+    assert sorted(json.loads(row[0][0])["authorised"]["approvers"]) == ["alice", "carol"]
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_rsa_and_ecdsa_approvers_are_counted_by_their_canonical_keys(world, kind, capsys):
+    who = {"rsa": "bob", "ecdsa": "carol"}[kind]
+    path = world.plan("fix")
+    world.approve(path, "alice", who)
+    assert phase_and_sha(world)[0][0] == "approved"
+    recorded = world.sql(f"SELECT key_fingerprint FROM {CONTROL}.approvals WHERE principal = ?", [who])
+    ssh_fp = subprocess.run(["ssh-keygen", "-lf", str(world.keys[who].parent / f"{who}.pub")], capture_output=True,
+                            text=True, check=True).stdout.split()[1]
+    assert recorded == [(ssh_fp,)]
