@@ -151,10 +151,12 @@ class DuckDBEngine(Engine):
             [schema, table]))
 
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
+        # duckdb_columns(), the function information_schema.columns is a view over: a quarter of
+        # its cost (~1 ms), and every fingerprint reads it
         rows = session.rows(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_catalog = current_database() AND table_schema = coalesce(?, current_schema()) "
-            "AND lower(table_name) = lower(?) ORDER BY ordinal_position", [schema, table])
+            "SELECT column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name = coalesce(?, current_schema()) "
+            "AND lower(table_name) = lower(?) ORDER BY column_index", [schema, table])
         return {str(name).lower(): _normalised(str(kind)) for name, kind in rows}
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:

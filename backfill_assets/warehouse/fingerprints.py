@@ -40,7 +40,9 @@ class Fingerprint:
 
     @property
     def algorithm(self) -> str:
-        return ALGORITHM if self.digest.startswith(PREFIX) else legacy.ALGORITHM
+        if self.digest.startswith(PREFIX):
+            return ALGORITHM
+        return legacy.ALGORITHM if self.legacy else "unknown"
 
     @property
     def legacy(self) -> bool:
@@ -50,7 +52,9 @@ class Fingerprint:
     def __str__(self) -> str:
         if self.digest.startswith(PREFIX):
             return f"{self.rows} rows #{self.digest[len(PREFIX):][:12]}"
-        return f"{self.rows} rows {legacy.ALGORITHM} #{self.digest[-12:]}"
+        if self.legacy:
+            return f"{self.rows} rows {legacy.ALGORITHM} #{self.digest[-12:]}"
+        return f"{self.rows} rows ({self.digest})"
 
 
 #: a partition without rows: the sha256 of no bytes (what the engine computes over no rows)
@@ -90,11 +94,11 @@ def fingerprints_like(session: Session, table: str, columns: Sequence[str], sche
     """The fingerprint of each key of `expected`, by the algorithm that made its expected one, to
     compare like with like: a record made before the upgrade holds a legacy digest, which only
     the legacy algorithm can reproduce. One pass per algorithm present."""
-    old = [k for k, fp in expected.items() if fp.legacy]
-    new = [k for k in expected if k not in set(old)]
+    old = {k for k, fp in expected.items() if fp.legacy}
+    new = [k for k in expected if k not in old]
     found = fingerprints(session, table, columns, scheme, partition_column, new, schema)
     if old:
-        found.update(_grouped(session, table, scheme, partition_column, old, schema,
+        found.update(_grouped(session, table, scheme, partition_column, [k for k in expected if k in old], schema,
                               legacy.digest_sql(session.engine, columns, "t"), LEGACY_EMPTY))
     return {k: found[k] for k in expected}
 
