@@ -10,11 +10,13 @@ row digests) and by the legacy md5 sum (`fingerprints_like` with legacy records)
 30, 365 and all days, in one statement per call as the product makes it. Rounds interleave the
 two in a rotating order; the script prints medians and the ratio new / legacy of each round.
 
-`--variants` also times, on DuckDB at the largest size, forms that were tried for the new
-fingerprint and not kept (each as collision-resistant: a hash over the sorted row digests):
-the sha256 over the hex text of the sorted digests instead of their bytes, `list_sort(list(...))`
-instead of an ordered `string_agg`, sorting on the digest's bytes (`unhex`), and two levels (a
-digest per 256 buckets of the digest's first byte, then one over the buckets).
+`--variants` also times, at each engine's largest size, forms that were tried for the new
+fingerprint and not kept (each as collision-resistant: a hash over the sorted row digests, or
+rows): the sha256 over the hex text of the sorted digests instead of their bytes (both engines),
+and on DuckDB `list_sort(list(...))` instead of an ordered `string_agg`, sorting on the digest's
+bytes (`unhex`), two levels (a digest per 256 buckets of the digest's first byte, then one over
+the buckets) and the sorted row texts themselves (no digest per row); and two pieces of the cost,
+not fingerprints: each row's sha256 alone (`max`), and the digests concatenated in no order.
 A benchmark, not a test.
 """
 
@@ -37,7 +39,7 @@ import dagster as dg  # noqa: E402
 
 from backfill_assets.demo.sample import generate_orders  # noqa: E402
 from backfill_assets.partitions import scheme_for  # noqa: E402
-from backfill_assets.warehouse import engine_for  # noqa: E402
+from backfill_assets.warehouse import engine_for, legacy_fingerprints  # noqa: E402
 from backfill_assets.warehouse.engine import Session  # noqa: E402
 from backfill_assets.warehouse.fingerprints import LEGACY_EMPTY, column_types, fingerprints, fingerprints_like  # noqa: E402
 
@@ -59,24 +61,46 @@ def legacy(session: Session, keys: list[str]) -> dict:
 
 
 def variants(session: Session) -> dict[str, Callable[[Session, list[str]], object]]:
-    """Other forms of the new fingerprint, DuckDB only, over the days of `keys` (a range)."""
+    """Other forms of the new fingerprint, and pieces of its cost, over the days of `keys`."""
     engine = session.engine
-    row = engine.row_digest_sql(engine.row_text_sql(COLUMNS, "t", column_types(session, "orders", COLUMNS)))
+    text = engine.row_text_sql(COLUMNS, "t", column_types(session, "orders", COLUMNS))
+    row = engine.row_digest_sql(text)
+    where = "FROM orders AS t WHERE t.order_date >= ? AND t.order_date < ?"
+    # the product's two statements in the variants' shape (a date range, GROUP BY the day; the
+    # product joins the rows to the keys' windows), to compare the variants with
     forms = {
-        "hex text of the sorted digests":
-            f"SELECT t.order_date, count(*), sha256(coalesce(string_agg({row}, '' ORDER BY {row}), '')) "
-            "FROM orders AS t WHERE t.order_date >= ? AND t.order_date < ? GROUP BY 1",
-        "list_sort(list(digest))":
-            f"SELECT t.order_date, count(*), sha256(unhex(array_to_string(list_sort(list({row})), ''))) "
-            "FROM orders AS t WHERE t.order_date >= ? AND t.order_date < ? GROUP BY 1",
-        "ordered by the digest's bytes":
-            f"SELECT t.order_date, count(*), sha256(unhex(string_agg({row}, '' ORDER BY unhex({row})))) "
-            "FROM orders AS t WHERE t.order_date >= ? AND t.order_date < ? GROUP BY 1",
-        "two levels, 256 buckets":
-            "SELECT k, sum(n), sha256(string_agg(b || d, '' ORDER BY b)) FROM (SELECT k, left(h, 2) AS b, "
-            "count(*) AS n, sha256(unhex(string_agg(h, '' ORDER BY h))) AS d FROM (SELECT t.order_date AS k, "
-            f"{row} AS h FROM orders AS t WHERE t.order_date >= ? AND t.order_date < ?) GROUP BY 1, 2) GROUP BY 1",
+        "same shape: sha256 (new)":
+            f"SELECT t.order_date, count(*), {engine.digest_of_rows_sql(row)} {where} GROUP BY 1",
+        "same shape: md5 sum (legacy)":
+            f"SELECT t.order_date, count(*), {legacy_fingerprints.digest_sql(engine, COLUMNS, 't')} {where} GROUP BY 1",
     }
+    if engine.name == "postgresql":
+        forms |= {
+            "sha256 of the sorted hex text":
+                f"SELECT t.order_date, count(*), encode(sha256(convert_to(coalesce(string_agg(encode({row}, 'hex'), "
+                f"'' ORDER BY {row}), ''), 'UTF8')), 'hex') {where} GROUP BY 1",
+        }
+    else:
+        forms |= {
+            "piece: sha256 of each row, max()": f"SELECT t.order_date, count(*), max({row}) {where} GROUP BY 1",
+            "piece: string_agg in no order":
+                f"SELECT t.order_date, count(*), sha256(unhex(string_agg({row}, ''))) {where} GROUP BY 1",
+            "sha256 of the sorted hex text":
+                f"SELECT t.order_date, count(*), sha256(coalesce(string_agg({row}, '' ORDER BY {row}), '')) "
+                f"{where} GROUP BY 1",
+            "list_sort(list(digest))":
+                f"SELECT t.order_date, count(*), sha256(unhex(array_to_string(list_sort(list({row})), ''))) "
+                f"{where} GROUP BY 1",
+            "ordered by the digest's bytes":
+                f"SELECT t.order_date, count(*), sha256(unhex(string_agg({row}, '' ORDER BY unhex({row})))) "
+                f"{where} GROUP BY 1",
+            "two levels, 256 buckets":
+                "SELECT k, sum(n), sha256(string_agg(b || d, '' ORDER BY b)) FROM (SELECT k, left(h, 2) AS b, "
+                "count(*) AS n, sha256(unhex(string_agg(h, '' ORDER BY h))) AS d FROM (SELECT t.order_date AS k, "
+                f"{row} AS h {where}) GROUP BY 1, 2) GROUP BY 1",
+            "sha256 of the sorted row texts":
+                f"SELECT t.order_date, count(*), sha256(string_agg({text}, '' ORDER BY {text})) {where} GROUP BY 1",
+        }
 
     def runner(sql: str) -> Callable[[Session, list[str]], object]:
         def run(s: Session, keys: list[str]) -> object:
@@ -152,7 +176,7 @@ def main() -> None:
                 with engine.session() as session:
                     seed(session, max(sizes), args.rows_per_day)
                     session.execute("ANALYZE orders")
-                    measure(session, sizes, args.rounds)
+                    measure(session, sizes, args.rounds, variants(session) if args.variants else None)
 
 
 if __name__ == "__main__":
