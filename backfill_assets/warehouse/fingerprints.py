@@ -94,11 +94,11 @@ def fingerprints_like(session: Session, table: str, columns: Sequence[str], sche
     """The fingerprint of each key of `expected`, by the algorithm that made its expected one, to
     compare like with like: a record made before the upgrade holds a legacy digest, which only
     the legacy algorithm can reproduce. One pass per algorithm present."""
-    old = {k for k, fp in expected.items() if fp.legacy}
-    new = [k for k in expected if k not in old]
+    old = [k for k, fp in expected.items() if fp.legacy]
+    new = [k for k, fp in expected.items() if not fp.legacy]
     found = fingerprints(session, table, columns, scheme, partition_column, new, schema)
     if old:
-        found.update(_grouped(session, table, scheme, partition_column, [k for k in expected if k in old], schema,
+        found.update(_grouped(session, table, scheme, partition_column, old, schema,
                               legacy.digest_sql(session.engine, columns, "t"), LEGACY_EMPTY))
     return {k: found[k] for k in expected}
 
