@@ -187,7 +187,7 @@ def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_s
     """`before_source` (a quoted table; None: empty) against the spec's table now, for these keys.
 
     Which partitions changed at all is found with an engine-native hash over both tables (one pass
-    each, a fraction of the md5 fingerprints' cost), never stored, so its stability does not matter;
+    each, a fraction of the fingerprints' cost), never stored, so its stability does not matter;
     then one statement over the changed partitions only. `prints`, when given, receives each key's
     (before, now) hash pass, to tell later whether either side moved since.
     """

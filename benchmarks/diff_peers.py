@@ -193,7 +193,8 @@ def python_fingerprint(texts: list[str | None]) -> int:
 
 def check_fingerprint(con: duckdb.DuckDBPyConnection) -> dict:
     """ours' row fingerprint SQL against the definition computed in Python, and against the
-    product's own `DuckDBEngine.row_fingerprint_sql` if that imports."""
+    product's legacy md5 row hash (`warehouse.legacy_fingerprints.row_sql`, the form ours uses to
+    find changed partitions) if that imports."""
     cols = [*datagen.KEYS, *datagen.VALUES]
     fp = ours_sql.row_fingerprint_sql(cols, "t")
     texts = ", ".join(f'CAST(t."{c}" AS VARCHAR)' for c in cols)
@@ -211,8 +212,9 @@ def check_fingerprint(con: duckdb.DuckDBPyConnection) -> dict:
     try:
         sys.path.insert(0, str(ROOT))
         from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+        from backfill_assets.warehouse.legacy_fingerprints import row_sql
 
-        product = DuckDBEngine(Path(tempfile.gettempdir()) / "unused.duckdb").row_fingerprint_sql(cols, "t")
+        product = row_sql(DuckDBEngine(Path(tempfile.gettempdir()) / "unused.duckdb"), cols, "t")
         out["same_sql_as_product"] = product == fp
         count = f"SELECT count(*) FILTER (WHERE ({product}) <> ({fp})) FROM "
         differ = con.execute(count + "a AS t").fetchone()[0] + edge.execute(count + "t").fetchone()[0]

@@ -374,11 +374,11 @@ def row_fingerprints(backfill_home: Path, table: str, keys: Sequence[str]) -> di
     from backfill_assets.demo.definitions import PARTITIONS
     from backfill_assets.demo.revenue import DAILY_REVENUE
     from backfill_assets.partitions import scheme_for
-    from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+    from backfill_assets.warehouse.fingerprints import EMPTY, fingerprints
 
     with warehouse_session(backfill_home, read_only=True) as session:
         if not session.engine.table_exists(session, table):
-            return {k: Fingerprint(0, EMPTY) for k in keys}
+            return dict.fromkeys(keys, EMPTY)
         scheme = scheme_for(PARTITIONS, "DATE", name=DAILY_REVENUE.name)
         return fingerprints(session, table, DAILY_REVENUE.columns, scheme, DAILY_REVENUE.partition_column,
                             list(keys))

@@ -1,56 +1,155 @@
-"""Fingerprints are a function we define, pinned here: an engine upgrade that changes them fails
-loudly instead of silently voiding every stored fingerprint (snapshots, proofs, publish checks)."""
+"""Fingerprints are a function we define, pinned here: an engine upgrade that changes a value's text
+fails loudly instead of silently voiding every stored fingerprint (snapshots, proofs, publish
+checks). The legacy md5 sum is pinned too: a record made before the upgrade must still verify."""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
+import struct
+
+import pytest
 
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from backfill_assets.warehouse.fingerprints import (
+    EMPTY,
+    LEGACY_EMPTY,
+    Fingerprint,
+    column_types,
+    digest_sql,
+    fingerprints,
+    fingerprints_like,
+)
 
-COLUMNS = ["day", "name", "amount", "n", "seen"]
+COLUMNS = ["day", "name", "amount", "n", "seen", "ratio", "happened"]
+TYPES = ["DATE", "VARCHAR", "DECIMAL(18,2)", "BIGINT", "TIMESTAMP", "DOUBLE PRECISION", "TIMESTAMPTZ"]
 ROWS = [
-    ("2026-01-01", "alice", "12.50", 3, "2026-01-01 10:00:00"),
-    ("2026-01-01", None, "0.00", None, None),
-    ("2026-01-01", "b\u00e9", "-7.25", 9007199254740993, "2026-01-01 23:59:59.123456"),
-    ("2026-01-02", "x:1", "1.00", 0, "2026-01-02 00:00:00"),
-    ("2026-01-02", "x:1", "1.00", 0, "2026-01-02 00:00:00"),  # a duplicated pair must not cancel
+    ("2026-01-01", "alice", "12.50", 3, "2026-01-01 10:00:00", "100", "2026-01-01 10:00:00.25+02:00"),
+    ("2026-01-01", None, "0.00", None, None, None, None),
+    ("2026-01-01", "b\u00e9", "-7.25", 9007199254740993, "2026-01-01 23:59:59.123456", "0.1",
+     "2026-06-30 23:00:00-04:00"),
+    ("2026-01-02", "x:1", "1.00", 0, "2026-01-02 00:00:00", "NaN", "2026-01-02 00:00:00+00:00"),
+    ("2026-01-02", "x:1", "1.00", 0, "2026-01-02 00:00:00", "NaN", "2026-01-02 00:00:00+00:00"),  # a duplicate
+    # the floats whose text differs between the engines (1e15 is `1000000000000000.0` on DuckDB and
+    # `1e+15` on PostgreSQL, `-0` is `-0.0` and `-0`, `-inf` is `-inf` and `-Infinity`)
+    ("2026-01-04", "f", "0.01", 1, "2026-01-04 00:00:00", "1e15", "2026-01-04 00:00:00+00:00"),
+    ("2026-01-04", "f", "0.01", 2, "2026-01-04 00:00:00", "-0", "2026-01-04 00:00:00+00:00"),
+    ("2026-01-04", "f", "0.01", 3, "2026-01-04 00:00:00", "-inf", "2026-01-04 00:00:00+00:00"),
+    ("2026-01-04", "f", "0.01", 4, "2026-01-04 00:00:00", "2.5e-5", "2026-01-04 00:00:00+00:00"),
 ]
-KEYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
+KEYS = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"]
 # Pinned on DuckDB 2.0.1 and PostgreSQL 15: the same values on both engines.
 GOLDEN = {
+    "2026-01-01": Fingerprint(3, "sha256:aa74518275ba97c3427acbec7d16c5af8d5e393521f9b30b405f04aa611041dd"),
+    "2026-01-02": Fingerprint(2, "sha256:cd10fd3a8b33398b14b223b74cbbd8b88d8bfcfd0b447b81c0867df27432dd4c"),
+    "2026-01-03": EMPTY,
+    "2026-01-04": Fingerprint(4, "sha256:117f728ad5e871c4e13ee62faa2cec2dce9a08e6a77883011bddaf620e553e2b"),
+}
+# The previous release's md5 sum over the first five columns, as pinned before sha256 fingerprints:
+# the legacy path (used only to verify a record it made) must give exactly these.
+LEGACY_COLUMNS = COLUMNS[:5]
+LEGACY_GOLDEN = {
     "2026-01-01": Fingerprint(3, "31044632207147824978"),
     "2026-01-02": Fingerprint(2, "21075681843510153552"),
-    "2026-01-03": Fingerprint(0, "0"),
+    "2026-01-03": LEGACY_EMPTY,
 }
 SCHEME = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(KEYS), "golden")
 
 
-def by_definition(rows) -> int:
-    """The documented definition, computed in Python: sum of the first 8 bytes of md5 of each row's
-    length-prefixed text, NULL as '~'."""
-    total = 0
+def make_table(session, name: str = "golden", rows=ROWS) -> None:
+    session.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {t}' for c, t in zip(COLUMNS, TYPES, strict=True))})")
+    casts = ", ".join(f"CAST(? AS {t})" if t != "BIGINT" else "?" for t in TYPES)
     for row in rows:
-        text = "".join("~" if v is None else f"{len(str(v))}:{v}" for v in row)
-        total += int(hashlib.md5(text.encode("utf-8")).hexdigest()[:16], 16)
-    return total
+        session.execute(f"INSERT INTO {name} VALUES ({casts})", list(row))
 
 
+# --- the definition, in Python ---------------------------------------------------------------
 
-def test_fingerprints_are_pinned_and_equal_on_every_engine(engine):
+def _timestamp_text(value: dt.datetime) -> str:
+    text = value.strftime("%Y-%m-%d %H:%M:%S")
+    return text + (f".{value.microsecond:06d}".rstrip("0") if value.microsecond else "")
+
+
+def value_text(kind: str, value: object) -> str:
+    """A value's text: the engines' own cast, except floats (IEEE-754 bits) and TIMESTAMPTZ (UTC)."""
+    if kind == "DOUBLE PRECISION":
+        number = float(str(value))
+        return "NaN" if math.isnan(number) else struct.pack(">d", number).hex()
+    if kind == "TIMESTAMPTZ":
+        return _timestamp_text(dt.datetime.fromisoformat(str(value)).astimezone(dt.UTC).replace(tzinfo=None))
+    return str(value)
+
+
+def row_text(row, types=TYPES) -> str:
+    return "".join("~" if v is None else f"{len(value_text(t, v))}:{value_text(t, v)}"
+                   for v, t in zip(row, types, strict=True))
+
+
+def by_definition(rows) -> Fingerprint:
+    """sha256 over the rows' sha256 digests in ascending byte order, duplicates kept."""
+    digests = sorted(hashlib.sha256(row_text(r).encode("utf-8")).digest() for r in rows)
+    return Fingerprint(len(rows), "sha256:" + hashlib.sha256(b"".join(digests)).hexdigest())
+
+
+def legacy_by_definition(rows) -> Fingerprint:
+    """The legacy definition: the sum of the first 8 bytes of md5 of each row's text."""
+    total = sum(int(hashlib.md5(row_text(r[:5], TYPES[:5]).encode("utf-8")).hexdigest()[:16], 16)
+                for r in rows)
+    return Fingerprint(len(rows), str(total))
+
+
+# --- the engines -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings", ["defaults", "other session settings"])
+def test_fingerprints_are_pinned_and_equal_on_every_engine(engine, settings):
     with engine.session() as session:
-        session.execute("CREATE TABLE golden (day DATE, name VARCHAR, amount DECIMAL(18,2), n BIGINT, seen TIMESTAMP)")
-        for row in ROWS:
-            session.execute("INSERT INTO golden VALUES (CAST(? AS DATE), ?, CAST(? AS DECIMAL(18,2)), ?, "
-                            "CAST(? AS TIMESTAMP))", list(row))
+        if settings != "defaults":
+            # a value's text must not depend on the session: the time zone changes how a
+            # TIMESTAMPTZ prints, extra_float_digits how a PostgreSQL float rounds
+            session.execute("SET TimeZone = 'America/New_York'")
+            if engine.name == "postgresql":
+                session.execute("SET extra_float_digits = 0")
+        make_table(session)
         found = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
     assert found == GOLDEN
 
 
 def test_the_pinned_values_are_the_documented_definition():
     for key in KEYS:
-        rows = [r for r in ROWS if r[0] == key]
-        assert GOLDEN[key] == Fingerprint(len(rows), str(by_definition(rows)))
-    one = by_definition(ROWS[3:4])
-    assert int(GOLDEN["2026-01-02"].digest) == 2 * one  # a sum: a duplicated row counts twice
+        assert GOLDEN[key] == by_definition([r for r in ROWS if r[0] == key]), key
+    for key in LEGACY_GOLDEN:
+        assert LEGACY_GOLDEN[key] == legacy_by_definition([r for r in ROWS if r[0] == key]), key
+    # a duplicated row counts: the pair is not the single row, nor nothing
+    assert GOLDEN["2026-01-02"] != by_definition(ROWS[3:4]) and GOLDEN["2026-01-02"] != EMPTY
+    assert EMPTY == Fingerprint(0, "sha256:" + hashlib.sha256(b"").hexdigest())
+
+
+def test_the_legacy_algorithm_is_unchanged_and_computed_only_for_a_record_it_made(engine):
+    with engine.session() as session:
+        make_table(session)
+        legacy = fingerprints_like(session, "golden", LEGACY_COLUMNS, SCHEME, "day", LEGACY_GOLDEN)
+        mixed = fingerprints_like(session, "golden", COLUMNS, SCHEME, "day",
+                                  {"2026-01-01": LEGACY_GOLDEN["2026-01-01"], "2026-01-02": GOLDEN["2026-01-02"]})
+    assert legacy == LEGACY_GOLDEN
+    # each key by the algorithm of the record it is compared with, never the legacy one otherwise
+    assert mixed["2026-01-02"] == GOLDEN["2026-01-02"] and mixed["2026-01-01"].legacy
+    # and the two algorithms can never compare equal, not even on an empty partition
+    assert all(LEGACY_GOLDEN[k] != GOLDEN[k] for k in LEGACY_GOLDEN)
+    assert [fp.algorithm for fp in (GOLDEN["2026-01-01"], LEGACY_GOLDEN["2026-01-01"])] == ["sha256", "md5-sum"]
+
+
+def test_the_order_rows_were_written_in_does_not_matter_and_no_rows_is_the_empty_constant(engine):
+    with engine.session() as session:
+        make_table(session)
+        make_table(session, "reversed", list(reversed(ROWS)))
+        again = fingerprints(session, "reversed", COLUMNS, SCHEME, "day", KEYS)
+        types = column_types(session, "golden", COLUMNS)
+        nothing = session.scalar(f"SELECT {digest_sql(session, COLUMNS, types, 't')} FROM golden AS t WHERE FALSE")
+    assert again == GOLDEN
+    assert nothing == EMPTY.digest
+
+
+def test_a_fingerprint_prints_short_and_names_a_legacy_one():
+    assert str(GOLDEN["2026-01-01"]) == "3 rows #aa74518275ba"
+    assert str(LEGACY_GOLDEN["2026-01-01"]) == "3 rows md5-sum #207147824978"

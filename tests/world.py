@@ -33,7 +33,7 @@ from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.table import TableSpec
 from backfill_assets.trust.policy import Policy
 from backfill_assets.warehouse import Warehouse, open_warehouse
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
 from tests.plans import complete_plan, write_plan
 
 START = dt.date(2026, 1, 1)
@@ -161,7 +161,7 @@ class World:
     def fingerprints(self, table: str, keys: list[str]) -> dict[str, Fingerprint]:
         with self.warehouse().session() as session:
             if not session.engine.table_exists(session, table):
-                return {k: Fingerprint(0, "0") for k in keys}
+                return dict.fromkeys(keys, EMPTY)
             return fingerprints(session, table, DAILY_REVENUE.columns, self.scheme, "order_date", keys)
 
     def sql(self, query: str, params: list | None = None) -> list[tuple]:

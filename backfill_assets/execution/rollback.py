@@ -30,7 +30,7 @@ from backfill_assets.publish.rule import publish_lock
 from backfill_assets.table import TableSpec
 from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_like
 from backfill_assets.warehouse.snapshots import incomplete, restore, snapshotted
 
 
@@ -133,7 +133,8 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         for table, table_keys in tables.items():
             expected = snapshotted(session, state.plan_id, table)
             if table_keys and session.engine.table_exists(session, table):
-                now = fingerprints(session, table, spec.columns, scheme, spec.partition_column, table_keys)
+                now = fingerprints_like(session, table, spec.columns, scheme, spec.partition_column,
+                                        {k: expected[k] for k in table_keys})
                 report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
         return report
     with session.transaction():

@@ -24,7 +24,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
 from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.snapshots import ensure_snapshots
 from backfill_assets.warehouse.writes import ensure_table
@@ -76,7 +76,12 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         if owner is not None and entry.code_identity != spec.code_identity:
             found.problems.append(f"{key}: written by code {entry.code_identity or 'unknown'}, but plan "
                                   f"{owner.plan_id} is approved for {spec.code_identity}")
-        current = now.get(key, Fingerprint(0, "0"))
+        if entry.fingerprint.legacy:
+            # a sum of md5s (before the upgrade): other rows with the same sum can be found
+            found.problems.append(f"{key}: its write's fingerprint ({entry.fingerprint}) predates sha256 "
+                                  "fingerprints and cannot show the data unchanged; re-run it")
+            continue
+        current = now.get(key, EMPTY)
         if current != entry.fingerprint:
             found.changed[key] = (current, entry.fingerprint, entry.write_id)
             found.problems.append(f"{key}: changed since its gates checked it (now {current}, checked "

@@ -3,10 +3,10 @@
 Plan, gate, publish and evidence logic never speak a dialect. They send portable SQL through a
 `Session` (`?` placeholders, standard joins, window functions, `FILTER`, `ON CONFLICT`) and ask
 the `Engine` for the few pieces that differ: how to connect and lock, the type of a wide integer,
-a row's fingerprint, the catalog's view of a table, and how to bind a table's `$partition`
-parameters. One module per engine implements it: `duckdb_engine` (the embedded default) and
-`postgres_engine` (scale-out). A new engine (Snowflake, BigQuery, ...) implements exactly the
-abstract methods below.
+the canonical text of a value and the sha256 digests a fingerprint is made of, the catalog's view
+of a table, and how to bind a table's `$partition` parameters. One module per engine implements
+it: `duckdb_engine` (the embedded default) and `postgres_engine` (scale-out). A new engine
+(Snowflake, BigQuery, ...) implements exactly the abstract methods below.
 """
 
 from __future__ import annotations
@@ -22,6 +22,20 @@ if TYPE_CHECKING:
     from backfill_assets.home import Home
 
 Params = Sequence[Any] | Mapping[str, Any]
+
+_FLOATS = {"DOUBLE", "DOUBLE PRECISION", "FLOAT", "FLOAT4", "FLOAT8", "REAL"}
+
+
+def type_family(column_type: str) -> str:
+    """'float', 'timestamptz' or 'other', for a type as either engine's catalog names it: the
+    families whose text differs between engines or depends on the session (`value_text_sql`)."""
+    name = " ".join(column_type.upper().split())
+    if name in _FLOATS:
+        return "float"
+    if name.startswith(("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE")) or (
+            name.startswith("TIMESTAMP(") and name.endswith("WITH TIME ZONE")):
+        return "timestamptz"
+    return "other"
 
 
 class Session(ABC):
@@ -123,7 +137,7 @@ class Engine(ABC):
     """Connection, locking and the dialect pieces of one warehouse engine."""
 
     name: str = "abstract"
-    #: a type that holds a sum of billions of unsigned 64-bit row fingerprints exactly
+    #: a type that holds a sum of billions of unsigned 64-bit row hashes exactly
     wide_int: str = "DECIMAL(38,0)"
     #: whether a connection held open while in-process runs write makes their connections cheap
     #: (DuckDB: they join the open database instead of loading it); a server engine gains nothing
@@ -148,22 +162,42 @@ class Engine(ABC):
     def text_of(self, expr: str) -> str:
         """`expr` cast to the engine's text type."""
 
-    def row_text_sql(self, columns: Sequence[str], alias: str = "") -> str:
+    def row_text_sql(self, columns: Sequence[str], alias: str = "",
+                     types: Sequence[str] | None = None) -> str:
         """The canonical text of a row: per column `~` for NULL, else `<length>:<text>`.
 
         Length-prefixed fields cannot run into each other, so two different rows never share a
-        text; the text of a value is the engine's cast to text (documented per engine).
+        text. With `types` (each column's type as `table_columns` reports it) a value's text is
+        `value_text_sql`, the same on every engine and in every session; without them it is the
+        engine's plain cast to text (business-key texts, and the legacy fingerprint, which must
+        keep the text it was recorded with).
         """
         prefix = f"{alias}." if alias else ""
         parts = []
-        for column in columns:
-            value = self.text_of(prefix + quote(column))
+        for i, column in enumerate(columns):
+            expr = prefix + quote(column)
+            value = self.value_text_sql(expr, types[i]) if types is not None else self.text_of(expr)
             parts.append(f"coalesce({self.text_of(f'length({value})')} || ':' || {value}, '~')")
         return " || ".join(parts) if parts else "''"
 
+    def value_text_sql(self, expr: str, column_type: str) -> str:
+        """The text of a value of a column of `column_type` (a `table_columns` name) in a
+        fingerprint: distinct values give distinct texts, and the same value the same text on
+        every engine, whatever the session's settings. The engine's cast to text where it already
+        is (integers, DECIMAL with its scale, DATE, TIMESTAMP, text); engines override the rest
+        (floats, TIMESTAMPTZ)."""
+        return self.text_of(expr)
+
     @abstractmethod
-    def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
-        """The first 8 bytes of md5(row text) as an unsigned big-endian integer, of `wide_int` type."""
+    def row_digest_sql(self, text_sql: str) -> str:
+        """sha256 of the UTF-8 bytes of `text_sql`, in a form the engine aggregates cheaply and
+        that sorts in the order of the raw 32 bytes (lowercase hex text, or the bytes)."""
+
+    @abstractmethod
+    def digest_of_rows_sql(self, row_digest: str) -> str:
+        """An aggregate: the lowercase hex sha256 of the concatenation of the group's raw 32-byte
+        row digests (`row_digest_sql`) in ascending byte order, duplicates kept; over no rows, the
+        sha256 of no bytes."""
 
     @abstractmethod
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
@@ -196,8 +230,9 @@ class Engine(ABC):
         """A deterministic non-negative integer hash of the expressions (sample data, not fingerprints)."""
 
     @abstractmethod
-    def table_columns(self, session: Session, table: str) -> dict[str, str]:
-        """Lower-cased column name -> the type as the catalog reports it; empty if no table."""
+    def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
+        """Lower-cased column name -> the type as the catalog reports it; empty if no table.
+        `schema`: the current one when None."""
 
     @abstractmethod
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:

@@ -31,11 +31,12 @@ from backfill_assets.gates.results import (
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprint_sum_sql
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
 
 WORST_GROUPS = 3  # groups named per failing partition
+NOT_COMPUTED = "not computed"  # the digest of figures computed with fingerprint=False
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
                   fingerprint: bool = True) -> dict[str, SliceFigures]:
     """Run the slice's one statement; every key gets figures (an empty partition gets zeros).
 
-    `fingerprint=False` leaves the md5 fingerprint out (its cost is most of the statement's): the
-    caller already knows it, e.g. right after writing the partitions under the writers' lock.
+    `fingerprint=False` leaves the fingerprint out (its cost is most of the statement's): the
+    caller already knows it, e.g. right after writing the partitions under the writers' lock. The
+    figures then carry `NOT_COMPUTED` as their fingerprint.
     """
     engine = session.engine
     text = engine.text_of
@@ -117,8 +119,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
 
     t_select = [f"{target_group.key_sql} AS pkey"]
     t_select += [f"t.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
-    fp_sql = fingerprint_sum_sql(session, spec.columns, "t") if fingerprint else f"CAST(0 AS {engine.wide_int})"
-    t_select += ["count(*) AS n", f"{fp_sql} AS fp"]
+    t_select += ["count(*) AS n"]
     t_select += [f"count(*) FILTER (WHERE t.{quote(c)} IS NULL) AS null_{i}"
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
@@ -151,6 +152,14 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     any_bad = " OR ".join([f"bad{i}" for i in range(len(metrics))] + ["tn IS NULL", "sn IS NULL"])
     worst = " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs(tm{i} - sm{i}) AS DOUBLE PRECISION), "
                        "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"
+    # the fingerprint is of the whole partition (its sorted row digests), not of a key group: its
+    # own pass over the target, grouped by partition only
+    fp_cte, fp_join, fp_params = "", "", []
+    if fingerprint:
+        digest = digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), "t")
+        fp_cte = (f"f AS (SELECT {target_group.key_sql} AS pkey, {digest} AS fp FROM {quote(spec.table)} AS t"
+                  f"{target_group.join_sql} WHERE {target_group.where_sql} GROUP BY {target_group.key_sql}),")
+        fp_join, fp_params = " LEFT JOIN f ON f.pkey = g.pkey", target_group.params
     sql = f"""
     WITH t AS (
         SELECT {', '.join(t_select)} FROM {quote(spec.table)} AS t{target_group.join_sql}
@@ -158,9 +167,10 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     s AS (
         SELECT {', '.join(s_select)} FROM {quote(spec.source_table)} AS s{source_group.join_sql}
         WHERE {source_group.where_sql} GROUP BY {group_by}),
+    {fp_cte}
     j AS (
         SELECT coalesce(t.pkey, s.pkey) AS pkey, {key_text} AS keytext, t.n AS tn, s.n AS sn,
-               t.fp AS fp, s.dup AS dup
+               s.dup AS dup
                {''.join(f', t.null_{i} AS null_{i}' for i in range(len(null_columns)))}
                {''.join(f', t.m{i} AS tm{i}, s.m{i} AS sm{i}' for i in range(len(metrics)))}
                {''.join(f', {b} AS bad{i}' for i, b in enumerate(bad))}
@@ -168,9 +178,9 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     r AS (
         SELECT j.*, ({any_bad}) AS anybad,
                row_number() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC) AS rk
-        FROM j)
+        FROM j),
+    g AS (
     SELECT pkey, coalesce(sum(tn), 0), count(tn), count(sn), coalesce(sum(sn), 0),
-           {text(f'CAST(coalesce(sum(fp), 0) AS {engine.wide_int})')},
            coalesce(sum(tn - 1) FILTER (WHERE tn > 1), 0),
            count(*) FILTER (WHERE tn IS NULL), count(*) FILTER (WHERE sn IS NULL),
            coalesce(sum(dup), 0)
@@ -180,23 +190,29 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
                            WHEN sn IS NULL THEN '(' || keytext || ') not in the source'
                            ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk)
                FILTER (WHERE anybad AND rk <= {WORST_GROUPS})
-    FROM r GROUP BY pkey
+    FROM r GROUP BY pkey)
+    SELECT g.*, {'f.fp' if fingerprint else 'NULL'} FROM g{fp_join}
     """
-    # placeholders bind in the order they appear: the target's slice, the source's, tolerances
-    params = [*target_group.params, *source_group.params, *tolerance_params]
+    # placeholders bind in the order they appear: the target's slice, the source's, the target's
+    # again (the fingerprint's pass), tolerances
+    params = [*target_group.params, *source_group.params, *fp_params, *tolerance_params]
     out: dict[str, SliceFigures] = {}
     for row in session.rows(sql, params):
         key = target_group.key(row[0])
-        rows, tg, sg, srows, fp, dups, missing, extra, sdup = row[1:10]
-        rest = list(row[10:])
+        rows, tg, sg, srows, dups, missing, extra, sdup = row[1:9]
+        if not fingerprint:
+            fp = Fingerprint(int(rows), NOT_COMPUTED)
+        else:  # no digest: no target rows in this partition (only source groups)
+            fp = Fingerprint(int(rows), str(row[-1])) if row[-1] is not None else EMPTY
+        rest = list(row[9:-1])
         nulls = {c: int(rest.pop(0)) for c in null_columns}
         t_tot, s_tot, diff = {}, {}, {}
         for m in metrics:
             t_tot[m.name], s_tot[m.name], diff[m.name] = rest.pop(0), rest.pop(0), int(rest.pop(0))
-        out[key] = SliceFigures(int(rows), int(tg), int(sg), int(srows), Fingerprint(int(rows), str(fp)),
+        out[key] = SliceFigures(int(rows), int(tg), int(sg), int(srows), fp,
                                 int(dups), nulls, t_tot, s_tot, diff, int(missing), int(extra),
                                 int(sdup), str(rest.pop(0) or ""))
-    empty = SliceFigures(0, 0, 0, 0, Fingerprint(0, "0"), 0, dict.fromkeys(null_columns, 0),
+    empty = SliceFigures(0, 0, 0, 0, EMPTY, 0, dict.fromkeys(null_columns, 0),
                          dict.fromkeys(names), dict.fromkeys(names), dict.fromkeys(names, 0), 0, 0, 0, "")
     return {k: out.get(k, empty) for k in keys}
 
@@ -289,10 +305,16 @@ def unchanged_result(key: str, checked: Fingerprint, written: Fingerprint | None
     if written is None:
         return GateResult(UNCHANGED_SINCE_CHECKED, key, False, None, str(checked), "equal", None,
                           "no write recorded for this partition")
-    passed = checked == written
-    detail = (f"fingerprint {checked} equals the write's" if passed else
-              f"the data now ({checked}) is not what its write produced ({written}): it was "
-              "changed after the write")
+    passed = checked == written and not written.legacy
+    if written.legacy:
+        # a sum of md5s: other rows with the same one can be found, so it shows nothing unchanged
+        detail = (f"its write was fingerprinted before the upgrade ({written}), by an algorithm that "
+                  "cannot show the data unchanged: re-run the partition through the plan")
+    elif passed:
+        detail = f"fingerprint {checked} equals the write's"
+    else:
+        detail = (f"the data now ({checked}) is not what its write produced ({written}): it was "
+                  "changed after the write")
     return GateResult(UNCHANGED_SINCE_CHECKED, key, passed, written.digest, checked.digest, "equal",
                       checked.rows - written.rows, detail,
                       numbers={"rows.written": written.rows, "rows.now": checked.rows})

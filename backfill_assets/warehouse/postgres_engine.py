@@ -8,11 +8,14 @@ transaction, serialised only where they must be.
 - SQL: the portable statements the seam sends use `?` and `$name` placeholders; they become
   psycopg's `%s` / `%(name)s` here, outside string literals, quoted identifiers and comments.
 
-Fingerprints (documented per engine): a row's text is each column cast to `text` as PostgreSQL
-prints it (numeric keeps its scale, date is ISO, timestamp is `YYYY-MM-DD HH:MM:SS[.ffffff]`),
-length-prefixed; its fingerprint is the first 8 bytes of md5 of that text as an unsigned
-big-endian integer, summed as `numeric`. For the same values this equals DuckDB's fingerprint
-(tests/test_fingerprints.py pins both).
+Fingerprints (documented per engine, defined in warehouse/fingerprints.py): a value's text is its
+cast to `text` as PostgreSQL prints it under the ISO DateStyle psycopg needs anyway (numeric keeps
+its scale, date is ISO, timestamp is `YYYY-MM-DD HH:MM:SS[.ffffff]`), except a float (the 16 hex
+digits of `float8send`, every NaN as `NaN`: the cast depends on extra_float_digits, and below 1
+rounds two doubles to one text) and a timestamptz (its UTC wall-clock time, whatever the session's
+TimeZone). A row's digest is `sha256(convert_to(text, 'UTF8'))`, bytea, which sorts bytewise
+under any collation; the partition's is the sha256 of their `string_agg`. For the same values this
+equals DuckDB's fingerprint (tests/test_fingerprints.py pins both).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from urllib.parse import urlsplit
 
 from backfill_assets.errors import WarehouseError
 from backfill_assets.warehouse import lock_wait
-from backfill_assets.warehouse.engine import Engine, Params, Session
+from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%",
                     re.DOTALL)
@@ -178,11 +181,22 @@ class PostgresEngine(Engine):
     def text_of(self, expr: str) -> str:
         return f"CAST({expr} AS TEXT)"
 
-    def row_fingerprint_sql(self, columns: Sequence[str], alias: str = "") -> str:
-        digest = f"md5({self.row_text_sql(columns, alias)})"
-        # two unsigned 32-bit halves: bit(64)::bigint would read the first 8 bytes as signed
-        return (f"(CAST(CAST(CAST('x' || substr({digest}, 1, 8) AS bit(32)) AS bigint) & 4294967295 AS NUMERIC) "
-                f"* 4294967296 + (CAST(CAST('x' || substr({digest}, 9, 8) AS bit(32)) AS bigint) & 4294967295))")
+    def value_text_sql(self, expr: str, column_type: str) -> str:
+        family = type_family(column_type)
+        if family == "float":
+            double = f"CAST({expr} AS DOUBLE PRECISION)"  # real widens exactly
+            return f"CASE WHEN {double} = 'NaN' THEN 'NaN' ELSE encode(float8send({double}), 'hex') END"
+        if family == "timestamptz":
+            return self.text_of(f"{expr} AT TIME ZONE 'UTC'")
+        return self.text_of(expr)
+
+    def row_digest_sql(self, text_sql: str) -> str:
+        return f"sha256(convert_to({text_sql}, 'UTF8'))"
+
+    def digest_of_rows_sql(self, row_digest: str) -> str:
+        # bytea compares bytewise, never by the database's collation
+        return (f"encode(sha256(coalesce(string_agg({row_digest}, ''::bytea ORDER BY {row_digest}), "
+                f"''::bytea)), 'hex')")
 
     def same_key_sql(self, left: str, right: str, declared: str) -> str:
         # IS NOT DISTINCT FROM is neither hashable nor mergeable in PostgreSQL: a join on it
@@ -210,12 +224,12 @@ class PostgresEngine(Engine):
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(?, current_schema()) "
             "AND lower(table_name) = lower(?)", [schema, table]))
 
-    def table_columns(self, session: Session, table: str) -> dict[str, str]:
+    def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
         rows = session.rows(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
             "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND lower(c.relname) = lower(?) AND a.attnum > 0 "
-            "AND NOT a.attisdropped ORDER BY a.attnum", [table])
+            "WHERE n.nspname = coalesce(?, current_schema()) AND lower(c.relname) = lower(?) "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [schema, table])
         return {str(name).lower(): str(kind).upper() for name, kind in rows}
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from backfill_assets.errors import WriteRefused
 from backfill_assets.partitions import PartitionScheme, rename_partition_params
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprint_sum_sql, fingerprints
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql, fingerprints
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import quote
 
@@ -66,8 +66,9 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
     _stage(session, spec, scheme, keys)
     target, part = quote(spec.table), quote(spec.partition_column)
     inside = scheme.inside_sql(f"s.{part}", f"s.{LO}", f"s.{HI}")
-    # an overwrite leaves exactly the staged rows in each partition: fingerprint them here
-    fp = f", {session.engine.text_of(fingerprint_sum_sql(session, spec.columns, 's'))}" \
+    # an overwrite leaves exactly the staged rows in each partition: fingerprint them here, as
+    # values of the target's columns (the stage was made from the target, so its types are those)
+    fp = f", {digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), 's')}" \
         if mode == "overwrite" else ""
     found = {int(row[0]): row[1:] for row in session.rows(
         f"SELECT s.{SLOT}, count(*), count(*) FILTER (WHERE s.{part} IS NULL OR NOT {inside}){fp} "
@@ -112,7 +113,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
             f"AND {match})")
     session.execute(f"DROP TABLE IF EXISTS {STAGE}")
     if mode == "overwrite":
-        after = {key: Fingerprint(staged[key], str(found[slot][2])) if slot in found else Fingerprint(0, EMPTY)
+        after = {key: Fingerprint(staged[key], str(found[slot][2])) if slot in found else EMPTY
                  for slot, key in enumerate(keys)}
     else:
         after = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys)

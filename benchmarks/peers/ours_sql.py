@@ -27,8 +27,10 @@ def row_text_sql(columns: Sequence[str], alias: str, form: str = "length_prefixe
     """The canonical text of a row.
 
     * ``length_prefixed`` (default): per column ``<length>:<text>``, or ``~`` for NULL, joined
-      with ``||``. This is exactly ``Engine.row_text_sql`` of backfill_assets.warehouse (the
-      product's definition, so the values equal the product's stored fingerprints). Fields cannot
+      with ``||``. This is exactly ``Engine.row_text_sql`` of backfill_assets.warehouse without
+      types (the text of the product's legacy md5-sum fingerprint; its stored fingerprints are now
+      sha256 over sorted row digests, which a diff does not need: it only looks for partitions
+      that differ, and a sum finds them in one cheap pass). Fields cannot
       run into each other, so two different rows never share a text.
     * ``concat_ws``: ``concat_ws(chr(31), coalesce(c::VARCHAR, chr(0)), ...)``. About a third
       cheaper to build, but ambiguous for texts that contain chr(31) or chr(0).
