@@ -79,7 +79,7 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         if entry.fingerprint.legacy:
             # a sum of md5s (before the upgrade): other rows with the same sum can be found
             found.problems.append(f"{key}: its write's fingerprint ({entry.fingerprint}) predates sha256 "
-                                  "fingerprints and cannot show the data unchanged; re-run it")
+                                  "fingerprints and cannot show the data unchanged; write it again (a replay plan)")
             continue
         current = now.get(key, EMPTY)
         if current != entry.fingerprint:
