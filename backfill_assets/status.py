@@ -13,6 +13,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -87,6 +88,12 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     blockers: list[str] = []
     if state.phase is Phase.RECONCILED and spec is not None and scheme is not None:
         blockers = rule.check(session, spec, scheme, keys).problems
+    if state.phase in (Phase.PUBLISHED, Phase.CLOSED) and spec is not None and scheme is not None:
+        edits = published_record.edited(session, spec, scheme, keys)
+        blockers = [f"{k}: {spec.publish_as} edited since published (now {n}, published {p})"
+                    for k, (n, p) in list(edits.items())[:20]]
+        if blockers and published:
+            published = f"{published}; EDITED since: {len(edits)} partition(s), first {next(iter(edits))}"
     held = lease.current(session, pid)
     running = held.describe() if held is not None and held.alive() else None
     publish = _publish_state(state, blockers, published)

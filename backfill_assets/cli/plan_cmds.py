@@ -278,7 +278,7 @@ def cmd_close(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = load_defs(args.defs).table(state.target)
-        state = advance(session, state, actor())
+        state = advance(session, state, actor(), table.spec, table.scheme())
         status = plan_status(session, state, table.spec, table.scheme())
         from backfill_assets.publish.rule import check
 

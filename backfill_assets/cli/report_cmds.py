@@ -90,7 +90,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        state = advance(session, state, actor())
+        state = advance(session, state, actor(), table.spec, table.scheme())
         status = plan_status(session, state, table.spec, table.scheme())
         if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
             print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
@@ -121,9 +121,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
                              + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
     print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
           f"(run {result.run_id[:8]}); downstream owners notified")
-    seen = consumers_line(result.get_asset_materialization_events())
+    events = result.get_asset_materialization_events()
+    seen = consumers_line(events)
     if seen:
         print(seen)
+    for event in events:
+        replaced = event.materialization.metadata.get("replaced_edits")
+        if replaced is not None:
+            print(f"note: {table.spec.publish_as} had been edited outside backfill since its last publish "
+                  f"({replaced.value}); this publish put the checked bytes back")
     return 0
 
 

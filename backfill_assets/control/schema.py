@@ -91,6 +91,17 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.gate_results (
     recorded_at VARCHAR NOT NULL,
     evidence_seq BIGINT
 );
+CREATE TABLE IF NOT EXISTS {SCHEMA}.publications (
+    publish_id BIGINT PRIMARY KEY,
+    asset VARCHAR NOT NULL,
+    partition_key VARCHAR NOT NULL,
+    row_count BIGINT NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    write_id BIGINT,
+    plan_id VARCHAR,
+    recorded_at VARCHAR NOT NULL,
+    evidence_seq BIGINT
+);
 CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
     asset VARCHAR PRIMARY KEY,
     partition_key VARCHAR NOT NULL,
@@ -146,6 +157,7 @@ CREATE INDEX IF NOT EXISTS writes_by_partition ON {SCHEMA}.writes (asset, partit
 CREATE INDEX IF NOT EXISTS results_by_write ON {SCHEMA}.gate_results (write_id);
 CREATE INDEX IF NOT EXISTS evidence_by_plan ON {SCHEMA}.evidence (plan_id, seq);
 CREATE INDEX IF NOT EXISTS evidence_by_kind ON {SCHEMA}.evidence (kind, plan_id);
+CREATE INDEX IF NOT EXISTS publications_by_partition ON {SCHEMA}.publications (asset, partition_key);
 """
 
 # Schema 2 (backfill-assets 0.2) to 3: the ledger rows are sealed by the evidence rows that record

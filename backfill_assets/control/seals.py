@@ -27,6 +27,8 @@ SEALED: dict[str, tuple[str, ...]] = {
                      "checked_fingerprint", "figures", "recorded_at"),
     "snapshots": ("table_name", "partition_key", "plan_id", "row_count", "fingerprint", "snapshot_table",
                   "recorded_at"),
+    "publications": ("publish_id", "asset", "partition_key", "row_count", "fingerprint", "write_id", "plan_id",
+                     "recorded_at"),
 }
 
 

@@ -55,7 +55,10 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     description=f"changed since its gates checked it: now {now}, checked {written}",
                     metadata={"now": str(now), "checked": str(written)})
             raise dg.Failure(description=str(refusal))
+        replaced = {"replaced_edited_partitions": dg.MetadataValue.int(len(done.replaced_edits)),
+                    "replaced_edits": ", ".join(sorted(done.replaced_edits)[:50])} if done.replaced_edits else {}
         yield dg.MaterializeResult(metadata={
+            **replaced,
             "rows": done.rows, "partitions": dg.MetadataValue.int(len(keys)),
             "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none",
             **(impact_metadata(done.impact) if done.impact is not None else

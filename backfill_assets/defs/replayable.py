@@ -18,7 +18,6 @@ from backfill_assets.defs.publish_asset import impact_metadata, make_publish_ass
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, PartitionRefused
-from backfill_assets.execution.audit import judge
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
 from backfill_assets.impact import plan_impact
@@ -124,11 +123,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 except PartitionRefused as exc:
                     raise dg.Failure(description=str(exc), metadata={
                         "plan": exc.plan_id or "none", "partition": exc.partition}) from None
-                writes = write_partitions(session, spec, scheme, permission, run_id=context.run_id,
-                                          actor=actor)
-                results = judge(session, spec, scheme, permission.plan,
-                                {w.partition_key: (w.write_id, w.fingerprint) for w in writes}, actor,
-                                just_written=True)
+                done = write_partitions(session, spec, scheme, permission, run_id=context.run_id, actor=actor)
+                writes, results = done.writes, done.results
                 impact = _impact_metadata(context, session, spec, scheme, permission)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None

@@ -63,7 +63,7 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
             # a tick must stay short: if a run holds the warehouse, try again next tick
             with warehouse.session(wait_seconds=SENSOR_LOCK_WAIT_SECONDS) as session:
                 for state in record.active_plans(session, target=spec.name):
-                    state = advance(session, state, actor="reopen-sensor")
+                    state = advance(session, state, actor="reopen-sensor", spec=spec, scheme=scheme)
                     notes.append(f"{state.plan_id}: {state.phase}")
                     if state.phase is Phase.RECONCILED and not rule.check(
                             session, spec, scheme, list(state.partition_keys)).problems:

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish import published as published_record
+from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 
 
@@ -63,8 +66,11 @@ def window_verdict(session: Session, state: PlanState) -> Verdict:
     return Verdict(not blockers, blockers, failed, missing)
 
 
-def advance(session: Session, state: PlanState, actor: str) -> PlanState:
-    """Take every step the evidence allows; each step is recorded in the evidence log."""
+def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | None = None,
+            scheme: PartitionScheme | None = None) -> PlanState:
+    """Take every step the evidence allows; each step is recorded in the evidence log. With the
+    table's spec and partitions, a published plan whose published partitions were edited
+    since goes back to repairing, so the next publish puts the checked bytes back."""
     if state.phase is Phase.PROVING and proof_verdict(session, state).passed:
         with session.transaction():
             evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
@@ -77,6 +83,13 @@ def advance(session: Session, state: PlanState, actor: str) -> PlanState:
             back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
             state = record.transition(session, state.plan_id, back, actor,
                                       note="no longer reconciled: " + verdict.blockers[0])
+        elif state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
+            edits = published_record.edited(session, spec, scheme, list(state.partition_keys))
+            if edits:
+                first = next(iter(edits))
+                state = record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
+                    f"{len(edits)} partition(s) of {spec.publish_as} edited since published (first {first}: "
+                    f"now {edits[first][0]}, published {edits[first][1]})"))
         return state
     if state.phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
         verdict = window_verdict(session, state)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
+from backfill_assets.errors import WarehouseError
 from backfill_assets.gates.results import (
     CONTRACT_HOLDS,
     GATE_NAMES,
@@ -95,10 +96,10 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
           *, record_results: bool = True, just_written: bool = False) -> dict[str, list[GateResult]]:
     """Every gate on every partition of `written` ({key: (write_id, write fingerprint)}).
 
-    `just_written`: called right after this run wrote the partitions, holding the writers' lock on
-    them (DuckDB: the file; a server engine: each partition's advisory lock), so the data checked
-    is the data written and its fingerprint is not computed again. Publish recomputes it before
-    copying anything, whatever happened in between.
+    `just_written`: called inside the write's own transaction, holding the writers' lock on the
+    partitions (DuckDB: the file; a server engine: each partition's advisory lock), so the data
+    checked is the data written, uncommitted still, and its fingerprint (the write's, computed in
+    the same transaction) is not computed again. Publish recomputes it before copying anything.
     """
     keys = list(written)
     if not keys:
@@ -117,10 +118,10 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         return results
     null_columns = [c.name for c in spec.contract if not c.nullable and c.name not in schema.missing]
     if just_written:
-        with session.transaction():
-            for key in sorted(keys):
-                session.lock(f"write:{spec.name}:{key}")
-            figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns, fingerprint=False)
+        if not session.in_transaction:
+            raise WarehouseError("judging just-written partitions needs their write's transaction",
+                                 fix="this is a bug: report it with the log file")
+        figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns, fingerprint=False)
         figures = {k: replace(f, fingerprint=written[k][1] or f.fingerprint) for k, f in figures.items()}
     else:
         figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)

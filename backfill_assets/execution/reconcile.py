@@ -70,4 +70,4 @@ def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state:
         part = written[i:i + slice_size]
         results.update(judge(session, spec, scheme, state,
                              {k: (e.write_id, e.fingerprint) for k, e in part}, actor))
-    return Reconciliation(advance(session, state, actor), results)
+    return Reconciliation(advance(session, state, actor, spec, scheme), results)

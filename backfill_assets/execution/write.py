@@ -2,10 +2,11 @@
 PER_TRANSACTION of them).
 
 The permission re-check, snapshots (first write under a plan), data writes, fingerprints, ledger
-rows and evidence of those partitions commit together, or not at all: a crash leaves each of them
-old or new, never half. Apart from computing each partition's rows, a transaction of thirty
-partitions costs about what one of a single partition does (one statement per step, not per
-partition).
+rows, the gates' verdicts on exactly those bytes and the evidence of all of it commit together, or
+not at all: a crash leaves each partition old or new, never half, and never written without its
+verdict; nothing can change the bytes between the write and their judgement. Apart from
+computing each partition's rows, a transaction of thirty partitions costs about what one of a
+single partition does (one statement per step, not per partition).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from backfill_assets import faults
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import WarehouseError
+from backfill_assets.execution.audit import judge
+from backfill_assets.gates.results import GateResult
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, recheck
 from backfill_assets.plan.phases import Phase
@@ -27,6 +30,12 @@ from backfill_assets.warehouse.writes import ensure_table, write_rows
 
 RETRIES = 3  # a deadlock or serialization failure on a server engine: the transaction runs again
 PER_TRANSACTION = 50  # bounds a transaction's size when a run names many partitions
+
+
+@dataclass(frozen=True)
+class Written:
+    writes: list[PartitionWrite]
+    results: dict[str, list[GateResult]]  # partition -> its gates' verdicts, judged in the write's transaction
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ def _step_phase(session: Session, plan_id: str, keys: tuple[str, ...], actor: st
 
 
 def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
-                     permission: Permission, *, run_id: str | None, actor: str) -> list[PartitionWrite]:
+                     permission: Permission, *, run_id: str | None, actor: str) -> Written:
     ensure_tables(session, spec)
     plan = permission.plan
     version = plan.approved if plan is not None else None
@@ -72,23 +81,27 @@ def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
     if plan is not None:
         _step_phase(session, plan.plan_id, permission.keys, actor)
     done: list[PartitionWrite] = []
+    results: dict[str, list[GateResult]] = {}
     keys = list(permission.keys)
     for i in range(0, len(keys), PER_TRANSACTION):
         part = keys[i:i + PER_TRANSACTION]
         for attempt in range(RETRIES):
             try:
-                done += _write_batch(session, spec, scheme, permission, part, mode, allow_empty, run_id, actor)
+                writes, judged = _write_batch(session, spec, scheme, permission, part, mode, allow_empty, run_id,
+                                              actor)
+                done += writes
+                results.update(judged)
                 break
             except WarehouseError as exc:
                 if not getattr(exc, "retryable", False) or attempt == RETRIES - 1:
                     raise
         faults.checkpoint("write.after_commit")
-    return done
+    return Written(done, results)
 
 
 def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
                  keys: list[str], mode: str, allow_empty: bool, run_id: str | None,
-                 actor: str) -> list[PartitionWrite]:
+                 actor: str) -> tuple[list[PartitionWrite], dict[str, list[GateResult]]]:
     with session.transaction():
         for key in sorted(keys):  # two runs of one partition take turns; one order: no deadlock
             session.lock(f"write:{spec.name}:{key}")
@@ -104,8 +117,13 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
                                        sha256=current.approved_sha256 if current else None)
         if current is None:
             _advance_watermark(session, spec.name, max(keys, key=scheme.position), scheme)
+        faults.checkpoint("write.before_judge")
+        # judged in the same transaction: the gates see exactly these bytes, which are what the
+        # write fingerprinted, and nothing can change them in between
+        results = judge(session, spec, scheme, current, {k: (ids[k], fp) for k, (_, fp) in written.items()},
+                        actor, just_written=True)
         faults.checkpoint("write.before_commit")
-    return [PartitionWrite(k, ids[k], rows, fp, at) for k, (rows, fp) in written.items()]
+    return [PartitionWrite(k, ids[k], rows, fp, at) for k, (rows, fp) in written.items()], results
 
 
 def _advance_watermark(session: Session, asset: str, key: str, scheme: PartitionScheme) -> None:

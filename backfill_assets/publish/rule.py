@@ -21,6 +21,7 @@ from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -36,6 +37,7 @@ class Check:
     # key -> (fingerprint now, fingerprint written, write_id)
     changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)
     plans: list[PlanState] = field(default_factory=list)
+    latest: dict[str, ledger.LatestWrite | None] = field(default_factory=dict)  # what publish would copy
 
 
 def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> Check:
@@ -58,7 +60,7 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         elif not set(plan.partition_keys) <= wanted:
             found.problems.append(f"{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose window "
                                   "is published whole: publish all of it (the sensor or `backfill publish`)")
-    latest = ledger.latest(session, spec.name, keys)
+    latest = found.latest = ledger.latest(session, spec.name, keys)
     now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys) \
         if session.engine.table_exists(session, spec.table) else {}
     for key in keys:
@@ -98,6 +100,8 @@ class Published:
     # could not be computed (a report: publish does not depend on it)
     impact: Impact | None
     impact_error: str = ""
+    # published partitions someone had edited since their last publish, which this one replaced
+    replaced_edits: dict[str, tuple[Fingerprint, Fingerprint]] = field(default_factory=dict)
 
 
 class _Refused(Exception):
@@ -131,7 +135,11 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             if impact is not None and not consumer_impact_holds(session, spec, scheme, impact):
                 impact, impact_error = None, ("the published or target table changed while it was computed; "
                                               "`backfill diff PLAN` reports the plan's impact")
-            published = _copy(session, spec, scheme, keys, found.plans, actor, impact)
+            published = _copy(session, spec, scheme, found, actor, impact)
+    except published_record.CopyChanged as changed:
+        raise PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: {changed}",
+                             fix=f"make {spec.publish_table}'s columns what the contract declares (or drop it: "
+                                 "publish creates it from the contract), then publish again") from None
     except _Refused as refused:
         record_changed(session, spec, refused.found, actor)
         problems = refused.found.problems
@@ -186,9 +194,15 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
                                if plan_of.get(k) == plan_id}})
 
 
-def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list[str],
-          plans: list[PlanState], actor: str, impact: Impact | None) -> Published:
+def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Check, actor: str,
+          impact: Impact | None) -> Published:
+    keys, plans = list(found.latest), found.plans
     at = evidence_log.now_iso()
+    replaced = published_record.edited(session, spec, scheme, keys)
+    if replaced:  # consumers' data was changed outside backfill: said, and put right by this copy
+        evidence_log.append(session, plan_id=None, kind="published_edited", actor=actor, payload={
+            "table": spec.publish_as, "partitions": {k: {"now": str(n), "published": str(p)}
+                                                      for k, (n, p) in replaced.items()}})
     for plan in plans:
         held = [k for k in keys if plan.covers(k)]
         ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at, actor)
@@ -199,6 +213,9 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
     faults.checkpoint("publish.between_delete_and_insert")
     session.execute(f"INSERT INTO {published} ({cols}) SELECT {cols} FROM {target} WHERE {where}", params)
     copied = int(session.scalar(f"SELECT count(*) FROM {published} WHERE {where}", params))
+    # the copy is proven: the published partitions hold exactly the bytes the gates checked
+    checked = {k: (e.fingerprint, e.write_id, e.plan_id) for k, e in found.latest.items() if e is not None}
+    published_record.prove_and_record(session, spec, scheme, checked, actor)
     done = []
     for plan in plans:
         seen = impact.of(plan.plan_id, plan.partition_keys) if impact is not None else None
@@ -211,4 +228,4 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list
         announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None)
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")
-    return Published(copied, keys, done, impact)
+    return Published(copied, keys, done, impact, replaced_edits=replaced)

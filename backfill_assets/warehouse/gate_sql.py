@@ -86,8 +86,9 @@ def _canonical(session: Session, types: list[str]) -> dict[str, str]:
     return {t: _CANONICAL[(engine, t)] for t in types}
 
 
-def check_schema(session: Session, spec: TableSpec) -> SchemaCheck:
-    found = session.engine.table_columns(session, spec.table)
+def check_schema(session: Session, spec: TableSpec, table: str | None = None) -> SchemaCheck:
+    """The table (the target by default) against the contract."""
+    found = session.engine.table_columns(session, table or spec.table)
     declared = {c.name: c.type for c in spec.contract}
     canonical = _canonical(session, list(declared.values()))
     names = {c.lower() for c in declared}

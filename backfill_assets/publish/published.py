@@ -1,0 +1,98 @@
+"""What consumers see: the bytes each publish left in the published table, and checks against them.
+
+The copy is proven, not assumed: in the copy's transaction the published partitions' fingerprints
+must equal the ones the gates checked (a published table whose column is DECIMAL(18,0) where the
+contract says DECIMAL(18,2) would turn 7990.39 into 7990: refused, nothing changes). They are then
+recorded (`publications`, sealed by a `publication` chain row), so an edit of the published table
+later is found: by `reconcile` and the reopen sensor (the plan goes back to `repairing` and the next
+publish puts the checked bytes back), by `status` and `plan close`, and by the next publish of
+those partitions, which says it replaced edited data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from backfill_assets.control import evidence_log, seals
+from backfill_assets.control.schema import SCHEMA
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+
+
+@dataclass(frozen=True)
+class Publication:
+    partition_key: str
+    fingerprint: Fingerprint
+    write_id: int | None
+    plan_id: str | None
+
+
+def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, Publication]:
+    """The last publication of each key (checked against its seal); keys never published are left out."""
+    if not keys:
+        return {}
+    rows = session.rows(
+        f"""SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq FROM (
+                SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq,
+                       row_number() OVER (PARTITION BY partition_key ORDER BY publish_id DESC) AS rk
+                FROM {SCHEMA}.publications WHERE asset = ? AND partition_key = ANY(?)) AS p WHERE rk = 1""",
+        [spec.publish_as, list(keys)])
+    seals.check(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
+    return {k: Publication(k, Fingerprint(int(n), str(d)), None if w is None else int(w), p)
+            for k, n, d, w, p, _ in rows}
+
+
+def edited(session: Session, spec: TableSpec, scheme: PartitionScheme,
+           keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
+    """Published partitions whose bytes are not what their last publish left: {key: (now, published)}."""
+    last = latest(session, spec, keys)
+    if not last or not session.engine.table_exists(session, spec.publish_table):
+        return {}
+    now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(last))
+    return {k: (now.get(k, EMPTY), p.fingerprint) for k, p in last.items() if now.get(k, EMPTY) != p.fingerprint}
+
+
+class CopyChanged(Exception):
+    """The published partitions do not carry the checked bytes after the copy (the transaction is
+    rolled back by the caller)."""
+
+    def __init__(self, differing: Mapping[str, tuple[Fingerprint, Fingerprint]], types: str) -> None:
+        self.differing = dict(differing)
+        first = next(iter(self.differing))
+        now, checked = self.differing[first]
+        super().__init__(f"{len(self.differing)} partition(s) of the published table would not hold the bytes "
+                         f"the gates checked (first {first}: {now} there, {checked} checked){types}")
+
+
+def prove_and_record(session: Session, spec: TableSpec, scheme: PartitionScheme,
+                     checked: Mapping[str, tuple[Fingerprint, int | None, str | None]], actor: str) -> None:
+    """In the copy's transaction: the published partitions hold exactly `checked` ({key: (fingerprint,
+    write id, plan id)}), or CopyChanged; then record them, sealed."""
+    keys = list(checked)
+    now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, keys)
+    differing = {k: (now.get(k, EMPTY), fp) for k, (fp, _, _) in checked.items() if now.get(k, EMPTY) != fp}
+    if differing:
+        from backfill_assets.warehouse.gate_sql import check_schema
+
+        problems = check_schema(session, spec, spec.publish_table).problems
+        raise CopyChanged(differing, f"; {spec.publish_table} against the contract: {'; '.join(problems[:3])}"
+                          if problems else "")
+    at = evidence_log.now_iso()
+    seq = evidence_log.next_seq(session)
+    for i in range(0, len(keys), 1000):
+        part = keys[i:i + 1000]
+        values: list[object] = []
+        for key in part:
+            fp, write_id, plan_id = checked[key]
+            values += [key, fp.rows, fp.digest, write_id, plan_id]
+        session.execute(
+            f"INSERT INTO {SCHEMA}.publications (publish_id, asset, partition_key, row_count, fingerprint, write_id, "
+            f"plan_id, recorded_at, evidence_seq) SELECT nextval('{SCHEMA}.ids'), ?, k, CAST(n AS BIGINT), d, "
+            f"CAST(w AS BIGINT), p, ?, CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?, ?, ?)'] * len(part))}) "
+            "AS v(k, n, d, w, p)", [spec.publish_as, at, seq, *values])
+    evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
+        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1],
+        "seals": {"publications": seals.of_seq(session, "publications", seq)}})
