@@ -46,7 +46,7 @@ class DuckDBSession(Session):
         self.con.execute("BEGIN TRANSACTION")
 
     def _commit(self) -> None:
-        self.con.execute("COMMIT")
+        self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
         try:

@@ -76,8 +76,14 @@ class Session(ABC):
             self._rollback()
             raise
         self._depth = 0
-        self._commit()
+        # taken before the commit: when the commit fails (a deferred constraint, a conflict) the
+        # actions belong to work that never committed and must not run after a later commit
         pending, self._after_commit = self._after_commit, []
+        try:
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
         for action in pending:
             action()
 

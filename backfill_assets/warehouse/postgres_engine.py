@@ -111,7 +111,7 @@ class PostgresSession(Session):
         self.con.execute("BEGIN")
 
     def _commit(self) -> None:
-        self.con.execute("COMMIT")
+        self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
         import psycopg
