@@ -33,3 +33,15 @@ def test_after_commit_actions_of_a_failed_commit_never_run(engine):
             session.after_commit(lambda: ran.append("committed"))
         assert ran == ["committed"]
         assert session.rows("SELECT i FROM t ORDER BY i") == ([(1,), (2,)] if engine.name == "duckdb" else [(2,)])
+
+
+def test_a_users_own_backfill_stage_table_survives_every_write(engine_world):
+    from tests.world import keys
+
+    world = engine_world
+    world.run_sql("CREATE TABLE backfill_stage (note VARCHAR)")
+    world.run_sql("INSERT INTO backfill_stage VALUES ('the team keeps this')")
+    assert world.materialize(keys(1, 2)).success  # a plan-free write of empty partitions stages them
+    assert world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.sql("SELECT note FROM backfill_stage") == [("the team keeps this",)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,6 +128,9 @@ class DuckDBEngine(Engine):
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"CAST(hash({', '.join(exprs)}) % 9223372036854775807 AS BIGINT)"
+
+    def temp_table_name(self, prefix: str) -> str:
+        return f"temp.main.{prefix}_{uuid.uuid4().hex[:16]}"  # DuckDB's temporary catalog
 
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
         return bool(session.scalar(

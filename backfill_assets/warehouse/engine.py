@@ -211,6 +211,11 @@ class Engine(ABC):
     @abstractmethod
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool: ...
 
+    @abstractmethod
+    def temp_table_name(self, prefix: str) -> str:
+        """A fresh name, qualified by the engine's session-temporary schema, for a table that lives
+        only in this session: never a user's table of the same name, never another use's."""
+
     def named(self, sql: str) -> str:
         """A table's SQL with `$name` parameters, ready for a mapping of parameters."""
         return sql

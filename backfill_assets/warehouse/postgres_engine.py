@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -204,6 +205,9 @@ class PostgresEngine(Engine):
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
+
+    def temp_table_name(self, prefix: str) -> str:
+        return f"pg_temp.{prefix}_{uuid.uuid4().hex[:16]}"  # the session's own temporary schema
 
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
         return bool(session.scalar(
