@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session
 
@@ -85,6 +85,13 @@ class PostgresStatementError(WarehouseError):
         return self.sqlstate in ("40001", "40P01")
 
 
+class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
+    """A statement gave up waiting for a lock (`lock_timeout`, SQLSTATE 55P03): busy, not broken."""
+
+
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
@@ -100,6 +107,8 @@ class PostgresSession(Session):
                 cur.execute(translate(sql) if bound else sql, bound)
                 return cur.fetchall() if fetch and cur.description is not None else []
         except psycopg.Error as exc:
+            if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise PostgresLockWait(exc) from exc
             raise PostgresStatementError(exc) from exc
 
     def execute(self, sql: str, params: Params = ()) -> None:
@@ -171,6 +180,8 @@ class PostgresEngine(Engine):
         try:
             if read_only:
                 con.execute("SET default_transaction_read_only = on")
+            if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
+                con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
             yield PostgresSession(self, con)
         finally:
             con.close()
