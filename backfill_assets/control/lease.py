@@ -82,9 +82,26 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
     return lease
 
 
+class LeaseLost(PlanRefused):
+    """The run's lease is no longer its own: another runner took it over (or it was released)."""
+
+
+def _same(found: Lease | None, lease: Lease) -> bool:
+    return found is not None and (found.host, found.pid, found.acquired_at) == \
+        (lease.host, lease.pid, lease.acquired_at)
+
+
 def renew(session: Session, lease: Lease) -> None:
-    session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
-                    "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
+    """Extend our lease, or raise LeaseLost when it is no longer ours: a runner whose lease was
+    taken over (it looked dead to another host) must not go on writing beside the new holder."""
+    with session.transaction():
+        found = current(session, lease.plan_id)  # held until the update commits
+        if not _same(found, lease):
+            who = found.describe() if found is not None else "nobody (it was released)"
+            raise LeaseLost(f"the lease of plan {lease.plan_id} is now held by {who}",
+                            fix=f"let that run finish; `backfill status {lease.plan_id}` shows it")
+        session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
+                        "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
 
 
 def release(session: Session, lease: Lease) -> None:

@@ -128,7 +128,11 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                         "finished); " + ("`backfill run` resumes" if now.hold == "paused"
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
-                lease.renew(session, held)
+                try:
+                    lease.renew(session, held)
+                except lease.LeaseLost as exc:
+                    say(f"{exc.message}: stopped before {wave[0][0]} (runs in flight finished)")
+                    return reports + [SliceReport(wave[0], errors=["lease lost"])]
                 # on DuckDB the connection stays open, idle, while the wave's runs write, so theirs
                 # join this process's open database instead of loading it again; it is closed
                 # between waves, so `backfill pause` gets in
