@@ -7,6 +7,7 @@ The other runner is a real process; a take-over from "another host" runs in its 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import pytest
 
 from backfill_assets.control import lease
 from backfill_assets.control.schema import ensure_schema
-from tests.world import DEMO_DEFS
+from tests.world import DEMO_DEFS, failure_text, keys
 
 OTHER_HOST = "other-host"
 
@@ -111,3 +112,24 @@ def test_a_runner_whose_lease_was_taken_over_stops_before_its_next_slice(engine_
     assert "stopped before 2026-01-03" in said
     assert world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes WHERE plan_id = 'fix' "
                      "ORDER BY 1") == [("2026-01-01",), ("2026-01-02",)]
+
+
+def test_while_backfill_run_holds_the_lease_no_other_run_of_the_plan_writes(engine_world):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0  # its own runs pass: they carry its label
+    before = world.fingerprints("daily_revenue", keys(1, 4))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(world.home), world.url or "", "fix"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert holder.stdout.readline().strip() == "held"  # the barrier: the lease is held now
+        refused = world.plan_run("fix", keys(2, 3))  # as the UI or `dagster asset materialize` would
+        assert not refused.success
+        assert re.search(rf"plan fix is being run by backfill run by ops@vm \(pid {holder.pid} on ",
+                         failure_text(refused)), failure_text(refused)
+        assert world.fingerprints("daily_revenue", keys(1, 4)) == before
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    assert world.plan_run("fix", keys(2, 3)).success  # the lease released: the plan's runs go again

@@ -133,7 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
                 def run_wave(wave):
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
-                                           state.target, keys, actor(), output.verbose()) for keys in wave]
+                                           state.target, keys, actor(), output.verbose(),
+                                           lease.launcher_label(held)) for keys in wave]
                     return [f.result() for f in futures]
             else:
                 def run_wave(wave):
