@@ -25,6 +25,7 @@ from backfill_assets.errors import (
 from backfill_assets.plan.approvals import load_signers, signing_command, tally
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_document
+from backfill_assets.signing.allowed_signers import AllowedSigners
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -138,6 +139,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
     path = Path(args.plan_file)
     plan = load_plan(path)
+    if args.allowed_signers:  # a file the user named that cannot be read is misuse, exit 2
+        AllowedSigners.load(args.allowed_signers)
     signers, why = load_signers(path, args.allowed_signers)
     if signers is None:
         raise SignatureError(f"approvals cannot be verified: {why}",

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from backfill_assets import terminal as output
-from backfill_assets.bounded import read_bounded
+from backfill_assets.bounded import read_bounded, refuse_non_regular
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
 from backfill_assets.errors import PublishBlocked, UsageError
 
@@ -222,6 +222,8 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
+        # opening a FIFO for writing waits for a reader
+        refuse_non_regular(args.out, "--out", "pass --out a regular file's path")
         try:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text, encoding="utf-8")
