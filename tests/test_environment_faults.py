@@ -25,7 +25,7 @@ def fifo(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["plan file", "private key", "signature file", "allowed_signers",
-                                  "init allowed_signers", "status plan", "evidence file",
+                                  "init allowed_signers", "status plan", "evidence file", "partitions file",
                                   "workspace"])
 def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo, case):
     plan = world.plan("fix")
@@ -44,6 +44,7 @@ def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo,
                             "--allowed-signers", str(fifo)),
         "init allowed_signers": ("init", "--allowed-signers", str(fifo)),
         "status plan": ("status", str(fifo)),
+        "partitions file": ("run", "fix", "--partitions-file", str(fifo)),
         "workspace": ("run", "fix"),
         "evidence file": ("evidence", "verify", "--against", str(fifo)),
     }[case]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
 from tests.conftest import BIN, ROOT
@@ -69,6 +70,45 @@ def test_partitions_outside_the_window_exit_2_without_writing(world, run_cli):
     outside = run_cli("run", "fix", "--partitions", "2026-01-05")
     assert outside.code == 2 and "not in the window 2026-01-03..2026-01-04" in outside.err
     assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
+
+
+def test_partitions_take_ranges_lists_files_and_one_key_at_a_time(world, run_cli, tmp_path):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=8)
+    assert run_cli("run", "fix", "--proof").code == 0
+    ranged = run_cli("run", "fix", "--partitions", "2026-01-02..2026-01-04,2026-01-07", "--dry-run")
+    assert ranged.code == 0 and "2026-01-02..2026-01-04" in ranged.out and "2026-01-07" in ranged.out, ranged
+    assert run_cli("run", "fix", "--partitions", "2026-01-02..2026-01-04").code == 0
+    listed = tmp_path / "keys.txt"
+    listed.write_text("2026-01-06\n\n2026-01-05\r\n")
+    assert run_cli("run", "fix", "--partitions-file", str(listed), "--partition", "2026-01-08").code == 0
+    written = {k for (k,) in world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes")}
+    assert written == {f"2026-01-0{d}" for d in (1, 2, 3, 4, 5, 6, 8)}
+    backwards = run_cli("run", "fix", "--partitions", "2026-01-04..2026-01-02")
+    assert backwards.code == 2 and "2026-01-04 comes after 2026-01-02" in backwards.err
+    diff = run_cli("diff", "fix", "--partitions", "2026-01-02..2026-01-03", "--json")
+    assert diff.code == 0 and sorted(p["partition"] for p in json.loads(diff.out)["partitions"]) == \
+        ["2026-01-02", "2026-01-03"], diff.out[:500]
+
+
+def test_one_partition_key_may_contain_commas_and_dots():
+    import argparse
+
+    from backfill_assets.cli.partition_args import chosen
+    from backfill_assets.errors import WindowError
+
+    window = ["eu,north", "eu,south", "us", "a..b"]
+
+    def named(partition=None, partitions=None, partitions_file=None):
+        return chosen(argparse.Namespace(partition=partition, partitions=partitions,
+                                         partitions_file=partitions_file), window, "p")
+
+    assert named(partition=["eu,south"]) == ["eu,south"]
+    assert named(partition=["us", "eu,north"]) == ["eu,north", "us"]  # in the window's order
+    assert named(partitions="us..a..b") == ["us", "a..b"]  # the one split between two keys of the window
+    assert named(partitions="a..b") == ["a..b"]  # a key itself, before any range
+    assert named() is None
+    with pytest.raises(WindowError, match="partitions eu are not in the window eu,north..a..b of plan p"):
+        named(partitions="eu")
 
 
 def test_pause_stops_before_the_next_slice_and_run_resumes(world, run_cli):

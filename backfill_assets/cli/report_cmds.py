@@ -12,6 +12,7 @@ import yaml
 from backfill_assets import terminal as output
 from backfill_assets.bounded import read_bounded, refuse_non_regular
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
+from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.errors import PublishBlocked, UsageError
 
 
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     diff = sub.add_parser("diff", help="what the plan changed: before (its snapshots) against now")
     diff.add_argument("plan")
-    diff.add_argument("--partitions", help="only these keys: K1,K2")
+    add_partition_args(diff, "only")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--top", type=int, default=10, help="keys shown per partition (largest changes)")
     add_defs(diff)
@@ -180,14 +181,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with reading(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        keys = None
-        if args.partitions is not None:
-            keys = [k.strip() for k in args.partitions.split(",") if k.strip()]
-            outside = [k for k in keys if k not in state.partition_keys]
-            if not keys or outside:
-                raise UsageError(f"--partitions {outside[0] if outside else repr(args.partitions)} is not in plan "
-                                 f"{state.plan_id}'s window {state.partition_keys[0]}..{state.partition_keys[-1]}",
-                                 fix="name partitions inside the plan's window, comma-separated")
+        keys = chosen(args, list(state.partition_keys), state.plan_id)
         if args.top < 0:
             raise UsageError(f"--top {args.top} is negative", fix="pass 0 or more keys per partition")
         report = plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top)

@@ -6,18 +6,19 @@ import argparse
 import os
 
 from backfill_assets import terminal as output
+from backfill_assets.cli import partition_args
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
+from backfill_assets.cli.partition_args import add_partition_args
 from backfill_assets.control import lease, ledger, record
-from backfill_assets.errors import PlanRefused, WindowError
+from backfill_assets.errors import PlanRefused, UsageError
 from backfill_assets.plan.phases import PAST_PROOF, Phase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run the plan through Dagster: --proof first, then the window")
     run.add_argument("plan", help="the plan's file or plan_id")
-    mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--proof", action="store_true", help="the proof partitions, twice")
-    mode.add_argument("--partitions", help="re-materialize these keys of the window: K1,K2")
+    run.add_argument("--proof", action="store_true", help="the proof partitions, twice")
+    add_partition_args(run, "re-materialize")
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(run)
     add_home(run)
@@ -43,13 +44,8 @@ def _stage(args: argparse.Namespace, state, scheme, passed: set[str]):
 
     execution = state.approved.plan.execution
     size = execution.partitions_per_run
-    if args.partitions:
-        keys = list(dict.fromkeys(k.strip() for k in args.partitions.split(",") if k.strip()))
-        outside = [k for k in keys if not state.covers(k)]
-        if outside or not keys:
-            raise WindowError(f"partitions {', '.join(outside[:3]) or '(none)'} are not in the window "
-                              f"{state.partition_keys[0]}..{state.partition_keys[-1]} of plan {state.plan_id}",
-                              fix="name keys inside the plan's window, comma-separated")
+    keys = partition_args.chosen(args, list(state.partition_keys), state.plan_id)
+    if keys is not None:
         return partitions_stage(keys, size, scheme)
     if args.proof:
         return proof_stage(state.proof_keys, size, scheme)
@@ -66,7 +62,7 @@ def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
         raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
                           fix="the proof runs once, between approval and the window")
     proof_only = set(stage.partitions) <= set(state.proof_keys)
-    if not args.proof and state.phase not in PAST_PROOF and not (args.partitions and proof_only):
+    if not args.proof and state.phase not in PAST_PROOF and not (partition_args.given(args) and proof_only):
         raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed",
                           fix=f"run `backfill run {pid} --proof`")
 
@@ -83,6 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         worker_run,
     )
 
+    if args.proof and partition_args.given(args):
+        raise UsageError("--proof runs the proof partitions; it takes no --partition(s)",
+                         fix="pass either --proof or the partitions to re-run")
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
     enable_event_batching()
