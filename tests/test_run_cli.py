@@ -184,3 +184,23 @@ def test_workspace_definitions_validate_with_the_dagster_cli(run_subprocess):
                                      str(ROOT / "workspace.yaml")], timeout=300)
     assert result.code == 0, result.err[-2000:]
     assert "All code locations passed validation" in result.err + result.out
+
+
+def test_sample_refuses_an_orders_table_it_did_not_create_unless_forced(engine_world, capfd):
+    world = engine_world
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 0  # the world's sample: its own
+    world.run_sql("DROP TABLE orders")
+    world.run_sql("DROP TABLE backfill_sample_tables")
+    world.run_sql("CREATE TABLE orders (order_id BIGINT, customer_id BIGINT, region VARCHAR, order_ts TIMESTAMP, "
+                  "order_date DATE, amount DECIMAL(18,2), status VARCHAR)")
+    world.run_sql("INSERT INTO orders VALUES (1, 7, 'north', TIMESTAMP '2026-01-01 10:00:00', DATE '2026-01-01', "
+                  "12.50, 'completed')")  # a team's real order
+    capfd.readouterr()
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 1
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "orders in " in err and "was not created by `backfill sample`" in err, err
+    assert "--force" in err
+    assert world.sql("SELECT order_id, amount FROM orders") == [(1, 12.5)]
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10", "--force") == 0
+    assert world.sql("SELECT count(*) FROM orders") == [(20,)]
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 1  # forced once is still theirs
