@@ -204,3 +204,26 @@ def test_sample_refuses_an_orders_table_it_did_not_create_unless_forced(engine_w
     assert world.cli("sample", "--days", "2", "--rows-per-day", "10", "--force") == 0
     assert world.sql("SELECT count(*) FROM orders") == [(20,)]
     assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 1  # forced once is still theirs
+
+
+def test_status_after_a_code_version_mix_names_what_fixes_it_not_the_same_rerun(world, run_cli):
+    from dataclasses import replace
+
+    from tests.world import FIXED
+
+    world.approved_plan("ver", start="2026-01-01", end="2026-01-04", proof=("2026-01-01", "2026-01-02",
+                                                                          "2026-01-03"), per_run=3)
+    assert run_cli("run", "ver", "--proof").code == 0
+    newer = replace(FIXED, code_version="3")  # a new release wrote the last day
+    assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
+    status = json.loads(run_cli("status", "ver", "--json").out)
+    assert status["failed"] == {"2026-01-04": ["single_code_version"]}
+    hint = status["next"]
+    assert hint == ("2026-01-04 were written by code version 3, the window by 2: re-running them helps only with "
+                    "code version 2 deployed (then `backfill run ver --partitions 2026-01-04`); with the new code "
+                    "re-run the whole window, `backfill run ver --partitions 2026-01-01..2026-01-04`; or roll it "
+                    "back, `backfill rollback ver`"), hint
+    # the same re-run under the new code fails the same way; under the window's code it passes
+    assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
+    assert run_cli("run", "ver", "--partitions", "2026-01-04").code == 0  # the demo's code: version 2
+    assert json.loads(run_cli("status", "ver", "--json").out)["failed"] == {}
