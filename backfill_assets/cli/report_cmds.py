@@ -129,15 +129,20 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.notices_cmd import undelivered_line
     from backfill_assets.control import record
+    from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status
 
     with reading(args) as session:
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
         statuses = [plan_status(session, s) for s in states]
+        told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
+        waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
     dead = _fail_dead_runs(home_of(args))
     if args.json:
-        print(json.dumps(statuses[0].to_json() if args.plan else [s.to_json() for s in statuses], indent=2))
+        shown = [{**s.to_json(), "undelivered_notices": waiting[s.plan_id]} for s in statuses]
+        print(json.dumps(shown[0] if args.plan else shown, indent=2))
         return 0
     for run_id in dead:
         print(f"dead run   {run_id[:8]}: its process was killed; marked failed in Dagster (every partition "
@@ -157,6 +162,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if s.running:
             print(f"running    {s.running}")
         print(f"publish    {s.publish}")
+        if told[s.plan_id]:
+            print(f"notices    {told[s.plan_id]}")
         print(f"next       {s.next}")
     return 0
 
