@@ -176,7 +176,11 @@ def _fail_dead_runs(home) -> list[str]:
 
     from backfill_assets.execution.runner import fail_dead_runs
 
-    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+    try:
+        instance = dg.DagsterInstance.from_config(str(home.dagster_home))
+    except dg.DagsterInvalidConfigError:
+        return []  # a reading command shows the plans anyway; `backfill run` names the problem
+    with instance:
         return fail_dead_runs(instance)
 
 
