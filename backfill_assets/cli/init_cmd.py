@@ -61,5 +61,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     if url and not kept and urlsplit(url).password:
         print(f"password     not written: dagster.yaml reads it from ${INSTANCE_PASSWORD_ENV} (set it, or "
               f"${INSTANCE_URL_ENV}, wherever the instance is loaded)")
-    print(f"export BACKFILL_HOME={home.root} DAGSTER_HOME={dagster_home}")
+    import shlex
+
+    # quoted for the shell: a home's path may hold spaces, quotes or #
+    print(f"export BACKFILL_HOME={shlex.quote(str(home.root))} DAGSTER_HOME={shlex.quote(str(dagster_home))}")
     return 0

@@ -170,18 +170,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _fail_dead_runs(home) -> list[str]:
     """Runs of ours whose process died are marked failed (only where a Dagster instance exists)."""
-    if not (home.dagster_home / "dagster.yaml").exists():
-        return []
+    if not (home.dagster_home / "dagster.yaml").exists() or not os.access(home.dagster_home, os.W_OK):
+        return []  # a reading command on a read-only home shows the plans all the same
     import dagster as dg
 
+    from backfill_assets.environment import fault_of
     from backfill_assets.execution.runner import fail_dead_runs
 
     try:
-        instance = dg.DagsterInstance.from_config(str(home.dagster_home))
+        with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+            return fail_dead_runs(instance)
     except dg.DagsterInvalidConfigError:
         return []  # a reading command shows the plans anyway; `backfill run` names the problem
-    with instance:
-        return fail_dead_runs(instance)
+    except Exception as exc:
+        if fault_of(exc, str(home.dagster_home)) is None:
+            raise
+        return []  # a full disk: the dead runs are marked by the next command that can write
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -60,8 +60,12 @@ class DuckDBStatementError(WarehouseError):
     """A statement failed inside DuckDB; the first line of its message says why."""
 
     def __init__(self, exc: duckdb.Error) -> None:
+        from backfill_assets.environment import fix_for, reason_of
+
         self.original = exc
-        super().__init__(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = reason_of(text)  # a full disk or a read-only home: say what to do about it
+        super().__init__(f"{text} ({why})" if why else text, fix=fix_for(why, "the warehouse") if why else None)
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -108,8 +112,12 @@ class DuckDBEngine(Engine):
                 return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
+                    from backfill_assets.environment import fix_for, reason_of
+
+                    why = reason_of(str(exc))
                     raise WarehouseError(f"cannot open the warehouse {self.path}: "
-                                         f"{str(exc).splitlines()[0]}", fix="check the file") from None
+                                         f"{str(exc).splitlines()[0]}",
+                                         fix=fix_for(why, str(self.path.parent)) if why else "check the file") from None
                 waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
