@@ -231,8 +231,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
-        # opening a FIFO for writing waits for a reader
-        refuse_non_regular(args.out, "--out", "pass --out a regular file's path")
+        if not os.path.isdir(args.out):  # a folder is refused below, by the write itself
+            # opening a FIFO for writing waits for a reader
+            refuse_non_regular(args.out, "--out", "pass --out a regular file's path")
         try:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text, encoding="utf-8")

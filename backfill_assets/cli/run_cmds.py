@@ -87,38 +87,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     enable_event_batching()
     warehouse = warehouse_of(args)
     loaded = load_defs(args.defs)
-    # the Dagster instance first: a full disk or a read-only DAGSTER_HOME that breaks it is one line
-    # before the lease (or anything else) is committed
-    instance = instance_for(home)
+    with writing(args) as session:
+        state = plan_state(session, args.plan)
+        table = loaded.table(state.target)
+        scheme = table.scheme()
+        latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
+        passed = {k for k, e in latest.items() if e is not None and e.passed}
+        stage = _stage(args, state, scheme, passed)
+        if args.dry_run:
+            execution = state.approved.plan.execution
+            print(f"plan {state.plan_id}: {state.target} mode {execution.mode}, window "
+                  f"{state.partition_keys[0]}..{state.partition_keys[-1]} ({len(state.partition_keys)} "
+                  f"partitions), {execution.partitions_per_run} per run (dry run: nothing written)")
+            print(stage.describe())
+            return 0
+        _refuse_phase(args, state, stage)
+        if not stage.partitions:
+            with instance_for(home) as instance:
+                fail_dead_runs(instance)
+            print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
+            state = advance(session, state, actor())
+            print(f"plan {state.plan_id} is {state.phase}")
+            return 0
+        held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
+        if state.hold == "paused":
+            state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
     try:
-        fail_dead_runs(instance)
-        with writing(args) as session:
-            state = plan_state(session, args.plan)
-            table = loaded.table(state.target)
-            scheme = table.scheme()
-            latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
-            passed = {k for k, e in latest.items() if e is not None and e.passed}
-            stage = _stage(args, state, scheme, passed)
-            if args.dry_run:
-                execution = state.approved.plan.execution
-                print(f"plan {state.plan_id}: {state.target} mode {execution.mode}, window "
-                      f"{state.partition_keys[0]}..{state.partition_keys[-1]} ({len(state.partition_keys)} "
-                      f"partitions), {execution.partitions_per_run} per run (dry run: nothing written)")
-                print(stage.describe())
-                instance.dispose()
-                return 0
-            _refuse_phase(args, state, stage)
-            if not stage.partitions:
-                instance.dispose()
-                print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
-                state = advance(session, state, actor())
-                print(f"plan {state.plan_id} is {state.phase}")
-                return 0
-            held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
-            if state.hold == "paused":
-                state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
+        instance = instance_for(home)
     except BaseException:
-        instance.dispose()
+        # a full disk or a read-only DAGSTER_HOME: one line, and the lease taken a moment ago is
+        # given back, so nothing this command did stays
+        with warehouse.session() as session:
+            lease.release(session, held)
         raise
     execution = state.approved.plan.execution
     parallel = execution.runs_at_once if warehouse.engine.name != "duckdb" else 1
@@ -127,6 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               "runs go one after another (use a server engine to run them at once)")
     pool, reports = None, []
     try:
+        fail_dead_runs(instance)
         print(stage.describe())
         with output.dagster_output(home) as log:
             if parallel > 1:
