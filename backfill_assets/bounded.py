@@ -1,16 +1,64 @@
-"""Reading a file a user names, never more than it could sensibly hold (`/dev/zero` is a file too)."""
+"""Reading a file a user names: only a regular file, never more than it could sensibly hold.
+
+`/dev/zero` is a file too, and opening a named pipe (FIFO) for reading blocks until someone writes
+to it: the file is opened without blocking and checked with fstat before a byte is read.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from backfill_assets.errors import UsageError
+from backfill_assets.errors import BackfillError, UsageError
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
-def read_bounded(path: str | Path, limit: int, what: str, fix: str) -> bytes:
-    """The file's bytes, or a one-line UsageError once it passes `limit`; OSError is the caller's."""
-    with Path(path).open("rb") as handle:
-        data = handle.read(limit + 1)
+class NotRegularFile(Exception):
+    """The path names something other than a regular file (`kind` says what)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(kind)
+
+
+def kind_of(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """Up to `limit + 1` bytes of a regular file (so the caller sees that it is too large);
+    NotRegularFile for a pipe, device, socket or directory; OSError is the caller's."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(kind_of(mode))
+        return handle.read(limit + 1)
+
+
+def refuse_non_regular(path: str | Path, what: str, fix: str, error: type[BackfillError] = UsageError) -> None:
+    """For a file about to be written or loaded by another library: one line when it exists and is
+    not a regular file (opening a FIFO for writing blocks too)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing: the caller creates it or says so
+    if not stat.S_ISREG(mode):
+        raise error(f"{what} {path} is {kind_of(mode)}, not a regular file", fix=fix)
+
+
+def read_bounded(path: str | Path, limit: int, what: str, fix: str,
+                 error: type[BackfillError] = UsageError) -> bytes:
+    """The file's bytes, or a one-line error (`error`, UsageError by default) when it is not a
+    regular file or passes `limit`; OSError is the caller's."""
+    try:
+        data = read_regular(path, limit)
+    except NotRegularFile as exc:
+        raise error(f"{what} {path} is {exc.kind}, not a regular file", fix=fix) from None
     if len(data) > limit:
-        raise UsageError(f"{what} {path} is larger than {limit:,} bytes", fix=fix)
+        raise error(f"{what} {path} is larger than {limit:,} bytes", fix=fix)
     return data

@@ -1,81 +1,173 @@
-"""The Dagster instance the CLI, `make ui` and the daemon share: DAGSTER_HOME with our dagster.yaml."""
+"""The Dagster instance the CLI, `make ui` and the daemon share: DAGSTER_HOME with our dagster.yaml.
+
+The file is written once (by `backfill init`, or by the first command that finds none) and never
+rewritten: it belongs to the team from then on (a run launcher, other limits). It is emitted by a
+YAML library, so any path is quoted safely, and it never holds a secret: the warehouse URL and a
+Postgres instance's password are Dagster environment references (`{env: NAME}`), read by Dagster
+when the instance loads. A file that lacks our run coordinator is kept, and said so in one line.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import dagster as dg
+import yaml
 
+from backfill_assets import terminal
+from backfill_assets.bounded import NotRegularFile, read_regular
 from backfill_assets.defs.coordinator import CAP_TAG, MAX_CAP
+from backfill_assets.errors import UsageError
 from backfill_assets.home import WAREHOUSE_URL_ENV, Home
 
 DAILY_RUN_LIMIT = 4
 INSTANCE_URL_ENV = "BACKFILL_DAGSTER_PG_URL"
+INSTANCE_PASSWORD_ENV = "BACKFILL_DAGSTER_PG_PASSWORD"
+COORDINATOR = "PlanGateRunCoordinator"
+HEADER = """# Written once by backfill-assets (`backfill init`); yours to edit, never rewritten. Backfill runs
+# of each plan are capped at the plan's runs_at_once (the coordinator tags them
+# backfill_assets/plan-cap-N=<plan>); daily (scheduled) runs keep their own limit. Secrets are
+# environment references ({env: NAME}), read when the instance loads.
+"""
+_said: set[str] = set()
 
 
-def _storage(home: Home, postgres_url: str | None) -> str:
+def _postgres_storage(url: str) -> dict:
+    """`postgres_db` fields of a postgresql:// URL, the password as an environment reference.
+    SQLAlchemy 2.1 with psycopg 3 fails dagster-postgres's NOTIFY; psycopg2 works (see
+    docs/postgres-instance-notes.md), hence the scheme."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
+        raise UsageError(f"--instance-url {parts.scheme}://{parts.hostname or ''}{parts.path} is not a "
+                         "postgresql://USER@HOST:PORT/DB URL", fix="pass --instance-url postgresql://USER@HOST:PORT/DB")
+    db: dict = {"username": unquote(parts.username or ""), "hostname": parts.hostname or "localhost",
+                "port": parts.port or 5432, "db_name": unquote(parts.path.lstrip("/")),
+                "scheme": "postgresql+psycopg2"}
+    if parts.password:
+        db["password"] = {"env": INSTANCE_PASSWORD_ENV}
+    if parts.query:
+        db["params"] = dict(parse_qsl(parts.query))
+    return {"storage": {"postgres": {"postgres_db": db}}}
+
+
+def dagster_config(home: Home, postgres_url: str | None = None) -> dict:
+    coordinator: dict = {"backfill_home": str(home.root)}
+    if os.environ.get(WAREHOUSE_URL_ENV):  # the coordinator reads the same warehouse as the CLI
+        coordinator["warehouse_url"] = {"env": WAREHOUSE_URL_ENV}
+    coordinator.update({
+        "max_concurrent_runs": 8, "dequeue_interval_seconds": 1, "dequeue_use_threads": True,
+        "dequeue_num_workers": 4,
+        "tag_concurrency_limits": [
+            *({"key": CAP_TAG.format(n), "value": {"applyLimitPerUniqueValue": True}, "limit": n}
+              for n in range(1, MAX_CAP + 1)),
+            {"key": "dagster/schedule_name", "limit": DAILY_RUN_LIMIT}]})
+    config: dict = {
+        "run_coordinator": {"module": "backfill_assets.defs.coordinator", "class": COORDINATOR,
+                            "config": coordinator},
+        # a run whose worker died (kill -9, OOM) is marked failed instead of staying STARTED
+        "run_monitoring": {"enabled": True, "poll_interval_seconds": 10},
+    }
     if postgres_url:
-        # SQLAlchemy 2.1 with psycopg 3 fails dagster-postgres's NOTIFY; psycopg2 works
-        # (see docs/postgres-instance-notes.md)
-        return f"""storage:
-  postgres:
-    postgres_url: "{postgres_url.replace('postgresql://', 'postgresql+psycopg2://', 1)}"
-"""
-    # One sqlite file for every run's events instead of a file per run plus an index copy, with
-    # pooled connections in WAL mode (backfill_assets/dagster_storage.py says why).
-    return f"""event_log_storage:
-  module: backfill_assets.dagster_storage
-  class: PooledSqliteEventLogStorage
-  config:
-    base_dir: "{home.dagster_home}/event_log"
-"""
+        config.update(_postgres_storage(postgres_url))
+    else:
+        # one sqlite file for every run's events instead of a file per run plus an index copy, with
+        # pooled connections in WAL mode (backfill_assets/dagster_storage.py says why)
+        config["event_log_storage"] = {"module": "backfill_assets.dagster_storage",
+                                       "class": "PooledSqliteEventLogStorage",
+                                       "config": {"base_dir": str(home.dagster_home / "event_log")}}
+    config["telemetry"] = {"enabled": False}
+    return config
 
 
 def dagster_yaml(home: Home, postgres_url: str | None = None) -> str:
-    caps = "\n".join(
-        f"      - key: \"{CAP_TAG.format(n)}\"\n        value: {{applyLimitPerUniqueValue: true}}\n"
-        f"        limit: {n}" for n in range(1, MAX_CAP + 1))
-    warehouse = os.environ.get(WAREHOUSE_URL_ENV)
-    warehouse_line = f'    warehouse_url: "{warehouse}"\n' if warehouse else ""
-    return f"""# Written by backfill-assets (`backfill init`). Backfill runs of each plan are capped at the
-# plan's runs_at_once (the coordinator tags them backfill_assets/plan-cap-N=<plan>); daily
-# (scheduled) runs keep their own limit.
-run_coordinator:
-  module: backfill_assets.defs.coordinator
-  class: PlanGateRunCoordinator
-  config:
-    backfill_home: "{home.root}"
-{warehouse_line}    max_concurrent_runs: 8
-    dequeue_interval_seconds: 1
-    dequeue_use_threads: true
-    dequeue_num_workers: 4
-    tag_concurrency_limits:
-{caps}
-      - key: "dagster/schedule_name"
-        limit: {DAILY_RUN_LIMIT}
-# A run whose worker died (kill -9, OOM) is marked failed instead of staying STARTED.
-run_monitoring:
-  enabled: true
-  poll_interval_seconds: 10
-{_storage(home, postgres_url)}telemetry:
-  enabled: false
-"""
+    return HEADER + yaml.safe_dump(dagster_config(home, postgres_url), sort_keys=False, width=100)
 
 
-def ensure_dagster_home(home: Home, postgres_url: str | None = None) -> Path:
-    """Create DAGSTER_HOME with our dagster.yaml (rewritten only when it differs)."""
+def _read_existing(config: Path) -> dict:
+    try:
+        data = read_regular(config, 1024 * 1024)
+        document = yaml.safe_load(data.decode("utf-8")) if len(data) <= 1024 * 1024 else None
+    except NotRegularFile as exc:
+        raise UsageError(f"{config} is {exc.kind}, not a regular file",
+                         fix="make it a regular dagster.yaml, or remove it and run `backfill init`") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {config} ({exc.strerror})", fix="check its permissions") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{config} is not valid YAML ({str(exc).splitlines()[0]})",
+                         fix="fix it, or remove it and run `backfill init` to write ours") from None
+    return document if isinstance(document, dict) else {}
+
+
+def check_existing(config: Path, postgres_url: str | None = None) -> str | None:
+    """One line when an existing dagster.yaml lacks what we need (it is kept as it is)."""
+    document = _read_existing(config)
+    coordinator = document.get("run_coordinator") if isinstance(document.get("run_coordinator"), dict) else {}
+    if coordinator.get("class") != COORDINATOR:
+        return (f"{config} has no {COORDINATOR} run coordinator: UI backfills are not refused before "
+                "they start nor capped per plan (each run still checks the write permission); it is "
+                "kept as it is: add our run_coordinator (see `backfill init` on an empty DAGSTER_HOME)")
+    if postgres_url and "postgres" not in (document.get("storage") or {}):
+        return (f"{config} exists and was kept: its storage is not Postgres; to move it, set storage: "
+                "postgres: postgres_db in it, or remove the file and run `backfill init --instance postgres`")
+    return None
+
+
+def ensure_dagster_home(home: Home, postgres_url: str | None = None) -> tuple[Path, str | None]:
+    """Create DAGSTER_HOME and write our dagster.yaml if there is none; an existing one is never
+    rewritten. Returns the folder and, when the existing file lacks what we need, one line saying so."""
     path = home.dagster_home
-    path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
-    if postgres_url is None and config.exists() and "postgres_url" in config.read_text():
-        # keep an instance someone moved to Postgres with `backfill init --instance postgres`
-        return path
-    text = dagster_yaml(home, postgres_url)
-    if not config.exists() or config.read_text() != text:
-        config.write_text(text)
-    return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(config):
+            return path, check_existing(config, postgres_url)
+        # exclusive create: two first commands at once never interleave their writes
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return path, check_existing(config, postgres_url)
+    except OSError as exc:
+        raise UsageError(f"cannot write {config} ({exc.strerror})",
+                         fix="give a DAGSTER_HOME (or --home) in a folder you can write") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(dagster_yaml(home, postgres_url))
+    except OSError as exc:
+        config.unlink(missing_ok=True)  # never leave half a file to be kept for good
+        raise UsageError(f"cannot write {config} ({exc.strerror})",
+                         fix="free space in (or give another) DAGSTER_HOME") from None
+    return path, None
+
+
+def _password_from_url() -> None:
+    """A Postgres instance's password, named in dagster.yaml as ${BACKFILL_DAGSTER_PG_PASSWORD}, may
+    come with the URL the team already exports."""
+    url = os.environ.get(INSTANCE_URL_ENV)
+    if url and not os.environ.get(INSTANCE_PASSWORD_ENV):
+        password = urlsplit(url).password
+        if password:
+            os.environ[INSTANCE_PASSWORD_ENV] = unquote(password)
 
 
 def instance_for(home: Home) -> dg.DagsterInstance:
-    return dg.DagsterInstance.from_config(str(ensure_dagster_home(home)))
+    path, note = ensure_dagster_home(home)
+    if note and note not in _said:  # once per process, on the terminal
+        _said.add(note)
+        terminal.say(f"backfill: {note}")
+    _password_from_url()
+    try:
+        return dg.DagsterInstance.from_config(str(path))
+    except dg.DagsterInvalidConfigError as exc:
+        why = "; ".join(e.message for e in getattr(exc, "errors", []) or []) or str(exc)
+        import re
+
+        unset = re.findall(r'environment variable "(\w+)" which is not set', why)
+        if unset:
+            raise UsageError(f"{path / 'dagster.yaml'} reads ${', $'.join(dict.fromkeys(unset))}, which is not set",
+                             fix=f"export it (a Postgres instance's password may come with ${INSTANCE_URL_ENV})"
+                             ) from None
+        raise UsageError(f"{path / 'dagster.yaml'} is not a valid Dagster instance config "
+                         f"({' '.join(why.split())[:240]})",
+                         fix="fix it (a secret named {env: NAME} needs NAME set), or remove it and run "
+                             "`backfill init`") from None

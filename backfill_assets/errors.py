@@ -104,6 +104,11 @@ class WarehouseError(BackfillError):
     """The warehouse refused an operation (lock held too long, missing table, bad identifier)."""
 
 
+class LockWaitTimeout(WarehouseError):
+    """Waiting for a warehouse lock (the DuckDB file, a PostgreSQL lock) ran out of time: the
+    warehouse is busy, not broken, and the same step can simply be tried again later."""
+
+
 class IdentifierError(WarehouseError):
     """An identifier from configuration is not a plain SQL identifier."""
 

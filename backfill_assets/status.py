@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from backfill_assets.control import authority, evidence_log, lease, record, trust_record
 from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
+from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import published as published_record
@@ -135,6 +136,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
                     f"({verdict.blockers[0]})")
         return f"finish the proof: `backfill run {pid} --proof`"
     if phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
+        mixed = [k for k in failing if SINGLE_CODE_VERSION in status.failed[k]]
+        if mixed:
+            return _code_version_step(session, state, mixed)
         if failing:
             return (f"fix the cause, then re-run the failing partitions: `backfill run {pid} --partitions "
                     f"{','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else ""))
@@ -152,6 +156,30 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
     if phase is Phase.ROLLED_BACK:
         return "nothing: the plan was rolled back; draft a new plan to retry"
     return "nothing: the plan was withdrawn"
+
+
+def _code_version_step(session: Session, state: PlanState, mixed: list[str]) -> str:
+    """single_code_version failed: re-running those partitions fixes it only under the window's
+    majority code version (under the code that wrote them it fails the same way), so say what will."""
+    from backfill_assets.control import ledger
+    from backfill_assets.execution.audit import code_version_results
+
+    pid = state.plan_id
+    keys = list(state.partition_keys)
+    versions = ledger.code_versions(session, state.target, pid)
+    majority = code_version_results(keys[:1], versions)[keys[0]].expected if versions else None
+    whole = f"`backfill run {pid} --partitions {keys[0]}..{keys[-1]}`"
+    rollback = f"`backfill rollback {pid}`"
+    if majority is None:
+        return (f"the window mixes code versions with no majority: re-run the whole window under one code "
+                f"version, {whole}, or roll it back, {rollback}")
+    named = ",".join(mixed[:5])
+    more = f" (+{len(mixed) - 5} more)" if len(mixed) > 5 else ""
+    others = sorted({versions.get(k) or "unknown" for k in mixed})
+    return (f"{named}{more} were written by code version {', '.join(others)}, the window by {majority}: "
+            f"re-running them helps only with code version {majority} deployed (then `backfill run {pid} "
+            f"--partitions {named}`{more}); with the new code re-run the whole window, {whole}; or roll it "
+            f"back, {rollback}")
 
 
 def markdown(statuses: list[PlanStatus]) -> str:

@@ -174,8 +174,9 @@ def test_a_key_added_and_a_key_removed_in_the_source_show_as_added_and_removed(w
 
 
 @pytest.mark.parametrize("args, expected", [
-    (("--partitions", "2099-01-01"), "--partitions 2099-01-01 is not in plan fix's window 2026-01-01..2026-01-03"),
-    (("--partitions", ",,,"), "--partitions ',,,' is not in plan fix's window"),
+    (("--partitions", "2099-01-01"), "partitions 2099-01-01 are not in the window 2026-01-01..2026-01-03 of plan fix"),
+    (("--partitions", ",,,"), "partitions (none) are not in the window 2026-01-01..2026-01-03 of plan fix"),
+    (("--partitions", "2026-01-03..2026-01-01"), "partitions 2026-01-03..2026-01-01: 2026-01-03 comes after"),
     (("--top", "-1"), "--top -1 is negative"),
 ])
 def test_diff_outside_the_window_or_a_negative_top_is_one_line(world, run_cli, args, expected):

@@ -115,19 +115,29 @@ def test_dagster_instance_on_postgres_holds_the_runs_of_a_plan(postgres_server, 
     import dagster as dg
 
     from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.errors import UsageError
     from backfill_assets.home import Home
     from tests.world import DEMO_DEFS, make_world
 
     warehouse_url = postgres_server.create_database("warehouse_on_pg")
-    dagster_url = postgres_server.create_database("dagster_on_pg")
+    # with a password (trust auth ignores it): dagster.yaml names it, never holds it
+    dagster_url = postgres_server.create_database("dagster_on_pg").replace("://backfill@", "://backfill:s3cr%40t@")
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", warehouse_url)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     world = make_world(tmp_path, instance, ssh_keys, warehouse_url)
     assert world.cli("init", "--instance", "postgres", "--instance-url", dagster_url) == 0
     config = (world.home / "dagster" / "dagster.yaml").read_text()
-    assert "postgresql+psycopg2://" in config and "PlanGateRunCoordinator" in config
-    assert f'warehouse_url: "{warehouse_url}"' in config  # the coordinator reads the same warehouse
+    document = yaml.safe_load(config)
+    assert document["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    assert document["run_coordinator"]["class"] == "PlanGateRunCoordinator"
+    # the coordinator reads the same warehouse, named by its environment variable, never in clear
+    assert document["run_coordinator"]["config"]["warehouse_url"] == {"env": "BACKFILL_WAREHOUSE_URL"}
+    assert warehouse_url not in config and "s3cr" not in config
+    assert document["storage"]["postgres"]["postgres_db"]["password"] == {"env": "BACKFILL_DAGSTER_PG_PASSWORD"}
+    with pytest.raises(UsageError, match="BACKFILL_DAGSTER_PG_PASSWORD|needs NAME set"):
+        instance_for(Home(world.home))  # one line, not a traceback, while the password is not given
+    monkeypatch.setenv("BACKFILL_DAGSTER_PG_URL", dagster_url)  # where the CLI finds the password
     world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
     assert world.cli("run", "fix", "--proof") == 0
     with instance_for(Home(world.home)) as on_pg:

@@ -425,21 +425,26 @@ def test_a_mistyped_home_for_a_writing_command_is_one_line_and_creates_nothing(t
     assert not (tmp_path / "home").exists()
 
 
-def test_endless_signature_key_and_evidence_files_are_one_line_without_reading_them_whole(world, run_cli):
+def test_endless_signature_key_and_evidence_files_are_one_line_without_reading_them_whole(world, run_cli, tmp_path):
     path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    huge = tmp_path / "huge"
+    with huge.open("wb") as handle:  # sparse: 100 MB that take no disk
+        handle.truncate(100 * 1024 * 1024)
     statement = world.root / "statement.txt"
     statement.write_text("x\n")
     started = time.monotonic()
-    for args, what in [(("plan", "approve", str(path), "--by", "alice", "--signature", "/dev/zero", "--statement",
-                         str(statement)), "signature file"),
-                       (("plan", "approve", str(path), "--by", "alice", "--signature", str(statement), "--statement",
-                         "/dev/zero"), "statement file"),
-                       (("plan", "approve", str(path), "--by", "alice", "--key", "/dev/zero"), "private key"),
-                       (("evidence", "verify", "--against", "/dev/zero"), "evidence file")]:
-        result = run_cli(*args)
-        assert result.code == 2, (args, result)
-        assert result.err.startswith(f"backfill: {what} /dev/zero is larger than "), result.err
-        assert result.err.count("\n") == 1
+    for named, problem in [("/dev/zero", "is a character device, not a regular file"),
+                           (str(huge), "is larger than ")]:
+        for args, what in [(("plan", "approve", str(path), "--by", "alice", "--signature", named, "--statement",
+                             str(statement)), "signature file"),
+                           (("plan", "approve", str(path), "--by", "alice", "--signature", str(statement),
+                             "--statement", named), "statement file"),
+                           (("plan", "approve", str(path), "--by", "alice", "--key", named), "private key"),
+                           (("evidence", "verify", "--against", named), "evidence file")]:
+            result = run_cli(*args)
+            assert result.code == 2, (args, result)
+            assert result.err.startswith(f"backfill: {what} {named} {problem}"), result.err
+            assert result.err.count("\n") == 1
     assert time.monotonic() - started < 30
     assert "signature:" not in path.read_text()  # nothing was approved
 

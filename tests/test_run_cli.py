@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
 from tests.conftest import BIN, ROOT
@@ -69,6 +70,45 @@ def test_partitions_outside_the_window_exit_2_without_writing(world, run_cli):
     outside = run_cli("run", "fix", "--partitions", "2026-01-05")
     assert outside.code == 2 and "not in the window 2026-01-03..2026-01-04" in outside.err
     assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
+
+
+def test_partitions_take_ranges_lists_files_and_one_key_at_a_time(world, run_cli, tmp_path):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=8)
+    assert run_cli("run", "fix", "--proof").code == 0
+    ranged = run_cli("run", "fix", "--partitions", "2026-01-02..2026-01-04,2026-01-07", "--dry-run")
+    assert ranged.code == 0 and "2026-01-02..2026-01-04" in ranged.out and "2026-01-07" in ranged.out, ranged
+    assert run_cli("run", "fix", "--partitions", "2026-01-02..2026-01-04").code == 0
+    listed = tmp_path / "keys.txt"
+    listed.write_text("2026-01-06\n\n2026-01-05\r\n")
+    assert run_cli("run", "fix", "--partitions-file", str(listed), "--partition", "2026-01-08").code == 0
+    written = {k for (k,) in world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes")}
+    assert written == {f"2026-01-0{d}" for d in (1, 2, 3, 4, 5, 6, 8)}
+    backwards = run_cli("run", "fix", "--partitions", "2026-01-04..2026-01-02")
+    assert backwards.code == 2 and "2026-01-04 comes after 2026-01-02" in backwards.err
+    diff = run_cli("diff", "fix", "--partitions", "2026-01-02..2026-01-03", "--json")
+    assert diff.code == 0 and sorted(p["partition"] for p in json.loads(diff.out)["partitions"]) == \
+        ["2026-01-02", "2026-01-03"], diff.out[:500]
+
+
+def test_one_partition_key_may_contain_commas_and_dots():
+    import argparse
+
+    from backfill_assets.cli.partition_args import chosen
+    from backfill_assets.errors import WindowError
+
+    window = ["eu,north", "eu,south", "us", "a..b"]
+
+    def named(partition=None, partitions=None, partitions_file=None):
+        return chosen(argparse.Namespace(partition=partition, partitions=partitions,
+                                         partitions_file=partitions_file), window, "p")
+
+    assert named(partition=["eu,south"]) == ["eu,south"]
+    assert named(partition=["us", "eu,north"]) == ["eu,north", "us"]  # in the window's order
+    assert named(partitions="us..a..b") == ["us", "a..b"]  # the one split between two keys of the window
+    assert named(partitions="a..b") == ["a..b"]  # a key itself, before any range
+    assert named() is None
+    with pytest.raises(WindowError, match="partitions eu are not in the window eu,north..a..b of plan p"):
+        named(partitions="eu")
 
 
 def test_pause_stops_before_the_next_slice_and_run_resumes(world, run_cli):
@@ -144,3 +184,46 @@ def test_workspace_definitions_validate_with_the_dagster_cli(run_subprocess):
                                      str(ROOT / "workspace.yaml")], timeout=300)
     assert result.code == 0, result.err[-2000:]
     assert "All code locations passed validation" in result.err + result.out
+
+
+def test_sample_refuses_an_orders_table_it_did_not_create_unless_forced(engine_world, capfd):
+    world = engine_world
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 0  # the world's sample: its own
+    world.run_sql("DROP TABLE orders")
+    world.run_sql("DROP TABLE backfill_sample_tables")
+    world.run_sql("CREATE TABLE orders (order_id BIGINT, customer_id BIGINT, region VARCHAR, order_ts TIMESTAMP, "
+                  "order_date DATE, amount DECIMAL(18,2), status VARCHAR)")
+    world.run_sql("INSERT INTO orders VALUES (1, 7, 'north', TIMESTAMP '2026-01-01 10:00:00', DATE '2026-01-01', "
+                  "12.50, 'completed')")  # a team's real order
+    capfd.readouterr()
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 1
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "orders in " in err and "was not created by `backfill sample`" in err, err
+    assert "--force" in err
+    assert world.sql("SELECT order_id, amount FROM orders") == [(1, 12.5)]
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10", "--force") == 0
+    assert world.sql("SELECT count(*) FROM orders") == [(20,)]
+    assert world.cli("sample", "--days", "2", "--rows-per-day", "10") == 1  # forced once is still theirs
+
+
+def test_status_after_a_code_version_mix_names_what_fixes_it_not_the_same_rerun(world, run_cli):
+    from dataclasses import replace
+
+    from tests.world import FIXED
+
+    world.approved_plan("ver", start="2026-01-01", end="2026-01-04", proof=("2026-01-01", "2026-01-02",
+                                                                          "2026-01-03"), per_run=3)
+    assert run_cli("run", "ver", "--proof").code == 0
+    newer = replace(FIXED, code_version="3")  # a new release wrote the last day
+    assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
+    status = json.loads(run_cli("status", "ver", "--json").out)
+    assert status["failed"] == {"2026-01-04": ["single_code_version"]}
+    hint = status["next"]
+    assert hint == ("2026-01-04 were written by code version 3, the window by 2: re-running them helps only with "
+                    "code version 2 deployed (then `backfill run ver --partitions 2026-01-04`); with the new code "
+                    "re-run the whole window, `backfill run ver --partitions 2026-01-01..2026-01-04`; or roll it "
+                    "back, `backfill rollback ver`"), hint
+    # the same re-run under the new code fails the same way; under the window's code it passes
+    assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
+    assert run_cli("run", "ver", "--partitions", "2026-01-04").code == 0  # the demo's code: version 2
+    assert json.loads(run_cli("status", "ver", "--json").out)["failed"] == {}

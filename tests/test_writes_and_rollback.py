@@ -154,6 +154,19 @@ def test_rollback_is_refused_when_a_later_plan_wrote_the_same_partitions(world, 
     assert world.phase("first") == "published"
 
 
+def test_rollback_of_an_earlier_plan_is_allowed_once_the_later_plan_was_rolled_back(world, run_cli):
+    assert world.materialize(keys(1, 5), spec=BUGGY, publish=True).success
+    history = world.fingerprints("daily_revenue", keys(1, 5))
+    run_whole_plan(world, "first")
+    run_whole_plan(world, "second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
+    assert run_cli("rollback", "first").code == 1  # second's work would be erased
+    assert run_cli("rollback", "second").code == 0  # its partitions hold first's rows again
+    rolled = run_cli("rollback", "first")
+    assert rolled.code == 0, rolled.err
+    assert world.fingerprints("daily_revenue", keys(1, 5)) == history
+    assert world.phase("first") == world.phase("second") == "rolled_back"
+
+
 @pytest.mark.parametrize("damage", [
     "DELETE FROM backfill_control.snapshots WHERE partition_key = '2026-01-03' AND table_name = 'daily_revenue'",
     "DELETE FROM backfill_snapshots.{snapshot} WHERE order_date = '2026-01-03'",

@@ -87,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:  # a bug: one line here, the traceback in the log
+        fault = _environment_fault(args, exc)
+        if fault is not None:  # a full disk or a read-only home is the machine's, not a bug
+            _log_traceback(args)
+            sys.stderr.write(_red(f"backfill: {fault}") + "\n")
+            return fault.exit_code
         if args.verbose:
             traceback.print_exc()
         where = _log_traceback(args)
@@ -94,6 +99,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                               f"{str(exc).splitlines()[0] if str(exc) else ''}") +
                          f" (traceback in {where})\n")
         return INTERNAL_ERROR
+
+
+def _environment_fault(args: argparse.Namespace, exc: BaseException) -> BackfillError | None:
+    from backfill_assets.cli.common import home_of
+    from backfill_assets.environment import fault_of
+
+    try:
+        where = str(home_of(args).root)
+    except BackfillError:
+        where = "the backfill home"
+    return fault_of(exc, where)
 
 
 def _log_details(args: argparse.Namespace, text: str) -> str:

@@ -99,7 +99,7 @@ def writing(args: argparse.Namespace, *, create: bool = False) -> Iterator[Sessi
 def plan_id_of(reference: str) -> tuple[str, Path | None]:
     """A plan named by its file (then its plan_id is read from it) or by its plan_id."""
     path = Path(reference)
-    if path.is_file():
+    if path.is_file() or (path.exists() and not path.is_dir()):  # a FIFO or device: one line from load_plan
         return load_plan(path).plan_id, path
     import re
 

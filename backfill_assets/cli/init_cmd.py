@@ -66,10 +66,24 @@ def cmd_init(args: argparse.Namespace) -> int:
         if files is not None:
             print(_pin_first(session, *files))
     key = create_key(home)
-    dagster_home = ensure_dagster_home(home, url)
+    dagster_home, kept = ensure_dagster_home(home, url)
     print(f"warehouse    {where}")
     print(f"evidence key {key} (mode 0600; keep it, and back it up apart from the warehouse)")
-    print(f"DAGSTER_HOME {dagster_home} (dagster.yaml: write-permission run coordinator, per-plan caps"
-          + (", Postgres storage)" if url else ")"))
-    print(f"export BACKFILL_HOME={home.root} DAGSTER_HOME={dagster_home}")
+    if kept:
+        print(f"DAGSTER_HOME {dagster_home} (its dagster.yaml is kept as it is)")
+        print(f"note         {kept}")
+    else:
+        print(f"DAGSTER_HOME {dagster_home} (dagster.yaml: write-permission run coordinator, per-plan caps"
+              + (", Postgres storage)" if url else ")") + "; written once, yours to edit")
+    from urllib.parse import urlsplit
+
+    from backfill_assets.dagster_setup import INSTANCE_PASSWORD_ENV
+
+    if url and not kept and urlsplit(url).password:
+        print(f"password     not written: dagster.yaml reads it from ${INSTANCE_PASSWORD_ENV} (set it, or "
+              f"${INSTANCE_URL_ENV}, wherever the instance is loaded)")
+    import shlex
+
+    # quoted for the shell: a home's path may hold spaces, quotes or #
+    print(f"export BACKFILL_HOME={shlex.quote(str(home.root))} DAGSTER_HOME={shlex.quote(str(dagster_home))}")
     return 0

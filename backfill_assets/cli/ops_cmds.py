@@ -4,6 +4,14 @@ from __future__ import annotations
 
 
 def modules() -> list:
-    from backfill_assets.cli import approvers_cmd, demo_cmd, init_cmd, report_cmds, run_cmds, sample_cmd
+    from backfill_assets.cli import (
+        approvers_cmd,
+        demo_cmd,
+        init_cmd,
+        notices_cmd,
+        report_cmds,
+        run_cmds,
+        sample_cmd,
+    )
 
-    return [init_cmd, sample_cmd, approvers_cmd, run_cmds, report_cmds, demo_cmd]
+    return [init_cmd, sample_cmd, approvers_cmd, run_cmds, report_cmds, notices_cmd, demo_cmd]

@@ -10,8 +10,9 @@ from pathlib import Path
 import yaml
 
 from backfill_assets import terminal as output
-from backfill_assets.bounded import read_bounded
+from backfill_assets.bounded import read_bounded, refuse_non_regular
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
+from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.errors import PublishBlocked, UsageError
 
 
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     diff = sub.add_parser("diff", help="what the plan changed: before (its snapshots) against now")
     diff.add_argument("plan")
-    diff.add_argument("--partitions", help="only these keys: K1,K2")
+    add_partition_args(diff, "only")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--top", type=int, default=10, help="keys shown per partition (largest changes)")
     add_defs(diff)
@@ -134,15 +135,20 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.notices_cmd import undelivered_line
     from backfill_assets.control import record
+    from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status
 
     with reading(args) as session:
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
         statuses = [plan_status(session, s) for s in states]
+        told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
+        waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
     dead = _fail_dead_runs(home_of(args))
     if args.json:
-        print(json.dumps(statuses[0].to_json() if args.plan else [s.to_json() for s in statuses], indent=2))
+        shown = [{**s.to_json(), "undelivered_notices": waiting[s.plan_id]} for s in statuses]
+        print(json.dumps(shown[0] if args.plan else shown, indent=2))
         return 0
     for run_id in dead:
         print(f"dead run   {run_id[:8]}: its process was killed; marked failed in Dagster (every partition "
@@ -162,20 +168,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         if s.running:
             print(f"running    {s.running}")
         print(f"publish    {s.publish}")
+        if told[s.plan_id]:
+            print(f"notices    {told[s.plan_id]}")
         print(f"next       {s.next}")
     return 0
 
 
 def _fail_dead_runs(home) -> list[str]:
     """Runs of ours whose process died are marked failed (only where a Dagster instance exists)."""
-    if not (home.dagster_home / "dagster.yaml").exists():
-        return []
+    if not (home.dagster_home / "dagster.yaml").exists() or not os.access(home.dagster_home, os.W_OK):
+        return []  # a reading command on a read-only home shows the plans all the same
     import dagster as dg
 
+    from backfill_assets.environment import fault_of
     from backfill_assets.execution.runner import fail_dead_runs
 
-    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
-        return fail_dead_runs(instance)
+    try:
+        with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+            return fail_dead_runs(instance)
+    except dg.DagsterInvalidConfigError:
+        return []  # a reading command shows the plans anyway; `backfill run` names the problem
+    except Exception as exc:
+        if fault_of(exc, str(home.dagster_home)) is None:
+            raise
+        return []  # a full disk: the dead runs are marked by the next command that can write
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -186,14 +202,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with reading(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        keys = None
-        if args.partitions is not None:
-            keys = [k.strip() for k in args.partitions.split(",") if k.strip()]
-            outside = [k for k in keys if k not in state.partition_keys]
-            if not keys or outside:
-                raise UsageError(f"--partitions {outside[0] if outside else repr(args.partitions)} is not in plan "
-                                 f"{state.plan_id}'s window {state.partition_keys[0]}..{state.partition_keys[-1]}",
-                                 fix="name partitions inside the plan's window, comma-separated")
+        keys = chosen(args, list(state.partition_keys), state.plan_id)
         if args.top < 0:
             raise UsageError(f"--top {args.top} is negative", fix="pass 0 or more keys per partition")
         report = plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top)
@@ -229,6 +238,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
+        if not os.path.isdir(args.out):  # a folder is refused below, by the write itself
+            # opening a FIFO for writing waits for a reader
+            refuse_non_regular(args.out, "--out", "pass --out a regular file's path")
         try:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text, encoding="utf-8")

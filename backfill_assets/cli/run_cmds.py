@@ -6,19 +6,20 @@ import argparse
 import os
 
 from backfill_assets import terminal as output
+from backfill_assets.cli import partition_args
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
+from backfill_assets.cli.partition_args import add_partition_args
 from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import lease, ledger, record
-from backfill_assets.errors import PlanRefused, WindowError
+from backfill_assets.errors import PlanRefused, UsageError
 from backfill_assets.plan.phases import PAST_PROOF, Phase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run the plan through Dagster: --proof first, then the window")
     run.add_argument("plan", help="the plan's file or plan_id")
-    mode = run.add_mutually_exclusive_group()
-    mode.add_argument("--proof", action="store_true", help="the proof partitions, twice")
-    mode.add_argument("--partitions", help="re-materialize these keys of the window: K1,K2")
+    run.add_argument("--proof", action="store_true", help="the proof partitions, twice")
+    add_partition_args(run, "re-materialize")
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(run)
     add_home(run)
@@ -45,13 +46,8 @@ def _stage(args: argparse.Namespace, state, scheme, passed: set[str]):
 
     execution = state.approved.plan.execution
     size = execution.partitions_per_run
-    if args.partitions:
-        keys = list(dict.fromkeys(k.strip() for k in args.partitions.split(",") if k.strip()))
-        outside = [k for k in keys if not state.covers(k)]
-        if outside or not keys:
-            raise WindowError(f"partitions {', '.join(outside[:3]) or '(none)'} are not in the window "
-                              f"{state.partition_keys[0]}..{state.partition_keys[-1]} of plan {state.plan_id}",
-                              fix="name keys inside the plan's window, comma-separated")
+    keys = partition_args.chosen(args, list(state.partition_keys), state.plan_id)
+    if keys is not None:
         return partitions_stage(keys, size, scheme)
     if args.proof:
         return proof_stage(state.proof_keys, size, scheme)
@@ -68,7 +64,7 @@ def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
         raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
                           fix="the proof runs once, between approval and the window")
     proof_only = set(stage.partitions) <= set(state.proof_keys)
-    if not args.proof and state.phase not in PAST_PROOF and not (args.partitions and proof_only):
+    if not args.proof and state.phase not in PAST_PROOF and not (partition_args.given(args) and proof_only):
         raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed",
                           fix=f"run `backfill run {pid} --proof`")
 
@@ -85,6 +81,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         worker_run,
     )
 
+    if args.proof and partition_args.given(args):
+        raise UsageError("--proof runs the proof partitions; it takes no --partition(s)",
+                         fix="pass either --proof or the partitions to re-run")
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
     enable_event_batching()
@@ -121,7 +120,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
         if state.hold == "paused":
             state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
-    instance = instance_for(home)
+    try:
+        instance = instance_for(home)
+    except BaseException:
+        # a full disk or a read-only DAGSTER_HOME: one line, and the lease taken a moment ago is
+        # given back, so nothing this command did stays
+        with warehouse.session() as session:
+            lease.release(session, held)
+        raise
     execution = state.approved.plan.execution
     parallel = execution.runs_at_once if warehouse.engine.name != "duckdb" else 1
     if execution.runs_at_once > 1 and parallel == 1:
@@ -141,7 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
                 def run_wave(wave):
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
-                                           state.target, keys, actor(), output.verbose()) for keys in wave]
+                                           state.target, keys, actor(), output.verbose(),
+                                           lease.launcher_label(held)) for keys in wave]
                     return [f.result() for f in futures]
             else:
                 def run_wave(wave):

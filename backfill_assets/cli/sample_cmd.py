@@ -6,8 +6,8 @@ import argparse
 import datetime as dt
 
 from backfill_assets.cli.common import add_home, warehouse_of
-from backfill_assets.demo.sample import generate_orders
-from backfill_assets.errors import UsageError
+from backfill_assets.demo.sample import generate_orders, sample_owns_orders
+from backfill_assets.errors import UsageError, WriteRefused
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sample.add_argument("--rows-per-day", type=int, required=True)
     sample.add_argument("--seed", type=int, default=7)
     sample.add_argument("--start", default="2026-01-01", help="first day (YYYY-MM-DD)")
+    sample.add_argument("--force", action="store_true",
+                        help="write into an `orders` table sample did not create (its rows for those days are deleted)")
     add_home(sample)
     sample.set_defaults(handler=cmd_sample)
 
@@ -32,6 +34,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise UsageError(f"the sample would end on {end}, in the future", fix="start earlier or generate fewer days")
     warehouse = warehouse_of(args)
     with warehouse.session() as session:
+        if not args.force and not sample_owns_orders(session):
+            raise WriteRefused(f"orders in {warehouse.engine.describe()} was not created by `backfill sample`; "
+                               f"sample would delete its rows for {start}..{end}",
+                               fix="point --home (or BACKFILL_WAREHOUSE_URL) at a scratch warehouse, or pass "
+                                   "--force to replace those days")
         rows = generate_orders(session, start=start, days=args.days, rows_per_day=args.rows_per_day,
                                seed=args.seed)
     print(f"wrote {rows} orders for {start}..{end} into {warehouse.engine.describe()}")

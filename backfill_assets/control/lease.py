@@ -11,14 +11,19 @@ import datetime as dt
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import PlanRefused
+from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.warehouse.engine import Session
 
 TTL_SECONDS = 300.0
+# on every run `backfill run` launches, in-process or in its worker processes: "<host>:<pid>" of
+# the process holding the lease. A label for coordination, not authority: whoever sets it still
+# needs the plan's write permission.
+LAUNCHER_TAG = "backfill_assets/launcher"
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,44 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
     return lease
 
 
+class LeaseLost(PlanRefused):
+    """The run's lease is no longer its own: another runner took it over (or it was released)."""
+
+
+def _same(found: Lease | None, lease: Lease) -> bool:
+    return found is not None and (found.host, found.pid, found.acquired_at) == \
+        (lease.host, lease.pid, lease.acquired_at)
+
+
 def renew(session: Session, lease: Lease) -> None:
-    session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
-                    "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
+    """Extend our lease, or raise LeaseLost when it is no longer ours: a runner whose lease was
+    taken over (it looked dead to another host) must not go on writing beside the new holder."""
+    with session.transaction():
+        found = current(session, lease.plan_id)  # held until the update commits
+        if not _same(found, lease):
+            who = found.describe() if found is not None else "nobody (it was released)"
+            raise LeaseLost(f"the lease of plan {lease.plan_id} is now held by {who}",
+                            fix=f"let that run finish; `backfill status {lease.plan_id}` shows it")
+        session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
+                        "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
+
+
+def launcher_label(lease: Lease) -> str:
+    return f"{lease.host}:{lease.pid}"
+
+
+def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], first_key: str) -> None:
+    """While a `backfill run` holds the plan's lease, only the runs it launched may write the plan:
+    a run launched elsewhere (the UI, `dagster asset materialize`) is refused before it writes."""
+    row = session.one(f"SELECT plan_id, holder, host, pid, acquired_at, heartbeat_at FROM {SCHEMA}.leases "
+                      "WHERE plan_id = ?", [plan_id])
+    found = Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
+    if found is None or not found.alive() or tags.get(LAUNCHER_TAG) == launcher_label(found):
+        return
+    raise PartitionRefused(f"plan {plan_id} is being run by {found.describe()}: no other run of the plan "
+                           "may write meanwhile", plan_id=plan_id, partition=first_key,
+                           fix=f"wait for that run to finish (`backfill status {plan_id}`), or pause it "
+                               f"with `backfill pause {plan_id}` and relaunch")
 
 
 def release(session: Session, lease: Lease) -> None:

@@ -3,25 +3,38 @@
 `enqueue` writes an outbox row (and its evidence) inside the caller's transaction, so a notice
 exists exactly when the change it announces committed. `relay` delivers pending webhook notices
 after the commit, with no warehouse connection open while a receiver answers: a slow or dead
-webhook never holds the warehouse lock and never loses a notice (it is retried on the next relay:
-the CLI after its command, the reopen sensor on each tick). Delivery is at least once; receivers
-deduplicate on `notice_id`.
+webhook never holds the warehouse lock. Each delivery has a total deadline and each relay a total
+budget, so a receiver that trickles its answer cannot hang a command or a sensor tick.
+
+A notice is never dropped: a failed delivery is retried with backoff (its next attempt time is
+kept in `outbox_retries`) by every later relay (the CLI after its command, the reopen sensor on
+each tick) until it is delivered. Delivery is at least once; receivers deduplicate on
+`notice_id`. Notices without a webhook are read with `backfill notices`.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import time
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.schema import SCHEMA, next_id
+from backfill_assets.control.webhook import post
+from backfill_assets.settings import number
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 
-WEBHOOK_TIMEOUT_SECONDS = 5.0
-MAX_ATTEMPTS = 20
+DEADLINE_ENV = "BACKFILL_WEBHOOK_DEADLINE_SECONDS"
+DEFAULT_DEADLINE_SECONDS = 10.0  # one delivery, connect to status line
+BUDGET_ENV = "BACKFILL_RELAY_BUDGET_SECONDS"
+DEFAULT_BUDGET_SECONDS = 20.0  # one relay call, every delivery it attempts
+BACKOFF_FIRST_SECONDS = 15.0
+BACKOFF_MAX_SECONDS = 3600.0
+# the next attempt of each notice that failed; a table of the relay's own, made on first failure
+RETRIES = f"{SCHEMA}.outbox_retries"
+_RETRIES_DDL = (f"CREATE TABLE IF NOT EXISTS {RETRIES} (notice_id BIGINT PRIMARY KEY, "
+                "next_attempt_at DOUBLE PRECISION NOT NULL, last_attempt_at VARCHAR NOT NULL)")
 
 
 def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str], message: str,
@@ -46,34 +59,120 @@ class Delivery:
     detail: str
 
 
-def _post(url: str, body: str) -> tuple[bool, str]:
-    request = urllib.request.Request(url, data=body.encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
-            return 200 <= response.status < 300, f"HTTP {response.status}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return False, str(exc)[:200]
+def backoff_seconds(attempts: int) -> float:
+    """Seconds before the next attempt after `attempts` failed ones: doubling, capped at an hour."""
+    return min(BACKOFF_FIRST_SECONDS * 2 ** max(0, attempts - 1), BACKOFF_MAX_SECONDS)
 
 
-def relay(warehouse: Warehouse, *, wait_seconds: float | None = None) -> list[Delivery]:
-    """Deliver every pending webhook notice; record each outcome. Never raises for a receiver."""
+def deadline_seconds() -> float:
+    return number(DEADLINE_ENV, DEFAULT_DEADLINE_SECONDS, 0.1, 600, "seconds")
+
+
+def budget_seconds() -> float:
+    return number(BUDGET_ENV, DEFAULT_BUDGET_SECONDS, 0.1, 3600, "seconds")
+
+
+def _due(session: Session, now: float) -> list[tuple]:
+    retries = session.engine.table_exists(session, "outbox_retries", SCHEMA)
+    join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
+    due = "AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= ?)" if retries else ""
+    return session.rows(
+        f"SELECT o.notice_id, o.webhook_url, o.body, o.attempts FROM {SCHEMA}.outbox AS o {join} "
+        f"WHERE o.webhook_url IS NOT NULL AND o.delivered_at IS NULL {due} ORDER BY o.notice_id",
+        [now] if retries else [])
+
+
+def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
+          budget: float | None = None) -> list[Delivery]:
+    """Deliver the webhook notices that are due, within `budget` seconds in all; record each
+    outcome. Never raises for a receiver; what is not attempted now waits for the next relay."""
     if not warehouse.exists():
         return []
+    budget = budget_seconds() if budget is None else budget
+    per_delivery = deadline_seconds()
     with warehouse.session(wait_seconds=wait_seconds) as session:
         if not session.engine.table_exists(session, "outbox", SCHEMA):
             return []
-        pending = session.rows(
-            f"SELECT notice_id, webhook_url, body FROM {SCHEMA}.outbox WHERE webhook_url IS NOT NULL "
-            "AND delivered_at IS NULL AND attempts < ? ORDER BY notice_id", [MAX_ATTEMPTS])
+        pending = _due(session, time.time())
     # the connection (and with DuckDB the file lock) is released while receivers answer
-    outcomes = [Delivery(int(nid), *_post(url, body)) for nid, url, body in pending]
+    ends = time.monotonic() + budget
+    outcomes: list[Delivery] = []
+    attempts: dict[int, int] = {}
+    for nid, url, body, tried in pending:
+        left = ends - time.monotonic()
+        if left <= 0:
+            break  # the rest keep their turn for the next relay
+        outcomes.append(Delivery(int(nid), *post(url, body, min(per_delivery, left))))
+        attempts[int(nid)] = int(tried) + 1
     if outcomes:
         with warehouse.session(wait_seconds=wait_seconds) as session, session.transaction():
+            if any(not o.ok for o in outcomes):
+                session.execute(_RETRIES_DDL)
+            now, at = time.time(), evidence_log.now_iso()
             for outcome in outcomes:
                 session.execute(
                     f"UPDATE {SCHEMA}.outbox SET attempts = attempts + 1, last_error = ?, "
                     "delivered_at = ? WHERE notice_id = ?",
-                    [None if outcome.ok else outcome.detail,
-                     evidence_log.now_iso() if outcome.ok else None, outcome.notice_id])
+                    [None if outcome.ok else outcome.detail, at if outcome.ok else None, outcome.notice_id])
+                if not outcome.ok:
+                    session.execute(
+                        f"INSERT INTO {RETRIES} VALUES (?, ?, ?) ON CONFLICT (notice_id) DO UPDATE SET "
+                        "next_attempt_at = excluded.next_attempt_at, last_attempt_at = excluded.last_attempt_at",
+                        [outcome.notice_id, now + backoff_seconds(attempts[outcome.notice_id]), at])
     return outcomes
+
+
+@dataclass(frozen=True)
+class Notice:
+    notice_id: int
+    plan_id: str
+    event: str
+    recipients: str
+    message: str
+    webhook: bool
+    attempts: int
+    last_error: str | None
+    delivered_at: str | None
+    recorded_at: str
+    next_attempt_at: float | None
+
+    @property
+    def delivery(self) -> str:
+        if not self.webhook:
+            return "no webhook: read here"
+        if self.delivered_at:
+            return f"delivered at {self.delivered_at}"
+        if not self.attempts:
+            return "queued: the next relay delivers it"
+        import datetime as dt
+
+        when = dt.datetime.fromtimestamp(self.next_attempt_at or 0, dt.UTC).isoformat(timespec="seconds") \
+            if self.next_attempt_at else "the next relay"
+        return f"undelivered after {self.attempts} attempt(s): {self.last_error}; next attempt {when}"
+
+    @property
+    def undelivered(self) -> bool:
+        return self.webhook and not self.delivered_at
+
+    def to_json(self) -> dict:
+        return {"notice_id": self.notice_id, "plan_id": self.plan_id, "event": self.event,
+                "recipients": self.recipients, "message": self.message, "webhook": self.webhook,
+                "attempts": self.attempts, "last_error": self.last_error, "delivered_at": self.delivered_at,
+                "recorded_at": self.recorded_at, "next_attempt_at": self.next_attempt_at,
+                "delivery": self.delivery}
+
+
+def notices(session: Session, plan_id: str | None = None) -> list[Notice]:
+    """Every notice (of one plan), oldest first, with how far its delivery got. Reads only."""
+    if not session.engine.table_exists(session, "outbox", SCHEMA):
+        return []
+    retries = session.engine.table_exists(session, "outbox_retries", SCHEMA)
+    nxt = "r.next_attempt_at" if retries else "NULL"
+    join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
+    where = "WHERE o.plan_id = ?" if plan_id else ""
+    rows = session.rows(
+        f"SELECT o.notice_id, o.plan_id, o.event, o.recipients, o.message, o.webhook_url IS NOT NULL, "
+        f"o.attempts, o.last_error, o.delivered_at, o.recorded_at, {nxt} FROM {SCHEMA}.outbox AS o {join} "
+        f"{where} ORDER BY o.notice_id", [plan_id] if plan_id else [])
+    return [Notice(int(r[0]), r[1], r[2], r[3], r[4], bool(r[5]), int(r[6]), r[7], r[8], r[9],
+                   float(r[10]) if r[10] is not None else None) for r in rows]

@@ -21,6 +21,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
+from backfill_assets.bounded import read_bounded, refuse_non_regular
 from backfill_assets.errors import BackfillError, UsageError
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec
@@ -58,6 +59,7 @@ class LoadedDefs:
 def _import_file(path: Path) -> ModuleType:
     if not path.exists():
         raise UsageError(f"definitions file {path} does not exist", fix=FIX)
+    refuse_non_regular(path, "definitions file", FIX)  # Python's loader would wait on a FIFO
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # like `dagster -f`: the file's folder is its working directory
@@ -105,7 +107,8 @@ def _workspace_targets(folder: Path) -> list[tuple[str, str | None, str | None]]
     if not path.exists():
         return []
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = read_bounded(path, 1024 * 1024, "workspace file", FIX).decode("utf-8", errors="replace")
+        document = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read {path} ({exc})", fix=FIX) from None
     out = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
@@ -120,6 +121,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             with warehouse.session() as session:
                 try:
                     permission = permit(session, spec, scheme, keys, tags)
+                    if permission.plan is not None:  # any run of a plan honours its lease
+                        refuse_foreign_run(session, permission.plan.plan_id, tags, keys[0])
                 except PartitionRefused as exc:
                     raise dg.Failure(description=str(exc), metadata={
                         "plan": exc.plan_id or "none", "partition": exc.partition}) from None
@@ -163,9 +166,12 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
     return table
 
 
-def cli_run_tags(plan_id: str | None, actor: str) -> dict[str, str]:
-    """Tags of the runs `backfill run` launches: labels for the UI and for finding dead runs."""
-    tags = {ACTOR_TAG: actor, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -> dict[str, str]:
+    """Tags of the runs `backfill run` launches: labels for the UI, for finding dead runs (the
+    process running it) and for the plan's lease (the process holding it, `launcher`; by default
+    this one)."""
+    tags = {ACTOR_TAG: actor, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(),
+            LAUNCHER_TAG: launcher or f"{socket.gethostname()}:{os.getpid()}"}
     if plan_id:
         tags[PLAN_TAG] = plan_id
     return tags

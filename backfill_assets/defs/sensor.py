@@ -14,7 +14,7 @@ import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.resources import WarehouseResource
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
 from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from backfill_assets.defs.replayable import ReplayableTable
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
+SENSOR_RELAY_BUDGET_SECONDS = 10.0  # a tick stays short; what is left waits for the next tick
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 PLAN_STATE_METADATA = "backfill_assets/plans"
@@ -74,9 +75,12 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
                 plans = sorted(record.all_plans(session, target=spec.name), key=lambda s: s.updated_at)
                 shown = [s for s in plans if s.phase not in ENDED] + [s for s in plans if s.phase in ENDED][-5:]
                 statuses = [plan_status(session, s, spec, scheme) for s in shown]
-            outbox.relay(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS)
-        except WarehouseError as exc:
-            return dg.SkipReason(f"warehouse busy or unavailable, retrying next tick ({exc.message})")
+            outbox.relay(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS,
+                         budget=SENSOR_RELAY_BUDGET_SECONDS)
+        except LockWaitTimeout as exc:
+            # only a lock wait is "busy"; any other error (a missing table, a server that refuses
+            # the connection) fails the tick, so the UI shows it as the error it is
+            return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")
         table = markdown(statuses)
         cursor = hashlib.sha256(table.encode()).hexdigest()
         events = []

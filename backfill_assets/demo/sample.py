@@ -19,6 +19,18 @@ CREATE TABLE IF NOT EXISTS orders (
 """
 
 REGIONS = ["north", "south", "east", "west", "central"]
+# the tables sample data created: `backfill sample` rewrites only these (it deletes the days it
+# generates), never a team's real `orders`
+OWNED = "backfill_sample_tables"
+
+
+def sample_owns_orders(session: Session) -> bool:
+    """Whether `orders` is absent or was created by the sample generator."""
+    engine = session.engine
+    if not engine.table_exists(session, "orders"):
+        return True
+    return engine.table_exists(session, OWNED) and bool(
+        session.scalar(f"SELECT count(*) FROM {OWNED} WHERE table_name = 'orders'"))
 
 
 def generate_orders(session: Session, *, start: dt.date, days: int, rows_per_day: int, seed: int = 7) -> int:
@@ -33,6 +45,9 @@ def generate_orders(session: Session, *, start: dt.date, days: int, rows_per_day
 
     region = "CASE " + " ".join(f"WHEN {rand('r', 5)} = {i} THEN '{r}'" for i, r in enumerate(REGIONS)) + " END"
     with session.transaction():
+        if not session.engine.table_exists(session, "orders"):  # created here: marked as ours
+            session.execute(f"CREATE TABLE IF NOT EXISTS {OWNED} (table_name VARCHAR PRIMARY KEY)")
+            session.execute(f"INSERT INTO {OWNED} VALUES ('orders') ON CONFLICT DO NOTHING")
         session.execute(ORDERS_DDL)
         session.execute("DELETE FROM orders WHERE order_date BETWEEN ? AND ?", [start, end])
         session.execute(

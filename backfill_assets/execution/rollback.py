@@ -76,13 +76,18 @@ def _refuse_later_writers(session: Session, state: PlanState, keys: list[str]) -
 
 
 def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[tuple[str, str]]:
+    """Who wrote these partitions after the plan's first write. A later plan since rolled back does
+    not count: its rollback restored its snapshot, which is this plan's rows (and it could itself
+    be rolled back only while nobody had written after it)."""
     if not keys:
         return []
     return [(str(w), str(k)) for w, k in session.rows(
         f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key FROM {SCHEMA}.writes
             WHERE asset = ? AND partition_key = ANY(?) AND (plan_id IS NULL OR plan_id <> ?)
               AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
-            ORDER BY 2""", [state.target, keys, state.plan_id, state.plan_id])]
+              AND (plan_id IS NULL OR plan_id NOT IN
+                   (SELECT plan_id FROM {SCHEMA}.plans WHERE phase = ?))
+            ORDER BY 2""", [state.target, keys, state.plan_id, state.plan_id, Phase.ROLLED_BACK.value])]
 
 
 SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})

@@ -85,10 +85,11 @@ def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance, plan_id: str,
-              keys: list[str], actor: str, run_config: dict) -> tuple[str, list[str]]:
-    """One Dagster run of the target over `keys` (contiguous); returns its id and failures."""
+              keys: list[str], actor: str, run_config: dict, launcher: str | None = None) -> tuple[str, list[str]]:
+    """One Dagster run of the target over `keys` (contiguous); returns its id and failures.
+    `launcher`: the lease holder's label when this process is one of its workers."""
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
-    tags = cli_run_tags(plan_id, actor)
+    tags = cli_run_tags(plan_id, actor, launcher)
     if len(keys) == 1:
         tags["dagster/partition"] = keys[0]
     else:
@@ -128,7 +129,11 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                         "finished); " + ("`backfill run` resumes" if now.hold == "paused"
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
-                lease.renew(session, held)
+                try:
+                    lease.renew(session, held)
+                except lease.LeaseLost as exc:
+                    say(f"{exc.message}: stopped before {wave[0][0]} (runs in flight finished)")
+                    return reports + [SliceReport(wave[0], errors=["lease lost"])]
                 # on DuckDB the connection stays open, idle, while the wave's runs write, so theirs
                 # join this process's open database instead of loading it again; it is closed
                 # between waves, so `backfill pause` gets in
@@ -161,7 +166,7 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
 
 
 def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, plan_id: str, target: str,
-               keys: list[str], actor: str, verbose: bool) -> tuple[str, list[str]]:
+               keys: list[str], actor: str, verbose: bool, launcher: str | None = None) -> tuple[str, list[str]]:
     """One slice in a worker process (runs_at_once > 1 on a server engine)."""
     from pathlib import Path
 
@@ -179,7 +184,7 @@ def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, 
     loaded = load_defs(defs_ref)
     with terminal.dagster_output(home):
         return run_range(loaded, loaded.table(target), instance_for(home), plan_id, keys, actor,
-                         terminal.run_config())
+                         terminal.run_config(), launcher)
 
 
 def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:

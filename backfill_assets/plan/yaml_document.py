@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, MappingStartEvent, ScalarEvent, StreamEndEvent
 
+from backfill_assets.bounded import NotRegularFile, read_regular
 from backfill_assets.errors import PlanReadError
 
 MAX_PLAN_BYTES = 256 * 1024
@@ -240,9 +241,11 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
     """Read and parse a plan file; size is checked on the bytes, before decoding or parsing."""
     source = str(path)
     try:
-        with path.open("rb") as handle:
-            # read one byte past the limit so /dev/zero or a huge file is never slurped whole
-            data = handle.read(MAX_PLAN_BYTES + 1)
+        # one byte past the limit, so a huge file is never slurped whole; a FIFO or device is
+        # refused before a byte is read (opening a FIFO would wait for a writer forever)
+        data = read_regular(path, MAX_PLAN_BYTES)
+    except NotRegularFile as exc:
+        raise _refuse(source, f"is {exc.kind}, not a regular file", "give the path of a plan .yaml file") from None
     except FileNotFoundError:
         raise _refuse(source, "no such plan file",
                       "check the path, or create one with `backfill plan new`") from None

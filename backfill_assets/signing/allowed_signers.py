@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from itertools import accumulate
 from pathlib import Path
 
+from backfill_assets.bounded import NotRegularFile, read_regular
 from backfill_assets.errors import AllowedSignersError, PrincipalError, SignatureError
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.principals import canonical_principal
@@ -70,8 +71,10 @@ class AllowedSigners:
     def load(cls, path: str | Path) -> AllowedSigners:
         path = Path(path)
         try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_FILE_BYTES + 1)
+            data = read_regular(path, MAX_FILE_BYTES)  # a FIFO or device is refused unread
+        except NotRegularFile as exc:
+            raise AllowedSignersError(f"allowed_signers file {path} is {exc.kind}, not a regular file",
+                                      fix=_MISSING_FIX) from None
         except FileNotFoundError:
             raise AllowedSignersError(f"allowed_signers file {path} does not exist",
                                       fix=_MISSING_FIX) from None

@@ -242,7 +242,7 @@ def sign(message: bytes, private_key_path: str | Path, namespace: str = NAMESPAC
 
 def _load_private_key(path: Path) -> PrivateKey:
     try:
-        data = read_bounded(path, 64 * 1024, "private key", _SIGN_FIX)
+        data = read_bounded(path, 64 * 1024, "private key", _SIGN_FIX)  # a regular file, bounded
     except OSError as exc:
         raise SignatureError(f"cannot read private key {path} ({exc.strerror})", fix=_SIGN_FIX) from None
     try:

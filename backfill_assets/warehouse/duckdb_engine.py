@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +50,7 @@ class DuckDBSession(Session):
         self.con.execute("BEGIN TRANSACTION")
 
     def _commit(self) -> None:
-        self.con.execute("COMMIT")
+        self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
         try:
@@ -62,8 +63,12 @@ class DuckDBStatementError(WarehouseError):
     """A statement failed inside DuckDB; the first line of its message says why."""
 
     def __init__(self, exc: duckdb.Error) -> None:
+        from backfill_assets.environment import fix_for, reason_of
+
         self.original = exc
-        super().__init__(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = reason_of(text)  # a full disk or a read-only home: say what to do about it
+        super().__init__(f"{text} ({why})" if why else text, fix=fix_for(why, "the warehouse") if why else None)
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -110,8 +115,12 @@ class DuckDBEngine(Engine):
                 return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):
+                    from backfill_assets.environment import fix_for, reason_of
+
+                    why = reason_of(str(exc))
                     raise WarehouseError(f"cannot open the warehouse {self.path}: "
-                                         f"{str(exc).splitlines()[0]}", fix="check the file") from None
+                                         f"{str(exc).splitlines()[0]}",
+                                         fix=fix_for(why, str(self.path.parent)) if why else "check the file") from None
                 waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
@@ -143,6 +152,9 @@ class DuckDBEngine(Engine):
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"CAST(hash({', '.join(exprs)}) % 9223372036854775807 AS BIGINT)"
+
+    def temp_table_name(self, prefix: str) -> str:
+        return f"temp.main.{prefix}_{uuid.uuid4().hex[:16]}"  # DuckDB's temporary catalog
 
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
         return bool(session.scalar(

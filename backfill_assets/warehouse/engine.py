@@ -91,8 +91,14 @@ class Session(ABC):
             self._rollback()
             raise
         self._depth = 0
-        self._commit()
+        # taken before the commit: when the commit fails (a deferred constraint, a conflict) the
+        # actions belong to work that never committed and must not run after a later commit
         pending, self._after_commit = self._after_commit, []
+        try:
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
         for action in pending:
             action()
 
@@ -240,6 +246,11 @@ class Engine(ABC):
 
     @abstractmethod
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool: ...
+
+    @abstractmethod
+    def temp_table_name(self, prefix: str) -> str:
+        """A fresh name, qualified by the engine's session-temporary schema, for a table that lives
+        only in this session: never a user's table of the same name, never another use's."""
 
     def named(self, sql: str) -> str:
         """A table's SQL with `$name` parameters, ready for a mapping of parameters."""

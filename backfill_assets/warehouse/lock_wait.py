@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.settings import number
 
 WAIT_ENV = "BACKFILL_LOCK_WAIT_SECONDS"
@@ -62,7 +62,7 @@ class Wait:
         now = time.monotonic()
         waited = now - self.started
         if waited >= self.limit:
-            raise WarehouseError(
+            raise LockWaitTimeout(
                 f"the warehouse {self.what} stayed locked by {holder} for {waited:.0f}s",
                 fix=f"wait for it to finish, or raise {WAIT_ENV} (now {self.limit:.0f})")
         if _reporter is not None and now - self.reported >= REPORT_EVERY_SECONDS:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
 
@@ -87,6 +88,13 @@ class PostgresStatementError(WarehouseError):
         return self.sqlstate in ("40001", "40P01")
 
 
+class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
+    """A statement gave up waiting for a lock (`lock_timeout`, SQLSTATE 55P03): busy, not broken."""
+
+
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
@@ -102,6 +110,8 @@ class PostgresSession(Session):
                 cur.execute(translate(sql) if bound else sql, bound)
                 return cur.fetchall() if fetch and cur.description is not None else []
         except psycopg.Error as exc:
+            if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise PostgresLockWait(exc) from exc
             raise PostgresStatementError(exc) from exc
 
     def execute(self, sql: str, params: Params = ()) -> None:
@@ -114,7 +124,7 @@ class PostgresSession(Session):
         self.con.execute("BEGIN")
 
     def _commit(self) -> None:
-        self.con.execute("COMMIT")
+        self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
         import psycopg
@@ -173,6 +183,8 @@ class PostgresEngine(Engine):
         try:
             if read_only:
                 con.execute("SET default_transaction_read_only = on")
+            if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
+                con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
             yield PostgresSession(self, con)
         finally:
             con.close()
@@ -218,6 +230,9 @@ class PostgresEngine(Engine):
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
         return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
+
+    def temp_table_name(self, prefix: str) -> str:
+        return f"pg_temp.{prefix}_{uuid.uuid4().hex[:16]}"  # the session's own temporary schema
 
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
         return bool(session.scalar(

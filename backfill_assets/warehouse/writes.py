@@ -25,7 +25,7 @@ from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import quote
 
 MODES = ("overwrite", "merge", "replay")
-STAGE = "backfill_stage"
+STAGE_PREFIX = "backfill_stage"  # the engine names the session-temporary table, unique per write
 # the partition a staged row was computed for: its place in the slice and its bounds
 SLOT, LO, HI = "backfill_stage_slot", "backfill_stage_lo", "backfill_stage_hi"
 
@@ -34,11 +34,12 @@ def ensure_table(session: Session, spec: TableSpec, table: str | None = None) ->
     session.execute(spec.create_sql(table))
 
 
-def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> None:
-    """Materialize each partition's recomputation once into a temp table, tagged with its key."""
+def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> str:
+    """Materialize each partition's recomputation once into a temp table, tagged with its key; its
+    name, in the engine's temporary schema (an unqualified name could be a user's own table)."""
     cols = ", ".join(quote(c) for c in spec.columns)
     part = quote(spec.partition_column)
-    session.execute(f"DROP TABLE IF EXISTS {STAGE}")
+    STAGE = session.engine.temp_table_name(STAGE_PREFIX)  # read like the constant it was
     # typed like the target, then filled: CREATE TABLE AS cannot take parameters on every engine
     session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols}, 0 AS {SLOT}, {part} AS {LO}, {part} AS {HI} "
                     f"FROM {quote(spec.table)} WHERE FALSE")
@@ -54,6 +55,7 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         branches.append(f"SELECT {cols}, CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), "
                         f"CAST(${HI}_{slot} AS {kind}) FROM ({sql}) AS s")
     session.execute(f"INSERT INTO {STAGE} ({cols}, {SLOT}, {LO}, {HI}) {' UNION ALL '.join(branches)}", params)
+    return STAGE
 
 
 def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
@@ -63,7 +65,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
     if mode not in MODES:
         raise WriteRefused(f"unknown write mode {mode!r}", fix=f"use one of {', '.join(MODES)}")
     keys = list(dict.fromkeys(keys))
-    _stage(session, spec, scheme, keys)
+    STAGE = _stage(session, spec, scheme, keys)  # the fingerprint lines below name it so
     target, part = quote(spec.table), quote(spec.partition_column)
     inside = scheme.inside_sql(f"s.{part}", f"s.{LO}", f"s.{HI}")
     # an overwrite leaves exactly the staged rows in each partition: fingerprint them here, as
@@ -111,7 +113,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
             f"INSERT INTO {target} ({cols}) SELECT {', '.join('s.' + quote(c) for c in spec.columns)} "
             f"FROM {STAGE} AS s WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {same_partition} "
             f"AND {match})")
-    session.execute(f"DROP TABLE IF EXISTS {STAGE}")
+    session.execute(f"DROP TABLE {STAGE}")
     if mode == "overwrite":
         after = {key: Fingerprint(staged[key], str(found[slot][2])) if slot in found else EMPTY
                  for slot, key in enumerate(keys)}

@@ -1,0 +1,138 @@
+"""Faults of the environment a user gives the CLI: named pipes and devices where a file is
+expected, a full disk, a read-only home, quotes in the home's path. Each is one line naming the
+file and the fix, exit 1 or 2, before anything commits; never a hang, never exit 3."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+FIFO_TIMEOUT = 60  # seconds: a FIFO opened for reading would block forever
+
+
+def one_line(result) -> str:
+    err = result.err if hasattr(result, "err") else result.stderr
+    assert err.count("\n") == 1 and err.startswith("backfill: "), err
+    assert "internal error" not in err, err
+    return err
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["plan file", "private key", "signature file", "allowed_signers",
+                                  "init allowed_signers", "status plan", "evidence file", "partitions file",
+                                  "workspace"])
+def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo, case):
+    plan = world.plan("fix")
+    if case == "status plan":
+        assert world.cli("init") == 0
+    if case == "partitions file":
+        world.approve(plan)
+    if case == "workspace":  # the definitions are found through ./workspace.yaml (cwd is tmp_path)
+        os.replace(fifo, fifo.parent / "workspace.yaml")
+        fifo = fifo.parent / "workspace.yaml"
+    args = {
+        "plan file": ("plan", "validate", str(fifo)),
+        "private key": ("plan", "approve", str(plan), "--by", "alice", "--key", str(fifo)),
+        "signature file": ("plan", "approve", str(plan), "--by", "alice", "--signature", str(fifo)),
+        "allowed_signers": ("plan", "approve", str(plan), "--by", "alice", "--key", str(world.keys["alice"]),
+                            "--allowed-signers", str(fifo)),
+        "init allowed_signers": ("init", "--allowed-signers", str(fifo)),
+        "status plan": ("status", str(fifo)),
+        "partitions file": ("run", "fix", "--partitions-file", str(fifo)),
+        "workspace": ("run", "fix"),
+        "evidence file": ("evidence", "verify", "--against", str(fifo)),
+    }[case]
+    env = {"BACKFILL_DEFS": ""} if case == "workspace" else None
+    result = cli(*args, timeout=FIFO_TIMEOUT, env=env)
+    assert result.code == 2, result.err
+    line = one_line(result)
+    assert str(fifo) in line and "named pipe" in line, line
+
+
+# --- a full disk, a read-only home, quotes in the home's path -----------------------------------
+
+def _backfill(world, *args, limit: int | None = None, read_only: bool = False, timeout: float = 300):
+    """The console script as a subprocess: under RLIMIT_FSIZE `limit` (every write past that offset
+    fails with EFBIG, as on a full disk), or with the home bind-mounted read-only in a private mount
+    namespace (root ignores chmod 0555, not a read-only mount)."""
+    import resource
+    import subprocess
+
+    from tests.conftest import BIN
+
+    env = {**os.environ, "BACKFILL_HOME": str(world.home), "PYTHONWARNINGS": "ignore",
+           "BACKFILL_DEFS": "backfill_assets.demo.definitions"}
+    command = [str(BIN / "backfill"), "--home", str(world.home), *args]
+    if read_only:
+        home = str(world.home)
+        command = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" '
+                   '&& exec "$@"', home, *command]
+
+    def limit_writes() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=world.root, timeout=timeout,
+                          preexec_fn=limit_writes)
+
+
+def _unchanged(world) -> None:
+    assert world.phase() == "approved"
+    assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
+    assert world.sql("SELECT count(*) FROM backfill_control.leases") == [(0,)]
+
+
+def test_a_full_disk_is_one_line_and_commits_nothing(world):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    size = 1024  # no file may grow: the warehouse's WAL and Dagster's sqlite storage both fail
+    for args in (("run", "fix", "--proof"), ("sample", "--days", "2", "--rows-per-day", "10"), ("status",)):
+        done = _backfill(world, *args, limit=size)
+        if args == ("status",):  # a reading command still answers
+            assert done.returncode == 0 and "plan       fix: approved" in done.stdout, done.stderr
+            continue
+        assert done.returncode == 1, (args, done.stderr)
+        one_line(done)
+        assert ("file size limit" in done.stderr or "disk I/O error" in done.stderr), done.stderr
+        assert "nothing was committed" in done.stderr
+        _unchanged(world)
+    assert world.cli("run", "fix", "--proof") == 0  # with room again, the same command completes
+
+
+def test_a_read_only_home_is_one_line_and_reading_commands_still_answer(world):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    status = _backfill(world, "status", read_only=True)
+    assert status.returncode == 0 and "plan       fix: approved" in status.stdout, status.stderr
+    for args in (("run", "fix", "--proof"), ("init",), ("sample", "--days", "2", "--rows-per-day", "10")):
+        done = _backfill(world, *args, read_only=True)
+        assert done.returncode in (1, 2), (args, done.stderr)
+        line = one_line(done)
+        assert "read-only file system" in line.lower() and "a folder you can write" in line, line
+    _unchanged(world)
+
+
+@pytest.mark.parametrize("name", ['ho"me', "my home", "team's", "home#1", "c:home"])
+def test_quotes_and_marks_in_the_home_path_are_just_a_path(tmp_path, ssh_keys, monkeypatch, name):
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.home import Home
+    from tests.world import DEMO_DEFS, make_world
+
+    root = tmp_path / name
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "home" / "dagster"))
+    with instance_for(Home(root / "home")) as instance:
+        world = make_world(root, instance, ssh_keys)
+        assert world.cli("init") == 0
+        world.approved_plan("fix", start="2026-01-01", end="2026-01-01", proof=("2026-01-01",))
+        assert world.cli("run", "fix", "--proof") == 0
+        assert world.cli("status", "fix") == 0
+    import yaml
+
+    config = yaml.safe_load((root / "home" / "dagster" / "dagster.yaml").read_text())
+    assert config["run_coordinator"]["config"]["backfill_home"] == str(root / "home")

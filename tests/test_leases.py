@@ -1,0 +1,135 @@
+"""A plan's run lease: renewal fails once another runner took the lease over, and every run of the
+plan (UI, `dagster asset materialize`, a test's own run) honours it while `backfill run` holds it.
+
+The other runner is a real process; a take-over from "another host" runs in its own UTS namespace
+(`unshare -u`) under another hostname, as a runner on a second machine would."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from backfill_assets.control import lease
+from backfill_assets.control.schema import ensure_schema
+from tests.world import DEMO_DEFS, failure_text, keys
+
+OTHER_HOST = "other-host"
+
+_TAKE_OVER = """
+import sys
+from pathlib import Path
+from backfill_assets.control import lease
+from backfill_assets.home import Home
+from backfill_assets.warehouse import open_warehouse
+home, url, plan_id = sys.argv[1:4]
+with open_warehouse(Home(Path(home)), url or None).session() as session:
+    taken = lease.acquire(session, plan_id, "backfill run by ops@other-host")
+print(taken.describe(), flush=True)
+"""
+
+_HOLD = """
+import sys
+from pathlib import Path
+from backfill_assets.control import lease
+from backfill_assets.home import Home
+from backfill_assets.warehouse import open_warehouse
+home, url, plan_id = sys.argv[1:4]
+warehouse = open_warehouse(Home(Path(home)), url or None)
+with warehouse.session() as session:
+    held = lease.acquire(session, plan_id, "backfill run by ops@vm")
+print("held", flush=True)
+sys.stdin.read()  # the test's barrier: hold until told to stop
+with warehouse.session() as session:
+    lease.release(session, held)
+"""
+
+
+def take_over_from_another_host(world, plan_id: str = "fix") -> str:
+    """A runner on another host takes the lease of a runner that stopped renewing it: its
+    heartbeat is set past the time-to-live (what five minutes of silence leaves), then a real
+    process under another hostname acquires it."""
+    world.run_sql("UPDATE backfill_control.leases SET heartbeat_at = heartbeat_at - ? WHERE plan_id = ?",
+                  [lease.TTL_SECONDS + 60, plan_id])
+    done = subprocess.run(["unshare", "-u", "sh", "-c", f'hostname {OTHER_HOST} && exec "$0" "$@"',
+                           sys.executable, "-c", _TAKE_OVER, str(world.home), world.url or "", plan_id],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_renewing_a_lease_taken_over_by_another_host_fails_naming_the_new_holder(engine_world):
+    world = engine_world
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        ensure_schema(session)
+        held = lease.acquire(session, "fix", "backfill run by test")
+        lease.renew(session, held)  # ours: renewed
+    holder = take_over_from_another_host(world)
+    with warehouse.session() as session, pytest.raises(lease.LeaseLost, match=f"now held by .*on {OTHER_HOST}"):
+        lease.renew(session, held)
+    assert OTHER_HOST in holder
+    assert world.sql("SELECT host FROM backfill_control.leases WHERE plan_id = 'fix'") == [(OTHER_HOST,)]
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_runner_whose_lease_was_taken_over_stops_before_its_next_slice(engine_world, capfd):
+    """On PostgreSQL (on DuckDB the runner's open file keeps any other process out): the runner
+    writes its first slice, another host takes the lease over meanwhile, the runner stops."""
+    from backfill_assets.control import record
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.execution.runner import execute, run_range
+    from backfill_assets.execution.stages import window_stage
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=1)
+    assert world.cli("run", "fix", "--proof") == 0
+    loaded = load_defs(DEMO_DEFS)
+    table = loaded.table("daily_revenue")
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        state = record.require(session, "fix")
+        held = lease.acquire(session, "fix", "backfill run by test")
+    stage = window_stage(state.partition_keys, state.proof_keys, set(), 1, table.scheme())
+    waves: list[list[str]] = []
+
+    def run_wave(wave):
+        waves.append(wave[0])
+        outcome = [run_range(loaded, table, world.instance, "fix", span, "test", {}) for span in wave]
+        if len(waves) == 1:
+            take_over_from_another_host(world)
+        return outcome
+
+    capfd.readouterr()
+    reports = execute(stage, warehouse, state, held, run_wave)
+    said = capfd.readouterr().err
+    assert waves == [["2026-01-02"]]  # the second slice never ran
+    assert reports[-1].errors == ["lease lost"]
+    assert "the lease of plan fix is now held by backfill run by ops@other-host" in said
+    assert "stopped before 2026-01-03" in said
+    assert world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes WHERE plan_id = 'fix' "
+                     "ORDER BY 1") == [("2026-01-01",), ("2026-01-02",)]
+
+
+def test_while_backfill_run_holds_the_lease_no_other_run_of_the_plan_writes(engine_world):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0  # its own runs pass: they carry its label
+    before = world.fingerprints("daily_revenue", keys(1, 4))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(world.home), world.url or "", "fix"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert holder.stdout.readline().strip() == "held"  # the barrier: the lease is held now
+        refused = world.plan_run("fix", keys(2, 3))  # as the UI or `dagster asset materialize` would
+        assert not refused.success
+        assert re.search(rf"plan fix is being run by backfill run by ops@vm \(pid {holder.pid} on ",
+                         failure_text(refused)), failure_text(refused)
+        assert world.fingerprints("daily_revenue", keys(1, 4)) == before
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    assert world.plan_run("fix", keys(2, 3)).success  # the lease released: the plan's runs go again

@@ -1,0 +1,178 @@
+"""Notices to downstream owners: each webhook delivery ends by a total deadline and each relay by a
+budget, a notice is retried with backoff until delivered (never dropped), and `backfill notices`
+and `backfill status` show where each one is. Receivers are real HTTP servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+
+from backfill_assets.control import outbox
+from backfill_assets.control.schema import ensure_schema
+
+TRICKLE_EVERY = 0.5  # seconds between bytes: never long enough for a per-read timeout to fire
+TRICKLE_BYTES = 80  # then the receiver hangs up: it stops by itself (40 s at most)
+
+
+class Trickler:
+    """A receiver that reads the request, then answers one byte every TRICKLE_EVERY seconds."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/notify"
+        self.stop = threading.Event()
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                con, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            threading.Thread(target=self._trickle, args=(con,), daemon=True).start()
+
+    def _trickle(self, con: socket.socket) -> None:
+        with con:
+            con.settimeout(5)
+            try:
+                con.recv(65536)
+                answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * TRICKLE_BYTES
+                for byte in answer[:TRICKLE_BYTES]:
+                    if self.stop.wait(TRICKLE_EVERY):
+                        return
+                    con.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.server.close()
+
+
+@pytest.fixture
+def trickler():
+    slow = Trickler()
+    yield slow
+    slow.close()
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """Answers 500 to the first `failures` posts, then 200; counts them."""
+
+    failures = 0
+    posts: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Receiver.posts.append(body)
+        self.send_response(500 if len(Receiver.posts) <= Receiver.failures else 200)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver():
+    Receiver.posts, Receiver.failures = [], 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/notify", Receiver
+    server.shutdown()
+    server.server_close()
+
+
+def with_webhook(world, url: str | None, name: str = "fix", day: str = "2026-01-02"):
+    path = world.plan(name, start=day, end=day, proof=(day,))
+    doc = yaml.safe_load(path.read_text())
+    if url:
+        doc["publish"]["webhook_url"] = url
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def queue(world, url: str, count: int) -> None:
+    with world.warehouse().session() as session:
+        ensure_schema(session)
+        with session.transaction():
+            for i in range(count):
+                outbox.enqueue(session, plan_id="fix", event="paused", recipients=["#owners"],
+                               message=f"notice {i}", body={}, webhook_url=url, actor="test")
+
+
+def test_a_trickling_receiver_cannot_hang_plan_approve(world, cli, trickler):
+    path = with_webhook(world, trickler.url)
+    world.approve(path, "alice")  # one of two: nothing queued yet
+    started = time.monotonic()
+    done = cli("plan", "approve", str(path), "--by", "bob", "--key", str(world.keys["bob"]),
+               env={outbox.DEADLINE_ENV: "2"}, timeout=120)
+    took = time.monotonic() - started
+    assert done.code == 0, done.err
+    assert took < TRICKLE_BYTES * TRICKLE_EVERY / 2, took  # ended by the deadline, not by the receiver
+    assert trickler.accepted == 1
+    [(attempts, error, delivered)] = world.sql("SELECT attempts, last_error, delivered_at FROM backfill_control.outbox")
+    assert attempts == 1 and delivered is None and "2s deadline" in error, error
+
+
+def test_one_relay_keeps_within_its_budget_and_leaves_the_rest_queued(world, trickler, monkeypatch):
+    queue(world, trickler.url, 4)
+    monkeypatch.setenv(outbox.DEADLINE_ENV, "1")
+    started = time.monotonic()
+    outcomes = outbox.relay(world.warehouse(), budget=2.5)
+    assert time.monotonic() - started < 5
+    assert 1 <= len(outcomes) <= 3 and not any(o.ok for o in outcomes)
+    untried = world.sql("SELECT count(*) FROM backfill_control.outbox WHERE attempts = 0")[0][0]
+    assert untried == 4 - len(outcomes)  # not dropped, not counted: the next relay's turn
+
+
+def test_a_notice_is_retried_with_backoff_and_never_dropped(world, receiver):
+    url, server = receiver
+    server.failures = 25  # more failures than the old relay's 20 attempts
+    queue(world, url, 1)
+    for attempt in range(1, 26):
+        [outcome] = outbox.relay(world.warehouse())
+        assert not outcome.ok and outcome.detail == "HTTP 500"
+        assert outbox.relay(world.warehouse()) == []  # backing off: not due again yet
+        [(next_at,)] = world.sql("SELECT next_attempt_at FROM backfill_control.outbox_retries")
+        assert next_at - time.time() > outbox.backoff_seconds(attempt) - 5
+        # the time until the next attempt passes (set on the record, rather than slept)
+        world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    [delivered] = outbox.relay(world.warehouse())
+    assert delivered.ok and len(server.posts) == 26
+    assert world.sql("SELECT attempts, delivered_at IS NOT NULL FROM backfill_control.outbox") == [(26, True)]
+    assert outbox.backoff_seconds(1) == outbox.BACKOFF_FIRST_SECONDS
+    assert outbox.backoff_seconds(40) == outbox.BACKOFF_MAX_SECONDS
+
+
+def test_notices_lists_each_delivery_and_status_counts_the_undelivered(world, run_cli, receiver):
+    url, server = receiver
+    server.failures = 1
+    world.approve(with_webhook(world, url, "hooked"))  # its pause notice: HTTP 500 after the commit
+    world.approve(with_webhook(world, None, "quiet", "2026-01-03"))  # no webhook: read here
+    listed = run_cli("notices")
+    assert listed.code == 0, listed.err
+    assert "plan hooked  paused  to #revenue-consumers, finance-bi" in listed.out
+    assert "delivery: undelivered after 1 attempt(s): HTTP 500; next attempt 20" in listed.out
+    assert "delivery: no webhook: read here" in listed.out
+    assert "1 undelivered" in listed.out
+    as_json = json.loads(run_cli("notices", "quiet", "--json").out)
+    assert [n["delivery"] for n in as_json] == ["no webhook: read here"]
+    status = run_cli("status", "hooked")
+    assert "notices    1 sent; 1 undelivered (last error: HTTP 500): `backfill notices hooked`" in status.out
+    assert json.loads(run_cli("status", "hooked", "--json").out)["undelivered_notices"] == 1
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    assert [o.ok for o in outbox.relay(world.warehouse())] == [True]
+    assert "delivery: delivered at 20" in run_cli("notices", "hooked").out
+    assert json.loads(run_cli("status", "hooked", "--json").out)["undelivered_notices"] == 0

@@ -1,0 +1,124 @@
+"""Warehouse faults on each engine: a commit that fails for real, the stage table, lock waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from backfill_assets.errors import WarehouseError
+
+
+def _make_the_next_commit_fail(engine, session) -> None:
+    """Inside `session`'s open transaction, a row whose commit fails: on PostgreSQL a deferred
+    unique constraint checked at COMMIT, on DuckDB a second connection committing the same key first."""
+    if engine.name == "postgresql":
+        session.execute("INSERT INTO t VALUES (1)")
+        session.execute("INSERT INTO t VALUES (1)")  # deferred: accepted until COMMIT
+        return
+    session.execute("INSERT INTO t VALUES (1)")
+    with engine.session() as other:
+        other.execute("INSERT INTO t VALUES (1)")  # committed first: ours conflicts at COMMIT
+
+
+def test_after_commit_actions_of_a_failed_commit_never_run(engine):
+    ran: list[str] = []
+    with engine.session() as session:
+        session.execute("CREATE TABLE t (i INTEGER, CONSTRAINT t_once UNIQUE (i) DEFERRABLE INITIALLY DEFERRED)"
+                        if engine.name == "postgresql" else "CREATE TABLE t (i INTEGER PRIMARY KEY)")
+        with pytest.raises(WarehouseError, match="(?i)duplicate key|unique"):
+            with session.transaction():
+                _make_the_next_commit_fail(engine, session)
+                session.after_commit(lambda: ran.append("a head for a row never committed"))
+        with session.transaction():  # the write path retries on the same session
+            session.execute("INSERT INTO t VALUES (2)")
+            session.after_commit(lambda: ran.append("committed"))
+        assert ran == ["committed"]
+        assert session.rows("SELECT i FROM t ORDER BY i") == ([(1,), (2,)] if engine.name == "duckdb" else [(2,)])
+
+
+def test_a_users_own_backfill_stage_table_survives_every_write(engine_world):
+    from tests.world import keys
+
+    world = engine_world
+    world.run_sql("CREATE TABLE backfill_stage (note VARCHAR)")
+    world.run_sql("INSERT INTO backfill_stage VALUES ('the team keeps this')")
+    assert world.materialize(keys(1, 2)).success  # a plan-free write of empty partitions stages them
+    assert world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.sql("SELECT note FROM backfill_stage") == [("the team keeps this",)]
+
+
+SENSOR = "daily_revenue__reopen_publish"
+
+
+def _tick(world):
+    import dagster as dg
+
+    from backfill_assets.defs.resources import WarehouseResource
+
+    defs = world.defs()
+    context = dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                      resources={"warehouse": WarehouseResource(home=str(world.home))})
+    return defs.resolve_sensor_def(SENSOR).evaluate_tick(context)
+
+
+def _hold_the_warehouse(world):
+    """Another process holding the DuckDB file, or another PostgreSQL session holding the plans
+    table, until the returned callable releases it; returns once the lock is held (a barrier)."""
+    import subprocess
+    import sys
+
+    if world.url is None:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('held', flush=True); "
+                                   "sys.stdin.read()", str(world.warehouse_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "held"
+
+        def release():
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        return release
+    import psycopg
+
+    con = psycopg.connect(world.url, autocommit=True)
+    con.execute("BEGIN")
+    con.execute("LOCK TABLE backfill_control.plans IN ACCESS EXCLUSIVE MODE")
+    return con.close
+
+
+def test_the_sensor_says_busy_only_while_a_lock_is_held(engine_world, monkeypatch):
+    from backfill_assets.defs import sensor
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    monkeypatch.setattr(sensor, "SENSOR_LOCK_WAIT_SECONDS", 0.5)  # a setting, kept short for the test
+    release = _hold_the_warehouse(world)
+    try:
+        tick = _tick(world)
+    finally:
+        release()
+    assert not tick.run_requests
+    assert tick.skip_message.startswith("warehouse busy, retrying next tick"), tick.skip_message
+
+
+def test_a_sensor_tick_that_hits_another_error_fails_naming_it(engine_world):
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.run_sql("DROP TABLE backfill_control.leases")
+    with pytest.raises(Exception, match="leases") as raised:
+        _tick(world)
+    assert "busy" not in str(raised.value)
+
+
+def test_a_lock_wait_is_its_own_error_type_on_each_engine(engine_world):
+    from backfill_assets.errors import LockWaitTimeout
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    release = _hold_the_warehouse(world)
+    try:
+        with pytest.raises(LockWaitTimeout):
+            with world.warehouse().session(wait_seconds=0.3) as session:
+                session.rows("SELECT count(*) FROM backfill_control.plans")
+    finally:
+        release()
