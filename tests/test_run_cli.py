@@ -214,7 +214,8 @@ def test_status_after_a_code_version_mix_names_what_fixes_it_not_the_same_rerun(
     world.approved_plan("ver", start="2026-01-01", end="2026-01-04", proof=("2026-01-01", "2026-01-02",
                                                                           "2026-01-03"), per_run=3)
     assert run_cli("run", "ver", "--proof").code == 0
-    newer = replace(FIXED, code_version="3")  # a new release wrote the last day
+    newer = replace(FIXED, code_version="3")  # a new release, signed for, wrote the last day
+    world.approve_for(world.root / "plans" / "ver.yaml", newer)
     assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
     status = json.loads(run_cli("status", "ver", "--json").out)
     assert status["failed"] == {"2026-01-04": ["single_code_version"]}

@@ -140,9 +140,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status
 
+    tables = _tables_if_found()
     with reading(args) as session:
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
-        statuses = [plan_status(session, s) for s in states]
+        statuses = [plan_status(session, s, *_table_of(tables, s.target)) for s in states]
         told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
         waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
     dead = _fail_dead_runs(home_of(args))
@@ -172,6 +173,30 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"notices    {told[s.plan_id]}")
         print(f"next       {s.next}")
     return 0
+
+
+def _tables_if_found():
+    """The loaded definitions, when they can be found: then status also checks the published table
+    against what was published. A status without them still answers."""
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.errors import BackfillError
+
+    try:
+        return load_defs(None)
+    except BackfillError:
+        return None
+
+
+def _table_of(loaded, target: str) -> tuple:
+    from backfill_assets.errors import BackfillError
+
+    if loaded is None:
+        return None, None
+    try:
+        table = loaded.table(target)
+    except BackfillError:
+        return None, None
+    return table.spec, table.scheme()
 
 
 def _fail_dead_runs(home) -> list[str]:

@@ -60,8 +60,10 @@ def pid_running(pid: int) -> bool:
 
 
 def current(session: Session, plan_id: str) -> Lease | None:
+    """The plan's lease; held for update inside a writer's transaction, only read by a reader."""
+    clause = "" if session.read_only or not session.in_transaction else session.lock_rows_clause(True)
     row = session.one(f"SELECT plan_id, holder, host, pid, acquired_at, heartbeat_at "
-                      f"FROM {SCHEMA}.leases WHERE plan_id = ?{session.lock_rows_clause(True)}", [plan_id])
+                      f"FROM {SCHEMA}.leases WHERE plan_id = ?{clause}", [plan_id])
     return Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
 
 

@@ -113,14 +113,9 @@ def authorisation(session: Session, state: PlanState, signatures: Sequence[Candi
             "statement_sha256": hashlib.sha256(counted.counted[0].statement.message).hexdigest()}
 
 
-def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
-             *, dry_run: bool = False, signatures: Sequence[Candidate] = ()) -> RollbackReport:
-    if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
-        raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-    if not dry_run:
-        # it restores from records: all of them against the keyed chain first
-        integrity.verify_record(session)
-        authorised = authorisation(session, state, signatures)
+def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
+           state: PlanState) -> tuple[list[str], list[str]]:
+    """The target and published partitions the plan wrote, each with its snapshot, or refuse."""
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
     _refuse_later_writers(session, state, keys)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
@@ -132,22 +127,39 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
                                                            else ""),
                               fix="nothing was changed; restore backfill_snapshots (and the control "
                                   "record) from backup before rolling back")
+    return keys, published
+
+
+def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
+             *, dry_run: bool = False, signatures: Sequence[Candidate] = ()) -> RollbackReport:
+    if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
+        raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
     report = RollbackReport(state.plan_id, dry_run)
-    tables = {spec.table: keys, spec.publish_table: published}
     if dry_run:
-        for table, table_keys in tables.items():
+        keys, published = _whole(session, spec, scheme, state)
+        for table, table_keys in {spec.table: keys, spec.publish_table: published}.items():
             expected = snapshotted(session, state.plan_id, table)
             if table_keys and session.engine.table_exists(session, table):
                 now = fingerprints_like(session, table, spec.columns, scheme, spec.partition_column,
                                         {k: expected[k] for k in table_keys})
                 report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
         return report
+    # it restores from records: all of them against the keyed chain first
+    integrity.verify_record(session)
+    authorised = authorisation(session, state, signatures)
     with session.transaction():
         session.lock(publish_lock(spec))  # a publish copying into the published table meanwhile waits
-        for key in sorted(keys):  # and a run writing one of these partitions, as runs take turns
+        # the plan's row, held for update: a run of the plan writing now holds it shared (its
+        # transaction ends first), and one starting later finds the plan rolled back; the partitions
+        # are listed only then, inside this transaction, so none written meanwhile is left out
+        state = record.require(session, state.plan_id, exclusive=True)
+        if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
+            raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
+        keys, published = _whole(session, spec, scheme, state)
+        for key in sorted(keys):  # and a writer of these partitions outside the plan, as runs take turns
             session.lock(f"write:{spec.name}:{key}")
         _refuse_later_writers(session, state, keys)  # again, now that no one can write them
-        for table, table_keys in tables.items():
+        for table, table_keys in {spec.table: keys, spec.publish_table: published}.items():
             restored = restore(session, spec, scheme, table, state.plan_id, table_keys)
             if restored:
                 report.tables[table] = restored

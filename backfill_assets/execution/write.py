@@ -103,6 +103,10 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
                  keys: list[str], mode: str, allow_empty: bool, run_id: str | None,
                  actor: str) -> tuple[list[PartitionWrite], dict[str, list[GateResult]]]:
     with session.transaction():
+        if permission.plan is not None:
+            # the plan's row first (shared), then the partitions: a rollback takes them in this
+            # order too, so the two never wait on each other in a circle
+            record.require(session, permission.plan.plan_id, lock=True)
         for key in sorted(keys):  # two runs of one partition take turns; one order: no deadlock
             session.lock(f"write:{spec.name}:{key}")
         current = recheck(session, spec, scheme, permission, keys)

@@ -4,9 +4,10 @@ The copy is proven, not assumed: in the copy's transaction the published partiti
 must equal the ones the gates checked (a published table whose column is DECIMAL(18,0) where the
 contract says DECIMAL(18,2) would turn 7990.39 into 7990: refused, nothing changes). They are then
 recorded (`publications`, sealed by a `publication` chain row), so an edit of the published table
-later is found: by `reconcile` and the reopen sensor (the plan goes back to `repairing` and the next
-publish puts the checked bytes back), by `status` and `plan close`, and by the next publish of
-those partitions, which says it replaced edited data.
+later is found: by `reconcile` (the plan goes back to `repairing`; once its window passes again the
+next publish puts the checked bytes back), by `status` and `plan close`, and by the next publish
+of those partitions, which says it replaced edited data. (Not by the sensor's tick: fingerprinting
+every published window each tick would cost more than the tick may.)
 """
 
 from __future__ import annotations
@@ -45,11 +46,25 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
             for k, n, d, w, p, _ in rows}
 
 
+def shape_problems(session: Session, spec: TableSpec) -> list[str]:
+    """What makes the published table unable to hold the contract's partitions at all, before any
+    copy: a missing or extra column, or a partition column of another type (its partitions would not
+    be the target's). Other type differences are judged by the bytes, after the copy."""
+    if not session.engine.table_exists(session, spec.publish_table):
+        return []
+    from backfill_assets.warehouse.gate_sql import check_schema
+
+    shape = check_schema(session, spec, spec.publish_table)
+    wrong_key = {c: t for c, t in shape.mismatched.items() if c == spec.partition_column}
+    return ([f"missing column {c}" for c in shape.missing] + [f"unexpected column {c}" for c in shape.extra]
+            + [f"{c}: type {found}, contract says {declared}" for c, (declared, found) in wrong_key.items()])
+
+
 def edited(session: Session, spec: TableSpec, scheme: PartitionScheme,
            keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
     """Published partitions whose bytes are not what their last publish left: {key: (now, published)}."""
     last = latest(session, spec, keys)
-    if not last or not session.engine.table_exists(session, spec.publish_table):
+    if not last or not session.engine.table_exists(session, spec.publish_table) or shape_problems(session, spec):
         return {}
     now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(last))
     return {k: (now.get(k, EMPTY), p.fingerprint) for k, p in last.items() if now.get(k, EMPTY) != p.fingerprint}

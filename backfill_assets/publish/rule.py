@@ -38,6 +38,7 @@ class Check:
     changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)
     plans: list[PlanState] = field(default_factory=list)
     latest: dict[str, ledger.LatestWrite | None] = field(default_factory=dict)  # what publish would copy
+    shape: list[str] = field(default_factory=list)  # why the published table cannot hold the partitions
 
 
 def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> Check:
@@ -130,6 +131,10 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             session.hold_table(spec.table)  # no writer may change the target between check and copy
             evidence_log.check_links(session)
             found = check(session, spec, scheme, keys)
+            found.shape = published_record.shape_problems(session, spec)
+            if found.shape:
+                found.problems.append(f"{spec.publish_table} cannot hold the contract's partitions: "
+                                      + "; ".join(found.shape[:3]))
             if found.problems:
                 raise _Refused(found)
             if impact is not None and not consumer_impact_holds(session, spec, scheme, impact):
@@ -166,6 +171,8 @@ def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
 
 
 def _fix(found: Check) -> str:
+    if found.shape:
+        return "make the published table's columns what the contract declares (or drop it: publish creates it)"
     if found.changed:
         key = next(iter(found.changed))
         return (f"re-run the changed partitions through the plan (`backfill run PLAN --partitions {key}`), "

@@ -1,0 +1,80 @@
+"""Issue 21: what two sessions at once do on PostgreSQL, proven with real second sessions and a
+barrier on the server's own view of who waits for a lock, never a timing sleep."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from backfill_assets.execution.write import write_partitions
+from backfill_assets.permission import PLAN_TAG, permit
+from tests.conftest import BIN
+from tests.world import BUGGY, FIXED, keys
+
+pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+
+
+ROW = ("tuple", "transactionid")  # waiting for a row another transaction holds
+ADVISORY = ("advisory",)
+
+
+def wait_for_waiters(world, count: int, kinds: tuple[str, ...], timeout: float = 60.0) -> None:
+    """Until `count` other sessions wait on a lock of these kinds: the server says so, no guessing
+    how long that takes."""
+    query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+             f"AND wait_event_type = 'Lock' AND wait_event IN ({', '.join('?' for _ in kinds)})")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if world.sql(query, list(kinds))[0][0] >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} session(s) never waited on a lock of {kinds}")
+
+
+def test_a_rollback_restores_a_partition_the_plan_wrote_while_it_waited(engine_world):
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    history = world.fingerprints("daily_revenue", keys(1, 4))
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.plan_run("fix", keys(1, 1)).success  # the plan has written 01-01 and 01-02
+    outcome: dict[str, int] = {}
+    rollback = threading.Thread(target=lambda: outcome.update(code=world.cli("rollback", "fix")))
+    with world.warehouse().session() as writer, writer.transaction():
+        # a run of the plan writing 01-03 right now: its write transaction is open
+        permission = permit(writer, FIXED, world.scheme, ["2026-01-03"], {PLAN_TAG: "fix"})
+        write_partitions(writer, FIXED, world.scheme, permission, run_id=None, actor="a run")
+        rollback.start()
+        wait_for_waiters(world, 1, ROW)  # the rollback waits for the plan's row
+    rollback.join(timeout=120)
+    assert outcome["code"] == 0 and world.phase() == "rolled_back"
+    # 01-03, written while the rollback waited, is restored with the rest
+    assert world.fingerprints("daily_revenue", keys(1, 4)) == history
+
+
+def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_world):
+    world = engine_world
+    first = world.plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    second = world.plan("second", start="2026-01-03", end="2026-01-06", proof=("2026-01-03",))
+    for path in (first, second):
+        world.approve(path, "alice")  # the owner and alice: bob's signature completes either
+    env = {**os.environ, "BACKFILL_HOME": str(world.home), "BACKFILL_WAREHOUSE_URL": world.url,
+           "BACKFILL_DEFS": "backfill_assets.demo.definitions", "PYTHONWARNINGS": "ignore"}
+    with world.warehouse().session() as holder, holder.transaction():
+        holder.lock("approve:daily_revenue")  # what an approval of this table holds in its transaction
+        started = [subprocess.Popen([str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(p),
+                                     "--by", "bob", "--key", str(world.keys["bob"])], env=env, cwd=world.root,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for p in (first, second)]
+        wait_for_waiters(world, 2, ADVISORY)  # both approvals queue behind the table's turn
+    results = [(p.wait(timeout=240), *p.communicate()) for p in started]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 1], results
+    refused = next(err for code, _, err in results if code == 1)
+    assert "overlaps" in refused and refused.count("\n") == 1, refused
+    phases = sorted(world.phase(name) for name in ("first", "second"))
+    assert phases == ["approved", "drafted"], phases
