@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 from pathlib import Path
 
@@ -258,3 +259,46 @@ def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfi
     fixed = yaml.safe_load(again.out)["gates"]
     assert (fixed["passed"], fixed["failed"]) == (8, {})
     assert fixed["results_sha256"] != gates["results_sha256"]
+
+
+def test_a_key_folder_mounted_read_only_is_one_line_before_anything_commits(world):
+    """A Kubernetes secret: the key readable, its folder read-only. The head log cannot be written
+    there, which is said before the command commits, not after; elsewhere it works."""
+    import subprocess
+
+    from tests.conftest import BIN
+
+    path = world.plan("fix")
+    keys_folder = evidence_key(world).parent
+    rows = len(chain(world))
+    env = {**os.environ, "BACKFILL_HOME": str(world.home), "BACKFILL_DEFS": "backfill_assets.demo.definitions",
+           "PYTHONWARNINGS": "ignore"}
+    approve = [str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(path), "--by", "olivia",
+               "--key", str(world.keys["olivia"])]
+    mounted = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" '
+               '&& exec "$@"', str(keys_folder), *approve]
+    refused = subprocess.run(mounted, capture_output=True, text=True, env=env, cwd=world.root, timeout=120)
+    assert refused.returncode == 1, refused
+    assert "cannot append to the evidence head log" in refused.stderr and "BACKFILL_EVIDENCE_HEADS_FILE" in \
+        refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert len(chain(world)) == rows and "plan_sha256" not in path.read_text()  # nothing committed
+    heads = world.root / "writable" / "heads.log"
+    heads.parent.mkdir()
+    done = subprocess.run(mounted, capture_output=True, text=True, timeout=120, cwd=world.root,
+                          env={**env, "BACKFILL_EVIDENCE_HEADS_FILE": str(heads)})
+    assert done.returncode == 0, done
+    assert heads.read_text().split()[-1] == chain(world)[-1][7]
+
+
+def test_a_process_given_another_evidence_key_is_refused_before_it_appends(world, backfill, tmp_path):
+    path = world.plan("fix")
+    assert world.cli("plan", "approve", str(path), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    rows = len(chain(world))
+    other = tmp_path / "other.key"
+    other.write_text(os.urandom(32).hex() + "\n")
+    refused = backfill("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"]),
+                       env={"BACKFILL_EVIDENCE_KEY_FILE": str(other)})
+    assert refused.code == 1 and "is not the key this warehouse's chain was made with" in refused.err, refused
+    assert one_line(refused.err)
+    assert len(chain(world)) == rows  # the chain is not broken for good: nothing was appended
+    assert backfill("evidence", "verify").code == 0

@@ -179,23 +179,53 @@ def test_a_key_holding_a_line_break_cannot_forge_extra_problem_lines(tmp_path, r
         assert guard.code == 1 and len(guard.out.splitlines()) == 12, guard.out
 
 
-def test_a_hundred_year_window_is_refused_and_not_ticked_bounded(tmp_path, run_subprocess):
-    path = write_plan(tmp_path / "century.yaml", complete_plan(start="1926-01-01", end="2026-01-06"))
+def test_a_thousand_year_window_is_refused_and_not_ticked_bounded(tmp_path, run_subprocess):
+    path = write_plan(tmp_path / "millennium.yaml", complete_plan(start="1026-01-01", end="2026-01-06"))
     result = run_subprocess("plan", "validate", str(path), env=NO_DEFS)
     assert result.code == 1
     assert result.err.splitlines()[1:] == [
-        "  - window = '1926-01-01..2026-01-06': spans 36,531 partitions, more than the limit of 3,660; "
-        "split it into bounded plans (or raise BACKFILL_MAX_WINDOW_PARTITIONS)"]
+        "  - window = '1026-01-01..2026-01-06': spans 365,249 days, at least 11,783 partitions, more than the "
+        "limit of 3,660; split it into bounded plans (or raise BACKFILL_MAX_WINDOW_PARTITIONS)"]
     guard = run_subprocess("guard", str(path), env=NO_DEFS)
     assert guard.code == 1
-    assert "- [ ] affected window and partitions bounded: window = '1926-01-01..2026-01-06': spans 36,531 " \
-           "partitions, more than the limit of 3,660" in guard.out
-    # the limit is a setting: raised, the century is no longer "more than the limit"
-    raised = {**NO_DEFS, "BACKFILL_MAX_WINDOW_PARTITIONS": "40000"}
+    assert "- [ ] affected window and partitions bounded: window = '1026-01-01..2026-01-06': spans 365,249 " \
+           "days, at least 11,783 partitions, more than the limit of 3,660" in guard.out
+    # the limit is a setting: raised, the millennium is no longer "more than the limit"
+    raised = {**NO_DEFS, "BACKFILL_MAX_WINDOW_PARTITIONS": "400000"}
     shown = run_subprocess("plan", "show", str(path), env=raised)
-    assert shown.code == 0 and "window     1926-01-01..2026-01-06  (36,531 partitions)" in shown.out
+    assert shown.code == 0 and "window     1026-01-01..2026-01-06  (365,249 partitions)" in shown.out
     again = run_subprocess("plan", "validate", str(path), env=raised)
     assert again.code == 0 and "plan revenue-refund-fix" in again.out, again.err
+
+
+def test_the_window_limit_counts_the_tables_own_partitions(monkeypatch):
+    """323 months span 9,802 days: a monthly table's window is 323 partitions, not 9,802."""
+    import dagster as dg
+
+    from backfill_assets.errors import PlanProblem
+    from backfill_assets.partitions import scheme_for
+    from backfill_assets.plan.fit import fit
+    from backfill_assets.plan.loading import collect_problems
+    from backfill_assets.table import Column, Metric, TableSpec
+
+    spec = TableSpec(name="monthly", source="events", select_sql="SELECT 1", partition_column="month",
+                     source_partition_column="month", business_keys=("month",),
+                     contract=(Column("month", "DATE"),), metrics=(Metric("n", "count(*)", "count(*)"),),
+                     publish_as="published_monthly")
+    scheme = scheme_for(dg.MonthlyPartitionsDefinition(start_date="1999-01-01"), "DATE", name="monthly")
+    document = complete_plan(start="1999-01-01", end="2025-11-01", proof=("2000-01-01",), target="monthly",
+                             source="events")
+    document["checks"]["metrics"] = [{"name": "n"}]
+    plan, problems = collect_problems(document)
+    assert problems == [] and plan is not None
+    fitted = fit(plan, spec, scheme)
+    assert fitted.ok, fitted.problems
+    assert len(fitted.keys) == 323
+    monkeypatch.setenv("BACKFILL_MAX_WINDOW_PARTITIONS", "300")
+    refused = fit(plan, spec, scheme).problems
+    assert [p.fix for p in refused if isinstance(p, PlanProblem) and p.key == "window"] == [
+        "spans 323 partitions of monthly, more than the limit of 300; split it into bounded plans (or raise "
+        "BACKFILL_MAX_WINDOW_PARTITIONS)"]
 
 
 def test_the_window_limit_setting_bounds_a_window_of_real_partitions(tmp_path, run_subprocess):
@@ -204,7 +234,7 @@ def test_the_window_limit_setting_bounds_a_window_of_real_partitions(tmp_path, r
     tight = run_subprocess("guard", str(path), env={"BACKFILL_MAX_WINDOW_PARTITIONS": "7"})
     assert tight.code == 1
     assert "- [ ] affected window and partitions bounded: window = '2026-01-01..2026-01-08': spans 8 " \
-           "partitions, more than the limit of 7" in tight.out
+           "partitions of daily_revenue, more than the limit of 7" in tight.out
     enough = run_subprocess("guard", str(path), env={"BACKFILL_MAX_WINDOW_PARTITIONS": "8"})
     assert "- [x] affected window and partitions bounded: 2026-01-01..2026-01-08" in enough.out, enough.out
 

@@ -33,8 +33,6 @@ BACKOFF_FIRST_SECONDS = 15.0
 BACKOFF_MAX_SECONDS = 3600.0
 # the next attempt of each notice that failed; a table of the relay's own, made on first failure
 RETRIES = f"{SCHEMA}.outbox_retries"
-_RETRIES_DDL = (f"CREATE TABLE IF NOT EXISTS {RETRIES} (notice_id BIGINT PRIMARY KEY, "
-                "next_attempt_at DOUBLE PRECISION NOT NULL, last_attempt_at VARCHAR NOT NULL)")
 
 
 def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str], message: str,
@@ -106,8 +104,6 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         attempts[int(nid)] = int(tried) + 1
     if outcomes:
         with warehouse.session(wait_seconds=wait_seconds) as session, session.transaction():
-            if any(not o.ok for o in outcomes):
-                session.execute(_RETRIES_DDL)
             now, at = time.time(), evidence_log.now_iso()
             for outcome in outcomes:
                 session.execute(

@@ -120,6 +120,11 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox (
     delivered_at VARCHAR,
     recorded_at VARCHAR NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox_retries (
+    notice_id BIGINT PRIMARY KEY,
+    next_attempt_at DOUBLE PRECISION NOT NULL,
+    last_attempt_at VARCHAR NOT NULL
+);
 CREATE TABLE IF NOT EXISTS {SCHEMA}.evidence (
     seq BIGINT PRIMARY KEY,
     recorded_at VARCHAR NOT NULL,

@@ -213,12 +213,16 @@ def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> li
     if last and last > today:
         problems.append(PlanProblem("window.end", str(last), f"is in the future (today is {today}); "
                                     "end on or before today"))
+    # the table's partitioning decides the count (`plan.fit`, exact); before it is known, a window of
+    # dates is refused only when no date partitioning (monthly at the coarsest) fits it in the limit
     size = estimate_window(start, end)
     limit = max_window_partitions()
-    if size is not None and size > limit:
-        problems.append(PlanProblem("window", f"{start}..{end}", f"spans {size:,} partitions, more than "
-                                    f"the limit of {limit:,}; split it into bounded plans (or raise "
-                                    f"{MAX_WINDOW_ENV})"))
+    least = -(-size // 31) if size is not None and first and last else size
+    if least is not None and least > limit:
+        counted = (f"spans {size:,} days, at least {least:,} partitions" if first and last
+                   else f"spans {size:,} partitions")
+        problems.append(PlanProblem("window", f"{start}..{end}", f"{counted}, more than the limit of {limit:,}; "
+                                    f"split it into bounded plans (or raise {MAX_WINDOW_ENV})"))
     proof = _block(document, "execution").get("proof_partitions")
     if first and last and first <= last and isinstance(proof, list):
         for key in proof:
