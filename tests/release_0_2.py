@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from backfill_assets.control import evidence_log
+from backfill_assets.control import evidence_log, schema
 from backfill_assets.control.schema import SCHEMA
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.warehouse.fingerprints import LEGACY_EMPTY, fingerprints_like
@@ -62,6 +62,7 @@ def as_release_0_2(world, *, legacy_fingerprints: bool = False) -> str:
             session.execute(statement)
         session.execute(f"INSERT INTO {SCHEMA}.meta VALUES ('approvers_pin', ?)",
                         [json.dumps({"sha256": sha, "source": "approvers/allowed_signers", "by": "x", "at": "y"})])
+    schema._CURRENT.clear()  # what a process started after the downgrade knows: nothing yet
     return sha
 
 

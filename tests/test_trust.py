@@ -388,23 +388,21 @@ def test_plan_content_edited_in_the_warehouse_is_refused(engine_world, capsys):
 # --- rollback of what consumers saw -------------------------------------------------------------------
 
 def test_rolling_back_a_closed_plan_needs_approval_and_tells_the_consumers(world, tmp_path, capsys):
-    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
-    plan = load_plan(path)
-    root = root_of(world)
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    short = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=30),
-                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
-    for who in (OWNER, "alice", "bob"):
-        assert approve_offline(world, path, who, short) == 0
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
     assert world.cli("run", "fix") == 0
     assert world.cli("publish", "fix") == 0
     assert world.cli("plan", "close", "fix") == 0
-    import time
-
-    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
+    # bob leaves the team: the plan's own approvals (olivia, alice, bob) no longer hold
+    new = tmp_path / "allowed_signers"
+    new.write_text(signers_text(world.keys, ("alice", "carol", "olivia")))
+    root = root_of(world)
+    change = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    ctext, csig = sign_file(world, "alice", change, tmp_path)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(ctext), "--signature", f"alice={csig}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
     capsys.readouterr()
-    assert world.cli("rollback", "fix") == 1  # the plan's approvals expired: consumers' data is not anyone's to flip
+    assert world.cli("rollback", "fix") == 1  # its approvals no longer hold: consumers' data is not anyone's to flip
     assert "changes what consumers see" in capsys.readouterr().err
     assert world.phase() == "closed"
     assert world.cli("rollback", "fix", "--sign", f"mallory={world.keys['mallory']}",

@@ -120,6 +120,8 @@ def _key_for(session: Session, *, chain_empty: bool, last: tuple | None) -> byte
     if chain_empty:
         create_key(session.home)
     key = session_key(session)
+    if getattr(session, "_key_recorded", False):
+        return key
     if session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [KEY_ID_META]) is None:
         if last is not None and not _row_ok(key, row_of(last)):
             raise WarehouseError(
@@ -127,6 +129,8 @@ def _key_for(session: Session, *, chain_empty: bool, last: tuple | None) -> byte
                 f"({last[0]}): it is not the key this chain was made with",
                 fix="point BACKFILL_EVIDENCE_KEY_FILE at the chain's key (restore it from backup)")
         session.execute(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", [KEY_ID_META, key_id(key)])
+    else:
+        session._key_recorded = True  # type: ignore[attr-defined]
     return key
 
 
@@ -275,9 +279,16 @@ def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:
     return found
 
 
+# chain rows verified once, by warehouse and number: a row never changes, so a verified one stays
+# what it was when written (a later edit of it in the table is not obeyed here; `verify` finds it)
+_VERIFIED: dict[tuple[str, int], EvidenceRow] = {}
+
+
 def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
     """The rows of these numbers, verified; a missing one is a ForgedRecord too."""
-    wanted = sorted(set(seqs))
+    where = session.engine.identity()
+    known = {s: _VERIFIED[(where, s)] for s in set(seqs) if (where, s) in _VERIFIED}
+    wanted = sorted(set(seqs) - set(known))
     found: dict[int, EvidenceRow] = {}
     for i in range(0, len(wanted), 1000):
         part = wanted[i:i + 1000]
@@ -289,7 +300,10 @@ def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
         raise ForgedRecord(f"evidence row {missing[0]}, which records rows the control record holds, is gone",
                            fix=FORGED_FIX)
     verified(session, list(found.values()))
-    return found
+    if len(_VERIFIED) > 100_000:
+        _VERIFIED.clear()
+    _VERIFIED.update({(where, s): row for s, row in found.items()})
+    return {**known, **found}
 
 
 def check_links(session: Session) -> None:

@@ -182,14 +182,26 @@ ALTER TABLE {SCHEMA}.approvals RENAME TO approvals_v2
 
 
 def schema_version(session: Session) -> str | None:
+    if session.engine.identity() in _CURRENT:
+        return SCHEMA_VERSION
     if not session.engine.table_exists(session, "meta", SCHEMA):
         return None
     return session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'") or "1"
 
 
+_CURRENT: set[str] = set()  # warehouses (by identity) whose control record is this version's
+
+
 def ensure_schema(session: Session) -> None:
     """Create the control record if missing, upgrade one of the previous release in place (when
     no plan is active), refuse any other version."""
+    if session.engine.identity() in _CURRENT:
+        return
+    _ensure(session)
+    _CURRENT.add(session.engine.identity())
+
+
+def _ensure(session: Session) -> None:
     if has_control_schema(session):
         version = schema_version(session)
         if version == SCHEMA_VERSION:
@@ -244,6 +256,8 @@ def _upgrade_from_2(session: Session) -> None:
 
 def has_control_schema(session: Session) -> bool:
     """Whether the control record exists, for readers that must not create it."""
+    if session.engine.identity() in _CURRENT:
+        return True
     return session.engine.table_exists(session, "plans", SCHEMA)
 
 

@@ -52,7 +52,9 @@ _CACHE: dict[tuple[str, str], list[PinnedRoot]] = {}
 
 
 def _rows(session: Session) -> list[tuple]:
-    if not session.engine.table_exists(session, "trust_roots", SCHEMA):
+    from backfill_assets.control.schema import SCHEMA_VERSION, schema_version
+
+    if schema_version(session) != SCHEMA_VERSION:  # before an upgrade there is no trust_roots table
         return []
     return session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.trust_roots ORDER BY version")
 

@@ -87,6 +87,13 @@ class DuckDBEngine(Engine):
     def describe(self) -> str:
         return str(self.path)
 
+    def identity(self) -> str:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return f"{self.path}:absent"
+        return f"{self.path}:{stat.st_dev}:{stat.st_ino}"
+
     def exists(self) -> bool:
         return self.path.exists()
 

@@ -163,6 +163,11 @@ class Engine(ABC):
     def describe(self) -> str:
         """Where the warehouse is, for messages (never a password)."""
 
+    def identity(self) -> str:
+        """Which warehouse this is now, for caches of what it holds: a file replaced at the same path
+        is another warehouse."""
+        return self.describe()
+
     # --- dialect --------------------------------------------------------------------------------
     @abstractmethod
     def text_of(self, expr: str) -> str:
