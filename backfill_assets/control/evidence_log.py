@@ -284,9 +284,19 @@ def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:
 _VERIFIED: dict[tuple[str, int], EvidenceRow] = {}
 
 
+def _chain_id(session: Session) -> str:
+    """Which chain this is: its first row's keyed hash (random key, first time), once per session.
+    A file copied over another at the same path is another chain."""
+    found = getattr(session, "_chain_id", None)
+    if not found:  # an empty chain has no id yet: asked again once it has rows
+        found = str(session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = 1") or "")
+        session._chain_id = found  # type: ignore[attr-defined]
+    return found
+
+
 def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
     """The rows of these numbers, verified; a missing one is a ForgedRecord too."""
-    where = session.engine.identity()
+    where = f"{session.engine.identity()}:{_chain_id(session)}"
     known = {s: _VERIFIED[(where, s)] for s in set(seqs) if (where, s) in _VERIFIED}
     wanted = sorted(set(seqs) - set(known))
     found: dict[int, EvidenceRow] = {}
