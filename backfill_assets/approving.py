@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backfill_assets import faults
 from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
 from backfill_assets.errors import ApprovalError, PlanInvalidError
-from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.approvals import entry_of, file_candidates, mirror_into_file
 from backfill_assets.plan.fit import fit
 from backfill_assets.plan.identity import plan_sha256
@@ -29,10 +29,12 @@ from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_pause
 from backfill_assets.signing.principals import canonical_principal
 from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
-from backfill_assets.table import TableSpec
 from backfill_assets.trust.root import Candidate, Counted, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.loading import LoadedTable
 
 
 @dataclass(frozen=True)
@@ -46,24 +48,25 @@ class Approved:
     added_to_file: int
 
 
-def _check_fit(plan: Plan, path: Path, spec: TableSpec, scheme: PartitionScheme) -> list[str]:
-    fitted = fit(plan, spec, scheme)
+def _check_fit(plan: Plan, path: Path, table: LoadedTable) -> dict[str, list[str]]:
+    fitted = fit(plan, table.spec, table.scheme(), table.graph)
     if not fitted.ok:
-        raise PlanInvalidError(f"{path} cannot be approved: it does not fit {spec.name}", fitted.problems)
-    return fitted.keys
+        raise PlanInvalidError(f"{path} cannot be approved: it does not fit {table.spec.name}", fitted.problems)
+    return fitted.members
 
 
-def _refuse_overlap(session: Session, plan: Plan, keys: list[str]) -> None:
-    """Two active plans may not hold the same partitions of one table."""
-    wanted = set(keys)
-    for other in record.active_plans(session, target=plan.target):
-        if other.plan_id != plan.plan_id and wanted & set(other.partition_keys):
-            raise ApprovalError(
-                f"plan {other.plan_id} ({other.phase}) already holds {plan.target} "
-                f"{other.partition_keys[0]}..{other.partition_keys[-1]}, which overlaps "
-                f"{keys[0]}..{keys[-1]}",
-                fix=f"wait until {other.plan_id} is published, closed, withdrawn or rolled back, or "
-                    "move the window")
+def _refuse_overlap(session: Session, plan: Plan, members: dict[str, list[str]]) -> None:
+    """Two active plans may not hold the same partitions of one table (of any table of a graph)."""
+    for asset, keys in members.items():
+        wanted = set(keys)
+        for other in record.active_plans(session, target=asset):
+            held = other.keys_of(asset)
+            if other.plan_id != plan.plan_id and wanted & set(held):
+                raise ApprovalError(
+                    f"plan {other.plan_id} ({other.phase}) already holds {asset} {held[0]}..{held[-1]}, which "
+                    f"overlaps {keys[0]}..{keys[-1]}",
+                    fix=f"wait until {other.plan_id} is published, closed, withdrawn or rolled back, or "
+                        "move the window")
 
 
 def _refuse_takeover(session: Session, plan: Plan, sha: str) -> None:
@@ -84,11 +87,11 @@ def approval_lock(target: str) -> str:
     return f"approve:{target}"
 
 
-def _verified_one(root, plan: Plan, sha: str, spec: TableSpec, candidate: Candidate) -> Counted:
+def _verified_one(root, plan: Plan, sha: str, code: str, candidate: Candidate) -> Counted:
     """The signature given on the command line, or refuse saying why it does not count."""
     found = tally(root, [candidate], kind=PLAN_APPROVAL,
-                  expect={"plan": sha, "code": spec.code_identity, "warehouse": root.warehouse_id},
-                  requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner)
+                  expect={"plan": sha, "code": code, "warehouse": root.warehouse_id},
+                  requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner)
     mine = found.owner_signature or (found.counted[0] if found.counted else None)
     if mine is None:
         reason = found.void[0].reason if found.void else "it does not verify"
@@ -99,50 +102,52 @@ def _verified_one(root, plan: Plan, sha: str, spec: TableSpec, candidate: Candid
 
 
 def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, signature: str,
-            spec: TableSpec, scheme: PartitionScheme, actor: str) -> Approved:
+            table: LoadedTable, actor: str) -> Approved:
     plan = load_plan(path)
     sha = plan_sha256(plan)
     name = canonical_principal(principal, "approver")
-    keys = _check_fit(plan, path, spec, scheme)
+    members = _check_fit(plan, path, table)
+    keys, code = members[plan.target], table.code_identity(plan.assets)
     now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     with warehouse.session() as session:
         ensure_schema(session)
         with session.transaction():
-            session.lock(approval_lock(plan.target))
+            for asset in sorted(members):  # every table's turn, in one order: two approvals never wait in a circle
+                session.lock(approval_lock(asset))
             root = trust_record.require(session)
-            mine = _verified_one(root, plan, sha, spec, Candidate(name, statement, signature))
+            mine = _verified_one(root, plan, sha, code, Candidate(name, statement, signature))
             # the file may have changed while we waited for the lock: what was signed must be it
             again = load_plan(path)
             if plan_sha256(again) != sha:
                 raise ApprovalError(f"{path} changed while approving (now {plan_sha256(again)[:12]})",
                                     fix="read the plan again and sign its new statement")
             _refuse_takeover(session, plan, sha)
-            _refuse_overlap(session, plan, keys)
+            _refuse_overlap(session, plan, members)
             # only signatures that verify count as "already signed" (a row typed into the table is not one)
             recorded = tally(root, [Candidate(a.principal, a.statement, a.signature)
                                     for a in record.approvals(session, sha)], kind=PLAN_APPROVAL,
                              expect={"plan": sha, "code": None, "warehouse": root.warehouse_id},
-                             requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=None)
+                             requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=None)
             twin = next((a for a in recorded.counted
                          if a.fingerprint == mine.fingerprint and a.principal != mine.principal), None)
             if twin is not None:  # one key listed under two names is still one person
                 raise ApprovalError(f"{mine.principal}'s key ({mine.fingerprint}) already signed {twin.principal}'s "
                                     f"approval of {plan.plan_id}; a key counts once",
                                     fix="each approver signs with their own key; fix allowed_signers (re-pin it)")
-            record.record_version(session, plan, sha, keys, str(path.resolve()), actor)
+            record.record_version(session, plan, sha, keys, str(path.resolve()), actor, members)
             # signed entries already in the file (given offline with ssh-keygen) are recorded too,
             # each only if it verifies under the pinned root
             offline, _ = file_candidates(again)
             valid = tally(root, offline, kind=PLAN_APPROVAL,
-                          expect={"plan": sha, "code": spec.code_identity, "warehouse": root.warehouse_id},
-                          requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner)
+                          expect={"plan": sha, "code": code, "warehouse": root.warehouse_id},
+                          requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner)
             for other in [*valid.counted, *([valid.owner_signature] if valid.owner_signature else [])]:
                 record.add_approval(session, plan.plan_id, sha, _recorded(other, root.version, actor, now))
             recorded_now = record.add_approval(session, plan.plan_id, sha, _recorded(mine, root.version, actor, now))
             faults.checkpoint("approve.before_commit")
             state = record.require(session, plan.plan_id)
             assert state.version is not None or record.version(session, sha) is not None
-            counted = authority.plan_tally(session, record.version(session, sha), code=spec.code_identity)  # type: ignore[arg-type]
+            counted = authority.plan_tally(session, record.version(session, sha), code=code)  # type: ignore[arg-type]
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active

@@ -17,18 +17,22 @@ the two cannot write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from backfill_assets.control import authority, record
+from backfill_assets.control import authority, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import PartitionRefused
+from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import rows_per_partition
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
 
 BACKFILL_TAG = "dagster/backfill"
 PLAN_TAG = "backfill_assets/plan"
@@ -37,11 +41,13 @@ REPLAYABLE_OP_TAG = "backfill_assets/replayable"
 
 @dataclass(frozen=True)
 class Permission:
-    """What was allowed: the keys, and the plan they are written under (None: plan-free)."""
+    """What was allowed: the keys, and the plan they are written under (None: plan-free); `graph`
+    is the loaded definitions' tables the decision was made against."""
 
     target: str
     keys: tuple[str, ...]
     plan: PlanState | None = None
+    graph: TableGraph | None = field(default=None, compare=False)
 
     @property
     def is_plan_write(self) -> bool:
@@ -70,22 +76,34 @@ def _before(scheme: PartitionScheme, key: str, mark: str | None) -> bool:
     return scheme.position(key) < scheme.position(mark)
 
 
-_FITS: dict[tuple[str, TableSpec, int], Fit] = {}
+_FITS: dict[tuple, Fit] = {}
 
 
-def _fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme) -> Fit:
-    """A plan version's fit to a table is fixed while the table's keys are: computed once per run."""
-    key = (str(plan.approved_sha256), spec, len(scheme.ordered_keys))  # a frozen spec: hashed by value
+def _fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None) -> Fit:
+    """A plan version's fit to its target and graph is fixed while the tables' keys are: computed
+    once per run. `spec` and `scheme` are the plan's target's (the root of its graph)."""
+    shape = tuple(sorted((n, s, len(graph.scheme(n).ordered_keys)) for n, (s, _) in graph.tables.items()
+                         if plan.involves(n))) if graph is not None else ()
+    key = (str(plan.approved_sha256), spec, len(scheme.ordered_keys), shape)  # frozen specs: hashed by value
     if key not in _FITS:
         if len(_FITS) > 64:
             _FITS.clear()
-        _FITS[key] = fit(plan.approved.plan, spec, scheme)
+        _FITS[key] = fit(plan.approved.plan, spec, scheme, graph)
     return _FITS[key]
 
 
+def _graph_fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None) -> Fit:
+    """The fit of the plan's whole graph, whichever of its tables is being written."""
+    if spec.name == plan.target:
+        return _fit(plan, spec, scheme, graph)
+    if graph is None or plan.target not in graph.tables:
+        return Fit([], [PlanProblem("target", plan.target, "the loaded definitions do not declare it")])
+    return _fit(plan, graph.spec(plan.target), graph.scheme(plan.target), graph)
+
+
 def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionScheme,
-                  *, starting: bool) -> PartitionRefused | None:
-    """Why `plan` may not write `key` now, or None."""
+                  *, starting: bool, graph: TableGraph | None = None) -> PartitionRefused | None:
+    """Why `plan` may not write `key` of `spec` (its target or a table of its graph) now, or None."""
     if plan.phase not in WRITABLE:
         return _refuse(f"plan {plan.plan_id} is {plan.phase}, so it cannot write {key} of {spec.name}",
                        plan.plan_id, key, f"see `backfill status {plan.plan_id}` for the next step")
@@ -93,22 +111,71 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
         verb = "resume it with `backfill run" if plan.hold == "paused" else "roll it back with `backfill rollback"
         return _refuse(f"plan {plan.plan_id} is {plan.hold}: no new run may write {key}", plan.plan_id,
                        key, f"{verb} {plan.plan_id}`")
-    if not plan.past_proof and key not in plan.proof_keys:
-        return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
-                       f"({', '.join(plan.proof_keys)}) may run until the proof passes, not {key}",
+    if not plan.past_proof and (key not in plan.proof_keys or spec.name != plan.target):
+        what = key if spec.name == plan.target else f"{key} of {spec.name}"
+        return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions of {plan.target} "
+                       f"({', '.join(plan.proof_keys)}) may run until the proof passes, not {what}",
                        plan.plan_id, key, f"run `backfill run {plan.plan_id} --proof` first")
-    fitted = _fit(plan, spec, scheme)
+    fitted = _graph_fit(plan, spec, scheme, graph)
     if not fitted.ok:
-        return _refuse(f"plan {plan.plan_id} does not fit {spec.name}: {fitted.problems[0]}",
+        return _refuse(f"plan {plan.plan_id} does not fit {plan.target}'s graph: {fitted.problems[0]}",
                        plan.plan_id, key, "withdraw it (`backfill plan withdraw`) and approve a plan "
-                       "that fits the table")
+                       "that fits the tables loaded now (`backfill plan validate` names what differs)")
+    recorded = {a: list(k) for a, k in plan.approved.members}
+    if fitted.members != recorded:
+        changed = next((a for a in {*recorded, *fitted.members} if recorded.get(a) != fitted.members.get(a)), "?")
+        return _refuse(f"plan {plan.plan_id}'s plan of record lists other partitions of {changed} than the "
+                       "definitions loaded now give it", plan.plan_id, key,
+                       "approve the plan again for the definitions loaded now")
     return None
 
 
-def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSpec) -> PartitionRefused | None:
-    """The signatures themselves, every time: they bind this plan, this table's code, this warehouse
+def code_identity(plan: PlanState, spec: TableSpec, graph: TableGraph | None) -> str:
+    """What the plan's signatures must bind of the code loaded now: its table's identity, or its
+    graph's (every table it writes)."""
+    assets = plan.approved.assets
+    if list(assets) == [spec.name]:
+        return spec.code_identity
+    return graph.code_identity(assets) if graph is not None else f"unknown/{plan.target}"
+
+
+def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], graph: TableGraph | None,
+                      plan: PlanState | None) -> PartitionRefused | None:
+    """A table computed from a replayable table reads only data its gates passed: every partition
+    of the upstream table that `keys` read has a latest write whose gates all passed (under the
+    plan, for the upstream partitions the plan replays). A replay therefore recomputes the graph in
+    dependency order, whoever launched the runs."""
+    if graph is None or spec.name not in graph.tables:
+        return None
+    parent = graph.upstream(spec.name)
+    if parent is None:
+        return None
+    reads = {k: graph.upstream_keys(spec.name, k) for k in keys}
+    wanted = sorted({u for us in reads.values() for u in us})
+    ours = [u for u in wanted if plan is not None and plan.covers(u, parent)]
+    latest = ledger.latest(session, parent, [u for u in wanted if u not in ours]) if wanted else {}
+    if ours:
+        latest.update(ledger.latest(session, parent, ours, plan.plan_id))  # type: ignore[union-attr]
+    for key, upstream in reads.items():
+        bad = [u for u in upstream if latest.get(u) is None or not latest[u].passed]  # type: ignore[union-attr]
+        if bad:
+            entry = latest.get(bad[0])
+            why = ("has no write" + (f" under plan {plan.plan_id}" if bad[0] in ours and plan else "")
+                   if entry is None else f"failed {', '.join(entry.failed) or 'its gates'}")
+            fix = (f"run the plan's {parent} partitions first (`backfill run {plan.plan_id}`)"
+                   if bad[0] in ours and plan else f"write {parent} {bad[0]} first and let its gates pass")
+            return _refuse(f"{spec.name} {key} reads {parent} "
+                           f"{upstream[0] if len(upstream) == 1 else f'{upstream[0]}..{upstream[-1]}'}, and "
+                           f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
+                           plan.plan_id if plan else None, key, fix)
+    return None
+
+
+def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSpec,
+                      graph: TableGraph | None = None) -> PartitionRefused | None:
+    """The signatures themselves, every time: they bind this plan, its tables' code, this warehouse
     and an expiry; a row inserted into `approvals` is a signature that does not verify."""
-    why = authority.refusal(session, plan.approved, code=spec.code_identity)
+    why = authority.refusal(session, plan.approved, code=code_identity(plan, spec, graph))
     if why:
         return _refuse(f"plan {plan.plan_id} may not write {key} of {spec.name}: {why}", plan.plan_id, key,
                        "have it signed again for the code loaded now (`backfill plan statement PLAN` shows what "
@@ -117,8 +184,9 @@ def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSp
 
 
 def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-           tags: Mapping[str, str]) -> Permission:
-    """Decide for a whole run before it writes anything; refuse naming the partition and the fix."""
+           tags: Mapping[str, str], graph: TableGraph | None = None) -> Permission:
+    """Decide for a whole run before it writes anything; refuse naming the partition and the fix.
+    `graph`: the definitions the run belongs to (a plan over a graph is checked against it)."""
     keys = list(dict.fromkeys(keys))
     if not keys:
         raise _refuse(f"a run of {spec.name} named no partition", None, "?",
@@ -135,7 +203,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     mark = watermark(session, spec.name)
     chosen: PlanState | None = None
     for key in keys:
-        covering = [p for p in plans if p.covers(key)]
+        covering = [p for p in plans if p.covers(key, spec.name)]
         if len(covering) > 1:
             raise _refuse(f"plans {' and '.join(p.plan_id for p in covering)} both hold partition {key} "
                           f"of {spec.name}", None, key, "withdraw or roll back one of them")
@@ -152,9 +220,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
             if chosen is not None and chosen.plan_id != plan.plan_id:
                 raise _refuse(f"partitions {keys[0]}..{key} span plans {chosen.plan_id} and {plan.plan_id}",
                               plan.plan_id, key, "launch one run per plan")
-            refusal = _plan_refusal(plan, key, spec, scheme, starting=True)
+            refusal = _plan_refusal(plan, key, spec, scheme, starting=True, graph=graph)
             if refusal is None and chosen is None:
-                refusal = _approval_refusal(session, plan, key, spec)
+                refusal = _approval_refusal(session, plan, key, spec, graph)
             if refusal is not None:
                 raise refusal
             chosen = plan
@@ -173,7 +241,10 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         if chosen is not None:
             raise _refuse(f"partitions of {spec.name} mix plan {chosen.plan_id} and plan-free writes "
                           f"({key})", chosen.plan_id, key, "launch one run per plan")
-    return Permission(spec.name, tuple(keys), chosen)
+    refusal = _upstream_refusal(session, spec, keys, graph, chosen)
+    if refusal is not None:
+        raise refusal
+    return Permission(spec.name, tuple(keys), chosen, graph)
 
 
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
@@ -182,7 +253,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
     if permission.plan is None:
         for plan in record.active_plans(session, target=spec.name):
             for key in keys:
-                if plan.covers(key):
+                if plan.covers(key, spec.name):
                     raise _refuse(f"partition {key} of {spec.name} was frozen by plan {plan.plan_id} "
                                   "while this run started", plan.plan_id, key, "write it as part of the plan")
         held, mark = occupied(session, spec, scheme, keys), watermark(session, spec.name)
@@ -193,13 +264,15 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
         return None
     plan = record.require(session, permission.plan.plan_id, lock=True)
     for key in keys:
-        if plan.approved_sha256 != permission.plan.approved_sha256 or not plan.covers(key):
+        if plan.approved_sha256 != permission.plan.approved_sha256 or not plan.covers(key, spec.name):
             raise _refuse(f"plan {plan.plan_id}'s plan of record changed while this run started", plan.plan_id,
                           key, "launch the run again")
-        refusal = _plan_refusal(plan, key, spec, scheme, starting=False)
+        refusal = _plan_refusal(plan, key, spec, scheme, starting=False, graph=permission.graph)
         if refusal is not None:
             raise refusal
-    refusal = _approval_refusal(session, plan, keys[0], spec) if keys else None
+    refusal = _approval_refusal(session, plan, keys[0], spec, permission.graph) if keys else None
+    if refusal is None:
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, plan)
     if refusal is not None:
         raise refusal
     return plan

@@ -6,6 +6,7 @@ the control record and the data as they are now. Hints name the exact command to
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from backfill_assets.control import authority, evidence_log, lease, record, trust_record
@@ -18,6 +19,9 @@ from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class PlanStatus:
     blockers: list[str] = field(default_factory=list)
     running: str | None = None   # who holds the run lease
     next: str = ""
+    # every other table of the plan's graph: asset -> {"partitions", "written", "failed", "window"}
+    graph: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -62,7 +68,8 @@ def _approvals(session: Session, state: PlanState, pending: str | None) -> list[
 
 
 def plan_status(session: Session, state: PlanState, spec: TableSpec | None = None,
-                scheme: PartitionScheme | None = None) -> PlanStatus:
+                scheme: PartitionScheme | None = None, graph: TableGraph | None = None) -> PlanStatus:
+    """`graph`: the loaded definitions, to check the published tables of the plan's whole graph."""
     pid = state.plan_id
     keys = list(state.partition_keys)
     pending = None if state.approved_sha256 else session.scalar(
@@ -88,20 +95,31 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                  if published_row and state.phase in (Phase.PUBLISHED, Phase.CLOSED) else None)
     blockers: list[str] = []
     if state.phase is Phase.RECONCILED and spec is not None and scheme is not None:
-        blockers = rule.check(session, spec, scheme, keys).problems
+        blockers = rule.plan_check(session, state, spec, scheme, graph).problems
     if state.phase in (Phase.PUBLISHED, Phase.CLOSED) and spec is not None and scheme is not None:
-        edits = published_record.edited(session, spec, scheme, keys)
-        blockers = [f"{k}: {spec.publish_as} edited since published (now {n}, published {p})"
-                    for k, (n, p) in list(edits.items())[:20]]
-        if blockers and published:
-            published = f"{published}; EDITED since: {len(edits)} partition(s), first {next(iter(edits))}"
+        from backfill_assets.execution.advance import plan_tables
+
+        for table, table_scheme, table_keys in plan_tables(state, spec, scheme, graph):
+            edits = published_record.edited(session, table, table_scheme, list(table_keys))
+            blockers += [f"{k}: {table.publish_as} edited since published (now {n}, published {p})"
+                         for k, (n, p) in list(edits.items())[:20]]
+            if edits and published:
+                published = f"{published}; EDITED since: {table.publish_as} {len(edits)} partition(s), first " \
+                            f"{next(iter(edits))}"
+    members = {}
+    for asset in state.assets[1:]:
+        asset_keys = state.keys_of(asset)
+        bad = verdict.failed_downstream.get(asset, {}) if verdict else {}
+        absent = verdict.missing_downstream.get(asset, []) if verdict else list(asset_keys)
+        members[asset] = {"partitions": len(asset_keys), "window": [asset_keys[0], asset_keys[-1]],
+                          "written": len(asset_keys) - len(absent), "failed": bad}
     held = lease.current(session, pid)
     running = held.describe() if held is not None and held.alive() else None
     publish = _publish_state(state, blockers, published)
     status = PlanStatus(pid, state.phase.value, state.hold, state.target,
                         [keys[0], keys[-1]] if keys else [], len(keys), approvals, written,
                         written - len(failed), failed, proof, reconciled_at, published, publish,
-                        blockers or (verdict.blockers if verdict else []), running)
+                        blockers or (verdict.blockers if verdict else []), running, graph=members)
     return PlanStatus(**{**asdict(status), "next": next_step(status, state, session)})
 
 
@@ -144,6 +162,14 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
                     f"{','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else ""))
         if status.written < status.partitions:
             return f"run the rest of the window: `backfill run {pid}`"
+        for asset, member in status.graph.items():
+            bad = sorted(member["failed"])
+            if bad:
+                return (f"fix the cause, then re-run {asset}'s failing partitions: `backfill run {pid} --asset "
+                        f"{asset} --partitions {','.join(bad[:5])}`" + (f" (+{len(bad) - 5} more)"
+                                                                         if len(bad) > 5 else ""))
+            if member["written"] < member["partitions"]:
+                return f"run the rest of the graph ({asset} next): `backfill run {pid}`"
         return f"record the reconciliation: `backfill reconcile {pid}`"
     if phase is Phase.RECONCILED:
         if status.blockers:
@@ -192,6 +218,10 @@ def markdown(statuses: list[PlanStatus]) -> str:
     for s in statuses:
         window = f"{s.window[0]}..{s.window[1]} ({s.partitions})" if s.window else "-"
         gates = f"{s.reconciled}/{s.partitions} passed" + (f", {len(s.failed)} failed" if s.failed else "")
+        for asset, member in s.graph.items():  # the other tables of the plan's graph
+            window += f"; {asset} {member['window'][0]}..{member['window'][1]} ({member['partitions']})"
+            gates += (f"; {asset} {member['written'] - len(member['failed'])}/{member['partitions']} passed"
+                      + (f", {len(member['failed'])} failed" if member["failed"] else ""))
         phase = s.phase + (f" ({s.hold})" if s.hold else "")
         cell = [s.plan_id, phase, window, ", ".join(s.approvals) or "-", gates, s.publish, s.next]
         runs = f"[runs](/runs?{urlencode({'q[0]': f'tag:backfill_assets/plan={s.plan_id}'})})"

@@ -191,3 +191,12 @@ class TableSpec:
         data["business_keys"] = tuple(data["business_keys"])
         data["source_keys"] = tuple(tuple(pair) for pair in data["source_keys"])
         return cls(**data)
+
+
+def code_identity_of(specs: list[TableSpec] | tuple[TableSpec, ...]) -> str:
+    """What an approval binds of a plan's code: its table's code identity, or for a plan over a
+    graph of tables one identity over all of theirs (a change to any of them voids the signatures)."""
+    if len(specs) == 1:
+        return specs[0].code_identity
+    lines = "\n".join(f"{s.name}={s.code_identity}" for s in sorted(specs, key=lambda s: s.name))
+    return f"graph/{hashlib.sha256(lines.encode('utf-8')).hexdigest()}"

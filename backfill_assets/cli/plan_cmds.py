@@ -142,12 +142,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{path}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked against "
               f"{plan.target}: {why} (pass --defs)")
         return 0
-    fitted = fit(plan, table.spec, table.scheme())
+    fitted = fit(plan, table.spec, table.scheme(), table.graph)
     if not fitted.ok:
         raise PlanInvalidError(f"{path} does not fit {plan.target}", fitted.problems)
     print(f"{path}: complete and fits {plan.target} (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}, "
           f"{len(fitted.keys)} partition(s))")
+    for line in graph_lines(table, fitted.members):
+        print(line)
     return 0
+
+
+def graph_lines(table, members: dict[str, list[str]]) -> list[str]:
+    """What the plan writes beyond its target, and which consumers read it, for people to see
+    before anyone signs."""
+    from backfill_assets.defs.graph import Member
+
+    if table.graph is None:
+        return []
+    lines = []
+    for asset, keys in list(members.items())[1:]:
+        upstream = table.graph.upstream(asset)
+        lines.append(f"  graph     {asset} {_span(keys)}, recomputed from {upstream}, gated, published with it")
+    found = table.graph.consumers([Member(a, tuple(k)) for a, k in members.items()])
+    for consumer in found:
+        keys = "all of it (unpartitioned)" if consumer.keys is None else _span(list(consumer.keys))
+        lines.append(f"  consumer  {consumer.asset} {keys} reads {consumer.reads}: requested after the publish")
+    return lines
+
+
+def _span(keys: list[str]) -> str:
+    return "no partition" if not keys else keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]} ({len(keys)})"
 
 
 def _statement_text(args: argparse.Namespace, sha: str) -> str:
@@ -172,7 +196,7 @@ def cmd_statement(args: argparse.Namespace) -> int:
     table, _ = _table_for(plan.target, args.defs, required=True)
     with reading(args) as session:
         root = trust_record.require(session)
-    print(plan_statement(plan, root, table.spec.code_identity, valid_days=args.valid_days).text, end="")
+    print(plan_statement(plan, root, table.code_identity(plan.assets), valid_days=args.valid_days).text, end="")
     return 0
 
 
@@ -199,7 +223,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
                                  fix="approvals count only under the pinned root; a change of it takes its "
                                      "quorum's signatures (`backfill approvers pin`)")
     if args.key:
-        statement = plan_statement(plan, root, table.spec.code_identity).text
+        statement = plan_statement(plan, root, table.code_identity(plan.assets)).text
         signature = sshsig.sign(statement.encode("ascii"), Path(args.key).expanduser())
     else:
         statement = _statement_text(args, sha)
@@ -209,7 +233,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot read signature file {args.signature} ({exc.strerror})",
                              fix=f"make it with: {signing_command()}") from None
-    done = approve(warehouse_of(args), path, args.by, statement, signature, table.spec, table.scheme(), actor())
+    done = approve(warehouse_of(args), path, args.by, statement, signature, table, actor())
     state = "approved: it is the plan of record" if done.plan_of_record else "not approved yet"
     print(f"{done.principal} signed {done.plan_id} at {done.sha256[:12]}"
           + ("" if done.recorded_now else " (already recorded; the file is in sync)")
@@ -233,13 +257,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
     table, why = _table_for(plan.target, args.defs, required=False)
-    code = table.spec.code_identity if table else None
+    code = table.code_identity(plan.assets) if table else None
     size = estimate_window(plan.window.start, plan.window.end)
     print(f"plan       {plan.plan_id}  (owner {plan.owner})")
     print(f"sha256     {sha}")
     print(f"target     {plan.target}  <- source of truth {plan.source_of_truth}")
     print(f"window     {plan.window.start}..{plan.window.end}"
           + (f"  ({size:,} partitions)" if size is not None else ""))
+    for member in plan.graph:
+        print(f"graph      {member.asset}  {member.window.start}..{member.window.end}  (recomputed from the "
+              "target's replayed data, gated and published with it)")
     print(f"proof      {_summary(plan.proof_keys)}")
     print(f"mode       {plan.execution.mode}; {plan.execution.partitions_per_run} partition(s) per run, "
           f"{plan.execution.runs_at_once} run(s) at once")
@@ -278,17 +305,19 @@ def cmd_close(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = load_defs(args.defs).table(state.target)
-        state = advance(session, state, actor(), table.spec, table.scheme())
-        status = plan_status(session, state, table.spec, table.scheme())
-        from backfill_assets.publish.rule import check
+        state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
+        status = plan_status(session, state, table.spec, table.scheme(), table.graph)
+        from backfill_assets.publish.rule import plan_check
 
-        changed = check(session, table.spec, table.scheme(), list(state.partition_keys)).changed \
-            if state.phase is Phase.PUBLISHED else {}
+        found = plan_check(session, state, table.spec, table.scheme(), table.graph) \
+            if state.phase is Phase.PUBLISHED else None
+        changed = [k for k in found.changed] + [f"{a} {k}" for a, (_, o) in found.others.items()
+                                                for k in o.changed] if found else []
         if state.phase is not Phase.PUBLISHED or changed:
             if changed and state.phase is Phase.PUBLISHED:
                 state = record.transition(session, state.plan_id, Phase.REPAIRING, actor(),
                                           note=f"{len(changed)} partition(s) changed after publish")
-                status = plan_status(session, state, table.spec, table.scheme())
+                status = plan_status(session, state, table.spec, table.scheme(), table.graph)
             raise PlanRefused(f"plan {state.plan_id} is {state.phase}, not a published plan whose window "
                               "still passes every gate", fix=status.next)
         state = record.transition(session, state.plan_id, Phase.CLOSED, actor(),

@@ -13,6 +13,7 @@ from backfill_assets import terminal as output
 from backfill_assets.bounded import read_bounded, refuse_non_regular
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
 from backfill_assets.cli.partition_args import add_partition_args, chosen
+from backfill_assets.cli.partition_args import given as partition_args_given
 from backfill_assets.errors import PublishBlocked, UsageError
 
 
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     diff = sub.add_parser("diff", help="what the plan changed: before (its snapshots) against now")
     diff.add_argument("plan")
     add_partition_args(diff, "only")
+    diff.add_argument("--asset", help="a table of the plan's graph (default: every table, the target first)")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--top", type=int, default=10, help="keys shown per partition (largest changes)")
     add_defs(diff)
@@ -62,7 +64,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        result = reconcile(session, table.spec, table.scheme(), state, actor())
+        result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph)
     if args.json:
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
@@ -91,8 +93,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        state = advance(session, state, actor(), table.spec, table.scheme())
-        status = plan_status(session, state, table.spec, table.scheme())
+        state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
+        status = plan_status(session, state, table.spec, table.scheme(), table.graph)
         if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
             print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
             return 0
@@ -100,7 +102,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: publish reopens only after every "
                                  f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
                                  fix=status.next)
-        found = rule.check(session, table.spec, table.scheme(), list(state.partition_keys))
+        found = rule.plan_check(session, state, table.spec, table.scheme(), table.graph)
         if found.problems:
             rule.record_changed(session, table.spec, found, actor())
             raise PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
@@ -122,6 +124,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
                              + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
     print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
           f"(run {result.run_id[:8]}); downstream owners notified")
+    for asset in state.assets[1:]:  # in the same transaction
+        keys = state.keys_of(asset)
+        print(f"published {loaded.graph.spec(asset).publish_as} for {keys[0]}..{keys[-1]} with it, in the same "
+              "transaction")
     events = result.get_asset_materialization_events()
     seen = consumers_line(events)
     if seen:
@@ -166,6 +172,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  {key}: {', '.join(gates)}")
         if len(s.failed) > 10:
             print(f"  ... {len(s.failed) - 10} more")
+        for asset, member in s.graph.items():  # the other tables of the plan's graph
+            print(f"graph      {asset} {member['window'][0]}..{member['window'][1]}: {member['partitions']} "
+                  f"partition(s), written {member['written']}, passed {member['written'] - len(member['failed'])}, "
+                  f"failed {len(member['failed'])}")
+            for key, gates in list(member["failed"].items())[:10]:
+                print(f"  {asset} {key}: {', '.join(gates)}")
         if s.running:
             print(f"running    {s.running}")
         print(f"publish    {s.publish}")
@@ -191,12 +203,12 @@ def _table_of(loaded, target: str) -> tuple:
     from backfill_assets.errors import BackfillError
 
     if loaded is None:
-        return None, None
+        return None, None, None
     try:
         table = loaded.table(target)
     except BackfillError:
-        return None, None
-    return table.spec, table.scheme()
+        return None, None, None
+    return table.spec, table.scheme(), table.graph
 
 
 def _fail_dead_runs(home) -> list[str]:
@@ -226,12 +238,30 @@ def cmd_diff(args: argparse.Namespace) -> int:
     loaded = load_defs(args.defs)
     with reading(args) as session:
         state = plan_state(session, args.plan)
-        table = loaded.table(state.target)
-        keys = chosen(args, list(state.partition_keys), state.plan_id)
+        asset = args.asset or state.target
+        if asset not in state.assets:
+            raise UsageError(f"plan {state.plan_id} does not write {asset} (it writes {', '.join(state.assets)})",
+                             fix="name a table of the plan with --asset")
+        table = loaded.table(asset)
+        keys = chosen(args, list(state.keys_of(asset)), state.plan_id)
         if args.top < 0:
             raise UsageError(f"--top {args.top} is negative", fix="pass 0 or more keys per partition")
-        report = plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top)
-    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.text())
+        reports = [(asset, plan_impact(session, table.spec, table.scheme(), state, keys, top=args.top))]
+        if not args.asset and not partition_args_given(args):  # the whole graph, each table after the one it reads
+            for other in state.assets[1:]:
+                member = loaded.table(other)
+                reports.append((other, plan_impact(session, member.spec, member.scheme(), state, None,
+                                                   top=args.top)))
+    if args.json:
+        document = reports[0][1].to_json()
+        if len(reports) > 1:
+            document["graph"] = {a: r.to_json() for a, r in reports[1:]}
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    for i, (name, report) in enumerate(reports):
+        if len(reports) > 1:
+            print(("" if i == 0 else "\n") + f"== {name}")
+        print(report.text())
     return 0
 
 

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("plan", help="the plan's file or plan_id")
     run.add_argument("--proof", action="store_true", help="the proof partitions, twice")
     add_partition_args(run, "re-materialize")
+    run.add_argument("--asset", help="with --partition(s): the table of the plan's graph they belong to "
+                                     "(default: the plan's target)")
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(run)
     add_home(run)
@@ -41,17 +43,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     rollback.set_defaults(handler=cmd_rollback, relay=True)
 
 
-def _stage(args: argparse.Namespace, state, scheme, passed: set[str]):
-    from backfill_assets.execution.stages import partitions_stage, proof_stage, window_stage
+def _stages(args: argparse.Namespace, session, state, loaded) -> list:
+    """What this run does: the proof; named partitions of one table; or the rest of the window and
+    then each table of the plan's graph, in dependency order (each skips what already passed)."""
+    from backfill_assets.execution.stages import downstream_stage, partitions_stage, proof_stage, window_stage
 
     execution = state.approved.plan.execution
     size = execution.partitions_per_run
-    keys = partition_args.chosen(args, list(state.partition_keys), state.plan_id)
+    asset = args.asset or state.target
+    if asset not in state.assets:
+        raise UsageError(f"plan {state.plan_id} does not write {asset} (it writes {', '.join(state.assets)})",
+                         fix="name a table of the plan with --asset")
+    scheme = loaded.table(asset).scheme()
+    keys = partition_args.chosen(args, list(state.keys_of(asset)), state.plan_id)
     if keys is not None:
-        return partitions_stage(keys, size, scheme)
+        return [partitions_stage(keys, size, scheme, None if asset == state.target else asset)]
+    if args.asset:
+        raise UsageError("--asset names the table of --partition(s)", fix="pass the partitions to re-run too")
     if args.proof:
-        return proof_stage(state.proof_keys, size, scheme)
-    return window_stage(state.partition_keys, state.proof_keys, passed, size, scheme)
+        return [proof_stage(state.proof_keys, size, scheme)]
+
+    def passed(table: str) -> set[str]:
+        latest = ledger.latest(session, table, list(state.keys_of(table)), state.plan_id)
+        return {k for k, e in latest.items() if e is not None and e.passed}
+
+    stages = [window_stage(state.partition_keys, state.proof_keys, passed(state.target), size, scheme)]
+    for table in state.assets[1:]:
+        stages.append(downstream_stage(table, state.keys_of(table), passed(table), size,
+                                       loaded.table(table).scheme()))
+    return stages
 
 
 def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
@@ -63,7 +83,7 @@ def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
     if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
         raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
                           fix="the proof runs once, between approval and the window")
-    proof_only = set(stage.partitions) <= set(state.proof_keys)
+    proof_only = stage.asset is None and set(stage.partitions) <= set(state.proof_keys)
     if not args.proof and state.phase not in PAST_PROOF and not (partition_args.given(args) and proof_only):
         raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed",
                           fix=f"run `backfill run {pid} --proof`")
@@ -92,29 +112,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        scheme = table.scheme()
-        latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
-        passed = {k for k, e in latest.items() if e is not None and e.passed}
-        stage = _stage(args, state, scheme, passed)
+        stages = _stages(args, session, state, loaded)
         if args.dry_run:
             execution = state.approved.plan.execution
             print(f"plan {state.plan_id}: {state.target} mode {execution.mode}, window "
                   f"{state.partition_keys[0]}..{state.partition_keys[-1]} ({len(state.partition_keys)} "
                   f"partitions), {execution.partitions_per_run} per run (dry run: nothing written)")
-            print(stage.describe())
+            for asset in state.assets[1:]:
+                keys = state.keys_of(asset)
+                print(f"  then {asset} {keys[0]}..{keys[-1]} ({len(keys)} partitions), recomputed from "
+                      f"{loaded.graph.upstream(asset)}")
+            for stage in stages:
+                print(stage.describe())
             return 0
-        _refuse_phase(args, state, stage)
+        for stage in stages:
+            _refuse_phase(args, state, stage)
         from backfill_assets.control import authority
+        from backfill_assets.permission import code_identity
 
-        why = authority.refusal(session, state.approved, code=table.spec.code_identity)
+        why = authority.refusal(session, state.approved, code=code_identity(state, table.spec, table.graph))
         if why:  # every run's permission says the same; this says it before anything starts
             raise PlanRefused(f"plan {state.plan_id} may not run: {why}",
                               fix="have it signed again (`backfill plan statement PLAN` shows what to sign)")
-        if not stage.partitions:
+        if not any(stage.partitions for stage in stages):
             with instance_for(home) as instance:
                 fail_dead_runs(instance)
             print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
-            state = advance(session, state, actor())
+            state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
             print(f"plan {state.plan_id} is {state.phase}")
             return 0
         held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
@@ -136,7 +160,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     pool, reports = None, []
     try:
         fail_dead_runs(instance)
-        print(stage.describe())
         with output.dagster_output(home) as log:
             if parallel > 1:
                 import multiprocessing
@@ -145,23 +168,31 @@ def cmd_run(args: argparse.Namespace) -> int:
                 pool = ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"))
                 url = os.environ.get("BACKFILL_WAREHOUSE_URL")
 
-                def run_wave(wave):
+                def run_wave(wave, asset):
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
-                                           state.target, keys, actor(), output.verbose(),
+                                           asset, keys, actor(), output.verbose(),
                                            lease.launcher_label(held)) for keys in wave]
                     return [f.result() for f in futures]
             else:
-                def run_wave(wave):
-                    return [run_range(loaded, table, instance, state.plan_id, keys, actor(), output.run_config())
-                            for keys in wave]
-            reports = execute(stage, warehouse, state, held, run_wave, parallel)
+                def run_wave(wave, asset):
+                    return [run_range(loaded, loaded.table(asset), instance, state.plan_id, keys, actor(),
+                                      output.run_config()) for keys in wave]
+            for stage in stages:
+                if not stage.partitions:
+                    continue
+                output.say(stage.describe())
+                done = execute(stage, warehouse, state, held, run_wave, parallel)
+                reports += done
+                if not all(r.ok for r in done) or len(done) < len(stage.slices) * stage.repeats:
+                    break  # halted: a table downstream reads only what passed its gates
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         with warehouse.session() as session:
             lease.release(session, held)
             # in the same connection (opening one costs ~15 ms on DuckDB); not on the way out of an error
-            after = advance(session, record.require(session, state.plan_id), actor()) if reports else None
+            after = advance(session, record.require(session, state.plan_id), actor(), table.spec,
+                            table.scheme(), table.graph) if reports else None
             verdict = proof_verdict(session, after) if args.proof and after else None
         instance.dispose()
     assert after is not None
@@ -232,7 +263,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         given = candidates(args, lambda: rollback_statement(session, state.approved)) \
             if args.sign or args.signature else []
         report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run,
-                          signatures=given)
+                          signatures=given, graph=table.graph)
     for line in report.lines():
         print(line)
     return 0

@@ -36,7 +36,7 @@ def plan_tally(session, version: PlanVersion, *, code: str | None,
     plan = version.plan
     found = tally(root, [Candidate(a.principal, a.statement, a.signature) for a in recorded], kind=PLAN_APPROVAL,
                   expect={"plan": version.sha256, "code": code, "warehouse": root.warehouse_id},
-                  requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner,
+                  requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner,
                   now=now)
     if found.approved:
         if len(_CACHE) > 256:
@@ -70,5 +70,5 @@ def rollback_tally(session, version: PlanVersion, candidates: list[Candidate]) -
     root = trust_record.require(session)
     plan = version.plan
     return tally(root, candidates, kind=ROLLBACK, expect={"plan": version.sha256, "warehouse": root.warehouse_id},
-                 requirement=root.policy.requirement(plan.target, plan.approvals.required), owner=plan.owner,
+                 requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner,
                  owner_required=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -34,16 +35,25 @@ _STATE_FIELDS = ("phase", "target", "owner", "approved_sha256", "hold")
 
 @dataclass(frozen=True)
 class PlanVersion:
-    """One version of a plan as recorded: its content and the partition keys it resolved to."""
+    """One version of a plan as recorded: its content and the partition keys it resolved to, for
+    its target (`partition_keys`) and for every table of its graph (`members`, target first)."""
 
     sha256: str
     plan: Plan
     partition_keys: tuple[str, ...]
     source_file: str | None
+    members: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def proof_keys(self) -> tuple[str, ...]:
         return tuple(self.plan.proof_keys)
+
+    @property
+    def assets(self) -> tuple[str, ...]:
+        return tuple(a for a, _ in self.members)
+
+    def keys_of(self, asset: str) -> tuple[str, ...]:
+        return next((keys for a, keys in self.members if a == asset), ())
 
 
 @dataclass(frozen=True)
@@ -82,19 +92,48 @@ class PlanState:
     def past_proof(self) -> bool:
         return self.phase in PAST_PROOF
 
-    def covers(self, key: str) -> bool:
-        return self.version is not None and key in _key_set(self.version.sha256, self.partition_keys)
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """The tables the plan writes, its target first (its target alone before approval)."""
+        return self.version.assets if self.version else (self.target,)
+
+    def involves(self, asset: str) -> bool:
+        return asset == self.target or asset in self.assets
+
+    def keys_of(self, asset: str) -> tuple[str, ...]:
+        return self.version.keys_of(asset) if self.version else ()
+
+    def covers(self, key: str, asset: str | None = None) -> bool:
+        """Whether the plan holds partition `key` of `asset` (its target when None)."""
+        if self.version is None:
+            return False
+        asset = asset or self.target
+        return key in _key_set(self.version.sha256, asset, self.version.keys_of(asset))
 
 
-@lru_cache(maxsize=64)
-def _key_set(sha: str, keys: tuple[str, ...]) -> frozenset[str]:
+@lru_cache(maxsize=256)
+def _key_set(sha: str, asset: str, keys: tuple[str, ...]) -> frozenset[str]:
     return frozenset(keys)
+
+
+def members_text(target: str, members: Mapping[str, Sequence[str]]) -> str:
+    """How a version's partitions are stored: the target's keys as a list (what a plan of one table
+    always stored), or every table's keys, the target first, when the plan covers a graph."""
+    if list(members) == [target]:
+        return json.dumps(list(members[target]))
+    return json.dumps({"members": [[asset, list(keys)] for asset, keys in members.items()]})
 
 
 @lru_cache(maxsize=64)
 def _version_from(sha: str, content: str, keys: str, source: str | None) -> PlanVersion:
     # versions are content-addressed and immutable, so parsing each once per process is safe
-    return PlanVersion(sha, plan_from_canonical(content), tuple(json.loads(keys)), source)
+    plan = plan_from_canonical(content)
+    stored = json.loads(keys)
+    if isinstance(stored, dict):
+        members = tuple((str(a), tuple(k)) for a, k in stored["members"])
+    else:
+        members = ((plan.target, tuple(stored)),)
+    return PlanVersion(sha, plan, members[0][1], source, members)
 
 
 def keys_digest(keys_text: str) -> str:
@@ -199,10 +238,11 @@ def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bo
 
 
 def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
+    """Every plan, or those that write `target` (as their target or a table of their graph)."""
     # every row is read and verified, then filtered: a row whose target or phase was edited to hide
     # it from a filter is refused, not skipped
     rows = session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id")
-    return [s for s in _states(session, rows) if target is None or s.target == target]
+    return [s for s in _states(session, rows) if target is None or s.involves(target)]
 
 
 def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
@@ -216,11 +256,12 @@ def _chain_state(state: PlanState | None, **changes: str | None) -> dict[str, st
 
 
 def record_version(session: Session, plan: Plan, sha: str, keys: list[str], source_file: str | None,
-                   actor: str) -> PlanState:
-    """Remember a version of the plan (first approval of it); the plan row starts as drafted."""
+                   actor: str, members: Mapping[str, Sequence[str]] | None = None) -> PlanState:
+    """Remember a version of the plan (first approval of it); the plan row starts as drafted.
+    `members`: every table's partitions when the plan covers a graph ({asset: keys}, target first)."""
     existing = get(session, plan.plan_id)
     if version(session, sha) is None or existing is None:
-        keys_text = json.dumps(keys)
+        keys_text = members_text(plan.target, members or {plan.target: keys})
         seq = evidence_log.next_seq(session)
         payload: dict[str, object] = {"sha256": sha, "partitions": len(keys), "first": keys[0], "last": keys[-1],
                                       "file": source_file, "keys_sha256": keys_digest(keys_text)}

@@ -48,17 +48,17 @@ def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) ->
     holds every key between them), in a phase and hold that let it start a run."""
     first, last = span
     for plan in plans:
-        if plan.covers(first) and plan.covers(last):
-            keys = list(plan.partition_keys)
+        if plan.covers(first, target) and plan.covers(last, target):
+            keys = list(plan.keys_of(target))
             inside = keys[keys.index(first):keys.index(last) + 1]
             if plan.phase not in WRITABLE or plan.hold:
                 why = plan.hold or plan.phase
                 raise PartitionRefused(f"plan {plan.plan_id} is {why}: no new run may write {target}",
                                        plan_id=plan.plan_id, partition=first,
                                        fix=f"see `backfill status {plan.plan_id}`")
-            if not plan.past_proof and not set(inside) <= set(plan.proof_keys):
+            if not plan.past_proof and (target != plan.target or not set(inside) <= set(plan.proof_keys)):
                 raise PartitionRefused(
-                    f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
+                    f"plan {plan.plan_id} is {plan.phase}: only its proof partitions of {plan.target} "
                     f"({', '.join(plan.proof_keys)}) may run until the proof passes",
                     plan_id=plan.plan_id, partition=first, fix=f"run `backfill run {plan.plan_id} --proof`")
             return plan
@@ -117,7 +117,7 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
                 with warehouse.session() as session:
                     plans = record.active_plans(session) if has_control_schema(session) else []
                     for target in targets:
-                        plan = covering_plan([p for p in plans if p.target == target], target, span)
+                        plan = covering_plan([p for p in plans if p.involves(target)], target, span)
                         # the code is checked by the run's own permission, which loads the table
                         why = authority.refusal(session, plan.approved, code=None)
                         if why:

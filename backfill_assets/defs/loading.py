@@ -13,7 +13,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +24,7 @@ import dagster as dg
 import yaml
 
 from backfill_assets.bounded import read_bounded, refuse_non_regular
+from backfill_assets.defs.graph import TableGraph
 from backfill_assets.errors import BackfillError, UsageError
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec
@@ -35,10 +38,17 @@ FIX = ("pass --defs path/to/definitions.py or --defs package.module (importable:
 class LoadedTable:
     spec: TableSpec
     partitions_def: dg.PartitionsDefinition
+    graph: TableGraph | None = None  # the loaded definitions' replayable tables, for plans over a graph
 
     def scheme(self) -> PartitionScheme:
         return scheme_for(self.partitions_def, self.spec.column(self.spec.partition_column).type,
                           name=self.spec.name)
+
+    def code_identity(self, assets: Sequence[str]) -> str:
+        """What a plan writing `assets` (this table first) binds of their code."""
+        if self.graph is None or list(assets) == [self.spec.name]:
+            return self.spec.code_identity
+        return self.graph.code_identity(assets)
 
 
 @dataclass(frozen=True)
@@ -47,13 +57,18 @@ class LoadedDefs:
     source: str
     tables: dict[str, LoadedTable]
 
+    @cached_property
+    def graph(self) -> TableGraph:
+        return TableGraph(self.definitions.resolve_asset_graph(),
+                          {n: (t.spec, t.partitions_def) for n, t in self.tables.items()})
+
     def table(self, name: str) -> LoadedTable:
         if name not in self.tables:
             known = ", ".join(sorted(self.tables)) or "none"
             raise UsageError(f"{name} is not a replayable table in the definitions loaded from {self.source} "
                              f"(they hold: {known})", fix=f"point --defs at the definitions that declare {name}, "
                                                           "or fix the plan's target")
-        return self.tables[name]
+        return replace(self.tables[name], graph=self.graph)
 
 
 def _import_file(path: Path) -> ModuleType:

@@ -35,14 +35,16 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     "data being copied; paused while a replay plan holds them.",
     )
     def published(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+        from backfill_assets.defs.graph import asset_key, graph_of_run
         from backfill_assets.defs.replayable import run_actor
 
         keys = list(context.partition_keys)
         scheme = holder["table"].scheme()
+        graph = graph_of_run(context)
         refusal: BackfillError | None = None
         with warehouse.session() as session:
             try:
-                done = rule.publish(session, spec, scheme, keys, actor=run_actor(context))
+                done = rule.publish(session, spec, scheme, keys, actor=run_actor(context), graph=graph)
             except BackfillError as exc:
                 refusal = exc
         if refusal is not None:
@@ -55,12 +57,21 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     description=f"changed since its gates checked it: now {now}, checked {written}",
                     metadata={"now": str(now), "checked": str(written)})
             raise dg.Failure(description=str(refusal))
+        # the other tables of a plan's graph were copied in the same transaction: their published
+        # assets are materialized by this run too, partition by partition, so the UI shows them current
+        for asset, copied in done.graph.items():
+            other = graph.spec(asset)
+            for key in copied:
+                context.log_event(dg.AssetMaterialization(
+                    asset_key=asset_key(other.publish_as), partition=key,
+                    metadata={"plans": ", ".join(done.plans_published), "published_with": spec.publish_as}))
         replaced = {"replaced_edited_partitions": dg.MetadataValue.int(len(done.replaced_edits)),
                     "replaced_edits": ", ".join(sorted(done.replaced_edits)[:50])} if done.replaced_edits else {}
         yield dg.MaterializeResult(metadata={
             **replaced,
             "rows": done.rows, "partitions": dg.MetadataValue.int(len(keys)),
             "range": f"{keys[0]}..{keys[-1]}", "plans": ", ".join(done.plans_published) or "none",
+            **({"published_with": ", ".join(graph.spec(a).publish_as for a in done.graph)} if done.graph else {}),
             **(impact_metadata(done.impact) if done.impact is not None else
                {"impact": dg.MetadataValue.text(f"not computed: {done.impact_error}")})})
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
+from backfill_assets.defs.graph import graph_of_run
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
@@ -91,7 +92,12 @@ def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: 
 
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
                           group_name: str | None = None,
-                          partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN) -> ReplayableTable:
+                          partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN,
+                          source_partition_mapping: dg.PartitionMapping | None = None) -> ReplayableTable:
+    """A team's table as Dagster definitions. When `spec.source` is another replayable table, this
+    one is part of its graph: a plan over the source recomputes, gates and publishes it too, for
+    the partitions `source_partition_mapping` maps the window to (Dagster's default mapping when
+    None: time windows by overlap, e.g. daily -> monthly; static partitions by identity)."""
     key = dg.AssetKey(spec.name.split("/"))
     # built once here to refuse an unsupported partitioning when the definitions load
     scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
@@ -101,7 +107,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
 
     @dg.multi_asset(
         name=spec.table,
-        specs=[dg.AssetSpec(key, deps=[dg.AssetKey(spec.source.split("/"))],
+        specs=[dg.AssetSpec(key, deps=[dg.AssetDep(dg.AssetKey(spec.source.split("/")),
+                                                   partition_mapping=source_partition_mapping)],
                             partitions_def=partitions_def, code_version=spec.code_version,
                             description=spec.description, group_name=group_name, kinds={"sql"},
                             tags={"backfill_assets/replayable": ""},
@@ -120,7 +127,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         try:
             with warehouse.session() as session:
                 try:
-                    permission = permit(session, spec, scheme, keys, tags)
+                    permission = permit(session, spec, scheme, keys, tags,
+                                        graph_of_run(context))
                     if permission.plan is not None:  # any run of a plan honours its lease
                         refuse_foreign_run(session, permission.plan.plan_id, tags, keys[0])
                 except PartitionRefused as exc:
@@ -179,8 +187,12 @@ def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -
 
 def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
     """The replayable tables of loaded definitions, from the spec each target carries."""
+    return tables_of_graph(definitions.resolve_asset_graph())
+
+
+def tables_of_graph(asset_graph) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
     found = {}
-    for asset in definitions.resolve_asset_graph().asset_nodes:
+    for asset in asset_graph.asset_nodes:
         raw = asset.metadata.get(SPEC_METADATA)
         if raw is None:
             continue

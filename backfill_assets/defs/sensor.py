@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
+from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
@@ -33,6 +34,7 @@ RANGE_END = "dagster/asset_partition_range_end"
 PLAN_STATE_METADATA = "backfill_assets/plans"
 INTERVAL_ENV = "BACKFILL_REOPEN_INTERVAL_SECONDS"
 DEFAULT_INTERVAL_SECONDS = 30
+MAX_CONSUMER_RUNS = 100  # partitions of one consumer requested after a publish
 
 
 def interval_seconds() -> int:
@@ -45,6 +47,35 @@ def publish_run_tags(state: record.PlanState) -> dict[str, str]:
             "backfill_assets/actor": "reopen-sensor"}
 
 
+def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
+    """After a plan's publish, a run of each consumer downstream of its tables (a pandas report,
+    an extract), for the partitions that read them: once per publish (the run key)."""
+    published = evidence_log.rows(session, state.plan_id, "published")
+    if not published or published[-1].payload.get("sha256") != state.approved_sha256:
+        return []
+    members = [Member(a, state.keys_of(a)) for a in state.assets if a in graph.tables]
+    requests = []
+    for consumer in graph.consumers(members):
+        selection = [asset_key(consumer.asset)]
+        base = f"consumers:{state.plan_id}:{published[-1].seq}:{consumer.asset}"
+        tags = {PLAN_TAG: state.plan_id, "backfill_assets/actor": "reopen-sensor"}
+        if consumer.keys is None:
+            requests.append(dg.RunRequest(run_key=base, asset_selection=selection, tags=tags))
+        else:
+            requests += [dg.RunRequest(run_key=f"{base}:{k}", asset_selection=selection, partition_key=k, tags=tags)
+                         for k in consumer.keys[:MAX_CONSUMER_RUNS]]
+    return requests
+
+
+def _root(state: record.PlanState, spec: TableSpec, scheme, graph: TableGraph | None) -> tuple:
+    """The plan's target's spec and scheme (this table's, unless the plan is another table's graph)."""
+    if state.target == spec.name:
+        return spec, scheme, graph
+    if graph is not None and state.target in graph.tables:
+        return graph.spec(state.target), graph.scheme(state.target), graph
+    return None, None, None
+
+
 def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
                        publish_key: dg.AssetKey) -> dg.SensorDefinition:
     target_key = dg.AssetKey(spec.name.split("/"))
@@ -53,28 +84,37 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
         name=f"{spec.table}__reopen_publish",
         minimum_interval_seconds=interval_seconds(),
         default_status=dg.DefaultSensorStatus.RUNNING,
-        asset_selection=[publish_key],
+        # the publish run, and the consumers it refreshes afterwards
+        asset_selection=dg.AssetSelection.assets(publish_key)
+        | dg.AssetSelection.assets(publish_key, target_key).downstream(),
         description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate, "
                     f"and shows {spec.name}'s plans on the asset.",
     )
     def reopen(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
         requests, notes, statuses = [], [], []
         scheme = holder["table"].scheme()
+        graph = graph_of_repository(context.repository_def) if context.repository_def else None
         try:
             # a tick must stay short: if a run holds the warehouse, try again next tick
             with warehouse.session(wait_seconds=SENSOR_LOCK_WAIT_SECONDS) as session:
                 for state in record.active_plans(session, target=spec.name):
-                    state = advance(session, state, actor="reopen-sensor", spec=spec, scheme=scheme)
+                    if state.target != spec.name:
+                        continue  # a plan over a graph moves on its target's sensor, and publishes there
+                    state = advance(session, state, actor="reopen-sensor", spec=spec, scheme=scheme, graph=graph)
                     notes.append(f"{state.plan_id}: {state.phase}")
-                    if state.phase is Phase.RECONCILED and not rule.check(
-                            session, spec, scheme, list(state.partition_keys)).problems:
+                    if state.phase is Phase.RECONCILED and not rule.plan_check(
+                            session, state, spec, scheme, graph).problems:
                         reconciled = evidence_log.rows(session, state.plan_id, "window_reconciled")
                         requests.append(dg.RunRequest(
                             run_key=f"publish:{state.plan_id}:{reconciled[-1].seq}",
                             asset_selection=[publish_key], tags=publish_run_tags(state)))
                 plans = sorted(record.all_plans(session, target=spec.name), key=lambda s: s.updated_at)
+                if graph is not None:
+                    for state in plans:
+                        if state.target == spec.name and state.phase is Phase.PUBLISHED:
+                            requests += consumer_requests(session, state, graph)
                 shown = [s for s in plans if s.phase not in ENDED] + [s for s in plans if s.phase in ENDED][-5:]
-                statuses = [plan_status(session, s, spec, scheme) for s in shown]
+                statuses = [plan_status(session, s, *_root(s, spec, scheme, graph)) for s in shown]
             outbox.relay(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS,
                          budget=SENSOR_RELAY_BUDGET_SECONDS)
         except LockWaitTimeout as exc:

@@ -67,3 +67,37 @@ DAILY_REVENUE_V1 = replace(
         Metric("net_revenue", "sum(net_revenue)", f"sum(amount) - 2 * {REFUNDED}")
         if m.name == "net_revenue" else m for m in DAILY_REVENUE.metrics),
 )
+
+
+# The monthly rollup consumers read: recomputed from daily_revenue (a replayable table reading a
+# replayable table), so a replay of January's days recomputes January's month in the same plan.
+MONTH = "CAST(date_trunc('month', order_date) AS DATE)"
+MONTHLY_SELECT = f"""
+SELECT {MONTH} AS month, region,
+       sum(orders) AS orders, sum(gross) AS gross, sum(refunds) AS refunds, sum(net_revenue) AS net_revenue
+FROM daily_revenue
+WHERE order_date >= $partition_start AND order_date < $partition_end
+GROUP BY {MONTH}, region
+"""
+
+MONTHLY_REVENUE = TableSpec(
+    name="monthly_revenue",
+    source="daily_revenue",
+    select_sql=MONTHLY_SELECT,
+    partition_column="month",
+    source_partition_column="order_date",
+    business_keys=("month", "region"),
+    source_keys=(("month", MONTH),),
+    contract=(
+        Column("month", "DATE", nullable=False),
+        Column("region", "VARCHAR", nullable=False),
+        Column("orders", "BIGINT", nullable=False),
+        Column("gross", "DECIMAL(18,2)", nullable=False),
+        Column("refunds", "DECIMAL(18,2)", nullable=False),
+        Column("net_revenue", "DECIMAL(18,2)", nullable=False),
+    ),
+    metrics=tuple(Metric(m, f"sum({m})", f"sum({m})") for m in ("orders", "gross", "refunds", "net_revenue")),
+    publish_as="published_monthly_revenue",
+    code_version="1",
+    description="Revenue per month and region, rolled up from daily_revenue.",
+)

@@ -25,7 +25,7 @@ from backfill_assets.control import trust_record
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.demo.definitions import build_definitions
-from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
+from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1, MONTHLY_REVENUE
 from backfill_assets.errors import UsageError
 from backfill_assets.execution.runner import enable_event_batching, failure_messages
 from backfill_assets.home import Home
@@ -35,10 +35,11 @@ from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.statements import Statement
+from backfill_assets.table import code_identity_of
 from backfill_assets.warehouse import open_warehouse
 
 MARKER = ".backfill-demo"
-FIRST_DAY, DAYS, ROWS_PER_DAY = dt.date(2026, 1, 1), 21, 2000
+FIRST_DAY, DAYS, ROWS_PER_DAY = dt.date(2026, 1, 1), 31, 2000  # all of January: its month is rolled up
 WINDOW = ("2026-01-05", "2026-01-18")
 PROOF = "2026-01-06"
 LATE_DAY = "2026-01-15"
@@ -55,9 +56,14 @@ window:
   start: {WINDOW[0]}
   end: {WINDOW[1]}
 source_of_truth: orders
+graph:                          # computed from daily_revenue: recomputed, gated and published with it
+  - asset: monthly_revenue
+    window: {{start: "2026-01-01", end: "2026-01-01"}}
 downstream:
   - asset: published_revenue
     owners: [finance-bi, revenue-dashboards]
+  - asset: revenue_report
+    owners: [finance-bi]
 execution:
   mode: overwrite
   idempotency: each partition is deleted and re-inserted from orders in one transaction, so a
@@ -73,8 +79,8 @@ publish:
   pause: true
   notify: ["#revenue-consumers"]
 rollback:
-  strategy: backfill rollback restores daily_revenue and published_revenue for every written
-    partition from the pre-run snapshots, checked by fingerprints
+  strategy: backfill rollback restores daily_revenue, monthly_revenue and their published tables
+    for every written partition from the pre-run snapshots, checked by fingerprints
 checks:
   row_count_parity: {{max_diff_pct: 0}}
   duplicates: {{max_rows: 0}}
@@ -146,7 +152,7 @@ def _forge(home: Home, plan: Path, by: str, signature: Callable[[Statement], str
     """Append an entry by hand, as someone without `by`'s key would."""
     with open_warehouse(home).session(read_only=True) as session:
         root = trust_record.require(session)
-    statement = plan_statement(load_plan(plan), root, DAILY_REVENUE.code_identity)
+    statement = plan_statement(load_plan(plan), root, code_identity_of([DAILY_REVENUE, MONTHLY_REVENUE]))
     plan.write_text(append_approval_text(plan.read_text(), entry_of(by, statement, signature(statement))))
 
 
@@ -154,6 +160,12 @@ def _net_revenue(home: Home, table: str) -> float:
     with open_warehouse(home).session() as session:
         return float(session.scalar(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} "
                                     "WHERE order_date BETWEEN ? AND ?", list(WINDOW)))
+
+
+def _month_revenue(home: Home) -> float:
+    with open_warehouse(home).session() as session:
+        return float(session.scalar("SELECT coalesce(sum(net_revenue), 0) FROM published_monthly_revenue "
+                                    "WHERE month = DATE '2026-01-01'"))
 
 
 def _truth(home: Home) -> float:
@@ -193,18 +205,22 @@ def run_demo(home: Home) -> int:
     run(*h, "init", "--allowed-signers", str(home.root / "approvers" / "allowed_signers"))
     run(*h, "sample", "--days", str(DAYS), "--rows-per-day", str(ROWS_PER_DAY), "--start", FIRST_DAY.isoformat())
 
-    step(2, "The buggy release (refunds counted twice) loads and publishes the history")
-    buggy = build_definitions(DAILY_REVENUE_V1, home=str(home.root))
+    step(2, "The buggy release (refunds counted twice) loads and publishes the history, days then month")
+    buggy = build_definitions(DAILY_REVENUE_V1, home=str(home.root), monthly=MONTHLY_REVENUE)
     seeded = _in_process(home, buggy, instance, ["daily_revenue", "published_revenue"], {
         "dagster/asset_partition_range_start": FIRST_DAY.isoformat(), "dagster/asset_partition_range_end": last})
-    if not seeded.success:
-        raise UsageError("seeding the buggy history failed: " + "; ".join(failure_messages(seeded)),
+    rolled_up = _in_process(home, buggy, instance, ["monthly_revenue", "published_monthly_revenue", "revenue_report"],
+                            {"dagster/partition": "2026-01-01"}) if seeded.success else seeded
+    if not seeded.success or not rolled_up.success:
+        raise UsageError("seeding the buggy history failed: " + "; ".join(failure_messages(seeded)
+                                                                          + failure_messages(rolled_up)),
                          fix=f"see {home.log_file}")
-    before = _net_revenue(home, "published_revenue")
-    print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} (orders say {_truth(home):,.2f})")
+    before, month_before = _net_revenue(home, "published_revenue"), _month_revenue(home)
+    print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} (orders say {_truth(home):,.2f}); "
+          f"January's month: {month_before:,.2f}")
 
     step(3, "Without a plan, rewriting history is refused before any write: the data decides")
-    fixed = build_definitions(DAILY_REVENUE, home=str(home.root))
+    fixed = build_definitions(DAILY_REVENUE, home=str(home.root), monthly=MONTHLY_REVENUE)
     for label, tags in (("the UI's Materialize of one old partition", {"dagster/partition": WINDOW[0],
                                                                         "dagster/from_ui": "true"}),
                         ("a UI backfill", {BACKFILL_TAG: "ui-demo", "dagster/partition": WINDOW[0]})):
@@ -260,6 +276,16 @@ def run_demo(home: Home) -> int:
     if not published.success:
         raise UsageError("the publish run failed: " + "; ".join(failure_messages(published)), fix=str(home.log_file))
     print(consumers_line(published.get_asset_materialization_events()) or "consumers see no change")
+    print(f"published_monthly_revenue 2026-01 in the same transaction: {month_before:,.2f} -> "
+          f"{_month_revenue(home):,.2f}")
+    # its next tick refreshes the consumers downstream of the graph (a plain pandas report)
+    for refresh in sensor.evaluate_tick(context).run_requests:
+        report = _in_process(home, fixed, instance, [k.to_user_string() for k in refresh.asset_selection or []],
+                             dict(refresh.tags))
+        [materialized] = report.get_asset_materialization_events()
+        total = materialized.materialization.metadata["net_revenue"].value
+        print(f"the sensor refreshed {materialized.asset_key.to_user_string()} "
+              f"({'ok' if report.success else 'FAILED'}): it reads {total:,.2f} for January")
     run(*h, "status", PLAN_ID)
 
     step(11, "Evidence for the audit, from the keyed hash chain")
@@ -274,12 +300,15 @@ def run_demo(home: Home) -> int:
         run("--home", rehearsal, "rollback", PLAN_ID, "--dry-run")
         run("--home", rehearsal, "rollback", PLAN_ID)
         rolled = _net_revenue(Home(Path(rehearsal)), "published_revenue")
-        print(f"rehearsal: published net revenue back to {rolled:,.2f} (the pre-backfill value)")
+        print(f"rehearsal: published net revenue back to {rolled:,.2f}, January's month to "
+              f"{_month_revenue(Home(Path(rehearsal))):,.2f} (the pre-backfill values)")
 
     after = _net_revenue(home, "published_revenue")
     print("\n== Repaired")
     print(f"published net revenue {WINDOW[0]}..{WINDOW[1]}: {before:,.2f} -> {after:,.2f} "
           f"(orders say {_truth(home):,.2f}; {after - before:+,.2f} restored)")
+    print(f"published net revenue of January's month: {month_before:,.2f} -> {_month_revenue(home):,.2f}, "
+          "repaired in the same publish")
     print(f"evidence   {evidence}")
     print(f"Dagster    {home.dagster_home}: `make ui` shows these runs, the checks and the plan; "
           f"demo took {time.monotonic() - started:.0f}s")

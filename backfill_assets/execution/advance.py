@@ -8,6 +8,7 @@ Dagster UI moves through the same phases on the same evidence as one launched by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.record import PlanState
@@ -18,13 +19,29 @@ from backfill_assets.publish import published as published_record
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
+
+
+def plan_tables(state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+                graph: TableGraph | None) -> list[tuple[TableSpec, PartitionScheme, tuple[str, ...]]]:
+    """Each table the plan writes with its scheme and partitions: the target (`spec`, `scheme`),
+    then its graph's tables as `graph` loads them (a table it lacks is left out)."""
+    out = [(spec, scheme, tuple(state.partition_keys))]
+    if graph is not None:
+        out += [(graph.spec(a), graph.scheme(a), state.keys_of(a)) for a in state.assets[1:] if a in graph.tables]
+    return out
+
 
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
     blockers: list[str] = field(default_factory=list)
-    failed: dict[str, list[str]] = field(default_factory=dict)   # partition -> failed gates
-    missing: list[str] = field(default_factory=list)             # partitions not written under the plan
+    failed: dict[str, list[str]] = field(default_factory=dict)   # partition of the target -> failed gates
+    missing: list[str] = field(default_factory=list)             # partitions of the target not written yet
+    # the same for the other tables of the plan's graph: asset -> partition -> failed gates / missing
+    failed_downstream: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    missing_downstream: dict[str, list[str]] = field(default_factory=dict)
 
 
 def proof_verdict(session: Session, state: PlanState) -> Verdict:
@@ -43,10 +60,9 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
     return Verdict(not blockers, blockers, failed)
 
 
-def window_verdict(session: Session, state: PlanState) -> Verdict:
-    """Every partition of the window written under the plan, and every gate passed on the data its
-    latest write produced."""
-    latest = ledger.latest(session, state.target, list(state.partition_keys), state.plan_id)
+def _table_verdict(session: Session, state: PlanState, asset: str,
+                   keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    latest = ledger.latest(session, asset, keys, state.plan_id)
     missing = [k for k, e in latest.items() if e is None]
     failed: dict[str, list[str]] = {}
     for key, entry in latest.items():
@@ -58,19 +74,37 @@ def window_verdict(session: Session, state: PlanState) -> Verdict:
             bad = [*bad, UNCHANGED_SINCE_CHECKED]
         if bad:
             failed[key] = bad
+    return failed, missing
+
+
+def window_verdict(session: Session, state: PlanState) -> Verdict:
+    """Every partition of the window written under the plan, and every gate passed on the data its
+    latest write produced: of the target and of every table of the plan's graph."""
+    failed, missing = _table_verdict(session, state, state.target, list(state.partition_keys))
     blockers = []
     if missing:
         blockers.append(f"{len(missing)} partition(s) not written yet: {', '.join(missing[:5])}"
                         + (" ..." if len(missing) > 5 else ""))
     blockers += [f"{k}: {', '.join(g)} failed" for k, g in list(failed.items())[:20]]
-    return Verdict(not blockers, blockers, failed, missing)
+    failed_downstream, missing_downstream = {}, {}
+    for asset in state.assets[1:]:
+        bad, absent = _table_verdict(session, state, asset, list(state.keys_of(asset)))
+        if absent:
+            missing_downstream[asset] = absent
+            blockers.append(f"{asset}: {len(absent)} partition(s) not written yet: {', '.join(absent[:5])}"
+                            + (" ..." if len(absent) > 5 else ""))
+        if bad:
+            failed_downstream[asset] = bad
+            blockers += [f"{asset} {k}: {', '.join(g)} failed" for k, g in list(bad.items())[:20]]
+    return Verdict(not blockers, blockers, failed, missing, failed_downstream, missing_downstream)
 
 
 def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | None = None,
-            scheme: PartitionScheme | None = None) -> PlanState:
+            scheme: PartitionScheme | None = None, graph: TableGraph | None = None) -> PlanState:
     """Take every step the evidence allows; each step is recorded in the evidence log. With the
     table's spec and partitions, a published plan whose published partitions were edited
-    since goes back to repairing, so the next publish puts the checked bytes back."""
+    since goes back to repairing, so the next publish puts the checked bytes back (with `graph`,
+    the published tables of every table the plan wrote)."""
     if state.phase is Phase.PROVING and proof_verdict(session, state).passed:
         with session.transaction():
             evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
@@ -84,12 +118,14 @@ def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | No
             state = record.transition(session, state.plan_id, back, actor,
                                       note="no longer reconciled: " + verdict.blockers[0])
         elif state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
-            edits = published_record.edited(session, spec, scheme, list(state.partition_keys))
-            if edits:
-                first = next(iter(edits))
-                state = record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
-                    f"{len(edits)} partition(s) of {spec.publish_as} edited since published (first {first}: "
-                    f"now {edits[first][0]}, published {edits[first][1]})"))
+            for table, table_scheme, keys in plan_tables(state, spec, scheme, graph):
+                edits = published_record.edited(session, table, table_scheme, list(keys))
+                if edits:
+                    first = next(iter(edits))
+                    state = record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
+                        f"{len(edits)} partition(s) of {table.publish_as} edited since published (first {first}: "
+                        f"now {edits[first][0]}, published {edits[first][1]})"))
+                    break
         return state
     if state.phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
         verdict = window_verdict(session, state)

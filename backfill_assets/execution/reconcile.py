@@ -7,16 +7,20 @@ after a publish moves the plan to `repairing`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
-from backfill_assets.execution.advance import advance
+from backfill_assets.execution.advance import advance, plan_tables
 from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GATE_NAMES, GateResult
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
 
 SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version", "source", "same"),
                  strict=True))
@@ -26,10 +30,13 @@ SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version",
 class Reconciliation:
     state: PlanState
     results: dict[str, list[GateResult] | None]  # None: partition not written under the plan
+    # the other tables of the plan's graph, each the same way: asset -> partition -> results
+    graph: dict[str, dict[str, list[GateResult] | None]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(r is not None and all(g.passed for g in r) for r in self.results.values())
+        return all(r is not None and all(g.passed for g in r)
+                   for results in (self.results, *self.graph.values()) for r in results.values())
 
     def rows(self) -> list[dict]:
         out = []
@@ -42,32 +49,49 @@ class Reconciliation:
         return out
 
     def table(self, limit: int = 40) -> str:
-        header = f"{'partition':<18}" + "".join(f"{SHORT[g]:>9}" for g in GATE_NAMES)
-        lines, failures = [header], []
-        shown = 0
-        for key, results in self.results.items():
-            bad = results is None or not all(g.passed for g in results)
-            if results is not None:
-                failures += [f"  {key} {g.gate}: {g.detail}" for g in results if not g.passed]
-            if shown < limit or bad:
-                shown += 1
-                if results is None:
-                    lines.append(f"{key:<18}" + f"{'-':>9}" * len(GATE_NAMES) + "  (not written)")
-                else:
-                    lines.append(f"{key:<18}" + "".join(f"{'ok' if g.passed else 'FAIL':>9}" for g in results))
-        hidden = len(self.results) - shown
-        if hidden > 0:
-            lines.append(f"... {hidden} more partition(s), all passed")
-        return "\n".join(lines + failures[:60])
+        text = _table(self.results, limit)
+        for asset, results in self.graph.items():
+            text += f"\n\n{asset}\n" + _table(results, limit)
+        return text
 
 
-def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
-              actor: str, slice_size: int = 200) -> Reconciliation:
-    latest = ledger.latest(session, spec.name, list(state.partition_keys), state.plan_id)
-    results: dict[str, list[GateResult] | None] = {k: None for k in state.partition_keys}
+def _table(found: dict[str, list[GateResult] | None], limit: int) -> str:
+    header = f"{'partition':<18}" + "".join(f"{SHORT[g]:>9}" for g in GATE_NAMES)
+    lines, failures = [header], []
+    shown = 0
+    for key, results in found.items():
+        bad = results is None or not all(g.passed for g in results)
+        if results is not None:
+            failures += [f"  {key} {g.gate}: {g.detail}" for g in results if not g.passed]
+        if shown < limit or bad:
+            shown += 1
+            if results is None:
+                lines.append(f"{key:<18}" + f"{'-':>9}" * len(GATE_NAMES) + "  (not written)")
+            else:
+                lines.append(f"{key:<18}" + "".join(f"{'ok' if g.passed else 'FAIL':>9}" for g in results))
+    hidden = len(found) - shown
+    if hidden > 0:
+        lines.append(f"... {hidden} more partition(s), all passed")
+    return "\n".join(lines + failures[:60])
+
+
+def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, keys: list[str],
+            actor: str, slice_size: int) -> dict[str, list[GateResult] | None]:
+    latest = ledger.latest(session, spec.name, keys, state.plan_id)
+    results: dict[str, list[GateResult] | None] = {k: None for k in keys}
     written = [(k, e) for k, e in latest.items() if e is not None]
     for i in range(0, len(written), slice_size):
         part = written[i:i + slice_size]
         results.update(judge(session, spec, scheme, state,
                              {k: (e.write_id, e.fingerprint) for k, e in part}, actor))
-    return Reconciliation(advance(session, state, actor, spec, scheme), results)
+    return results
+
+
+def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
+              actor: str, slice_size: int = 200, graph: TableGraph | None = None) -> Reconciliation:
+    """The gates of the plan's window again, on the data as it is now; for a plan over a graph, of
+    every table it wrote (`graph`: the loaded definitions)."""
+    tables = plan_tables(state, spec, scheme, graph)
+    results = _judged(session, spec, scheme, state, list(state.partition_keys), actor, slice_size)
+    downstream = {t.name: _judged(session, t, s, state, list(keys), actor, slice_size) for t, s, keys in tables[1:]}
+    return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream)

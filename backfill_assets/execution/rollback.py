@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, record
@@ -32,6 +33,9 @@ from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_like
 from backfill_assets.warehouse.snapshots import incomplete, restore, snapshotted
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
 
 
 @dataclass
@@ -59,14 +63,14 @@ class RollbackReport:
 
 
 def written_keys(session: Session, spec: TableSpec, state: PlanState) -> list[str]:
-    """Every partition the plan wrote or snapshotted, whatever its window says now."""
-    wrote = {k for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ?",
-                                        [state.plan_id])}
+    """Every partition of `spec` the plan wrote or snapshotted, whatever its window says now."""
+    wrote = {k for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ? "
+                                        "AND asset = ?", [state.plan_id, spec.name])}
     return sorted(wrote | set(snapshotted(session, state.plan_id, spec.table)))
 
 
-def _refuse_later_writers(session: Session, state: PlanState, keys: list[str]) -> None:
-    later = later_writers(session, state, keys)
+def _refuse_later_writers(session: Session, state: PlanState, keys: list[str], asset: str | None = None) -> None:
+    later = later_writers(session, state, keys, asset)
     if later:
         who = sorted({w for w, _ in later})
         raise RollbackRefused(
@@ -75,7 +79,8 @@ def _refuse_later_writers(session: Session, state: PlanState, keys: list[str]) -
             fix=f"roll back {who[0]} first, or replay the window with a new plan")
 
 
-def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[tuple[str, str]]:
+def later_writers(session: Session, state: PlanState, keys: list[str],
+                  asset: str | None = None) -> list[tuple[str, str]]:
     """Who wrote these partitions after the plan's first write. A later plan since rolled back does
     not count: its rollback restored its snapshot, which is this plan's rows (and it could itself
     be rolled back only while nobody had written after it)."""
@@ -87,7 +92,7 @@ def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[t
               AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
               AND (plan_id IS NULL OR plan_id NOT IN
                    (SELECT plan_id FROM {SCHEMA}.plans WHERE phase = ?))
-            ORDER BY 2""", [state.target, keys, state.plan_id, state.plan_id, Phase.ROLLED_BACK.value])]
+            ORDER BY 2""", [asset or state.target, keys, state.plan_id, state.plan_id, Phase.ROLLED_BACK.value])]
 
 
 SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
@@ -117,7 +122,7 @@ def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
            state: PlanState) -> tuple[list[str], list[str]]:
     """The target and published partitions the plan wrote, each with its snapshot, or refuse."""
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
-    _refuse_later_writers(session, state, keys)
+    _refuse_later_writers(session, state, keys, spec.name)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
     problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys) + \
         incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
@@ -130,39 +135,61 @@ def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
     return keys, published
 
 
+def _tables(state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+            graph: TableGraph | None) -> list[tuple[TableSpec, PartitionScheme]]:
+    """Every table the plan wrote: the target, then the tables of its graph (whole or refused)."""
+    from backfill_assets.execution.advance import plan_tables
+
+    missing = [a for a in state.assets[1:] if graph is None or a not in graph.tables]
+    if missing:
+        raise RollbackRefused(f"plan {state.plan_id} also wrote {', '.join(missing)}, which the loaded definitions "
+                              "do not declare; a rollback restores every table of the plan or none",
+                              fix="load the definitions that declare them (--defs)")
+    return [(s, sc) for s, sc, _ in plan_tables(state, spec, scheme, graph)]
+
+
 def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
-             *, dry_run: bool = False, signatures: Sequence[Candidate] = ()) -> RollbackReport:
+             *, dry_run: bool = False, signatures: Sequence[Candidate] = (),
+             graph: TableGraph | None = None) -> RollbackReport:
+    """Every table the plan wrote (its target and its graph's tables, `graph`: the loaded
+    definitions), target and published, back to the snapshots, in one transaction."""
     if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
     report = RollbackReport(state.plan_id, dry_run)
+    tables = _tables(state, spec, scheme, graph)
     if dry_run:
-        keys, published = _whole(session, spec, scheme, state)
-        for table, table_keys in {spec.table: keys, spec.publish_table: published}.items():
-            expected = snapshotted(session, state.plan_id, table)
-            if table_keys and session.engine.table_exists(session, table):
-                now = fingerprints_like(session, table, spec.columns, scheme, spec.partition_column,
-                                        {k: expected[k] for k in table_keys})
-                report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
+        for table_spec, table_scheme in tables:
+            keys, published = _whole(session, table_spec, table_scheme, state)
+            for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
+                expected = snapshotted(session, state.plan_id, table)
+                if table_keys and session.engine.table_exists(session, table):
+                    now = fingerprints_like(session, table, table_spec.columns, table_scheme,
+                                            table_spec.partition_column, {k: expected[k] for k in table_keys})
+                    report.tables[table] = {k: (expected[k], now[k]) for k in table_keys}
         return report
     # it restores from records: all of them against the keyed chain first
     integrity.verify_record(session)
     authorised = authorisation(session, state, signatures)
     with session.transaction():
-        session.lock(publish_lock(spec))  # a publish copying into the published table meanwhile waits
+        for table_spec, _ in sorted(tables, key=lambda t: t[0].publish_table):
+            session.lock(publish_lock(table_spec))  # a publish copying into the published table meanwhile waits
         # the plan's row, held for update: a run of the plan writing now holds it shared (its
         # transaction ends first), and one starting later finds the plan rolled back; the partitions
         # are listed only then, inside this transaction, so none written meanwhile is left out
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-        keys, published = _whole(session, spec, scheme, state)
-        for key in sorted(keys):  # and a writer of these partitions outside the plan, as runs take turns
-            session.lock(f"write:{spec.name}:{key}")
-        _refuse_later_writers(session, state, keys)  # again, now that no one can write them
-        for table, table_keys in {spec.table: keys, spec.publish_table: published}.items():
-            restored = restore(session, spec, scheme, table, state.plan_id, table_keys)
-            if restored:
-                report.tables[table] = restored
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
+                 for table_spec, table_scheme in tables]
+        for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
+            for key in sorted(keys):
+                session.lock(f"write:{table_spec.name}:{key}")
+        for table_spec, table_scheme, keys, published in whole:
+            _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
+            for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
+                restored = restore(session, table_spec, table_scheme, table, state.plan_id, table_keys)
+                if restored:
+                    report.tables[table] = restored
         faults.checkpoint("rollback.before_commit")
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}

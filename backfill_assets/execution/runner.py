@@ -99,23 +99,25 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
     return result.run_id, ([] if result.success else failure_messages(result) or [f"run {result.run_id} failed"])
 
 
-def gate_failures(session: Session, state: PlanState, keys: list[str]) -> dict[str, list[str]]:
-    latest = ledger.latest(session, state.target, keys, state.plan_id)
+def gate_failures(session: Session, state: PlanState, keys: list[str],
+                  asset: str | None = None) -> dict[str, list[str]]:
+    latest = ledger.latest(session, asset or state.target, keys, state.plan_id)
     return {k: (e.failed or ["not evaluated"]) if e else ["not written"]
             for k, e in latest.items() if e is None or not e.passed}
 
 
 def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Lease,
-            run_wave: Callable[[list[list[str]]], list[tuple[str, list[str]]]], parallel: int = 1
+            run_wave: Callable[[list[list[str]], str], list[tuple[str, list[str]]]], parallel: int = 1
             ) -> list[SliceReport]:
-    """Run the stage's slices in waves of `parallel` runs at once; before each wave stop when the
-    plan is paused or cancelled; halt after the first wave with a failure."""
+    """Run the stage's slices (of its table) in waves of `parallel` runs at once; before each wave
+    stop when the plan is paused or cancelled; halt after the first wave with a failure."""
     from backfill_assets import terminal as output
 
     say = output.say
     reports: list[SliceReport] = []
     progress = Progress(len(stage.partitions) * stage.repeats, stage.name, output.write, output.terminal_is_tty())
     throttle = state.approved.plan.execution.max_partitions_per_minute
+    asset = stage.asset or state.target
     for repeat in range(stage.repeats):
         slices = [list(s) for s in stage.slices]
         for i in range(0, len(slices), parallel):
@@ -125,7 +127,7 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                 session = wave_session.enter_context(warehouse.session())
                 now = record.require(session, state.plan_id)
                 if now.hold:
-                    say(f"plan {state.plan_id} is {now.hold}: stopped before {wave[0][0]} (runs in flight "
+                    say(f"plan {state.plan_id} is {now.hold}: stopped before {_at(stage, wave[0][0])} (runs in flight "
                         "finished); " + ("`backfill run` resumes" if now.hold == "paused"
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
@@ -139,10 +141,10 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                 # between waves, so `backfill pause` gets in
                 if not warehouse.engine.hold_during_runs:
                     wave_session.close()
-                outcomes = run_wave(wave)
+                outcomes = run_wave(wave, asset)
                 if not warehouse.engine.hold_during_runs:
                     session = wave_session.enter_context(warehouse.session())
-                failed = gate_failures(session, state, [k for keys in wave for k in keys])
+                failed = gate_failures(session, state, [k for keys in wave for k in keys], asset)
             for keys, (run_id, errors) in zip(wave, outcomes, strict=True):
                 report = SliceReport(keys, run_ids=[run_id], errors=errors)
                 report.failed = {k: g for k, g in failed.items() if k in keys}
@@ -157,12 +159,16 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                         what = "not written" if gates == ["not written"] else f"{', '.join(gates)} failed"
                         say(f"  {key}: {what}")
                 say(f"halted at {stage.name} run {bad[0].partitions[0]}..{bad[0].partitions[-1]} "
-                    f"(pass {repeat + 1})")
+                    f"(pass {repeat + 1})" + (f" of {asset}" if stage.asset else ""))
                 return reports
             if throttle:
                 budget = sum(len(k) for k in wave) * 60.0 / throttle
                 time.sleep(max(0.0, budget - (time.monotonic() - started)))
     return reports
+
+
+def _at(stage: Stage, key: str) -> str:
+    return key if stage.asset is None else f"{stage.asset} {key}"
 
 
 def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, plan_id: str, target: str,

@@ -1,8 +1,10 @@
 """A backfill run as a list of small stages; `--dry-run` prints them and stops.
 
 ProofStage runs the proof partitions twice; WindowStage runs the rest of the window in slices of
-at most `partitions_per_run` contiguous partitions; PartitionsStage re-runs named partitions after
-a fix. Each slice is one Dagster run over a partition range.
+at most `partitions_per_run` contiguous partitions; then, for a plan over a graph, each downstream
+table's mapped partitions, in dependency order (a table after the one it reads); PartitionsStage
+re-runs named partitions of one table after a fix. Each slice is one Dagster run over a partition
+range of one table.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class Stage:
     name: str
     slices: tuple[tuple[str, ...], ...]
     repeats: int = 1
+    asset: str | None = None  # the table it writes; None: the plan's target
 
     @property
     def partitions(self) -> list[str]:
@@ -26,6 +29,8 @@ class Stage:
     def describe(self, limit: int = 4) -> str:
         times = f" x{self.repeats}" if self.repeats > 1 else ""
         lines = [f"{self.name}{times}: {len(self.partitions)} partition(s) in {len(self.slices)} run(s)"]
+        if not self.slices:
+            lines[0] += " (all written and passed)"
         shown = list(enumerate(self.slices))
         if len(shown) > limit:
             shown = shown[:limit - 1] + [shown[-1]]
@@ -58,5 +63,12 @@ def window_stage(window: Sequence[str], proof_keys: Sequence[str], done: set[str
     return Stage("window", slices_of(todo, size, scheme))
 
 
-def partitions_stage(keys: Sequence[str], size: int, scheme: PartitionScheme) -> Stage:
-    return Stage("partitions", slices_of(list(keys), size, scheme))
+def partitions_stage(keys: Sequence[str], size: int, scheme: PartitionScheme, asset: str | None = None) -> Stage:
+    return Stage("partitions" if asset is None else f"partitions of {asset}",
+                 slices_of(list(keys), size, scheme), asset=asset)
+
+
+def downstream_stage(asset: str, keys: Sequence[str], done: set[str], size: int,
+                     scheme: PartitionScheme) -> Stage:
+    """A table of the plan's graph: its mapped partitions not yet written and passed under the plan."""
+    return Stage(asset, slices_of([k for k in keys if k not in done], size, scheme), asset=asset)

@@ -102,7 +102,7 @@ def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime |
     candidates, void = file_candidates(plan)
     counted = tally(root, candidates, kind=PLAN_APPROVAL,
                     expect={"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None},
-                    requirement=root.policy.requirement(plan.target, plan.approvals.required),
+                    requirement=root.policy.requirement(plan.assets, plan.approvals.required),
                     owner=plan.owner, now=now)
     return Tally(counted.requirement, counted.owner, counted.counted, void + counted.void, counted.owner_signature,
                  counted.missing_groups, counted.unchecked)

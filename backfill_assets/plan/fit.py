@@ -8,7 +8,8 @@ the table declares, and its source of truth the table's source.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backfill_assets.errors import PlanProblem, WindowError
 from backfill_assets.partitions import PartitionScheme
@@ -16,18 +17,25 @@ from backfill_assets.plan.loading import MAX_WINDOW_ENV, max_window_partitions
 from backfill_assets.plan.model import Plan
 from backfill_assets.table import TableSpec
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
+
 
 @dataclass(frozen=True)
 class Fit:
     keys: list[str]              # the window's partition keys, in order
     problems: list[PlanProblem]
+    # every table the plan writes and its partitions, the target first (its graph's in order)
+    members: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme) -> Fit:
+def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None) -> Fit:
+    """`graph`: the loaded definitions' tables (`defs.graph.TableGraph`); without it a plan that
+    lists a graph cannot be checked, and does not fit."""
     problems: list[PlanProblem] = []
     if plan.target != spec.name:
         problems.append(PlanProblem("target", plan.target, f"the loaded table is {spec.name}"))
@@ -62,4 +70,29 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme) -> Fit:
             problems.append(PlanProblem("execution.proof_partitions", key,
                                         f"is not a partition of the window {plan.window.start}.."
                                         f"{plan.window.end}; pick keys inside it"))
-    return Fit(keys, problems)
+    members = {plan.target: keys}
+    if graph is None:
+        if plan.graph:
+            problems.append(PlanProblem("graph", [m.asset for m in plan.graph],
+                                        "the plan's graph can be checked only with the definitions loaded "
+                                        "(pass --defs)"))
+        return Fit(keys, problems, members)
+    listed: dict[str, tuple[str, ...]] = {}
+    for member in plan.graph:
+        if member.asset in listed or member.asset == plan.target:
+            problems.append(PlanProblem("graph", member.asset, "listed twice; keep one entry"))
+            continue
+        if member.asset not in graph.tables:
+            listed[member.asset] = ()
+            continue
+        try:
+            listed[member.asset] = tuple(graph.scheme(member.asset).window(member.window.start, member.window.end))
+        except WindowError as exc:
+            problems.append(PlanProblem("graph.window", f"{member.window.start}..{member.window.end}",
+                                        f"{member.asset}: {exc}"))
+            listed[member.asset] = ()
+    if keys and not problems:
+        problems += graph.check(plan.target, keys, listed)
+        if not problems:  # in dependency order: each table after the one it reads
+            members.update({m.asset: list(m.keys) for m in graph.derive(plan.target, keys)[1:]})
+    return Fit(keys, problems, members)

@@ -89,6 +89,14 @@ class Consumer(_Block):
     owners: Annotated[list[Text], Field(min_length=1, max_length=100)]
 
 
+class GraphMember(_Block):
+    """A replayable table downstream of the target, recomputed by the same plan from the target's
+    replayed data: the partitions its partition mapping gives for the target's window."""
+
+    asset: AssetKey
+    window: Window
+
+
 class Execution(_Block):
     mode: Literal["overwrite", "merge", "replay"]
     idempotency: Text
@@ -184,6 +192,14 @@ class Plan(_Block):
     rollback: Rollback
     checks: Checks
     approvals: Approvals
+    # every replayable table downstream of the target (derived from the asset graph, checked
+    # against it): the plan recomputes, gates and publishes them with the target, as one
+    graph: Annotated[list[GraphMember], Field(max_length=100)] = Field(default_factory=list)
+
+    @property
+    def assets(self) -> list[str]:
+        """The tables the plan writes: the target first, then its graph in dependency order."""
+        return [self.target, *(m.asset for m in self.graph)]
 
     @property
     def proof_keys(self) -> list[str]:

@@ -3,8 +3,10 @@
 A partition may be copied to the published table only if every gate passed on its latest write,
 those gates checked exactly the data that write produced, and the data is still that data: in
 the copy's transaction its current fingerprint must equal the write's. A partition held by an
-active plan is published only with the plan's whole window, once the window reconciled. Anything
-else refuses the whole copy, names the partitions, and leaves consumers on the last good data.
+active plan is published only with the plan's whole window, once the window reconciled; a plan
+over a graph of tables publishes all of them in one transaction (its target's publish does it),
+so consumers never see a fixed daily table beside a stale monthly one. Anything else refuses the
+whole copy, names the partitions and tables, and leaves consumers on the last good data.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
@@ -20,6 +23,7 @@ from backfill_assets.errors import PublishBlocked
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
+from backfill_assets.permission import code_identity
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
@@ -30,6 +34,9 @@ from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.snapshots import ensure_snapshots
 from backfill_assets.warehouse.writes import ensure_table
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
+
 
 @dataclass
 class Check:
@@ -39,28 +46,42 @@ class Check:
     plans: list[PlanState] = field(default_factory=list)
     latest: dict[str, ledger.LatestWrite | None] = field(default_factory=dict)  # what publish would copy
     shape: list[str] = field(default_factory=list)  # why the published table cannot hold the partitions
+    # the other tables of a plan's graph (`plan_check`): asset -> (its spec, its check)
+    others: dict[str, tuple[TableSpec, Check]] = field(default_factory=dict)
+
+    @property
+    def any_changed(self) -> bool:
+        return bool(self.changed) or any(other.changed for _, other in self.others.values())
 
 
-def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> Check:
-    """Everything that blocks publishing `keys` now; reads only (data fingerprints included)."""
+def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+          graph: TableGraph | None = None, with_graph: bool = False) -> Check:
+    """Everything that blocks publishing `keys` of `spec` now; reads only (data fingerprints
+    included). `with_graph`: `spec` is published as part of its plans' graphs (their target's
+    publish copies all of their tables together); otherwise a graph's table is not published alone."""
     found = Check()
     keys = list(dict.fromkeys(keys))
     wanted = set(keys)
     for plan in record.active_plans(session, target=spec.name):
-        held = [k for k in keys if plan.covers(k)]
+        held = [k for k in keys if plan.covers(k, spec.name)]
         if not held:
             continue
         found.plans.append(plan)
         # consumers see what the plan wrote only while its signatures still authorise it
-        why = authority.refusal(session, plan.approved, code=spec.code_identity)
+        why = authority.refusal(session, plan.approved, code=code_identity(plan, spec, graph))
         if why:
             found.problems.append(f"plan {plan.plan_id}: {why}")
+        name = "" if spec.name == plan.target else f"{spec.name} "
         if plan.phase is not Phase.RECONCILED:
-            found.problems.append(f"{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
+            found.problems.append(f"{name}{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
                                   "publish reopens only after every gate of the window passed")
-        elif not set(plan.partition_keys) <= wanted:
-            found.problems.append(f"{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose window "
+        elif not set(plan.keys_of(spec.name)) <= wanted:
+            found.problems.append(f"{name}{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose window "
                                   "is published whole: publish all of it (the sensor or `backfill publish`)")
+        elif len(plan.assets) > 1 and not with_graph:
+            found.problems.append(f"{name}{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose tables "
+                                  f"({', '.join(plan.assets)}) are published together by {plan.target}'s "
+                                  "publish (the sensor or `backfill publish`)")
     latest = found.latest = ledger.latest(session, spec.name, keys)
     now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys) \
         if session.engine.table_exists(session, spec.table) else {}
@@ -75,7 +96,7 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
         stale = sorted(g for g, fp in entry.checked.items() if fp != entry.fingerprint.digest)
         if stale:
             found.problems.append(f"{key}: the gates checked other data than the latest write produced")
-        owner = next((p for p in found.plans if p.covers(key)), None)
+        owner = next((p for p in found.plans if p.covers(key, spec.name)), None)
         if owner is not None and entry.code_identity != spec.code_identity:
             found.problems.append(f"{key}: written by code {entry.code_identity or 'unknown'}, but plan "
                                   f"{owner.plan_id} is approved for {spec.code_identity}")
@@ -92,6 +113,23 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
     return found
 
 
+def plan_check(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+               graph: TableGraph | None = None) -> Check:
+    """What blocks publishing a plan now: its target's window and, for a plan over a graph, every
+    other table's partitions, as the target's publish would copy them together (reads only)."""
+    found = check(session, spec, scheme, list(state.partition_keys), graph, with_graph=True)
+    for asset in state.assets[1:]:
+        if graph is None or asset not in graph.tables:
+            found.problems.append(f"{asset}: not in the loaded definitions, so it cannot be published with "
+                                  f"{state.target}")
+            continue
+        other = check(session, graph.spec(asset), graph.scheme(asset), list(state.keys_of(asset)), graph,
+                      with_graph=True)
+        found.problems += [f"{asset} {p}" for p in other.problems]
+        found.others[asset] = (graph.spec(asset), other)
+    return found
+
+
 @dataclass(frozen=True)
 class Published:
     rows: int
@@ -103,58 +141,109 @@ class Published:
     impact_error: str = ""
     # published partitions someone had edited since their last publish, which this one replaced
     replaced_edits: dict[str, tuple[Fingerprint, Fingerprint]] = field(default_factory=dict)
+    # the other tables of a plan's graph, published in the same transaction: asset -> keys copied
+    graph: dict[str, list[str]] = field(default_factory=dict)
 
 
 class _Refused(Exception):
-    def __init__(self, found: Check) -> None:
+    def __init__(self, found: Check, spec: TableSpec) -> None:
         self.found = found
+        self.spec = spec
+
+
+@dataclass
+class _Table:
+    """One table a publish copies: the one asked for first, then its plans' graph."""
+
+    spec: TableSpec
+    scheme: PartitionScheme
+    keys: list[str]
+    impact: Impact | None = None
+    impact_error: str = ""
+    found: Check | None = None
+
+
+def _tables(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list[str],
+            graph: TableGraph | None) -> list[_Table]:
+    """The table asked for, and every other table of the graph of a plan whose target it is and whose
+    window `keys` hold: a graph is published whole, in one transaction."""
+    tables = [_Table(spec, scheme, keys)]
+    wanted = set(keys)
+    for plan in record.active_plans(session, target=spec.name):
+        if plan.target != spec.name or len(plan.assets) < 2 or not set(plan.partition_keys) <= wanted:
+            continue
+        if graph is None:
+            raise PublishBlocked(f"plan {plan.plan_id} covers {', '.join(plan.assets)}, which are published "
+                                 "together, and this publish was given no definitions to find them in",
+                                 fix="publish through the definitions that declare them (the sensor or "
+                                     "`backfill publish PLAN`)")
+        for asset in plan.assets[1:]:
+            if asset not in graph.tables:
+                raise PublishBlocked(f"plan {plan.plan_id} covers {asset}, which the loaded definitions do not "
+                                     "declare", fix="load the definitions that declare every table of the plan")
+            if all(t.spec.name != asset for t in tables):
+                tables.append(_Table(graph.spec(asset), graph.scheme(asset), list(plan.keys_of(asset))))
+    return tables
 
 
 def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-            actor: str) -> Published:
-    """Copy the partitions into the published table in one transaction, or refuse before any write."""
+            actor: str, graph: TableGraph | None = None) -> Published:
+    """Copy the partitions into the published table in one transaction, or refuse before any write;
+    with the other tables of an active plan over a graph (`graph`: the loaded definitions)."""
     keys = list(dict.fromkeys(keys))
+    tables = _tables(session, spec, scheme, keys, graph)
     with session.transaction():
-        ensure_table(session, spec, spec.publish_table)
+        for table in tables:
+            ensure_table(session, table.spec, table.spec.publish_table)
     # the impact is computed before the locks, where its cost holds no one up, and only checked
     # under them (two hash passes): if either table moved in between, it is left out, not redone
     # there (a report must neither hold writers up nor fail the publish)
-    impact, impact_error = _impact_or_why(session, spec, scheme, keys)
+    for table in tables:
+        table.impact, table.impact_error = _impact_or_why(session, table.spec, table.scheme, table.keys)
     # what consumers will see rests on the record: all of it against the keyed chain first (a row
     # removed or hidden is found only this way), outside the lock, then its links again under it
     integrity.verify_record(session)
     try:
         with session.transaction():
             # publishes (and rollbacks) of one table take turns: on a server engine two copies at
-            # once would each delete what the other had not committed yet, then both insert
-            session.lock(publish_lock(spec))
-            session.hold_table(spec.table)  # no writer may change the target between check and copy
+            # once would each delete what the other had not committed yet, then both insert; the
+            # tables of a graph in one order, so two publishes never wait on each other in a circle
+            for table in sorted(tables, key=lambda t: t.spec.publish_table):
+                session.lock(publish_lock(table.spec))
+            for table in sorted(tables, key=lambda t: t.spec.table):
+                session.hold_table(table.spec.table)  # no writer may change a target between check and copy
             evidence_log.check_links(session)
-            found = check(session, spec, scheme, keys)
-            found.shape = published_record.shape_problems(session, spec)
-            if found.shape:
-                found.problems.append(f"{spec.publish_table} cannot hold the contract's partitions: "
-                                      + "; ".join(found.shape[:3]))
-            if found.problems:
-                raise _Refused(found)
-            if impact is not None and not consumer_impact_holds(session, spec, scheme, impact):
-                impact, impact_error = None, ("the published or target table changed while it was computed; "
-                                              "`backfill diff PLAN` reports the plan's impact")
-            published = _copy(session, spec, scheme, found, actor, impact)
+            for table in tables:
+                found = table.found = check(session, table.spec, table.scheme, table.keys, graph,
+                                            with_graph=len(tables) > 1)
+                found.shape = published_record.shape_problems(session, table.spec)
+                if found.shape:
+                    found.problems.append(f"{table.spec.publish_table} cannot hold the contract's partitions: "
+                                          + "; ".join(found.shape[:3]))
+                if found.problems:
+                    raise _Refused(found, table.spec)
+            for table in tables:
+                if table.impact is not None and not consumer_impact_holds(session, table.spec, table.scheme,
+                                                                          table.impact):
+                    table.impact, table.impact_error = None, (
+                        "the published or target table changed while it was computed; `backfill diff PLAN` "
+                        "reports the plan's impact")
+            published = _copy(session, tables, actor)
     except published_record.CopyChanged as changed:
         raise PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: {changed}",
-                             fix=f"make {spec.publish_table}'s columns what the contract declares (or drop it: "
+                             fix="make the published table's columns what the contract declares (or drop it: "
                                  "publish creates it from the contract), then publish again") from None
     except _Refused as refused:
-        record_changed(session, spec, refused.found, actor)
+        record_changed(session, refused.spec, refused.found, actor)
         problems = refused.found.problems
-        error = PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: "
+        where = spec.publish_as if refused.spec is spec else f"{spec.publish_as} with {refused.spec.publish_as}"
+        error = PublishBlocked(f"publish of {where} refused, consumers keep the last good data: "
                                + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                                                             if len(problems) > 5 else ""),
                                fix=_fix(refused.found))
-        error.changed = refused.found.changed  # type: ignore[attr-defined]
+        error.changed = refused.found.changed if refused.spec is spec else {}  # type: ignore[attr-defined]
         raise error from None
-    return dataclasses.replace(published, impact_error=impact_error)
+    return dataclasses.replace(published, impact_error=tables[0].impact_error)
 
 
 def publish_lock(spec: TableSpec) -> str:
@@ -182,11 +271,13 @@ def _fix(found: Check) -> str:
 
 def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
     """A partition changed after its gates ran: a failed `unchanged_since_checked`, for the UI too."""
+    for other_spec, other in found.others.values():
+        record_changed(session, other_spec, other, actor)
     if not found.changed:
         return
     from backfill_assets.warehouse.gate_sql import unchanged_result
 
-    plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k)}
+    plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k, spec.name)}
     with session.transaction():
         for plan_id in sorted(set(plan_of.values()) | ({None} if len(plan_of) < len(found.changed) else set()),
                               key=lambda p: p or ""):
@@ -201,17 +292,55 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
                                if plan_of.get(k) == plan_id}})
 
 
-def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Check, actor: str,
-          impact: Impact | None) -> Published:
-    keys, plans = list(found.latest), found.plans
+def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
+    """Every table's copy, proven, then each plan moved to published once: one transaction."""
     at = evidence_log.now_iso()
+    copied: dict[str, int] = {}
+    replaced: dict[str, tuple[Fingerprint, Fingerprint]] = {}
+    for table in tables:
+        assert table.found is not None
+        copied[table.spec.name], edits = _copy_table(session, table.spec, table.scheme, table.found, actor, at)
+        if table is tables[0]:
+            replaced = edits
+    plans: dict[str, PlanState] = {}
+    for table in tables:
+        for plan in table.found.plans if table.found else []:
+            plans.setdefault(plan.plan_id, plan)
+    impacts = {t.spec.name: t.impact for t in tables}
+    done = []
+    for plan in plans.values():
+        seen = impacts.get(plan.target)
+        seen = seen.of(plan.plan_id, plan.partition_keys) if seen is not None else None
+        graph = {a: {"table": t.spec.publish_as, "partitions": len(plan.keys_of(a)), "rows": copied.get(a),
+                     "impact": (t.impact.of(plan.plan_id, plan.keys_of(a)).totals if t.impact else None)}
+                 for a in plan.assets[1:] for t in tables if t.spec.name == a}
+        root = next(t for t in tables if t.spec.name == plan.target or t is tables[0])
+        evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
+            "table": root.spec.publish_as, "partitions": len(plan.partition_keys),
+            "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied.get(plan.target),
+            "sha256": plan.approved_sha256, "impact": seen.totals if seen else None,
+            **({"graph": graph} if graph else {})})
+        record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
+                          note=f"{len(plan.partition_keys)} partition(s) published"
+                          + (f" with {', '.join(plan.assets[1:])}" if graph else ""))
+        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None)
+        done.append(plan.plan_id)
+    faults.checkpoint("publish.before_commit")
+    first = tables[0]
+    return Published(copied[first.spec.name], first.keys, done, first.impact, replaced_edits=replaced,
+                     graph={t.spec.name: t.keys for t in tables[1:]})
+
+
+def _copy_table(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Check, actor: str,
+                at: str) -> tuple[int, dict[str, tuple[Fingerprint, Fingerprint]]]:
+    keys, plans = list(found.latest), found.plans
     replaced = published_record.edited(session, spec, scheme, keys)
     if replaced:  # consumers' data was changed outside backfill: said, and put right by this copy
         evidence_log.append(session, plan_id=None, kind="published_edited", actor=actor, payload={
             "table": spec.publish_as, "partitions": {k: {"now": str(n), "published": str(p)}
                                                       for k, (n, p) in replaced.items()}})
     for plan in plans:
-        held = [k for k in keys if plan.covers(k)]
+        held = [k for k in keys if plan.covers(k, spec.name)]
         ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at, actor)
     target, published = quote(spec.table), quote(spec.publish_table)
     cols = ", ".join(quote(c) for c in spec.columns)
@@ -223,16 +352,4 @@ def _copy(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Che
     # the copy is proven: the published partitions hold exactly the bytes the gates checked
     checked = {k: (e.fingerprint, e.write_id, e.plan_id) for k, e in found.latest.items() if e is not None}
     published_record.prove_and_record(session, spec, scheme, checked, actor)
-    done = []
-    for plan in plans:
-        seen = impact.of(plan.plan_id, plan.partition_keys) if impact is not None else None
-        evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
-            "table": spec.publish_as, "partitions": len(plan.partition_keys),
-            "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied,
-            "sha256": plan.approved_sha256, "impact": seen.totals if seen else None})
-        record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
-                          note=f"{len(plan.partition_keys)} partition(s) published")
-        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None)
-        done.append(plan.plan_id)
-    faults.checkpoint("publish.before_commit")
-    return Published(copied, keys, done, impact, replaced_edits=replaced)
+    return copied, replaced

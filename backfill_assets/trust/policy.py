@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,12 +120,14 @@ class Policy:
     def members(self, group: str) -> tuple[str, ...]:
         return tuple(self.model.groups.get(group, ()))
 
-    def requirement(self, target: str, asked: int = 1) -> Requirement:
-        """The rule for `target`: the policy's minimum, raised by every matching target rule and by
-        the plan itself (`asked`), never lowered."""
+    def requirement(self, targets: str | Sequence[str], asked: int = 1) -> Requirement:
+        """The rule for a plan writing `targets` (its target and its graph's tables): the policy's
+        minimum, raised by every rule matching any of them and by the plan itself (`asked`), never
+        lowered."""
+        names = [targets] if isinstance(targets, str) else list(targets)
         minimum, groups = max(self.model.approvals.minimum, asked), []
         for rule in self.model.targets:
-            if fnmatch.fnmatchcase(target, rule.match):
+            if any(fnmatch.fnmatchcase(name, rule.match) for name in names):
                 minimum = max(minimum, rule.minimum or 0)
                 groups += [g for g in rule.require if g not in groups]
         return Requirement(minimum, tuple(groups))

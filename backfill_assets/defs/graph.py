@@ -1,0 +1,236 @@
+"""The asset graph a plan covers: replayable tables downstream of its target, and their consumers.
+
+A replayable table whose `source` is another replayable table is recomputed from it: the partition
+mapping Dagster holds for that edge (daily -> monthly is a `TimeWindowPartitionMapping` by
+default; static -> static the identity, or a `StaticPartitionMapping`) says which of its partitions
+read a window of the upstream's. A plan over a target therefore covers, in dependency order, the
+target's window and the mapped partitions of every replayable table downstream of it; the plan
+lists them (`graph:`), and every decision compares that list with the graph derived here from the
+definitions actually loaded, so a table added downstream later is not covered until the plan is
+signed again. Assets downstream of the graph that are not replayable (a pandas report, an
+extract) are its consumers: named in the plan, requested after the graph's publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import dagster as dg
+
+from backfill_assets.errors import PlanProblem
+from backfill_assets.partitions import PartitionScheme, scheme_for
+from backfill_assets.table import TableSpec, code_identity_of
+
+
+@dataclass(frozen=True)
+class Member:
+    """A table the plan writes, with the partitions it writes; `upstream` is the member it reads."""
+
+    asset: str
+    keys: tuple[str, ...]
+    upstream: str | None = None
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """An asset downstream of the graph that is not replayable: refreshed after the publish.
+    `keys` is None for an unpartitioned asset."""
+
+    asset: str
+    keys: tuple[str, ...] | None
+    reads: str
+
+
+def asset_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(name.split("/"))
+
+
+def key_name(key: dg.AssetKey) -> str:
+    return "/".join(key.path)
+
+
+class TableGraph:
+    """The replayable tables of a set of definitions, and the partition mappings between them."""
+
+    def __init__(self, asset_graph, tables: Mapping[str, tuple[TableSpec, dg.PartitionsDefinition]]) -> None:
+        self.asset_graph = asset_graph
+        self.tables = dict(tables)
+
+    @classmethod
+    def of(cls, asset_graph) -> TableGraph:
+        from backfill_assets.defs.replayable import tables_of_graph
+
+        return cls(asset_graph, tables_of_graph(asset_graph))
+
+    def spec(self, name: str) -> TableSpec:
+        return self.tables[name][0]
+
+    def partitions_def(self, name: str) -> dg.PartitionsDefinition:
+        return self.tables[name][1]
+
+    def scheme(self, name: str) -> PartitionScheme:
+        spec, partitions_def = self.tables[name]
+        return scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
+
+    @cached_property
+    def _children(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, (spec, _) in sorted(self.tables.items()):
+            if spec.source in self.tables and spec.source != name:
+                out.setdefault(spec.source, []).append(name)
+        return out
+
+    def children(self, name: str) -> list[str]:
+        """Replayable tables computed from `name`."""
+        return list(self._children.get(name, []))
+
+    def upstream(self, name: str) -> str | None:
+        """The replayable table `name` is computed from, if any."""
+        source = self.spec(name).source
+        return source if source in self.tables and source != name else None
+
+    def code_identity(self, assets: Iterable[str]) -> str:
+        """What a plan writing `assets` binds of their code (`table.code_identity_of`); a table the
+        definitions lack has no identity, so no signature can bind it."""
+        assets = list(assets)
+        missing = [a for a in assets if a not in self.tables]
+        if missing:
+            return f"missing/{missing[0]}"
+        return code_identity_of([self.spec(a) for a in assets])
+
+    def _mapping(self, child: str, parent: str) -> dg.PartitionMapping:
+        return self.asset_graph.get_partition_mapping(asset_key(child), asset_key(parent))
+
+    def downstream_keys(self, parent: str, keys: Iterable[str], child: str) -> tuple[str, ...]:
+        """The partitions of `child` that read any of `keys` of `parent`, in `child`'s order."""
+        parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
+        subset = parent_def.subset_with_partition_keys(list(keys))
+        mapped = self._mapping(child, parent).get_downstream_partitions_for_partitions(subset, parent_def,
+                                                                                       child_def)
+        scheme = self.scheme(child)
+        return tuple(sorted((k for k in mapped.get_partition_keys() if k in scheme), key=scheme.position))
+
+    def upstream_keys(self, child: str, key: str) -> tuple[str, ...]:
+        """The partitions of `child`'s upstream table that partition `key` of `child` reads."""
+        parent = self.upstream(child)
+        if parent is None:
+            return ()
+        parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
+        result = self._mapping(child, parent).get_upstream_mapped_partitions_result_for_partitions(
+            child_def.subset_with_partition_keys([key]), child_def, parent_def)
+        scheme = self.scheme(parent)
+        return tuple(sorted((k for k in result.partitions_subset.get_partition_keys() if k in scheme),
+                            key=scheme.position))
+
+    def derive(self, root: str, keys: Iterable[str]) -> list[Member]:
+        """The members of a plan over `keys` of `root`: the root, then every replayable table
+        downstream of it with its mapped partitions, each after the table it reads."""
+        members = [Member(root, tuple(keys))]
+        index = 0
+        while index < len(members):
+            parent = members[index]
+            for child in self.children(parent.asset):
+                if any(m.asset == child for m in members):
+                    continue  # reached twice (a diamond) cannot happen: one source per table
+                mapped = self.downstream_keys(parent.asset, parent.keys, child)
+                if mapped:
+                    members.append(Member(child, mapped, parent.asset))
+            index += 1
+        return members
+
+    def consumers(self, members: Iterable[Member]) -> list[Consumer]:
+        """Assets that read a member's target or published table and are not themselves replayable
+        targets or publish assets, with the partitions that read the members' partitions."""
+        members = list(members)
+        ours = {asset_key(m.asset) for m in members}
+        ours |= {asset_key(self.spec(m.asset).publish_as) for m in members}
+        replayable = {asset_key(n) for n in self.tables} | {asset_key(s.publish_as) for s, _ in self.tables.values()}
+        found: dict[str, Consumer] = {}
+        for member in members:
+            spec = self.spec(member.asset)
+            for parent_key in (asset_key(member.asset), asset_key(spec.publish_as)):
+                if not self.asset_graph.has(parent_key):
+                    continue
+                for child_key in sorted(self.asset_graph.get(parent_key).child_keys, key=key_name):
+                    if child_key in ours or child_key in replayable or not isinstance(child_key, dg.AssetKey):
+                        continue
+                    name = key_name(child_key)
+                    keys = self._consumer_keys(child_key, parent_key, member)
+                    before = found.get(name)
+                    if before is not None and before.keys is not None and keys is not None:
+                        keys = tuple(dict.fromkeys((*before.keys, *keys)))
+                    found[name] = Consumer(name, keys, key_name(parent_key))
+        return list(found.values())
+
+    def _consumer_keys(self, child_key: dg.AssetKey, parent_key: dg.AssetKey,
+                       member: Member) -> tuple[str, ...] | None:
+        child = self.asset_graph.get(child_key)
+        if child.partitions_def is None:
+            return None
+        parent_def = self.partitions_def(member.asset)
+        mapping = self.asset_graph.get_partition_mapping(child_key, parent_key)
+        mapped = mapping.get_downstream_partitions_for_partitions(
+            parent_def.subset_with_partition_keys(list(member.keys)), parent_def, child.partitions_def)
+        return tuple(sorted(mapped.get_partition_keys()))
+
+    def check(self, root: str, keys: Iterable[str], listed: Mapping[str, tuple[str, ...]]) -> list[PlanProblem]:
+        """What differs between the graph a plan lists ({asset: keys}, the root left out) and the
+        one derived from these definitions."""
+        derived = {m.asset: m.keys for m in self.derive(root, keys)[1:]}
+        problems: list[PlanProblem] = []
+        for asset, mapped in derived.items():
+            if asset not in listed:
+                problems.append(PlanProblem(
+                    "graph", asset, f"{asset} is computed from {self.upstream(asset)} and reads the replayed "
+                    f"partitions; add `- {{asset: {asset}, window: {{start: {mapped[0]}, end: {mapped[-1]}}}}}` "
+                    "under graph: (consumers would otherwise see it stale beside the fixed data)"))
+            elif tuple(listed[asset]) != tuple(mapped):
+                problems.append(PlanProblem(
+                    "graph.window", asset, f"{asset} recomputes {_span(mapped)} for this window, not "
+                    f"{_span(listed[asset])}; give window: {{start: {mapped[0]}, end: {mapped[-1]}}}"))
+        for asset in listed:
+            if asset not in derived:
+                where = ("is not a replayable table in the definitions" if asset not in self.tables
+                         else f"is not downstream of {root}")
+                problems.append(PlanProblem("graph", asset, f"{asset} {where}; remove it from graph:"))
+        return problems
+
+
+def _span(keys: tuple[str, ...]) -> str:
+    if not keys:
+        return "no partition"
+    return keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]} ({len(keys)})"
+
+
+_GRAPHS: dict[int, TableGraph] = {}
+
+
+def graph_of(asset_graph) -> TableGraph:
+    """The tables of an asset graph (built once per graph object)."""
+    key = id(asset_graph)
+    found = _GRAPHS.get(key)
+    if found is None or found.asset_graph is not asset_graph:
+        if len(_GRAPHS) > 16:
+            _GRAPHS.clear()
+        found = _GRAPHS[key] = TableGraph.of(asset_graph)
+    return found
+
+
+def graph_of_repository(repository_def) -> TableGraph:
+    """The graph of the definitions a sensor belongs to."""
+    return graph_of(repository_def.asset_graph)
+
+
+def graph_of_run(context) -> TableGraph:
+    """The graph of the definitions a run belongs to: its repository's where Dagster set one (runs of a
+    code location: the UI, the daemon), else its job's (a job run in process holds every asset of
+    the definitions it was resolved from)."""
+    try:
+        return graph_of_repository(context.repository_def)
+    except Exception:  # noqa: BLE001 - Dagster raises a CheckError when no repository was set
+        job = context.job_def
+        while job.asset_selection_data is not None:  # a run of some assets: the job they were selected from
+            job = job.asset_selection_data.parent_job_def
+        return graph_of(job.asset_layer.asset_graph)
