@@ -58,6 +58,21 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                for k, e in latest.items() if e is not None}
     snaps = {table: {k: [f.rows, f.digest] for k, f in snapshotted(session, state.plan_id, table).items()}
              for table in (table_for_asset(state.target),)}
+    graph = {}
+    for asset in state.assets[1:]:  # the other tables of the plan's graph, each like the target
+        asset_keys = list(state.keys_of(asset))
+        found = ledger.latest(session, asset, asset_keys, state.plan_id)
+        snapped = snapshotted(session, state.plan_id, table_for_asset(asset))
+        snaps[table_for_asset(asset)] = {k: [f.rows, f.digest] for k, f in snapped.items()}
+        graph[asset] = {
+            "window": {"start": asset_keys[0], "end": asset_keys[-1], "partitions": len(asset_keys)},
+            "written": sum(1 for e in found.values() if e is not None),
+            "passed": sum(1 for e in found.values() if e is not None and e.passed),
+            "failed": {k: {g: figures.get("detail") for g, (passed, figures) in e.gates.items() if not passed}
+                       for k, e in found.items() if e is not None and not e.passed},
+            "results_sha256": _digest({k: {g: [p, f.get("numbers")] for g, (p, f) in e.gates.items()}
+                                       for k, e in found.items() if e is not None}),
+            "published": (published.payload.get("graph", {}).get(asset) if published else None)}
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -81,6 +96,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         "gates": {"partitions": len(keys), "written": len(results),
                   "passed": sum(1 for e in latest.values() if e is not None and e.passed),
                   "failed": failures, "results_sha256": _digest(results)},
+        **({"graph": graph} if graph else {}),
         "reconciled_at": reconciled.at if reconciled else None,
         "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows")}
                       if published else None),

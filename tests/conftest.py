@@ -71,7 +71,7 @@ def run_subprocess(home: Path, tmp_path: Path):
     def run(*args: str, command: list[str] | None = None, timeout: float = 300,
             env: dict[str, str] | None = None) -> Result:
         full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore",
-                "BACKFILL_DEFS": "backfill_assets.demo.definitions:daily_defs", **(env or {})}
+                "BACKFILL_DEFS": "backfill_assets.demo.daily", **(env or {})}
         cmd = command if command is not None else [str(BIN / "backfill"), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=tmp_path, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)

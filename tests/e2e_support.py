@@ -35,7 +35,7 @@ import duckdb
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-DEMO_DEFS = "backfill_assets.demo.definitions:daily_defs"  # the daily table alone, as the scenarios plan it
+DEMO_DEFS = "backfill_assets.demo.daily"  # the daily table alone, as the scenarios plan it
 T = TypeVar("T")
 
 # Backfill states that will not change any more (BulkActionStatus in dagster_graphql).
@@ -702,8 +702,8 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
     env = clean_env(backfill_home, DAGSTER_HOME=str(dagster_home), BACKFILL_REOPEN_INTERVAL_SECONDS="5")
     log = open(log_path, "wb")  # noqa: SIM115 - closed in the finally below
     workspace = tmp / "workspace.yaml"  # the demo's definitions, the daily table alone
-    workspace.write_text("load_from:\n  - python_module:\n      module_name: backfill_assets.demo.definitions\n"
-                         f"      attribute: daily_defs\n      working_directory: {ROOT}\n")
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: backfill_assets.demo.daily\n"
+                         f"      working_directory: {ROOT}\n")
     process = subprocess.Popen(
         [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1",
          "-p", str(port)],

@@ -45,6 +45,32 @@ def test_the_component_builds_exactly_what_the_factory_builds():
     assert partitions.get_partition_keys()[:3] == factory_partitions.get_partition_keys()[:3]
 
 
+def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_mapping():
+    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.demo.revenue import MONTHLY_REVENUE
+
+    rollup = {"name": "monthly_revenue", "source": "daily_revenue", "publish_as": "published_monthly_revenue",
+              "partitions": {"cadence": "monthly", "start": "2026-01-01"}, "select_sql": MONTHLY_REVENUE.select_sql,
+              "partition_column": "month", "source_partition_column": "order_date",
+              "business_keys": ["month", "region"], "source_keys": dict(MONTHLY_REVENUE.source_keys),
+              "contract": [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in MONTHLY_REVENUE.contract],
+              "metrics": [{"name": m.name, "target_sql": m.target_sql, "source_sql": m.source_sql}
+                          for m in MONTHLY_REVENUE.metrics]}
+    context = dg.ComponentTree.for_test().load_context
+    days = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(ATTRIBUTES)).build_defs(context)
+    plain = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(rollup)).build_defs(context)
+    # each month reads its own days and the month before's last: an end offset of one partition
+    shifted = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(
+        {**rollup, "source_partition_mapping": {"time_window": {"start_offset": -1, "end_offset": 0}}}))
+    for month, feb_reads in ((plain, "2026-02-01"), (shifted.build_defs(context), "2026-01-01")):
+        graph = TableGraph.of(dg.Definitions.merge(days, month).resolve_asset_graph())
+        assert [m.asset for m in graph.derive("daily_revenue", ["2026-01-31"])] == ["daily_revenue", "monthly_revenue"]
+        assert graph.upstream_keys("monthly_revenue", "2026-02-01")[0] == feb_reads
+    with pytest.raises(ValidationError, match="weekly"):
+        ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump({**rollup,
+                                                                   "source_partition_mapping": {"weekly": 1}}))
+
+
 def test_the_component_rejects_unknown_keys_and_bad_identifiers():
     with pytest.raises(ValidationError, match="busines_keys"):
         ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump({**ATTRIBUTES, "busines_keys": ["x"]}))

@@ -69,7 +69,7 @@ def _backfill(world, *args, limit: int | None = None, read_only: bool = False, t
     from tests.conftest import BIN
 
     env = {**os.environ, "BACKFILL_HOME": str(world.home), "PYTHONWARNINGS": "ignore",
-           "BACKFILL_DEFS": "backfill_assets.demo.definitions:daily_defs"}
+           "BACKFILL_DEFS": "backfill_assets.demo.daily"}
     command = [str(BIN / "backfill"), "--home", str(world.home), *args]
     if read_only:
         home = str(world.home)

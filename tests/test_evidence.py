@@ -272,7 +272,7 @@ def test_a_key_folder_mounted_read_only_is_one_line_before_anything_commits(worl
     keys_folder = evidence_key(world).parent
     rows = len(chain(world))
     env = {**os.environ, "BACKFILL_HOME": str(world.home), "PYTHONWARNINGS": "ignore",
-           "BACKFILL_DEFS": "backfill_assets.demo.definitions:daily_defs"}
+           "BACKFILL_DEFS": "backfill_assets.demo.daily"}
     approve = [str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(path), "--by", "olivia",
                "--key", str(world.keys["olivia"])]
     mounted = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" '

@@ -59,7 +59,7 @@ def test_the_wheel_installs_and_its_commands_work_from_a_fresh_environment(tmp_p
     filled = filled.replace("proof_partitions: [x]", 'proof_partitions: ["2026-01-02"]')
     (work / "plans" / "p.yaml").write_text(filled)
     validated = run([backfill, "plan", "validate", "plans/p.yaml", "--defs",
-                     "backfill_assets.demo.definitions:daily_defs"], cwd=work)
+                     "backfill_assets.demo.daily"], cwd=work)
     assert "complete and fits daily_revenue" in validated
     (tmp_path / "dh").mkdir()
     checked = run([str(venv / "bin" / "dagster"), "definitions", "validate", "-m", "backfill_assets.demo.definitions"],

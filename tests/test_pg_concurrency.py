@@ -63,7 +63,7 @@ def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_
     for path in (first, second):
         world.approve(path, "alice")  # the owner and alice: bob's signature completes either
     env = {**os.environ, "BACKFILL_HOME": str(world.home), "BACKFILL_WAREHOUSE_URL": world.url,
-           "BACKFILL_DEFS": "backfill_assets.demo.definitions:daily_defs", "PYTHONWARNINGS": "ignore"}
+           "BACKFILL_DEFS": "backfill_assets.demo.daily", "PYTHONWARNINGS": "ignore"}
     with world.warehouse().session() as holder, holder.transaction():
         holder.lock("approve:daily_revenue")  # what an approval of this table holds in its transaction
         started = [subprocess.Popen([str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(p),

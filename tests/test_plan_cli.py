@@ -197,7 +197,7 @@ def test_a_missing_required_key_is_named_with_its_fix(tmp_path, run_cli, key):
 
 def test_a_complete_plan_validates_and_names_its_hash(tmp_path, run_cli):
     path = write_plan(tmp_path / "p.yaml", complete_plan())
-    result = run_cli("plan", "validate", str(path), "--defs", "backfill_assets.demo.definitions:daily_defs")
+    result = run_cli("plan", "validate", str(path), "--defs", "backfill_assets.demo.daily")
     assert result.code == 0, result.err
     sha = plan_sha256(load_plan(path))
     assert f"complete and fits daily_revenue (plan revenue-refund-fix, sha256 {sha[:12]}, 6 partition(s))" \
@@ -298,7 +298,7 @@ def test_a_guard_that_cannot_find_the_table_refuses_instead_of_claiming_the_plan
     assert "pass --defs" in lost.out
     assert "ALLOWED" not in lost.out
     assert lost.out.rstrip().endswith("REFUSED: 1 gating item(s) open; fix them and run the guard again")
-    found = hook(run_subprocess, path, world.home, "--defs", "backfill_assets.demo.definitions:daily_defs",
+    found = hook(run_subprocess, path, world.home, "--defs", "backfill_assets.demo.daily",
                  env={"BACKFILL_DEFS": ""})
     assert found.code == 0 and "plan checked against its table" not in found.out, found
     assert found.out.rstrip().endswith("ALLOWED: the plan is complete, fits its table, and is signed by enough "

@@ -42,7 +42,7 @@ PEOPLE = ("alice", "bob", "carol", "olivia", "mallory")
 LISTED = ("alice", "bob", "carol", "olivia")
 OWNER = "olivia"
 KEY_TYPES = {"bob": "rsa", "carol": "ecdsa"}  # the rest ed25519: the approvers use all three kinds
-DEMO_DEFS = "backfill_assets.demo.definitions:daily_defs"  # the daily table alone
+DEMO_DEFS = "backfill_assets.demo.daily"  # the daily table alone
 
 
 def _private_key(kind: str):

@@ -44,6 +44,10 @@ class PlanVersion:
     source_file: str | None
     members: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.members:  # a plan of one table
+            object.__setattr__(self, "members", ((self.plan.target, tuple(self.partition_keys)),))
+
     @property
     def proof_keys(self) -> tuple[str, ...]:
         return tuple(self.plan.proof_keys)

@@ -53,6 +53,23 @@ class PartitionsModel(dg.Model):
         return kinds[self.cadence](start_date=self.start or "2026-01-01", **extra)
 
 
+class SourceMappingModel(dg.Model):
+    """How this table's partitions read its source's, when the source is another replayable table:
+    `static` maps the source's keys to this table's ({source key: key}); `time_window` shifts the
+    overlap by whole partitions. Without it, Dagster's default (overlap, or identity)."""
+
+    static: dict[str, str] | None = None
+    time_window: dict[str, int] | None = None  # {start_offset: 0, end_offset: 0}
+
+    def build(self) -> dg.PartitionMapping | None:
+        if self.static is not None:
+            return dg.StaticPartitionMapping(self.static)
+        if self.time_window is not None:
+            return dg.TimeWindowPartitionMapping(start_offset=self.time_window.get("start_offset", 0),
+                                                 end_offset=self.time_window.get("end_offset", 0))
+        return None
+
+
 class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     """A partitioned target recomputed from a source, with its gates, publish asset and sensor."""
 
@@ -73,6 +90,8 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     description: str = ""
     group_name: str | None = None
     partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN
+    # when `source` is another replayable table (a rollup of a daily table): how partitions map
+    source_partition_mapping: SourceMappingModel | None = None
     home: str = ""  # empty: $BACKFILL_HOME, resolved when a run connects
     warehouse_url: str = ""  # empty: $BACKFILL_WAREHOUSE_URL, else the DuckDB file in the home
 
@@ -88,7 +107,8 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
             code_version=str(self.code_version), description=self.description)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        mapping = self.source_partition_mapping.build() if self.source_partition_mapping else None
         table = make_replayable_table(self.spec(), self.partitions.build(), group_name=self.group_name,
-                                      partitions_per_run=self.partitions_per_run)
+                                      partitions_per_run=self.partitions_per_run, source_partition_mapping=mapping)
         return dg.Definitions(assets=list(table.assets), sensors=[table.sensor],
                               resources=backfill_resources(self.home, self.warehouse_url))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import dagster as dg
@@ -37,4 +38,11 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 def backfill_resources(home: str = "", url: str = "") -> dict[str, object]:
-    return {"warehouse": WarehouseResource(home=home, url=url)}
+    return {"warehouse": _warehouse(home, url)}
+
+
+@lru_cache(maxsize=32)
+def _warehouse(home: str, url: str) -> WarehouseResource:
+    # one object per configuration: Dagster merges definitions (two components of one project)
+    # only when a resource key holds the very same object in each
+    return WarehouseResource(home=home, url=url)

@@ -60,4 +60,3 @@ def build_definitions(spec: TableSpec = DAILY_REVENUE, home: str = "", url: str 
 
 
 defs = build_definitions(monthly=MONTHLY_REVENUE)
-daily_defs = build_definitions()  # the daily table alone (most tests' world)

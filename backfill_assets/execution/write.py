@@ -54,12 +54,13 @@ def ensure_tables(session: Session, spec: TableSpec) -> None:
         ensure_table(session, spec, spec.publish_table)
 
 
-def _step_phase(session: Session, plan_id: str, keys: tuple[str, ...], actor: str) -> None:
+def _step_phase(session: Session, plan_id: str, keys: tuple[str, ...], actor: str, asset: str) -> None:
     """A run's first write of a phase moves the plan on, in its own short transaction before the
     partitions' transactions (which then only hold the plan's row shared, never update it)."""
     with session.transaction():
         state = record.require(session, plan_id, exclusive=True)
-        past_proof = [k for k in keys if k not in state.proof_keys]
+        # the proof partitions are the target's; every partition of a table downstream is past it
+        past_proof = [k for k in keys if k not in state.proof_keys or asset != state.target]
         if state.phase is Phase.APPROVED:
             record.transition(session, plan_id, Phase.PROVING, actor, note=f"a proof run started ({keys[0]})")
         elif state.phase is Phase.PROVEN and past_proof:
@@ -79,7 +80,7 @@ def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
     mode = version.plan.execution.mode if version else "overwrite"
     allow_empty = bool(version and version.plan.execution.allow_empty_partitions)
     if plan is not None:
-        _step_phase(session, plan.plan_id, permission.keys, actor)
+        _step_phase(session, plan.plan_id, permission.keys, actor, spec.name)
     done: list[PartitionWrite] = []
     results: dict[str, list[GateResult]] = {}
     keys = list(permission.keys)

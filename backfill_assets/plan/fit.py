@@ -94,5 +94,12 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
     if keys and not problems:
         problems += graph.check(plan.target, keys, listed)
         if not problems:  # in dependency order: each table after the one it reads
-            members.update({m.asset: list(m.keys) for m in graph.derive(plan.target, keys)[1:]})
+            derived = graph.derive(plan.target, keys)
+            members.update({m.asset: list(m.keys) for m in derived[1:]})
+            listed_consumers = {c.asset for c in plan.downstream}
+            for consumer in graph.consumers(derived):
+                if consumer.asset not in listed_consumers:  # its owners are told, and it is refreshed
+                    problems.append(PlanProblem(
+                        "downstream", consumer.asset, f"{consumer.asset} reads {consumer.reads}, which the plan "
+                        f"changes: add `- {{asset: {consumer.asset}, owners: [...]}}` under downstream:"))
     return Fit(keys, problems, members)

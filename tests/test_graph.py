@@ -1,0 +1,252 @@
+"""A replay covers the asset graph: daily_revenue feeds monthly_revenue (a replayable table reading
+a replayable table) and a plain pandas report reads the published months.
+
+A plan over daily_revenue lists monthly_revenue in its graph (derived from Dagster's partition
+mapping and checked on every decision); one approval, runs in dependency order, one publish of
+both tables in one transaction; a UI backfill without a plan writes nothing; a gate failing on the
+month blocks publishing the days; a kill -9 in the graph's publish leaves both published tables
+wholly old.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+import yaml
+
+from backfill_assets.defs.graph import TableGraph
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.demo.definitions import build_definitions
+from backfill_assets.demo.revenue import MONTHLY_REVENUE
+from backfill_assets.demo.sample import generate_orders
+from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
+from backfill_assets.table import Column, Metric, TableSpec
+from tests.plans import complete_plan, write_plan
+from tests.world import BUGGY, FIXED, START, keys
+
+JANUARY = keys(1, 31)
+MONTH = "2026-01-01"
+WINDOW = ("2026-01-05", "2026-01-08")
+FULL_DEFS = "backfill_assets.demo.definitions"  # the demo's definitions: the daily table, its month, the report
+KILLED = -9
+
+
+# --- the graph itself, from Dagster's partition mappings ----------------------------------------
+
+def _static(name: str, source: str, keys_column: str = "region") -> TableSpec:
+    return TableSpec(name=name, source=source, select_sql=f"SELECT region, sum(n) AS n FROM {source} "
+                     "WHERE region = $partition GROUP BY region", partition_column=keys_column,
+                     source_partition_column="region", business_keys=(keys_column,),
+                     contract=(Column(keys_column, "VARCHAR", nullable=False), Column("n", "BIGINT")),
+                     metrics=(Metric("n", "sum(n)", "sum(n)"),), publish_as=f"published_{name}")
+
+
+def test_the_graph_follows_dagsters_partition_mappings_daily_to_monthly_and_static_to_static():
+    graph = TableGraph.of(build_definitions(FIXED, monthly=MONTHLY_REVENUE).resolve_asset_graph())
+    members = graph.derive("daily_revenue", keys(5, 8))
+    assert [(m.asset, m.keys, m.upstream) for m in members] == [
+        ("daily_revenue", tuple(keys(5, 8)), None), ("monthly_revenue", (MONTH,), "daily_revenue")]
+    assert graph.upstream_keys("monthly_revenue", MONTH) == tuple(JANUARY)
+    assert [(c.asset, c.keys, c.reads) for c in graph.consumers(members)] == [
+        ("revenue_report", None, "published_monthly_revenue")]
+    # the month's code is part of what a plan over the days binds
+    assert graph.code_identity(["daily_revenue", "monthly_revenue"]).startswith("graph/")
+    assert graph.code_identity(["daily_revenue", "monthly_revenue"]) != FIXED.code_identity
+
+    regions = dg.StaticPartitionsDefinition(["eu", "us"])
+    zones = dg.StaticPartitionsDefinition(["europe", "americas"])
+    raw = make_replayable_table(_static("by_region", "events"), regions)
+    same = make_replayable_table(_static("region_copy", "by_region"), regions)  # identity by default
+    mapped = make_replayable_table(_static("by_zone", "by_region", "zone"), zones,
+                                   source_partition_mapping=dg.StaticPartitionMapping({"eu": "europe",
+                                                                                       "us": "americas"}))
+    defs = dg.Definitions(assets=[dg.AssetSpec("events"), *raw.assets, *same.assets, *mapped.assets],
+                          resources={"warehouse": WarehouseResource(home="unused")})
+    graph = TableGraph.of(defs.resolve_asset_graph())
+    assert [(m.asset, m.keys) for m in graph.derive("by_region", ["eu"])] == [
+        ("by_region", ("eu",)), ("by_zone", ("europe",)), ("region_copy", ("eu",))]
+    assert graph.upstream_keys("by_zone", "americas") == ("us",)
+
+
+# --- a world with January's days, its month and the report --------------------------------------
+
+@pytest.fixture
+def graph_world(world, monkeypatch):
+    """The world with all of January (the month reads every day of it), the buggy release's days
+    and month written and published plan-free, and the CLI loading the demo's whole definitions."""
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    buggy = defs_of(world, BUGGY)
+    assert run(world, buggy, ["daily_revenue", "published_revenue"], JANUARY).success
+    assert run(world, buggy, ["monthly_revenue", "published_monthly_revenue"], [MONTH]).success
+    return world
+
+
+def defs_of(world, daily: TableSpec = FIXED) -> dg.Definitions:
+    return build_definitions(daily, home=str(world.home), url=world.url or "", monthly=MONTHLY_REVENUE)
+
+
+def run(world, defs: dg.Definitions, assets: list[str], partitions: list[str], tags: dict | None = None):
+    tags = dict(tags or {})
+    if len(partitions) == 1:
+        tags["dagster/partition"] = partitions[0]
+    else:
+        tags.update({"dagster/asset_partition_range_start": partitions[0],
+                     "dagster/asset_partition_range_end": partitions[-1]})
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey(a) for a in assets],
+                                  tags=tags, raise_on_error=False)
+
+
+def graph_plan(world, name: str = "fix", graph: bool = True) -> dict:
+    document = complete_plan(plan_id=name, start=WINDOW[0], end=WINDOW[1], proof=(WINDOW[0],), per_run=4)
+    if graph:
+        document["graph"] = [{"asset": "monthly_revenue", "window": {"start": MONTH, "end": MONTH}}]
+    document["downstream"].append({"asset": "revenue_report", "owners": ["finance-bi"]})
+    return document
+
+
+def month_net(world, table: str) -> float:
+    return float(world.sql(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} WHERE month = DATE '{MONTH}'")[0][0])
+
+
+def days_net(world, table: str) -> float:
+    return float(world.sql(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} "
+                           f"WHERE order_date BETWEEN DATE '{WINDOW[0]}' AND DATE '{WINDOW[1]}'")[0][0])
+
+
+def reconciled_graph(world) -> None:
+    path = world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert path.exists()
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.phase("fix") == "reconciled"
+
+
+def test_a_plan_over_the_graph_replays_gates_and_publishes_the_days_and_the_month_together(
+        graph_world, run_cli, capfd):
+    world = graph_world
+    defs = defs_of(world)
+    days_before, month_before = days_net(world, "published_revenue"), month_net(world, "published_monthly_revenue")
+
+    # a UI backfill of the days and their month, without a plan, writes nothing
+    days_rows = world.fingerprints("daily_revenue", keys(5, 8))
+    for assets, partitions in ((["daily_revenue"], keys(5, 8)), (["monthly_revenue"], [MONTH])):
+        refused = run(world, defs, assets, partitions, {BACKFILL_TAG: "ui-bf"})
+        assert not refused.success
+    assert world.fingerprints("daily_revenue", keys(5, 8)) == days_rows
+    assert month_net(world, "monthly_revenue") == month_before
+
+    # a plan that leaves the month out is refused, naming the entry to add
+    path = write_plan(world.root / "plans" / "short.yaml", graph_plan(world, "short", graph=False))
+    result = run_cli("plan", "validate", str(path))
+    assert result.code != 0
+    assert "monthly_revenue" in result.out + result.err and "graph:" in result.out + result.err
+
+    # shown before anyone signs: the month, recomputed from the days; the report, refreshed after
+    path = write_plan(world.root / "plans" / "fix.yaml", graph_plan(world))
+    shown = run_cli("plan", "validate", str(path))
+    assert shown.code == 0, shown.err
+    assert "monthly_revenue 2026-01-01, recomputed from daily_revenue" in shown.out
+    assert "consumer  revenue_report" in shown.out
+    world.approve(path)
+    dry = run_cli("run", "fix", "--dry-run")
+    assert "then monthly_revenue 2026-01-01..2026-01-01" in dry.out
+    # the month waits for the proof, and for the days it reads
+    early = run(world, defs, ["monthly_revenue"], [MONTH], {PLAN_TAG: "fix"})
+    assert not early.success
+    assert world.cli("run", "fix", "--proof") == 0
+    early = run(world, defs, ["monthly_revenue"], [MONTH], {PLAN_TAG: "fix"})
+    assert not early.success  # 2026-01-05 is proven, 06..08 are not written under the plan yet
+    assert month_net(world, "monthly_revenue") == month_before
+    assert world.cli("run", "fix") == 0
+    assert world.phase("fix") == "reconciled"
+    assert month_net(world, "monthly_revenue") != month_before  # recomputed from the fixed days
+
+    # a gate failing on the month blocks publishing the days too
+    world.run_sql(f"UPDATE monthly_revenue SET net_revenue = net_revenue + 1 WHERE month = DATE '{MONTH}' "
+                  "AND region = 'north'")
+    assert world.cli("reconcile", "fix") == 1
+    assert world.phase("fix") == "running"
+    assert world.cli("publish", "fix") == 1
+    assert days_net(world, "published_revenue") == days_before
+    assert month_net(world, "published_monthly_revenue") == month_before
+    status = run_cli("status", "fix")
+    assert "monthly_revenue 2026-01-01" in status.out
+    assert f"--asset monthly_revenue --partitions {MONTH}" in status.out
+
+    # the month re-run alone, then one publish of both, in one transaction
+    assert world.cli("run", "fix", "--asset", "monthly_revenue", "--partitions", MONTH) == 0
+    assert world.phase("fix") == "reconciled"
+    assert world.cli("publish", "fix") == 0
+    assert world.phase("fix") == "published"
+    days_after, month_after = days_net(world, "published_revenue"), month_net(world, "published_monthly_revenue")
+    assert days_after != days_before and month_after != month_before
+    assert round(month_after - month_before, 2) == round(days_after - days_before, 2)  # the days' repair, rolled up
+    [published] = [yaml.safe_load(p) for (p,) in world.sql(
+        "SELECT payload FROM backfill_control.evidence WHERE plan_id = 'fix' AND kind = 'published'")]
+    assert published["graph"]["monthly_revenue"]["table"] == "published_monthly_revenue"
+
+    # the sensor then refreshes the report downstream of the published month: it reads the repair
+    sensor = defs.resolve_sensor_def("daily_revenue__reopen_publish")
+    context = dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                      resources={"warehouse": WarehouseResource(home=str(world.home))})
+    [request] = sensor.evaluate_tick(context).run_requests
+    assert [k.to_user_string() for k in request.asset_selection] == ["revenue_report"]
+    job = defs.resolve_implicit_global_asset_job_def()
+    report = job.execute_in_process(instance=world.instance, asset_selection=request.asset_selection,
+                                    tags=dict(request.tags), raise_on_error=False)
+    assert report.success
+    [event] = report.get_asset_materialization_events()
+    assert round(event.materialization.metadata["net_revenue"].value, 2) == round(
+        float(world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")[0][0]), 2)
+    # the same run key on every tick: the daemon launches it once per publish
+    assert [r.run_key for r in sensor.evaluate_tick(context).run_requests] == [request.run_key]
+
+    # and the rollback restores both tables and both published tables
+    assert world.cli("rollback", "fix") == 0
+    assert days_net(world, "published_revenue") == days_before
+    assert month_net(world, "published_monthly_revenue") == month_before
+    assert world.cli("evidence", "verify") == 0
+
+
+def test_a_plan_signed_before_the_month_was_declared_writes_nothing_until_signed_again(graph_world, monkeypatch):
+    world = graph_world
+    monkeypatch.setenv("BACKFILL_DEFS", "backfill_assets.demo.daily")
+    world.approve(write_plan(world.root / "plans" / "old.yaml", graph_plan(world, "old", graph=False)))
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # then the team deploys the monthly rollup
+    before = world.fingerprints("daily_revenue", keys(5, 8))
+    assert world.cli("run", "old", "--proof") == 1
+    assert world.fingerprints("daily_revenue", keys(5, 8)) == before
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'old'")[0][0] == 0
+
+
+def test_a_killed_graph_publish_leaves_both_published_tables_wholly_old(engine_world, run_subprocess, monkeypatch):
+    world = engine_world
+
+    def cli(*args: str, env: dict):
+        return run_subprocess("--home", str(world.home), *args, env=env)
+
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    buggy = defs_of(world, BUGGY)
+    assert run(world, buggy, ["daily_revenue", "published_revenue"], JANUARY).success
+    assert run(world, buggy, ["monthly_revenue", "published_monthly_revenue"], [MONTH]).success
+    reconciled_graph(world)
+    days_before = world.fingerprints("published_revenue", keys(1, 31))
+    month_before = month_net(world, "published_monthly_revenue")
+    env = {"BACKFILL_DEFS": FULL_DEFS, **({"BACKFILL_WAREHOUSE_URL": world.url} if world.url else {})}
+    # the days copied and the month deleted, not inserted; then everything copied, not committed
+    for point in ("publish.between_delete_and_insert@2", "publish.before_commit"):
+        result = cli("publish", "fix", env={**env, "BACKFILL_CRASH_AT": point})
+        assert result.code == KILLED, f"{point}: {result.code}\n{result.err[-2000:]}"
+        assert world.fingerprints("published_revenue", keys(1, 31)) == days_before, point
+        assert month_net(world, "published_monthly_revenue") == month_before, point
+        assert world.phase("fix") == "reconciled", point
+    assert cli("publish", "fix", env=env).code == 0
+    assert world.fingerprints("published_revenue", keys(1, 31)) != days_before
+    assert month_net(world, "published_monthly_revenue") != month_before
+    assert world.cli("evidence", "verify") == 0
