@@ -112,8 +112,8 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
         return _refuse(f"plan {plan.plan_id} is {plan.hold}: no new run may write {key}", plan.plan_id,
                        key, f"{verb} {plan.plan_id}`")
     if not plan.past_proof and (key not in plan.proof_keys or spec.name != plan.target):
-        what = key if spec.name == plan.target else f"{key} of {spec.name}"
-        return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions of {plan.target} "
+        what = key if spec.name == plan.target else f"{key} of {spec.name} (its graph runs after the proof)"
+        return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
                        f"({', '.join(plan.proof_keys)}) may run until the proof passes, not {what}",
                        plan.plan_id, key, f"run `backfill run {plan.plan_id} --proof` first")
     fitted = _graph_fit(plan, spec, scheme, graph)

@@ -104,8 +104,8 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
             blockers += [f"{k}: {table.publish_as} edited since published (now {n}, published {p})"
                          for k, (n, p) in list(edits.items())[:20]]
             if edits and published:
-                published = f"{published}; EDITED since: {table.publish_as} {len(edits)} partition(s), first " \
-                            f"{next(iter(edits))}"
+                where = "" if table is spec else f" of {table.publish_as}"
+                published = f"{published}; EDITED since: {len(edits)} partition(s){where}, first {next(iter(edits))}"
     members = {}
     for asset in state.assets[1:]:
         asset_keys = state.keys_of(asset)

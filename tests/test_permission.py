@@ -19,9 +19,12 @@ from tests.world import BUGGY, FIXED, failure_text, keys
 def test_definitions_load_with_stable_asset_and_check_keys():
     graph = demo_defs.resolve_asset_graph()
     assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == [
-        "daily_revenue", "orders", "published_revenue"]
-    assert sorted(c.name for c in graph.asset_check_keys) == sorted(GATE_NAMES)
+        "daily_revenue", "monthly_revenue", "orders", "published_monthly_revenue", "published_revenue",
+        "revenue_report"]
+    assert sorted(c.to_user_string() for c in graph.asset_check_keys) == sorted(
+        f"{table}:{name}" for table in ("daily_revenue", "monthly_revenue") for name in GATE_NAMES)
     assert demo_defs.resolve_sensor_def("daily_revenue__reopen_publish") is not None
+    assert demo_defs.resolve_sensor_def("monthly_revenue__reopen_publish") is not None
 
 
 def test_ui_materialize_of_an_old_partition_is_refused_whatever_its_tags(world):

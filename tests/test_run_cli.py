@@ -164,7 +164,10 @@ def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
     for marker in ("REFUSED: 1 gating item(s) open", "ALLOWED: the plan is complete",
                    "signature refused", "proof passed: fingerprints identical",
                    "halted at window run", "refund-double-count-fix: published",
-                   "impact of plan refund-double-count-fix", "evidence chain verified", "is rolled_back"):
+                   "impact of plan refund-double-count-fix", "evidence chain verified", "is rolled_back",
+                   "graph     monthly_revenue 2026-01-01, recomputed from daily_revenue",
+                   "published_monthly_revenue 2026-01 in the same transaction",
+                   "the sensor refreshed revenue_report (ok)", "restored 1 partition(s) of published_monthly_revenue"):
         assert marker in out, marker
     assert "Traceback" not in out and "Stack Trace" not in out and " - dagster - " not in out
     match = re.search(r"published net revenue 2026-01-05\.\.2026-01-18: ([\d,.]+) -> ([\d,.]+) "
@@ -172,6 +175,10 @@ def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
     assert match, out[-2000:]
     before, after, truth = (float(g.replace(",", "")) for g in match.groups())
     assert after == truth and before < truth
+    month = re.search(r"net revenue of January's month: ([\d,.]+) -> ([\d,.]+), repaired in the same publish", out)
+    assert month, out[-2000:]
+    month_before, month_after = (float(g.replace(",", "")) for g in month.groups())
+    assert round(month_after - month_before, 2) == round(after - before, 2)  # the window's repair, rolled up
     assert (tmp_path / "demo" / "evidence" / "refund-double-count-fix.yaml").exists()
     foreign = tmp_path / "mine"
     (foreign / "plans").mkdir(parents=True)

@@ -160,6 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     pool, reports = None, []
     try:
         fail_dead_runs(instance)
+        for stage in stages:
+            if stage.partitions:
+                print(stage.describe(), flush=True)
         with output.dagster_output(home) as log:
             if parallel > 1:
                 import multiprocessing
@@ -180,7 +183,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             for stage in stages:
                 if not stage.partitions:
                     continue
-                output.say(stage.describe())
                 done = execute(stage, warehouse, state, held, run_wave, parallel)
                 reports += done
                 if not all(r.ok for r in done) or len(done) < len(stage.slices) * stage.repeats:

@@ -58,8 +58,9 @@ def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) ->
                                        fix=f"see `backfill status {plan.plan_id}`")
             if not plan.past_proof and (target != plan.target or not set(inside) <= set(plan.proof_keys)):
                 raise PartitionRefused(
-                    f"plan {plan.plan_id} is {plan.phase}: only its proof partitions of {plan.target} "
-                    f"({', '.join(plan.proof_keys)}) may run until the proof passes",
+                    f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "
+                    f"({', '.join(plan.proof_keys)}) may run until the proof passes"
+                    + ("" if target == plan.target else f", not {target} (its graph runs after the proof)"),
                     plan_id=plan.plan_id, partition=first, fix=f"run `backfill run {plan.plan_id} --proof`")
             return plan
     raise PartitionRefused(f"no approved replay plan covers partitions {first}..{last} of {target}; "

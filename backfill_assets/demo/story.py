@@ -190,8 +190,9 @@ def _in_process(home: Home, defs: dg.Definitions, instance: dg.DagsterInstance, 
 
 def run_demo(home: Home) -> int:
     started = time.monotonic()
-    # the demo's commands load the demo's definitions, wherever it is started from
-    os.environ.setdefault("BACKFILL_DEFS", "backfill_assets.demo.definitions")
+    # the demo's commands load the demo's definitions (its daily table, monthly rollup and report),
+    # wherever it is started from and whatever definitions the shell names
+    os.environ["BACKFILL_DEFS"] = "backfill_assets.demo.definitions"
     enable_event_batching()
     _prepare(home)
     _HOME[:] = [home.root]
