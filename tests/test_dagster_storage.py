@@ -47,7 +47,6 @@ def test_a_range_runs_gate_results_are_stored_in_one_batch_and_read_back_per_par
     the pooled event log stores in one transaction; Dagster's API reads them back per partition,
     exactly as when each was logged alone."""
     import sqlalchemy
-
     from dagster._core.event_api import PartitionKeyFilter
 
     instance = instance_for(Home(world.home))
