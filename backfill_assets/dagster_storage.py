@@ -1,20 +1,26 @@
-"""A cheaper sqlite event log for Dagster's instance: the one place we extend a Dagster internal.
+"""Cheaper event storage for Dagster's instance: the one place we use Dagster internals for it.
 
 Dagster's sqlite event log opens a new connection for every event and commits it with a full
 fsync: with a check evaluation per gate per partition that is most of a backfill's cost on a
 laptop (benchmarks/scale.py). This subclass of `ConsolidatedSqliteEventLogStorage` keeps one pooled
 engine per process, in WAL mode with `synchronous=NORMAL` (a crash of the process loses nothing;
-a power cut can lose the last events, never corrupt the file). Everything else is Dagster's.
+a power cut can lose the last events, never corrupt the file), and stores a batch of events in
+one transaction (Dagster's base class stores a batch one event at a time).
+
+`log_check_evaluations` sends a range run's per-partition gate results to the instance as one
+batch (Dagster batches only materializations): the UI shows exactly the same check executions,
+stored in one write instead of one per gate and partition, on any event storage that writes
+batches (this one; the others store them one by one, as before).
 
 `tests/test_dagster_storage.py` fails loudly when an upgrade moves what this relies on; the
-tested range is pinned in pyproject.toml. With a Postgres-backed instance it is not used.
+tested range is pinned in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,10 +29,12 @@ from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
 from sqlalchemy.pool import QueuePool
 
 BUSY_TIMEOUT_SECONDS = 30
+BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by Dagster's instance on every event
 
 
 class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
     _engine_lock = threading.Lock()
+    _batch = threading.local()  # the connection of the batch this thread is storing, if any
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._engines: dict[int, db.engine.Engine] = {}
@@ -50,9 +58,24 @@ class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
 
     @contextmanager
     def _connect(self) -> Iterator[db.engine.Connection]:
+        held = getattr(self._batch, "conn", None)
+        if held is not None:  # inside store_event_batch: every statement in the batch's one transaction
+            yield held
+            return
         with self._engine().connect() as conn:
             with conn.begin():
                 yield conn
+
+    def store_event_batch(self, events: Sequence[Any]) -> None:
+        """The events in one transaction: all stored, or none (Dagster then stores them one by one)."""
+        with self._engine().connect() as conn:
+            with conn.begin():
+                self._batch.conn = conn
+                try:
+                    for event in events:
+                        self.store_event(event)
+                finally:
+                    self._batch.conn = None
 
     def has_table(self, table_name: str) -> bool:
         # Dagster asks before every check evaluation, with a new engine each time; a table that
@@ -76,3 +99,32 @@ def _pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def log_check_evaluations(context: Any, evaluations: Sequence[Any]) -> None:
+    """Log `AssetCheckEvaluation`s from inside a step as one batch (each keeps its partition), as
+    Dagster logs a range run's materializations: with DAGSTER_EVENT_BATCH_SIZE set, the instance
+    hands them to the event storage together at the batch's end."""
+    if not evaluations:
+        return
+    from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, DagsterEventType, generate_event_batch_id
+
+    step = context.op_execution_context._step_execution_context
+    batch = generate_event_batch_id()
+    last = len(evaluations) - 1
+    # the instance batches only while this is set (it reads it on every event); a run the daemon
+    # launched has not set it, so it is set for these events alone
+    unset = BATCH_SIZE_ENV not in os.environ
+    if unset:
+        os.environ[BATCH_SIZE_ENV] = str(len(evaluations))
+    try:
+        for i, evaluation in enumerate(evaluations):
+            DagsterEvent.from_step(
+                event_type=DagsterEventType.ASSET_CHECK_EVALUATION, step_context=step,
+                event_specific_data=evaluation,
+                message=f"Asset check '{evaluation.check_name}' on '{evaluation.asset_key.to_user_string()}' "
+                        + ("passed." if evaluation.passed else "did not pass."),
+                batch_metadata=DagsterEventBatchMetadata(batch, i == last))
+    finally:
+        if unset:
+            os.environ.pop(BATCH_SIZE_ENV, None)

@@ -81,6 +81,10 @@ class TableSpec:
     event_id_column: str | None = None  # replay mode re-applies events keyed by this target column
     code_version: str = "1"
     description: str = ""
+    # select_sql reads any range `$partition_start`..`$partition_end` of whole partitions and returns
+    # each row with its own partition column: a run's partitions are then recomputed by one statement
+    # (one scan of the source) instead of one per partition
+    range_form: bool = False
     _source_keys: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +125,15 @@ class TableSpec:
         seen = [m.name for m in self.metrics]
         if len(set(seen)) != len(seen):
             raise IdentifierError(f"table {self.name} declares a metric twice", fix="keep one of each")
+        if self.range_form:
+            from backfill_assets.partitions import partition_params
+
+            used = set(partition_params(self.select_sql))
+            if used != {"partition_start", "partition_end"}:
+                raise IdentifierError(f"table {self.name} declares range_form, but its select_sql binds "
+                                      f"{', '.join(sorted(used)) or 'no partition parameter'}",
+                                      fix="filter the source with $partition_start and $partition_end only "
+                                          "(not $partition), or leave range_form out")
 
     @property
     def table(self) -> str:
@@ -173,6 +186,8 @@ class TableSpec:
         that decides what a write computes and how the gates judge it (the description aside)."""
         data = json.loads(self.to_json())
         data.pop("description", None)
+        if not data.get("range_form"):  # added later: a spec without it keeps the identity it had
+            data.pop("range_form", None)
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
         label = re.sub(r"[^\x21-\x7e]", "_", self.code_version)[:64] or "_"
         return f"{label}/{digest}"

@@ -24,7 +24,7 @@ ATTRIBUTES = {
     "contract": [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in DAILY_REVENUE.contract],
     "metrics": [{"name": m.name, "target_sql": m.target_sql, "source_sql": m.source_sql}
                 for m in DAILY_REVENUE.metrics],
-    "code_version": 2, "description": DAILY_REVENUE.description,
+    "code_version": 2, "description": DAILY_REVENUE.description, "range_form": True,
 }
 
 
@@ -55,7 +55,7 @@ def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_ma
               "business_keys": ["month", "region"], "source_keys": dict(MONTHLY_REVENUE.source_keys),
               "contract": [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in MONTHLY_REVENUE.contract],
               "metrics": [{"name": m.name, "target_sql": m.target_sql, "source_sql": m.source_sql}
-                          for m in MONTHLY_REVENUE.metrics]}
+                          for m in MONTHLY_REVENUE.metrics], "range_form": True}
     context = dg.ComponentTree.for_test().load_context
     days = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(ATTRIBUTES)).build_defs(context)
     plain = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(rollup)).build_defs(context)

@@ -40,3 +40,42 @@ def test_the_instance_uses_the_pooled_event_log_and_keeps_every_event(world):
             assert conn.exec_driver_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     finally:
         instance.dispose()
+
+
+def test_a_range_runs_gate_results_are_stored_in_one_batch_and_read_back_per_partition(world):
+    """log_check_evaluations hands a range run's evaluations to the instance as one batch, which
+    the pooled event log stores in one transaction; Dagster's API reads them back per partition,
+    exactly as when each was logged alone."""
+    import sqlalchemy
+    from dagster._core.event_api import PartitionKeyFilter
+
+    instance = instance_for(Home(world.home))
+    commits: list[int] = []
+    try:
+        sqlalchemy.event.listen(instance.event_log_storage._engine(), "commit", lambda conn: commits.append(1))
+        job = world.defs().resolve_implicit_global_asset_job_def()
+
+        def range_run(first: str, last: str) -> int:
+            commits.clear()
+            result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("daily_revenue")],
+                                            tags={"dagster/asset_partition_range_start": first,
+                                                  "dagster/asset_partition_range_end": last})
+            assert result.success
+            evaluations = instance.get_records_for_run(
+                result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+            assert len(evaluations) == 7 * len(keys(int(first[-2:]), int(last[-2:])))
+            return len(commits)
+
+        two, six = range_run("2026-01-01", "2026-01-02"), range_run("2026-01-03", "2026-01-08")
+        # four more partitions log 28 more evaluations: stored one a commit, that is 28 more commits
+        assert six - two < 28, f"{two} commits for 2 partitions, {six} for 6"
+        storage = instance.event_log_storage
+        check_keys = [dg.AssetCheckKey(dg.AssetKey("daily_revenue"), name) for name in
+                      ("row_count_matches_source", "unchanged_since_checked")]
+        for key in keys(1, 8):
+            latest = storage.get_latest_asset_check_execution_by_key(
+                check_keys, partition_filter=PartitionKeyFilter(key=key))
+            assert {k.name: r.status.value for k, r in latest.items()} == {
+                "row_count_matches_source": "SUCCEEDED", "unchanged_since_checked": "SUCCEEDED"}, key
+    finally:
+        instance.dispose()

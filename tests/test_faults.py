@@ -40,7 +40,8 @@ def clean_fingerprints(world) -> dict[str, Fingerprint]:
         for key in DAYS:
             session.execute(f"INSERT INTO expected_revenue ({cols}) "
                             f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",
-                            {"partition": dt.date.fromisoformat(key)})
+                            {"partition_start": dt.date.fromisoformat(key),
+                             "partition_end": dt.date.fromisoformat(key) + dt.timedelta(days=1)})
     return world.fingerprints("expected_revenue", DAYS)
 
 

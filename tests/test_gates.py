@@ -494,7 +494,8 @@ def test_a_failing_recomputation_is_one_line_naming_the_sql_error(world, cli):
     con = duckdb.connect(str(world.warehouse_path))
     try:
         with pytest.raises(duckdb.Error) as raised:
-            con.execute(FIXED.select_sql.replace("$partition", "DATE '2026-01-01'")).fetchall()
+            con.execute(FIXED.select_sql.replace("$partition_start", "DATE '2026-01-01'")
+                        .replace("$partition_end", "DATE '2026-01-02'")).fetchall()
     finally:
         con.close()
     first_line = str(raised.value).splitlines()[0]

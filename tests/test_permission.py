@@ -13,7 +13,7 @@ import yaml
 from backfill_assets.demo.definitions import defs as demo_defs
 from backfill_assets.gates.results import GATE_NAMES
 from backfill_assets.permission import PLAN_TAG
-from tests.world import BUGGY, FIXED, failure_text, keys
+from tests.world import BUGGY, FIXED, failure_text, keys, per_partition
 
 
 def test_definitions_load_with_stable_asset_and_check_keys():
@@ -195,7 +195,8 @@ def test_leaky_recomputation_and_merge_stay_inside_their_partition(world):
 
     assert world.materialize(keys(1, 3)).success
     before = world.fingerprints("daily_revenue", keys(1, 3))
-    leaky = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
+    day = per_partition(FIXED)
+    leaky = dataclasses.replace(day, select_sql=day.select_sql.replace(
         "WHERE order_date = $partition", "WHERE order_date >= $partition"))
     with world.warehouse().session() as session:
         try:

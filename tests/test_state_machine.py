@@ -62,7 +62,8 @@ def build_template(root: Path, instance: dg.DagsterInstance, ssh_keys: dict[str,
         for key in DAYS:
             session.execute(f"INSERT INTO expected_revenue ({cols}) "
                             f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",
-                            {"partition": dt.date.fromisoformat(key)})
+                            {"partition_start": dt.date.fromisoformat(key),
+                             "partition_end": dt.date.fromisoformat(key) + dt.timedelta(days=1)})
     clean = world.fingerprints("expected_revenue", DAYS)
     assert all(history[k] != clean[k] for k in DAYS)
     return history, clean

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from backfill_assets.errors import WarehouseError, WriteRefused
+from backfill_assets.errors import IdentifierError, WarehouseError, WriteRefused
 from backfill_assets.warehouse.writes import ensure_table, write_rows
-from tests.world import BUGGY, FIXED, failure_text, keys
+from tests.world import BUGGY, FIXED, failure_text, keys, per_partition
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "merge", "replay"])
@@ -65,7 +65,8 @@ def test_a_leak_in_one_partition_of_a_transaction_writes_none_of_them(world):
     assert world.materialize(days, spec=BUGGY).success
     before = world.fingerprints("daily_revenue", days)
     # only 2026-01-02's recomputation leaks into the next day
-    leaky = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
+    day = per_partition(FIXED)
+    leaky = dataclasses.replace(day, select_sql=day.select_sql.replace(
         "WHERE order_date = $partition",
         "WHERE order_date = $partition OR (order_date = $partition + 1 AND $partition = DATE '2026-01-02')"))
     with world.warehouse().session() as session:
@@ -235,12 +236,45 @@ def test_partition_parameters_in_literals_and_comments_are_not_bound_when_partit
 def test_a_daily_date_table_binds_the_window_end_as_partition_end(world):
     """The README promises `$partition_start` / `$partition_end` for every time window; on a daily
     DATE table the end was bound to NULL, so a window-style select_sql staged no rows."""
-    windowed = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
-        "order_date = $partition", "order_date >= $partition_start AND order_date < $partition_end"))
+    windowed = dataclasses.replace(FIXED, range_form=False)  # one window a partition
+    by_partition = per_partition(FIXED)
     with world.warehouse().session() as session:
         ensure_table(session, windowed)
         with session.transaction():
             by_window = write_rows(session, windowed, world.scheme, keys(1, 2), "overwrite")
         with session.transaction():
-            by_day = write_rows(session, FIXED, world.scheme, keys(1, 2), "overwrite")
+            by_day = write_rows(session, by_partition, world.scheme, keys(1, 2), "overwrite")
     assert by_window == by_day and [rows for rows, _ in by_day.values()] == [5, 5]
+
+
+@pytest.mark.parametrize("days", [keys(1, 8), ["2026-01-01", "2026-01-02", "2026-01-05", "2026-01-07"]])
+def test_the_range_form_writes_what_the_per_partition_form_writes(engine_world, days):
+    """One statement for a run's days (one scan of orders per run of consecutive days) yields the
+    rows, counts and fingerprints of one recomputation a day, on each engine, for runs with gaps."""
+    world = engine_world
+    assert FIXED.range_form
+    with world.warehouse().session() as session:
+        ensure_table(session, FIXED)
+        with session.transaction():
+            by_range = write_rows(session, FIXED, world.scheme, days, "overwrite")
+        ranged = session.rows("SELECT * FROM daily_revenue ORDER BY order_date, region")
+        with session.transaction():
+            by_day = write_rows(session, per_partition(FIXED), world.scheme, days, "overwrite")
+        daily = session.rows("SELECT * FROM daily_revenue ORDER BY order_date, region")
+    assert by_range == by_day and ranged == daily
+    assert [rows for rows, _ in by_range.values()] == [5] * len(days)
+
+
+def test_a_range_form_recomputation_yielding_rows_of_no_partition_of_the_run_is_refused(world):
+    days = keys(2, 3)
+    assert world.materialize(days, spec=BUGGY).success
+    before = world.fingerprints("daily_revenue", keys(1, 4))
+    wide = dataclasses.replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "order_date < $partition_end", "order_date <= $partition_end"))  # one day too many
+    with world.warehouse().session() as session:
+        with pytest.raises(WriteRefused, match="2026-01-02..2026-01-03 yielded 5 row.*in none of them"), \
+                session.transaction():
+            write_rows(session, wide, world.scheme, days, "overwrite")
+    assert world.fingerprints("daily_revenue", keys(1, 4)) == before
+    with pytest.raises(IdentifierError, match="range_form.*binds partition"):
+        dataclasses.replace(FIXED, select_sql=per_partition(FIXED).select_sql)

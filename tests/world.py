@@ -229,4 +229,11 @@ def keys(first: int, last: int) -> list[str]:
 
 BUGGY = DAILY_REVENUE_V1
 FIXED = DAILY_REVENUE
-__all__ = ["BUGGY", "FIXED", "World", "failure_text", "keys", "make_world", "replace"]
+RANGE_FILTER = "order_date >= $partition_start AND order_date < $partition_end"
+
+
+def per_partition(spec: TableSpec) -> TableSpec:
+    """The demo's table in the per-partition form (select_sql bound to one `$partition`)."""
+    return replace(spec, select_sql=spec.select_sql.replace(RANGE_FILTER, "order_date = $partition"),
+                   range_form=False)
+__all__ = ["BUGGY", "FIXED", "World", "failure_text", "keys", "make_world", "per_partition", "replace"]

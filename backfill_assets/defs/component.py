@@ -88,6 +88,7 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     event_id_column: str | None = None
     code_version: str | int = "1"  # `code_version: 2` in YAML is an int
     description: str = ""
+    range_form: bool = False  # select_sql reads any $partition_start..$partition_end: one statement a run
     group_name: str | None = None
     partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN
     # when `source` is another replayable table (a rollup of a daily table): how partitions map
@@ -104,7 +105,7 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
             contract=tuple(Column(c.name, c.type, c.nullable) for c in self.contract),
             metrics=tuple(Metric(m.name, m.target_sql, m.source_sql) for m in self.metrics),
             publish_as=self.publish_as, event_id_column=self.event_id_column,
-            code_version=str(self.code_version), description=self.description)
+            code_version=str(self.code_version), description=self.description, range_form=self.range_form)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         mapping = self.source_partition_mapping.build() if self.source_partition_mapping else None

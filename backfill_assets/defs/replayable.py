@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import dagster as dg
 
 from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
+from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.graph import graph_of_run
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
-from backfill_assets.errors import BackfillError, PartitionRefused
+from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
 from backfill_assets.impact import plan_impact
@@ -101,6 +102,9 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
     key = dg.AssetKey(spec.name.split("/"))
     # built once here to refuse an unsupported partitioning when the definitions load
     scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
+    if spec.range_form and isinstance(partitions_def, dg.StaticPartitionsDefinition):
+        raise IdentifierError(f"table {spec.name} declares range_form, but static partitions have no range",
+                              fix="leave range_form out (select_sql then binds $partition)")
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
     holder: dict[str, ReplayableTable] = {}
@@ -154,6 +158,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             **impact,
         })
         selected = {c.name for c in context.selected_asset_check_keys}
+        logged = []
         for write in writes:
             for result in results[write.partition_key]:
                 if result.gate not in selected:
@@ -161,7 +166,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 if single:
                     yield _check_event(key, result, None)  # Dagster's blocking fails the step
                 else:
-                    context.log_event(_check_event(key, result, write.partition_key))
+                    logged.append(_check_event(key, result, write.partition_key))
+        log_check_evaluations(context, logged)  # one write to the event log, not one per gate and partition
         if failed and not single:
             first = next(iter(failed))
             raise dg.Failure(description=f"gates failed on {len(failed)} of {len(writes)} partition(s), "

@@ -44,6 +44,9 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     session.execute(f"CREATE TEMP TABLE {STAGE} AS SELECT {cols}, 0 AS {SLOT}, {part} AS {LO}, {part} AS {HI} "
                     f"FROM {quote(spec.table)} WHERE FALSE")
     kind = spec.column(spec.partition_column).type  # typed: a NULL end is not text on every engine
+    if spec.range_form:
+        _stage_ranges(session, spec, scheme, keys, STAGE, cols, kind)
+        return STAGE
     # one INSERT for all the partitions: each recomputation a branch of a UNION ALL, its
     # $partition parameters renamed apart (a statement a partition cost ~3 ms of overhead each)
     branches, params = [], {}
@@ -56,6 +59,30 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                         f"CAST(${HI}_{slot} AS {kind}) FROM ({sql}) AS s")
     session.execute(f"INSERT INTO {STAGE} ({cols}, {SLOT}, {LO}, {HI}) {' UNION ALL '.join(branches)}", params)
     return STAGE
+
+
+def _stage_ranges(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str], stage: str,
+                  cols: str, kind: str) -> None:
+    """A table in range form: one recomputation per run of consecutive keys, bound to the run's
+    whole window (one scan of the source), each row given the slot of the key its partition
+    column falls in; a row in none of them gets slot -1 and is refused by the caller."""
+    part = quote(spec.partition_column)
+    slots = {key: slot for slot, key in enumerate(keys)}
+    values, params = [], {}
+    for key, slot in slots.items():
+        lo, hi = scheme.bounds(key)
+        values.append(f"(CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), CAST(${HI}_{slot} AS {kind}))")
+        params.update({f"{SLOT}_{slot}": slot, f"{LO}_{slot}": lo, f"{HI}_{slot}": hi})
+    windows = f"(VALUES {', '.join(values)}) AS k({SLOT}, {LO}, {HI})"
+    branches = []
+    for n, (first, last) in enumerate(scheme.runs(keys)):
+        sql = session.engine.named(rename_partition_params(spec.select_sql, f"_r{n}"))
+        params[f"partition_start_r{n}"] = scheme.params_for("$partition_start", first)["partition_start"]
+        params[f"partition_end_r{n}"] = scheme.params_for("$partition_end", last)["partition_end"]
+        inside = scheme.inside_sql(f"s.{part}", f"k.{LO}", f"k.{HI}")
+        branches.append(f"SELECT {', '.join('s.' + quote(c) for c in spec.columns)}, coalesce(k.{SLOT}, -1), "
+                        f"k.{LO}, k.{HI} FROM ({sql}) AS s LEFT JOIN {windows} ON {inside}")
+    session.execute(f"INSERT INTO {stage} ({cols}, {SLOT}, {LO}, {HI}) {' UNION ALL '.join(branches)}", params)
 
 
 def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
@@ -75,6 +102,11 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
     found = {int(row[0]): row[1:] for row in session.rows(
         f"SELECT s.{SLOT}, count(*), count(*) FILTER (WHERE s.{part} IS NULL OR NOT {inside}){fp} "
         f"FROM {STAGE} AS s GROUP BY s.{SLOT}")}
+    if -1 in found:  # range form: rows of no partition of the run
+        raise WriteRefused(
+            f"the recomputation of {spec.name} partitions {keys[0]}..{keys[-1]} yielded {int(found[-1][0])} row(s) "
+            f"whose {spec.partition_column} is in none of them",
+            fix="make select_sql filter on $partition_start and $partition_end and return each row's partition")
     staged = {key: int(found[slot][0]) if slot in found else 0 for slot, key in enumerate(keys)}
     for slot, key in enumerate(keys):
         stray = int(found[slot][1]) if slot in found else 0
