@@ -43,6 +43,22 @@ class Consumer:
     reads: str
 
 
+SPEC_METADATA = "backfill_assets/spec"  # a replayable target carries its TableSpec as JSON
+
+
+def tables_of_graph(asset_graph) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
+    """The replayable tables of an asset graph, from the spec each target carries."""
+    found = {}
+    for asset in asset_graph.asset_nodes:
+        raw = asset.metadata.get(SPEC_METADATA)
+        if raw is None:
+            continue
+        text = raw.value if hasattr(raw, "value") else raw
+        spec = TableSpec.from_json(str(text))
+        found[spec.name] = (spec, asset.partitions_def)
+    return found
+
+
 def asset_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(name.split("/"))
 
@@ -60,8 +76,6 @@ class TableGraph:
 
     @classmethod
     def of(cls, asset_graph) -> TableGraph:
-        from backfill_assets.defs.replayable import tables_of_graph
-
         return cls(asset_graph, tables_of_graph(asset_graph))
 
     def spec(self, name: str) -> TableSpec:

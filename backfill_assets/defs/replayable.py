@@ -16,7 +16,7 @@ import dagster as dg
 
 from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
-from backfill_assets.defs.graph import graph_of_run
+from backfill_assets.defs.graph import SPEC_METADATA, graph_of_run, tables_of_graph
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.defs.sensor import make_reopen_sensor
@@ -29,7 +29,6 @@ from backfill_assets.permission import PLAN_TAG, REPLAYABLE_OP_TAG, Permission, 
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 
-SPEC_METADATA = "backfill_assets/spec"
 ACTOR_TAG = "backfill_assets/actor"
 PID_TAG = "backfill_assets/pid"
 HOST_TAG = "backfill_assets/host"
@@ -194,18 +193,6 @@ def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -
 def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
     """The replayable tables of loaded definitions, from the spec each target carries."""
     return tables_of_graph(definitions.resolve_asset_graph())
-
-
-def tables_of_graph(asset_graph) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
-    found = {}
-    for asset in asset_graph.asset_nodes:
-        raw = asset.metadata.get(SPEC_METADATA)
-        if raw is None:
-            continue
-        text = raw.value if hasattr(raw, "value") else raw
-        spec = TableSpec.from_json(str(text))
-        found[spec.name] = (spec, asset.partitions_def)
-    return found
 
 
 __all__ = ["PLAN_TAG", "ReplayableTable", "find_tables", "make_replayable_table"]
