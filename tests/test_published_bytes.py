@@ -78,3 +78,35 @@ def test_a_write_and_its_verdict_commit_together(world, cli):
     ids = world.sql("SELECT write_id FROM backfill_control.writes WHERE plan_id = 'fix' ORDER BY 1")
     judged = world.sql("SELECT DISTINCT write_id FROM backfill_control.gate_results WHERE plan_id = 'fix' ORDER BY 1")
     assert ids == judged and len(ids) == 2
+
+
+def test_a_published_table_dropped_or_reshaped_after_publish_is_an_edit(engine_world, capfd):
+    """Consumers no longer see the proven bytes when the table is gone, or has grown a column beside
+    an edited value: status, plan close and reconcile find it as they find an edited value."""
+    world = engine_world
+    reconciled(world)
+    assert world.cli("publish", "fix") == 0
+
+    def found(why: str) -> None:
+        capfd.readouterr()
+        assert world.cli("status", "fix") == 0
+        out = capfd.readouterr().out
+        assert "EDITED since: 4 partition(s)" in out and why in out, out
+        assert "plan close" not in out  # the next step is the repair, not closing
+        assert world.cli("plan", "close", "fix") == 1
+        assert world.phase() == "repairing"
+        assert world.cli("reconcile", "fix") == 0 and world.phase() == "reconciled"
+
+    world.run_sql("DROP TABLE published_revenue")
+    found("published_revenue was dropped")
+    assert world.cli("publish", "fix") == 0  # made again from the contract, with the checked bytes
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
+
+    world.run_sql("ALTER TABLE published_revenue ADD COLUMN note VARCHAR")
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 "
+                  "WHERE order_date = '2026-01-03' AND region = 'north'")
+    found("reshaped (unexpected column note)")
+    capfd.readouterr()
+    assert world.cli("publish", "fix") == 1  # not into a table the contract does not describe
+    assert "unexpected column note" in capfd.readouterr().err
+    assert world.phase() == "reconciled"

@@ -60,12 +60,30 @@ def shape_problems(session: Session, spec: TableSpec) -> list[str]:
             + [f"{c}: type {found}, contract says {declared}" for c, (declared, found) in wrong_key.items()])
 
 
+@dataclass(frozen=True)
+class Unreadable(Fingerprint):
+    """What a published partition holds when no fingerprint of it can be taken: its table was dropped
+    or reshaped. Equal to no fingerprint, so such a partition always counts as edited."""
+
+    def __str__(self) -> str:
+        return self.digest
+
+
 def edited(session: Session, spec: TableSpec, scheme: PartitionScheme,
            keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
-    """Published partitions whose bytes are not what their last publish left: {key: (now, published)}."""
+    """Published partitions whose bytes are not what their last publish left: {key: (now, published)}.
+    A dropped or reshaped published table is an edit of every partition published into it: consumers
+    no longer see what was proven, even where the contract's columns could still be fingerprinted."""
     last = latest(session, spec, keys)
-    if not last or not session.engine.table_exists(session, spec.publish_table) or shape_problems(session, spec):
+    if not last:
         return {}
+    if not session.engine.table_exists(session, spec.publish_table):
+        gone = Unreadable(0, f"unreadable: {spec.publish_table} was dropped")
+        return {k: (gone, p.fingerprint) for k, p in last.items()}
+    shape = shape_problems(session, spec)
+    if shape:
+        reshaped = Unreadable(0, f"unreadable: {spec.publish_table} was reshaped ({shape[0]})")
+        return {k: (reshaped, p.fingerprint) for k, p in last.items()}
     now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(last))
     return {k: (now.get(k, EMPTY), p.fingerprint) for k, p in last.items() if now.get(k, EMPTY) != p.fingerprint}
 
