@@ -110,3 +110,30 @@ def test_a_published_table_dropped_or_reshaped_after_publish_is_an_edit(engine_w
     assert world.cli("publish", "fix") == 1  # not into a table the contract does not describe
     assert "unexpected column note" in capfd.readouterr().err
     assert world.phase() == "reconciled"
+
+
+def test_a_rollback_of_published_data_is_no_edit_of_the_published_table(engine_world, capfd):
+    """Rollback puts the snapshot's bytes back where consumers read: that is their last publication
+    now, so the next plan's publish does not report (and record in the evidence) an edit."""
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    before = world.fingerprints("published_revenue", keys(1, 4))
+    reconciled(world)
+    assert world.cli("publish", "fix") == 0
+    assert world.cli("rollback", "fix") == 0
+    assert world.fingerprints("published_revenue", keys(1, 4)) == before
+    world.approved_plan("again", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "again", "--proof") == 0 and world.cli("run", "again") == 0
+    capfd.readouterr()
+    assert world.cli("publish", "again") == 0
+    assert "edited outside backfill" not in capfd.readouterr().out
+    assert world.sql("SELECT count(*) FROM backfill_control.evidence WHERE kind = 'published_edited'") == [(0,)]
+    # an edit after the rollback is still found: the rollback's record is what it is compared with
+    assert world.cli("rollback", "again") == 0
+    world.run_sql("DELETE FROM published_revenue WHERE order_date = '2026-01-02' AND region = 'north'")
+    world.approved_plan("third", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "third", "--proof") == 0 and world.cli("run", "third") == 0
+    capfd.readouterr()
+    assert world.cli("publish", "third") == 0
+    assert capfd.readouterr().out.count("since its last publish (2026-01-02)") == 1
+    assert world.cli("evidence", "verify") == 0
