@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from tests.world import BUGGY, keys
 
 REVENUE = "orders BIGINT, gross DECIMAL(18,2), refunds DECIMAL(18,2), customers BIGINT"
@@ -137,3 +139,23 @@ def test_a_rollback_of_published_data_is_no_edit_of_the_published_table(engine_w
     assert world.cli("publish", "third") == 0
     assert capfd.readouterr().out.count("since its last publish (2026-01-02)") == 1
     assert world.cli("evidence", "verify") == 0
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_bytes_changed_inside_the_write_fail_unchanged_since_checked_at_write_time(engine_world):
+    """A trigger someone put on the target changes rows as the write inserts them: the gates judge
+    the bytes the table holds, so they must be compared with what the write produced there and then
+    (not the write's fingerprint with itself), or a publish could later copy bytes never judged."""
+    world = engine_world
+    assert world.materialize(keys(1, 2), spec=BUGGY).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.run_sql("CREATE FUNCTION nudge() RETURNS trigger AS $$ BEGIN "
+                  "IF NEW.region = 'north' THEN NEW.orders := NEW.orders + 1; END IF; RETURN NEW; END $$ "
+                  "LANGUAGE plpgsql")
+    world.run_sql("CREATE TRIGGER nudge BEFORE INSERT ON daily_revenue FOR EACH ROW EXECUTE FUNCTION nudge()")
+    assert world.cli("run", "fix", "--proof") != 0
+    [(passed, figures)] = world.sql(
+        "SELECT passed, figures FROM backfill_control.gate_results WHERE plan_id = 'fix' "
+        "AND gate = 'unchanged_since_checked' ORDER BY result_id DESC LIMIT 1")
+    assert not passed and "not what its write produced" in figures, figures
+    assert world.phase() == "proving"
