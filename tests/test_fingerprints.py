@@ -169,3 +169,22 @@ def test_rows_whose_fields_would_run_together_never_share_a_fingerprint(engine):
             session.execute("INSERT INTO pairs VALUES (CAST(? AS DATE), ?, ?)", [key, *row])
         found = fingerprints(session, "pairs", ["a", "b"], scheme, "day", keys)
     assert len({fp.digest for fp in found.values()}) == len(keys), found
+
+
+def test_float_arrays_keep_every_bit_whatever_the_database_sets(engine):
+    """PostgreSQL prints a float inside an array by extra_float_digits, which a database or role
+    setting can lower to 0 for every new session: 0.3 and 0.1 + 0.2 would then read the same and
+    give one fingerprint to two different rows. Our sessions print floats exactly."""
+    keys = ["2026-01-01", "2026-01-02"]
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(keys), "arrays")
+    if engine.name == "postgresql":
+        with engine.session() as session:
+            database = session.scalar("SELECT current_database()")
+            session.execute(f'ALTER DATABASE "{database}" SET extra_float_digits = 0')
+    with engine.session() as session:
+        session.execute("CREATE TABLE arrays (day DATE, a DOUBLE PRECISION[])")
+        session.execute("INSERT INTO arrays VALUES (DATE '2026-01-01', ARRAY[CAST(0.3 AS DOUBLE PRECISION)])")
+        session.execute("INSERT INTO arrays VALUES (DATE '2026-01-02', "
+                        "ARRAY[CAST(0.1 AS DOUBLE PRECISION) + CAST(0.2 AS DOUBLE PRECISION)])")
+        found = fingerprints(session, "arrays", ["a"], scheme, "day", keys)
+    assert found["2026-01-01"] != found["2026-01-02"]
