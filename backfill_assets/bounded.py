@@ -6,6 +6,7 @@ to it: the file is opened without blocking and checked with fstat before a byte 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -38,6 +39,23 @@ def read_regular(path: str | Path, limit: int) -> bytes:
         if not stat.S_ISREG(mode):
             raise NotRegularFile(kind_of(mode))
         return handle.read(limit + 1)
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o600) -> int:
+    """A descriptor of `path` opened with `flags` (created with `mode` under O_CREAT), only when it is
+    a regular file: NotRegularFile otherwise; OSError is the caller's. Opened without blocking, as
+    opening a FIFO blocks until its other end is opened too (for writing: ENXIO, said as a pipe)."""
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise NotRegularFile(kind_of(os.stat(path).st_mode)) from None
+        raise
+    file_mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(file_mode):
+        os.close(fd)
+        raise NotRegularFile(kind_of(file_mode))
+    return fd
 
 
 def refuse_non_regular(path: str | Path, what: str, fix: str, error: type[BackfillError] = UsageError) -> None:

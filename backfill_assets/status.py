@@ -176,6 +176,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
             return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
         return f"publish reopens by the sensor, or now: `backfill publish {pid}`"
     if phase is Phase.PUBLISHED:
+        if status.blockers:  # consumers do not see the proven bytes: closing would say they do
+            return (f"the published table was edited ({status.blockers[0]}): `backfill reconcile {pid}`, "
+                    f"then `backfill publish {pid}` puts the checked bytes back")
         return f"close the plan when consumers confirm: `backfill plan close {pid}`"
     if phase is Phase.CLOSED:
         return "nothing: the plan is closed"

@@ -27,12 +27,12 @@ def fifo(tmp_path):
 
 @pytest.mark.parametrize("case", ["plan file", "private key", "signature file", "allowed_signers",
                                   "init allowed_signers", "status plan", "evidence file", "partitions file",
-                                  "workspace"])
+                                  "workspace", "evidence key", "evidence head log"])
 def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo, case):
     plan = world.plan("fix")
     if case == "status plan":
         assert world.cli("init") == 0
-    if case == "partitions file":
+    if case in ("partitions file", "evidence key", "evidence head log"):
         world.approve(plan)
     if case == "workspace":  # the definitions are found through ./workspace.yaml (cwd is tmp_path)
         os.replace(fifo, fifo.parent / "workspace.yaml")
@@ -49,12 +49,18 @@ def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo,
         "partitions file": ("run", "fix", "--partitions-file", str(fifo)),
         "workspace": ("run", "fix"),
         "evidence file": ("evidence", "verify", "--against", str(fifo)),
+        "evidence key": ("run", "fix", "--proof"),
+        "evidence head log": ("run", "fix", "--proof"),
     }[case]
-    env = {"BACKFILL_DEFS": ""} if case == "workspace" else None
+    env = {"workspace": {"BACKFILL_DEFS": ""}, "evidence key": {"BACKFILL_EVIDENCE_KEY_FILE": str(fifo)},
+           "evidence head log": {"BACKFILL_EVIDENCE_HEADS_FILE": str(fifo)}}.get(case)
     result = cli(*args, timeout=FIFO_TIMEOUT, env=env)
     assert result.code == 2, result.err
     line = one_line(result)
     assert str(fifo) in line and "named pipe" in line, line
+    if case in ("evidence key", "evidence head log"):  # refused before the run's lease or anything else committed
+        assert world.phase() == "approved"
+        assert world.sql("SELECT count(*) FROM backfill_control.leases") == [(0,)]
 
 
 # --- a full disk, a read-only home, quotes in the home's path -----------------------------------

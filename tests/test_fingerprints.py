@@ -153,3 +153,38 @@ def test_the_order_rows_were_written_in_does_not_matter_and_no_rows_is_the_empty
 def test_a_fingerprint_prints_short_and_names_a_legacy_one():
     assert str(GOLDEN["2026-01-01"]) == "3 rows #aa74518275ba"
     assert str(LEGACY_GOLDEN["2026-01-01"]) == "3 rows md5-sum #207147824978"
+
+
+def test_rows_whose_fields_would_run_together_never_share_a_fingerprint(engine):
+    """Length prefixes and `~` keep fields apart: each pair below is two different rows whose
+    fields, joined naively (or with a separator), read the same."""
+    pairs = [(("a", "bc"), ("ab", "c")), ((None, ""), ("", None)), (("~", None), (None, "~")),
+             (("1:a", None), ("1", ":a")), (("1:~", "1:~"), ("~", "~1:~1:~")), (("2:ab", ""), ("", "2:ab")),
+             (("\u00e9", "x"), ("e\u0301", "x")), (("", ""), (None, None))]
+    keys = [f"2026-01-{i:02d}" for i in range(1, 2 * len(pairs) + 1)]
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(keys), "pairs")
+    with engine.session() as session:
+        session.execute("CREATE TABLE pairs (day DATE, a VARCHAR, b VARCHAR)")
+        for key, row in zip(keys, [row for pair in pairs for row in pair], strict=True):
+            session.execute("INSERT INTO pairs VALUES (CAST(? AS DATE), ?, ?)", [key, *row])
+        found = fingerprints(session, "pairs", ["a", "b"], scheme, "day", keys)
+    assert len({fp.digest for fp in found.values()}) == len(keys), found
+
+
+def test_float_arrays_keep_every_bit_whatever_the_database_sets(engine):
+    """PostgreSQL prints a float inside an array by extra_float_digits, which a database or role
+    setting can lower to 0 for every new session: 0.3 and 0.1 + 0.2 would then read the same and
+    give one fingerprint to two different rows. Our sessions print floats exactly."""
+    keys = ["2026-01-01", "2026-01-02"]
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(keys), "arrays")
+    if engine.name == "postgresql":
+        with engine.session() as session:
+            database = session.scalar("SELECT current_database()")
+            session.execute(f'ALTER DATABASE "{database}" SET extra_float_digits = 0')
+    with engine.session() as session:
+        session.execute("CREATE TABLE arrays (day DATE, a DOUBLE PRECISION[])")
+        session.execute("INSERT INTO arrays VALUES (DATE '2026-01-01', ARRAY[CAST(0.3 AS DOUBLE PRECISION)])")
+        session.execute("INSERT INTO arrays VALUES (DATE '2026-01-02', "
+                        "ARRAY[CAST(0.1 AS DOUBLE PRECISION) + CAST(0.2 AS DOUBLE PRECISION)])")
+        found = fingerprints(session, "arrays", ["a"], scheme, "day", keys)
+    assert found["2026-01-01"] != found["2026-01-02"]

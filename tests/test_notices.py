@@ -126,6 +126,36 @@ def test_a_trickling_receiver_cannot_hang_plan_approve(world, cli, trickler):
     assert attempts == 1 and delivered is None and "2s deadline" in error, error
 
 
+def test_a_resolver_that_never_answers_cannot_hang_plan_approve(world, cli, tmp_path):
+    """The webhook's name is looked up within the delivery's deadline: here the only nameserver (in
+    the command's own mount namespace) takes every query and answers none, and the system's resolver
+    would wait 30 s for it."""
+    import random
+
+    from tests.conftest import BIN
+
+    server = f"127.{random.randint(1, 250)}.{random.randint(1, 250)}.{random.randint(2, 250)}"
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind((server, 53))  # receives the queries, never reads or answers them
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {server}\noptions timeout:30 attempts:1\n")
+    path = with_webhook(world, "http://hooks.example.test:8080/notify")
+    world.approve(path, "alice")
+    command = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv),
+               str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(path), "--by", "bob",
+               "--key", str(world.keys["bob"])]
+    try:
+        started = time.monotonic()
+        done = cli(command=command, env={outbox.DEADLINE_ENV: "2"}, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert done.code == 0, done.err
+    assert took < 25, took  # ended by the deadline, not by the resolver's 30 s
+    [(attempts, error, delivered)] = world.sql("SELECT attempts, last_error, delivered_at FROM backfill_control.outbox")
+    assert attempts == 1 and delivered is None and "2s deadline" in error, error
+
+
 def test_one_relay_keeps_within_its_budget_and_leaves_the_rest_queued(world, trickler, monkeypatch):
     queue(world, trickler.url, 4)
     monkeypatch.setenv(outbox.DEADLINE_ENV, "1")

@@ -141,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
             print(f"plan {state.plan_id} is {state.phase}")
             return 0
+        from backfill_assets.control import evidence_log
+
+        evidence_log.ready_to_append(session)  # every write appends: its faults are one line here
         held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
         if state.hold == "paused":
             state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")

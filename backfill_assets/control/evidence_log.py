@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backfill_assets.bounded import NotRegularFile, open_regular, read_regular
 from backfill_assets.control.schema import SCHEMA
-from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, WarehouseError
+from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, UsageError, WarehouseError
 from backfill_assets.home import Home
 from backfill_assets.warehouse.engine import Session
 
@@ -59,8 +60,11 @@ def create_key(home: Home) -> Path:
 def read_key(home: Home) -> bytes:
     path = home.evidence_key
     try:
-        text = path.read_text(encoding="ascii").strip()
+        text = read_regular(path, 4096).decode("ascii").strip()
         key = bytes.fromhex(text)
+    except NotRegularFile as exc:  # a FIFO would hang the command, a device feed it for ever
+        raise UsageError(f"the evidence key {path} is {exc.kind}, not a regular file",
+                         fix="point BACKFILL_EVIDENCE_KEY_FILE at the key file (0600, 64 hex digits)") from None
     except FileNotFoundError:
         raise WarehouseError(f"the evidence key {path} is missing",
                              fix="restore it from backup (the chain cannot be verified or "
@@ -150,7 +154,10 @@ def _heads_writable(session: Session, home: Home) -> None:
     path = home.evidence_heads
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        os.close(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+    except NotRegularFile as exc:
+        raise UsageError(f"the evidence head log {path} is {exc.kind}, not a regular file",
+                         fix="set BACKFILL_EVIDENCE_HEADS_FILE to a regular file you can write") from None
     except OSError as exc:
         raise WarehouseError(
             f"cannot append to the evidence head log {path} ({exc.strerror or exc})",
@@ -159,16 +166,25 @@ def _heads_writable(session: Session, home: Home) -> None:
     session._heads_ok = True  # type: ignore[attr-defined]
 
 
+def ready_to_append(session: Session) -> None:
+    """Before a command commits what work done elsewhere relies on (a run's lease, before its runs
+    write): the key is the chain's and the head log can be appended to, said now in one line
+    rather than by each run that fails on it."""
+    session_key(session)
+    if session.home is not None:
+        _heads_writable(session, session.home)
+
+
 def _append_head(home: Home, seq: int, row_hash: str) -> None:
     path = home.evidence_heads
     try:
         # one short line with O_APPEND: concurrent writers never interleave within a line
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             os.write(fd, f"{seq} {row_hash}\n".encode("ascii"))
         finally:
             os.close(fd)
-    except OSError as exc:  # after the commit: say so, never fail a command whose work committed
+    except (OSError, NotRegularFile) as exc:  # after the commit: say so, never fail a command whose work committed
         from backfill_assets import terminal
 
         terminal.say(f"backfill: warning: evidence row {seq} committed but its head could not be logged to "
@@ -177,10 +193,15 @@ def _append_head(home: Home, seq: int, row_hash: str) -> None:
 
 def recorded_head(home: Home) -> tuple[int, str] | None:
     """The highest head ever recorded in the head log, or None when there is none."""
+    path = home.evidence_heads
     try:
-        lines = home.evidence_heads.read_text(encoding="ascii").splitlines()
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
+            lines = handle.read().decode("ascii", errors="replace").splitlines()
     except FileNotFoundError:
         return None
+    except NotRegularFile as exc:
+        raise UsageError(f"the evidence head log {path} is {exc.kind}, not a regular file",
+                         fix="set BACKFILL_EVIDENCE_HEADS_FILE to the chain's head log") from None
     best: tuple[int, str] | None = None
     for line in lines:
         parts = line.split()

@@ -2,14 +2,17 @@
 
 `urllib`'s `timeout` bounds each socket operation, not the request: a receiver that answers one
 byte every few seconds keeps it waiting for ever. Here every connect, send and receive gets only
-the time left until one deadline, so a delivery ends by then whatever the receiver does. Only the
-status line is read (a receiver's body is of no use to us), and the connection is then closed.
+the time left until one deadline, so a delivery ends by then whatever the receiver does. The name
+is resolved within it too (`getaddrinfo` has no timeout of its own: a dead resolver holds it for
+as long as the system's resolver retries), and every address tried shares it. Only the status line
+is read (a receiver's body is of no use to us), and the connection is then closed.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -27,6 +30,48 @@ def _left(deadline: float) -> float:
     return remaining
 
 
+def _resolve(host: str, port: int, deadline: float) -> list[tuple]:
+    """The addresses of `host`, or _Deadline: the lookup runs in a thread nobody waits for past the
+    deadline (a lookup cannot be interrupted; it ends when the resolver gives up)."""
+    found: dict[str, object] = {}
+
+    def lookup() -> None:
+        try:
+            found["addresses"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            found["error"] = exc
+
+    worker = threading.Thread(target=lookup, name="backfill-webhook-lookup", daemon=True)
+    worker.start()
+    worker.join(_left(deadline))
+    if worker.is_alive():
+        raise _Deadline
+    if "error" in found:
+        raise found["error"]  # type: ignore[misc]
+    return found["addresses"]  # type: ignore[return-value]
+
+
+def _connect(host: str, port: int, deadline: float) -> socket.socket:
+    """A connection to the first address that takes one, all of them within the one deadline
+    (`socket.create_connection` gives each address the whole timeout again)."""
+    failure: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in _resolve(host, port, deadline):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(address)
+            return sock
+        except TimeoutError:
+            sock.close()
+            raise _Deadline from None
+        except BaseException as exc:
+            sock.close()
+            if not isinstance(exc, OSError):
+                raise
+            failure = exc
+    raise failure
+
+
 def post(url: str, body: str, seconds: float) -> tuple[bool, str]:
     """POST `body` as JSON to `url`; (delivered, detail) within `seconds` in total. Never raises."""
     deadline = time.monotonic() + seconds
@@ -35,7 +80,7 @@ def post(url: str, body: str, seconds: float) -> tuple[bool, str]:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return False, f"not an http(s) URL: {url[:80]}"
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        sock = socket.create_connection((parts.hostname, port), timeout=_left(deadline))
+        sock = _connect(parts.hostname, port, deadline)
     except (_Deadline, TimeoutError):
         return False, f"no answer within the {seconds:g}s deadline"
     except (OSError, ValueError) as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
@@ -98,8 +97,11 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
 
     `just_written`: called inside the write's own transaction, holding the writers' lock on the
     partitions (DuckDB: the file; a server engine: each partition's advisory lock), so the data
-    checked is the data written, uncommitted still, and its fingerprint (the write's, computed in
-    the same transaction) is not computed again. Publish recomputes it before copying anything.
+    checked is the data written, uncommitted still. Its fingerprint is still computed again, in the
+    gates' own statement, and compared with the write's: a writer that ignores our locks (another
+    session's committed insert between two statements of a server engine's transaction, a trigger
+    on the target) could otherwise have the gates pass on bytes other than the ones the write
+    recorded, which publish would then copy.
     """
     keys = list(written)
     if not keys:
@@ -121,10 +123,7 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         if not session.in_transaction:
             raise WarehouseError("judging just-written partitions needs their write's transaction",
                                  fix="this is a bug: report it with the log file")
-        figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns, fingerprint=False)
-        figures = {k: replace(f, fingerprint=written[k][1] or f.fingerprint) for k, f in figures.items()}
-    else:
-        figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
+    figures = slice_figures(session, spec, scheme, keys, thresholds, null_columns)
     window = None
     if plan is not None:
         window = ledger.code_versions(session, spec.name, plan.plan_id)

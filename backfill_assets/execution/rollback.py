@@ -26,6 +26,7 @@ from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
+from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_end
 from backfill_assets.publish.rule import publish_lock
 from backfill_assets.table import TableSpec
@@ -190,6 +191,8 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
                 restored = restore(session, table_spec, table_scheme, table, state.plan_id, table_keys)
                 if restored:
                     report.tables[table] = restored
+            # consumers see the snapshot's bytes again: their last publication now, not an edit
+            published_record.record_restored(session, table_spec, table_scheme, published, state.plan_id, actor)
         faults.checkpoint("rollback.before_commit")
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}

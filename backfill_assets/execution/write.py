@@ -123,8 +123,8 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
         if current is None:
             _advance_watermark(session, spec.name, max(keys, key=scheme.position), scheme)
         faults.checkpoint("write.before_judge")
-        # judged in the same transaction: the gates see exactly these bytes, which are what the
-        # write fingerprinted, and nothing can change them in between
+        # judged in the same transaction, and the bytes judged fingerprinted again against the
+        # write's: a writer that ignores our locks (a trigger, another session) fails the verdict
         results = judge(session, spec, scheme, current, {k: (ids[k], fp) for k, (_, fp) in written.items()},
                         actor, just_written=True)
         faults.checkpoint("write.before_commit")

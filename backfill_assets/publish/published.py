@@ -60,12 +60,30 @@ def shape_problems(session: Session, spec: TableSpec) -> list[str]:
             + [f"{c}: type {found}, contract says {declared}" for c, (declared, found) in wrong_key.items()])
 
 
+@dataclass(frozen=True)
+class Unreadable(Fingerprint):
+    """What a published partition holds when no fingerprint of it can be taken: its table was dropped
+    or reshaped. Equal to no fingerprint, so such a partition always counts as edited."""
+
+    def __str__(self) -> str:
+        return self.digest
+
+
 def edited(session: Session, spec: TableSpec, scheme: PartitionScheme,
            keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
-    """Published partitions whose bytes are not what their last publish left: {key: (now, published)}."""
+    """Published partitions whose bytes are not what their last publish left: {key: (now, published)}.
+    A dropped or reshaped published table is an edit of every partition published into it: consumers
+    no longer see what was proven, even where the contract's columns could still be fingerprinted."""
     last = latest(session, spec, keys)
-    if not last or not session.engine.table_exists(session, spec.publish_table) or shape_problems(session, spec):
+    if not last:
         return {}
+    if not session.engine.table_exists(session, spec.publish_table):
+        gone = Unreadable(0, f"unreadable: {spec.publish_table} was dropped")
+        return {k: (gone, p.fingerprint) for k, p in last.items()}
+    shape = shape_problems(session, spec)
+    if shape:
+        reshaped = Unreadable(0, f"unreadable: {spec.publish_table} was reshaped ({shape[0]})")
+        return {k: (reshaped, p.fingerprint) for k, p in last.items()}
     now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(last))
     return {k: (now.get(k, EMPTY), p.fingerprint) for k, p in last.items() if now.get(k, EMPTY) != p.fingerprint}
 
@@ -95,13 +113,32 @@ def prove_and_record(session: Session, spec: TableSpec, scheme: PartitionScheme,
         problems = check_schema(session, spec, spec.publish_table).problems
         raise CopyChanged(differing, f"; {spec.publish_table} against the contract: {'; '.join(problems[:3])}"
                           if problems else "")
+    record(session, spec, checked, actor)
+
+
+def record_restored(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+                    plan_id: str, actor: str) -> None:
+    """In a rollback's transaction, once its restore of the published partitions was proven: what
+    consumers see now is the snapshot's bytes, remembered as those partitions' last publication, so
+    neither the next publish nor `status` takes the rollback for an edit."""
+    if not keys:
+        return
+    now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(keys))
+    record(session, spec, {k: (now[k], None, None) for k in keys}, actor, restored_by_rollback_of=plan_id)
+
+
+def record(session: Session, spec: TableSpec, published: Mapping[str, tuple[Fingerprint, int | None, str | None]],
+           actor: str, **note: object) -> None:
+    """Remember what the published partitions hold ({key: (fingerprint, write id, plan id)}), sealed
+    by one `publication` chain row."""
+    keys = list(published)
     at = evidence_log.now_iso()
     seq = evidence_log.next_seq(session)
     for i in range(0, len(keys), 1000):
         part = keys[i:i + 1000]
         values: list[object] = []
         for key in part:
-            fp, write_id, plan_id = checked[key]
+            fp, write_id, plan_id = published[key]
             values += [key, fp.rows, fp.digest, write_id, plan_id]
         session.execute(
             f"INSERT INTO {SCHEMA}.publications (publish_id, asset, partition_key, row_count, fingerprint, write_id, "
@@ -109,5 +146,5 @@ def prove_and_record(session: Session, spec: TableSpec, scheme: PartitionScheme,
             f"CAST(w AS BIGINT), p, ?, CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?, ?, ?)'] * len(part))}) "
             "AS v(k, n, d, w, p)", [spec.publish_as, at, seq, *values])
     evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
-        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1],
+        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], **note,
         "seals": {"publications": seals.of_seq(session, "publications", seq)}})

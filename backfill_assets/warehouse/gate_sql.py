@@ -36,7 +36,6 @@ from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
 
 WORST_GROUPS = 3  # groups named per failing partition
-NOT_COMPUTED = "not computed"  # the digest of figures computed with fingerprint=False
 
 
 @dataclass(frozen=True)
@@ -101,14 +100,9 @@ def check_schema(session: Session, spec: TableSpec, table: str | None = None) ->
 
 
 def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-                  thresholds: Thresholds, null_columns: Sequence[str], *,
-                  fingerprint: bool = True) -> dict[str, SliceFigures]:
-    """Run the slice's one statement; every key gets figures (an empty partition gets zeros).
-
-    `fingerprint=False` leaves the fingerprint out (its cost is most of the statement's): the
-    caller already knows it, e.g. right after writing the partitions under the writers' lock. The
-    figures then carry `NOT_COMPUTED` as their fingerprint.
-    """
+                  thresholds: Thresholds, null_columns: Sequence[str]) -> dict[str, SliceFigures]:
+    """Run the slice's one statement; every key gets figures (an empty partition gets zeros), and the
+    fingerprint of the very bytes the gates judged (the same statement, so the same snapshot)."""
     engine = session.engine
     text = engine.text_of
     names = list(thresholds.metric_tolerances)
@@ -155,12 +149,10 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
                        "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"
     # the fingerprint is of the whole partition (its sorted row digests), not of a key group: its
     # own pass over the target, grouped by partition only
-    fp_cte, fp_join, fp_params = "", "", []
-    if fingerprint:
-        digest = digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), "t")
-        fp_cte = (f"f AS (SELECT {target_group.key_sql} AS pkey, {digest} AS fp FROM {quote(spec.table)} AS t"
-                  f"{target_group.join_sql} WHERE {target_group.where_sql} GROUP BY {target_group.key_sql}),")
-        fp_join, fp_params = " LEFT JOIN f ON f.pkey = g.pkey", target_group.params
+    digest = digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), "t")
+    fp_cte = (f"f AS (SELECT {target_group.key_sql} AS pkey, {digest} AS fp FROM {quote(spec.table)} AS t"
+              f"{target_group.join_sql} WHERE {target_group.where_sql} GROUP BY {target_group.key_sql}),")
+    fp_join, fp_params = " LEFT JOIN f ON f.pkey = g.pkey", target_group.params
     sql = f"""
     WITH t AS (
         SELECT {', '.join(t_select)} FROM {quote(spec.table)} AS t{target_group.join_sql}
@@ -192,7 +184,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
                            ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk)
                FILTER (WHERE anybad AND rk <= {WORST_GROUPS})
     FROM r GROUP BY pkey)
-    SELECT g.*, {'f.fp' if fingerprint else 'NULL'} FROM g{fp_join}
+    SELECT g.*, f.fp FROM g{fp_join}
     """
     # placeholders bind in the order they appear: the target's slice, the source's, the target's
     # again (the fingerprint's pass), tolerances
@@ -201,10 +193,8 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     for row in session.rows(sql, params):
         key = target_group.key(row[0])
         rows, tg, sg, srows, dups, missing, extra, sdup = row[1:9]
-        if not fingerprint:
-            fp = Fingerprint(int(rows), NOT_COMPUTED)
-        else:  # no digest: no target rows in this partition (only source groups)
-            fp = Fingerprint(int(rows), str(row[-1])) if row[-1] is not None else EMPTY
+        # no digest: no target rows in this partition (only source groups)
+        fp = Fingerprint(int(rows), str(row[-1])) if row[-1] is not None else EMPTY
         rest = list(row[9:-1])
         nulls = {c: int(rest.pop(0)) for c in null_columns}
         t_tot, s_tot, diff = {}, {}, {}

@@ -181,6 +181,10 @@ class PostgresEngine(Engine):
                 waiting.still_waiting(self.describe())
                 time.sleep(0.2)
         try:
+            # a float's text (inside an array or a row value too, where fingerprints take the cast)
+            # is exact only with extra_float_digits >= 1; a database or role setting of 0 or less
+            # would print two different doubles alike, and so give two different rows one fingerprint
+            con.execute("SET extra_float_digits = 1")
             if read_only:
                 con.execute("SET default_transaction_read_only = on")
             if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
