@@ -151,16 +151,25 @@ def _keys(partitions_def: Any, last_key: str | None) -> tuple[str, ...]:
 
 
 def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> PartitionScheme:
-    """The scheme of a Dagster partitions definition over a column of `column_type`."""
+    """The scheme of a Dagster partitions definition over a column of `column_type`: built once
+    per definition, column type and last key (a time window gains a key every period, and then a
+    new scheme is built), since listing and indexing a long history costs milliseconds a time."""
     import dagster as dg
 
-    kind = column_type.upper().split("(")[0].strip()
     # the kind first: a dynamic definition cannot even list its keys without an instance
     if not isinstance(partitions_def, dg.StaticPartitionsDefinition | dg.TimeWindowPartitionsDefinition):
         raise WindowError(f"{name} uses {type(partitions_def).__name__}, which a replayable table "
                           "does not support", fix="use time-window (hourly, daily, weekly, monthly, "
                           "cron) or static partitions")
-    keys = _keys(partitions_def, partitions_def.get_last_partition_key())
+    return _scheme(partitions_def, partitions_def.get_last_partition_key(), column_type, name)
+
+
+@lru_cache(maxsize=64)
+def _scheme(partitions_def: Any, last_key: str | None, column_type: str, name: str) -> PartitionScheme:
+    import dagster as dg
+
+    kind = column_type.upper().split("(")[0].strip()
+    keys = _keys(partitions_def, last_key)
     if isinstance(partitions_def, dg.StaticPartitionsDefinition):
         return PartitionScheme("equality", lambda k: (k, None), keys, f"{name} (static partitions)")
     window = partitions_def.time_window_for_partition_key
