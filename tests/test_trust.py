@@ -430,3 +430,40 @@ def test_rsa_and_ecdsa_approvers_are_counted_by_their_canonical_keys(world, kind
     ssh_fp = subprocess.run(["ssh-keygen", "-lf", str(world.keys[who].parent / f"{who}.pub")], capture_output=True,
                             text=True, check=True).stdout.split()[1]
     assert recorded == [(ssh_fp,)]
+
+
+# --- rows removed outright (the audit of issue 20) ------------------------------------------------------
+
+def _drop_bob(world, tmp_path: Path) -> None:
+    """The team re-pins allowed_signers without bob (his key leaked), signed by alice and carol."""
+    new = tmp_path / "without-bob" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "carol", "olivia")))
+    root = root_of(world)
+    change = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    ctext, csig = sign_file(world, "alice", change, tmp_path)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(ctext), "--signature", f"alice={csig}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+
+
+def test_a_trust_root_row_deleted_from_the_warehouse_is_refused(engine_world, tmp_path, capsys):
+    # the insider deletes the pin that removed bob: the root before it would let his key count again
+    world = engine_world
+    _drop_bob(world, tmp_path)
+    world.run_sql(f"DELETE FROM {CONTROL}.trust_roots WHERE version = 2")
+    path = world.plan("fix")
+    capsys.readouterr()
+    assert world.cli("plan", "approve", str(path), "--by", "bob", "--key", str(world.keys["bob"])) == 1
+    err = capsys.readouterr().err
+    assert "trust root v2" in err and "trust_roots" in err and err.count("\n") == 1, err
+    assert world.sql(f"SELECT count(*) FROM {CONTROL}.approvals") == [(0,)]
+    assert world.cli("evidence", "verify") == 1
+    # with every row gone, `init` does not pin a first root again: the chain recorded one
+    world.run_sql(f"DELETE FROM {CONTROL}.trust_roots")
+    mine = tmp_path / "mine"
+    mine.write_text(f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\nolivia {pub(world, 'mallory')}\n")
+    capsys.readouterr()
+    assert world.cli("init", "--allowed-signers", str(mine)) == 1
+    assert "trust_roots" in capsys.readouterr().err
+    assert world.sql(f"SELECT count(*) FROM {CONTROL}.trust_roots") == [(0,)]
+
