@@ -467,3 +467,19 @@ def test_a_trust_root_row_deleted_from_the_warehouse_is_refused(engine_world, tm
     assert "trust_roots" in capsys.readouterr().err
     assert world.sql(f"SELECT count(*) FROM {CONTROL}.trust_roots") == [(0,)]
 
+
+@pytest.mark.parametrize("table", ["plans", "plan_versions"])
+def test_a_plan_row_deleted_from_the_warehouse_never_lifts_its_pause(engine_world, table, capsys):
+    # a proven plan pauses its window; with its row (or its version) gone, nothing would hold the
+    # proof partition back from consumers before the window reconciled
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.run_sql(f"DELETE FROM {CONTROL}.{table}")
+    result = world.publish(["2026-01-02"])
+    assert not result.success and table in failure_text(result), failure_text(result)
+    assert world.rows("published_revenue", "2026-01-02") == 0
+    capsys.readouterr()
+    assert world.cli("evidence", "verify") == 1
+    assert table in capsys.readouterr().err
+
