@@ -483,3 +483,26 @@ def test_a_plan_row_deleted_from_the_warehouse_never_lifts_its_pause(engine_worl
     assert world.cli("evidence", "verify") == 1
     assert table in capsys.readouterr().err
 
+
+def test_rolling_back_a_plan_consumers_saw_needs_approval_in_every_later_phase(world, tmp_path, capsys):
+    # published, then its published partition edited: the plan goes back to repairing and then
+    # reconciled, and the consumers still see its data; a rollback then changes what they see
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    _drop_bob(world, tmp_path)  # the plan's own approvals no longer hold
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-01'")
+    world.cli("reconcile", "fix")
+    world.cli("reconcile", "fix")
+    assert world.phase() == "reconciled"
+    published = world.fingerprints("published_revenue", ["2026-01-02"])
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    assert "changes what consumers see" in capsys.readouterr().err
+    assert world.phase() == "reconciled"
+    assert world.fingerprints("published_revenue", ["2026-01-02"]) == published
+    assert world.cli("rollback", "fix", "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+    assert world.phase() == "rolled_back"
+

@@ -93,10 +93,13 @@ def later_writers(session: Session, state: PlanState, keys: list[str]) -> list[t
 SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
 
 
-def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate]) -> dict:
+def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate], *,
+                  published: bool = False) -> dict:
     """Who authorises the rollback: nobody needs to while consumers never saw the plan's data;
-    after a publish, the plan's approvals if they still hold, else the signatures given."""
-    if state.phase not in SEEN_BY_CONSUMERS:
+    after a publish, the plan's approvals if they still hold, else the signatures given.
+    `published`: the plan copied partitions into the published table (it may since have gone
+    back to repairing, reconciled or running, and consumers still see its data)."""
+    if state.phase not in SEEN_BY_CONSUMERS and not published:
         return {"by": "not published: no approval needed"}
     version = state.approved
     if authority.refusal(session, version, code=None) is None:
@@ -146,7 +149,6 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         return report
     # it restores from records: all of them against the keyed chain first
     integrity.verify_record(session)
-    authorised = authorisation(session, state, signatures)
     with session.transaction():
         session.lock(publish_lock(spec))  # a publish copying into the published table meanwhile waits
         # the plan's row, held for update: a run of the plan writing now holds it shared (its
@@ -156,6 +158,9 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
         keys, published = _whole(session, spec, scheme, state)
+        # decided on the plan as it is now, under its row's lock: a publish that landed since the
+        # command started makes this a rollback consumers see
+        authorised = authorisation(session, state, signatures, published=bool(published))
         for key in sorted(keys):  # and a writer of these partitions outside the plan, as runs take turns
             session.lock(f"write:{spec.name}:{key}")
         _refuse_later_writers(session, state, keys)  # again, now that no one can write them
@@ -167,7 +172,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
                for t, parts in report.tables.items()}, "authorised": authorised})
-        told = state.active or state.phase in SEEN_BY_CONSUMERS
+        told = state.active or state.phase in SEEN_BY_CONSUMERS or bool(published)
         record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
                           note="restored from pre-write snapshots")
         if told and state.version is not None:
