@@ -506,3 +506,17 @@ def test_rolling_back_a_plan_consumers_saw_needs_approval_in_every_later_phase(w
                      "--sign", f"carol={world.keys['carol']}") == 0
     assert world.phase() == "rolled_back"
 
+
+def test_withdraw_is_refused_when_the_plans_writes_were_deleted(world, capsys):
+    # a plan that wrote may only be rolled back; deleting its ledger rows must not make it look unwritten
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.plan_run("fix", "2026-01-02").success
+    assert world.phase() == "proving"
+    for table in ("gate_results", "snapshots", "writes"):
+        world.run_sql(f"DELETE FROM {CONTROL}.{table} WHERE plan_id = 'fix'")
+    capsys.readouterr()
+    assert world.cli("plan", "withdraw", "fix") == 1
+    err = capsys.readouterr().err
+    assert "sealed are gone" in err and err.count("\n") == 1, err
+    assert world.phase() == "proving"
+

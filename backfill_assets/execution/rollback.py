@@ -187,6 +187,9 @@ def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
 
 def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
     """End a plan that wrote nothing: lifts the freeze and the pause. Recorded in the evidence."""
+    # "wrote nothing" is read from the ledger: all of it against the keyed chain first, so that
+    # ledger rows deleted by hand never let a plan that wrote end without its rollback
+    integrity.verify_record(session)
     with session.transaction():
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
