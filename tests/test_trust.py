@@ -520,3 +520,29 @@ def test_withdraw_is_refused_when_the_plans_writes_were_deleted(world, capsys):
     assert "sealed are gone" in err and err.count("\n") == 1, err
     assert world.phase() == "proving"
 
+
+def test_a_required_groups_signature_expiring_first_ends_the_approval(world, tmp_path):
+    # the policy requires a controller (carol) for daily_revenue; her signature expires in an hour,
+    # the others' in 14 days: the approval holds for that hour, not 14 days
+    from backfill_assets.control import authority, record
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("targets:\n  - {match: daily_revenue, require: [controllers]}\n"
+                      "groups:\n  controllers: [carol]\n")
+    assert world.cli("approvers", "pin", str(world.root / "approvers" / "allowed_signers"), "--policy", str(policy),
+                     "--sign", f"alice={world.keys['alice']}", "--sign", f"bob={world.keys['bob']}") == 0
+    path = world.approve(world.plan("fix"))
+    assert phase_and_sha(world) == [("drafted", None)]
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    statement = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(hours=1),
+                               plan=plan_sha256(load_plan(path)), code=FIXED.code_identity,
+                               warehouse=root_of(world).warehouse_id)
+    assert approve_offline(world, path, "carol", statement) == 0
+    assert phase_and_sha(world)[0][0] == "approved"
+    with world.warehouse().session() as session:
+        version = record.require(session, "fix").approved
+        counted = authority.plan_tally(session, version, code=FIXED.code_identity)
+        assert counted.approved and counted.expires == statement.expires
+        later = statement.expires + dt.timedelta(minutes=1)
+        assert authority.refusal(session, version, code=FIXED.code_identity, now=later) is not None
+        assert not authority.plan_tally(session, version, code=FIXED.code_identity, now=later).approved
