@@ -301,7 +301,8 @@ def test_an_expired_approval_stops_authorising_runs(world, capfd):
                          plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     assert approve_offline(world, path, "alice", old) == 1
     assert "expired" in capfd.readouterr().err
-    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=4),
+    # long enough for three approvals on a loaded machine (4 s expired under `pytest -n 4`)
+    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=12),
                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     for who in (OWNER, "alice", "bob"):
         assert approve_offline(world, path, who, soon) == 0
@@ -546,3 +547,19 @@ def test_a_required_groups_signature_expiring_first_ends_the_approval(world, tmp
         later = statement.expires + dt.timedelta(minutes=1)
         assert authority.refusal(session, version, code=FIXED.code_identity, now=later) is not None
         assert not authority.plan_tally(session, version, code=FIXED.code_identity, now=later).approved
+
+
+def test_a_plan_signed_for_new_code_never_publishes_what_old_code_wrote(world):
+    # the window was written and reconciled by code version 2; version 3 is deployed and the plan
+    # signed for it too: its publish still copies only what the code it is approved for wrote
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.phase() == "reconciled"
+    newer = dataclasses.replace(FIXED, code_version="3")
+    unsigned = world.publish(["2026-01-01", "2026-01-02"], spec=newer)
+    assert not unsigned.success and "signed for code 2/" in failure_text(unsigned), failure_text(unsigned)
+    world.approve_for(world.root / "plans" / "fix.yaml", newer)
+    signed = world.publish(["2026-01-01", "2026-01-02"], spec=newer)
+    assert not signed.success and "written by code 2/" in failure_text(signed), failure_text(signed)
+    assert world.rows("published_revenue", "2026-01-01") == 0
+    assert world.publish(["2026-01-01", "2026-01-02"]).success
