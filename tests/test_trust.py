@@ -165,6 +165,41 @@ def test_the_ci_guard_never_trusts_a_signers_file_planted_next_to_the_plan(world
     assert pinned.code == 1 and "differ from the pinned trust root" in pinned.out, pinned.out
 
 
+
+def test_the_ci_guard_never_trusts_a_control_record_committed_beside_the_plan(world, run_subprocess, tmp_path):
+    # the pull request commits a whole home (warehouse and key) where the hook looks by default,
+    # `./.backfill`, pinning three keys of its author as olivia, alice and bob
+    from tests.world import make_keys
+
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    theirs = make_keys(tmp_path / "theirs")
+    (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
+    from backfill_assets.cli import main as cli_main
+
+    planted = repo / ".backfill"
+    assert cli_main(["--home", str(planted), "init", "--allowed-signers", str(repo / "signers")]) == 0
+    path = write_plan(repo / "plans" / "other.yaml", complete_plan(plan_id="other"))
+    for who in (OWNER, "alice", "bob"):
+        assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
+                         str(theirs[who])]) == 0
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=pr", "-c", "user.email=pr@example.com", *args], cwd=repo,
+                       check=True, capture_output=True, timeout=60)
+
+    git("init", "-q")
+    (repo / ".gitignore").write_text(".backfill/\n")
+    env = {"BACKFILL_HOME": ""}  # unset: the hook's default home, ./.backfill of the checkout
+    # a developer's own home inside their clone (ignored, untracked) is theirs: its pinned root counts
+    mine = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
+    assert mine.code == 0 and "ALLOWED" in mine.out, mine.out
+    git("add", "-f", ".backfill", "plans", ".gitignore")
+    git("commit", "-q", "-m", "a plan and its approvals")
+    shown = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
+    assert shown.code == 1 and "ALLOWED" not in shown.out, shown.out
+    assert "tracked by git" in shown.out, shown.out
+
 # --- who may approve ----------------------------------------------------------------------------------
 
 def test_the_policy_sets_the_minimum_a_plan_may_only_raise(world, capsys):
