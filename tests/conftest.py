@@ -69,11 +69,11 @@ def run_subprocess(home: Path, tmp_path: Path):
     """The installed `backfill` console script as a real subprocess, from tmp_path."""
 
     def run(*args: str, command: list[str] | None = None, timeout: float = 300,
-            env: dict[str, str] | None = None) -> Result:
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
         full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore",
                 "BACKFILL_DEFS": "backfill_assets.demo.daily", **(env or {})}
         cmd = command if command is not None else [str(BIN / "backfill"), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=tmp_path, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=cwd or tmp_path, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run

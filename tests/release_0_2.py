@@ -39,6 +39,25 @@ def _legacy(session, world, table: str, keys: list[str], schema: str | None = No
                              dict.fromkeys(keys, LEGACY_EMPTY), schema)
 
 
+def _without_pins_in_the_chain(session, world) -> None:
+    """0.2 pinned its approvers in meta and wrote no chain row for it: the world's first pin
+    (a `trust_root` row) becomes a row of another kind, and the chain and its head log are
+    re-hashed under the home's key, as if 0.2 had written them."""
+    from backfill_assets.home import Home
+
+    home = Home(world.home)
+    key = evidence_log.read_key(home)
+    prev, seq = evidence_log.GENESIS, 0
+    for seq, at, plan_id, kind, actor, payload in session.rows(
+            f"SELECT seq, recorded_at, plan_id, kind, actor, payload FROM {SCHEMA}.evidence ORDER BY seq"):
+        kind = "note" if kind == "trust_root" else kind
+        row_hash = evidence_log._row_hash(key, prev, seq, at, plan_id, kind, actor, payload)
+        session.execute(f"UPDATE {SCHEMA}.evidence SET kind = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
+                        [kind, prev, row_hash, seq])
+        prev = row_hash
+    home.evidence_heads.write_text(f"{seq} {prev}\n" if seq else "", encoding="ascii")
+
+
 def as_release_0_2(world, *, legacy_fingerprints: bool = False) -> str:
     """Turn the world's home (DuckDB) into a 0.2 one; returns the pinned allowed_signers' sha256."""
     from backfill_assets.warehouse.snapshots import snapshot_table
@@ -60,6 +79,7 @@ def as_release_0_2(world, *, legacy_fingerprints: bool = False) -> str:
                                 "AND partition_key = ?", [old.digest, plan_id, table, key])
         for statement in DOWNGRADE.split(";"):
             session.execute(statement)
+        _without_pins_in_the_chain(session, world)
         session.execute(f"INSERT INTO {SCHEMA}.meta VALUES ('approvers_pin', ?)",
                         [json.dumps({"sha256": sha, "source": "approvers/allowed_signers", "by": "x", "at": "y"})])
     schema._CURRENT.clear()  # what a process started after the downgrade knows: nothing yet

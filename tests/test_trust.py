@@ -165,6 +165,41 @@ def test_the_ci_guard_never_trusts_a_signers_file_planted_next_to_the_plan(world
     assert pinned.code == 1 and "differ from the pinned trust root" in pinned.out, pinned.out
 
 
+
+def test_the_ci_guard_never_trusts_a_control_record_committed_beside_the_plan(world, run_subprocess, tmp_path):
+    # the pull request commits a whole home (warehouse and key) where the hook looks by default,
+    # `./.backfill`, pinning three keys of its author as olivia, alice and bob
+    from tests.world import make_keys
+
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    theirs = make_keys(tmp_path / "theirs")
+    (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
+    from backfill_assets.cli import main as cli_main
+
+    planted = repo / ".backfill"
+    assert cli_main(["--home", str(planted), "init", "--allowed-signers", str(repo / "signers")]) == 0
+    path = write_plan(repo / "plans" / "other.yaml", complete_plan(plan_id="other"))
+    for who in (OWNER, "alice", "bob"):
+        assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
+                         str(theirs[who])]) == 0
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=pr", "-c", "user.email=pr@example.com", *args], cwd=repo,
+                       check=True, capture_output=True, timeout=60)
+
+    git("init", "-q")
+    (repo / ".gitignore").write_text(".backfill/\n")
+    env = {"BACKFILL_HOME": ""}  # unset: the hook's default home, ./.backfill of the checkout
+    # a developer's own home inside their clone (ignored, untracked) is theirs: its pinned root counts
+    mine = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
+    assert mine.code == 0 and "ALLOWED" in mine.out, mine.out
+    git("add", "-f", ".backfill", "plans", ".gitignore")
+    git("commit", "-q", "-m", "a plan and its approvals")
+    shown = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
+    assert shown.code == 1 and "ALLOWED" not in shown.out, shown.out
+    assert "tracked by git" in shown.out, shown.out
+
 # --- who may approve ----------------------------------------------------------------------------------
 
 def test_the_policy_sets_the_minimum_a_plan_may_only_raise(world, capsys):
@@ -301,7 +336,8 @@ def test_an_expired_approval_stops_authorising_runs(world, capfd):
                          plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     assert approve_offline(world, path, "alice", old) == 1
     assert "expired" in capfd.readouterr().err
-    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=4),
+    # long enough for three approvals on a loaded machine (4 s expired under `pytest -n 4`)
+    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=12),
                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     for who in (OWNER, "alice", "bob"):
         assert approve_offline(world, path, who, soon) == 0
@@ -430,3 +466,135 @@ def test_rsa_and_ecdsa_approvers_are_counted_by_their_canonical_keys(world, kind
     ssh_fp = subprocess.run(["ssh-keygen", "-lf", str(world.keys[who].parent / f"{who}.pub")], capture_output=True,
                             text=True, check=True).stdout.split()[1]
     assert recorded == [(ssh_fp,)]
+
+
+# --- rows removed outright (the audit of issue 20) ------------------------------------------------------
+
+def _drop_bob(world, tmp_path: Path) -> None:
+    """The team re-pins allowed_signers without bob (his key leaked), signed by alice and carol."""
+    new = tmp_path / "without-bob" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "carol", "olivia")))
+    root = root_of(world)
+    change = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    ctext, csig = sign_file(world, "alice", change, tmp_path)
+    assert world.cli("approvers", "pin", str(new), "--statement", str(ctext), "--signature", f"alice={csig}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+
+
+def test_a_trust_root_row_deleted_from_the_warehouse_is_refused(engine_world, tmp_path, capsys):
+    # the insider deletes the pin that removed bob: the root before it would let his key count again
+    world = engine_world
+    _drop_bob(world, tmp_path)
+    world.run_sql(f"DELETE FROM {CONTROL}.trust_roots WHERE version = 2")
+    path = world.plan("fix")
+    capsys.readouterr()
+    assert world.cli("plan", "approve", str(path), "--by", "bob", "--key", str(world.keys["bob"])) == 1
+    err = capsys.readouterr().err
+    assert "trust root v2" in err and "trust_roots" in err and err.count("\n") == 1, err
+    assert world.sql(f"SELECT count(*) FROM {CONTROL}.approvals") == [(0,)]
+    assert world.cli("evidence", "verify") == 1
+    # with every row gone, `init` does not pin a first root again: the chain recorded one
+    world.run_sql(f"DELETE FROM {CONTROL}.trust_roots")
+    mine = tmp_path / "mine"
+    mine.write_text(f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\nolivia {pub(world, 'mallory')}\n")
+    capsys.readouterr()
+    assert world.cli("init", "--allowed-signers", str(mine)) == 1
+    assert "trust_roots" in capsys.readouterr().err
+    assert world.sql(f"SELECT count(*) FROM {CONTROL}.trust_roots") == [(0,)]
+
+
+@pytest.mark.parametrize("table", ["plans", "plan_versions"])
+def test_a_plan_row_deleted_from_the_warehouse_never_lifts_its_pause(engine_world, table, capsys):
+    # a proven plan pauses its window; with its row (or its version) gone, nothing would hold the
+    # proof partition back from consumers before the window reconciled
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.run_sql(f"DELETE FROM {CONTROL}.{table}")
+    result = world.publish(["2026-01-02"])
+    assert not result.success and table in failure_text(result), failure_text(result)
+    assert world.rows("published_revenue", "2026-01-02") == 0
+    capsys.readouterr()
+    assert world.cli("evidence", "verify") == 1
+    assert table in capsys.readouterr().err
+
+
+def test_rolling_back_a_plan_consumers_saw_needs_approval_in_every_later_phase(world, tmp_path, capsys):
+    # published, then its published partition edited: the plan goes back to repairing and then
+    # reconciled, and the consumers still see its data; a rollback then changes what they see
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    _drop_bob(world, tmp_path)  # the plan's own approvals no longer hold
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-01'")
+    world.cli("reconcile", "fix")
+    world.cli("reconcile", "fix")
+    assert world.phase() == "reconciled"
+    published = world.fingerprints("published_revenue", ["2026-01-02"])
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    assert "changes what consumers see" in capsys.readouterr().err
+    assert world.phase() == "reconciled"
+    assert world.fingerprints("published_revenue", ["2026-01-02"]) == published
+    assert world.cli("rollback", "fix", "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"carol={world.keys['carol']}") == 0
+    assert world.phase() == "rolled_back"
+
+
+def test_withdraw_is_refused_when_the_plans_writes_were_deleted(world, capsys):
+    # a plan that wrote may only be rolled back; deleting its ledger rows must not make it look unwritten
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.plan_run("fix", "2026-01-02").success
+    assert world.phase() == "proving"
+    for table in ("gate_results", "snapshots", "writes"):
+        world.run_sql(f"DELETE FROM {CONTROL}.{table} WHERE plan_id = 'fix'")
+    capsys.readouterr()
+    assert world.cli("plan", "withdraw", "fix") == 1
+    err = capsys.readouterr().err
+    assert "sealed are gone" in err and err.count("\n") == 1, err
+    assert world.phase() == "proving"
+
+
+def test_a_required_groups_signature_expiring_first_ends_the_approval(world, tmp_path):
+    # the policy requires a controller (carol) for daily_revenue; her signature expires in an hour,
+    # the others' in 14 days: the approval holds for that hour, not 14 days
+    from backfill_assets.control import authority, record
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("targets:\n  - {match: daily_revenue, require: [controllers]}\n"
+                      "groups:\n  controllers: [carol]\n")
+    assert world.cli("approvers", "pin", str(world.root / "approvers" / "allowed_signers"), "--policy", str(policy),
+                     "--sign", f"alice={world.keys['alice']}", "--sign", f"bob={world.keys['bob']}") == 0
+    path = world.approve(world.plan("fix"))
+    assert phase_and_sha(world) == [("drafted", None)]
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    statement = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(hours=1),
+                               plan=plan_sha256(load_plan(path)), code=FIXED.code_identity,
+                               warehouse=root_of(world).warehouse_id)
+    assert approve_offline(world, path, "carol", statement) == 0
+    assert phase_and_sha(world)[0][0] == "approved"
+    with world.warehouse().session() as session:
+        version = record.require(session, "fix").approved
+        counted = authority.plan_tally(session, version, code=FIXED.code_identity)
+        assert counted.approved and counted.expires == statement.expires
+        later = statement.expires + dt.timedelta(minutes=1)
+        assert authority.refusal(session, version, code=FIXED.code_identity, now=later) is not None
+        assert not authority.plan_tally(session, version, code=FIXED.code_identity, now=later).approved
+
+
+def test_a_plan_signed_for_new_code_never_publishes_what_old_code_wrote(world):
+    # the window was written and reconciled by code version 2; version 3 is deployed and the plan
+    # signed for it too: its publish still copies only what the code it is approved for wrote
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.phase() == "reconciled"
+    newer = dataclasses.replace(FIXED, code_version="3")
+    unsigned = world.publish(["2026-01-01", "2026-01-02"], spec=newer)
+    assert not unsigned.success and "signed for code 2/" in failure_text(unsigned), failure_text(unsigned)
+    world.approve_for(world.root / "plans" / "fix.yaml", newer)
+    signed = world.publish(["2026-01-01", "2026-01-02"], spec=newer)
+    assert not signed.success and "written by code 2/" in failure_text(signed), failure_text(signed)
+    assert world.rows("published_revenue", "2026-01-01") == 0
+    assert world.publish(["2026-01-01", "2026-01-02"]).success

@@ -133,6 +133,32 @@ class RootView:
     pinned: bool = False
 
 
+def committed_home(home: Home) -> str | None:
+    """Why the control record in `home` may be a pull request's, not the warehouse's: git tracks
+    files under it (a checkout holds whatever a pull request committed, a whole home included),
+    or git cannot say. None for a home outside any git work tree, or one git does not track."""
+    import subprocess
+
+    root = home.root
+    top = next((p for p in (root, *root.parents) if (p / ".git").exists()), None)
+    if top is None:
+        return None
+    try:
+        found = subprocess.run(["git", "-C", str(top), "ls-files", "-z", "--", str(root)], capture_output=True,
+                               timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{root} is inside the git work tree {top} and git cannot list what it tracks there ({exc})"
+    if found.returncode != 0:
+        said = found.stderr.decode("utf-8", "replace").strip().splitlines()
+        return (f"{root} is inside the git work tree {top} and git cannot list what it tracks there "
+                f"({said[0][:160] if said else f'exit {found.returncode}'})")
+    if found.stdout.strip(b"\0"):
+        return (f"{root} holds files tracked by git in {top}: a pull request can commit a whole control record, "
+                "so its trust root is never read; point BACKFILL_HOME at the team's home or name the default "
+                "branch's files with --allowed-signers [--policy]")
+    return None
+
+
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:
     """The pinned root where the control record can be read; else the files named explicitly (the
     default branch's, in CI); never a file found next to the plan."""
@@ -142,7 +168,11 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
     named, why = load_explicit_root(signers, policy, warehouse)
     pinned = None
     store = open_warehouse(home)
-    if store.exists():
+    exists = store.exists()
+    committed = committed_home(home) if exists else None
+    if committed is not None:
+        why = why or committed
+    elif exists:
         with store.session(read_only=True) as session:
             if has_control_schema(session):
                 pinned = trust_record.current(session)

@@ -47,6 +47,7 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]
 
 
 def _execution(plan, home) -> tuple[ExecutionState, str | None]:
+    from backfill_assets.cli.common import committed_home
     from backfill_assets.control import record
     from backfill_assets.control.schema import has_control_schema
     from backfill_assets.plan.identity import plan_sha256
@@ -54,7 +55,7 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
     from backfill_assets.warehouse import open_warehouse
 
     warehouse = open_warehouse(home)
-    if not warehouse.exists():
+    if not warehouse.exists() or committed_home(home) is not None:  # a pull request's record says nothing
         return ExecutionState(), None
     # read-only: the guard is also a CI step and must not change anything
     with warehouse.session(read_only=True) as session:

@@ -45,9 +45,9 @@ def plan_tally(session, version: PlanVersion, *, code: str | None,
     return found
 
 
-def refusal(session, version: PlanVersion, *, code: str | None) -> str | None:
+def refusal(session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:
     """Why the plan's approvals do not authorise it now (one clause), or None."""
-    found = plan_tally(session, version, code=code)
+    found = plan_tally(session, version, code=code, now=now)
     if found.approved:
         return None
     why = "; ".join(found.missing())

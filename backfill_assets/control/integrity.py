@@ -4,7 +4,8 @@ decisions consumers see (publish, a rollback) check before they act.
 - every chain row under the evidence key, its links, and the heads logged outside the warehouse;
 - every ledger row (writes, snapshots, gate results) against the seal of the chain row that
   recorded it, and no seal whose rows are gone;
-- every plan's row against the chain's last record of it, every version against its sha256;
+- every plan's row against the chain's last record of it, every version against its sha256, and
+  every plan and version the chain recorded still there;
 - the trust root's whole history (the first pin under the key, each change under its quorum).
 
 Cheaper decisions (each run's permission, the sensor's tick) verify only the rows they read;
@@ -35,6 +36,6 @@ def verify_record(session: Session, pinned: tuple[int, str] | None = None) -> Ve
     """Raises EvidenceChainBroken or ForgedRecord naming the first row that does not verify."""
     rows = evidence_log.verify(session, pinned)
     ledger = seals.check_all(session)
-    plans = record.all_plans(session)
+    plans = record.verify_all(session)
     roots = trust_record.history(session)
     return Verified(rows, ledger, len(plans), len(roots))

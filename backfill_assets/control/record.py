@@ -220,8 +220,39 @@ def _states(session: Session, rows: list[tuple]) -> list[PlanState]:
                     raise ForgedRecord(
                         f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
                         f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
-    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], r[5], r[6], version(session, r[4]) if r[4] else None)
+    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], r[5], r[6], _approved_version(session, r[0], r[4]))
             for r in rows]
+
+
+def _approved_version(session: Session, plan_id: str, sha: str | None) -> PlanVersion | None:
+    if not sha:
+        return None
+    found = version(session, sha)
+    if found is None:  # a plan of record without its content would hold no partition: no freeze, no pause
+        raise ForgedRecord(f"plan {plan_id}'s plan of record {sha[:12]} is gone from {SCHEMA}.plan_versions",
+                           fix=evidence_log.FORGED_FIX)
+    return found
+
+
+def verify_all(session: Session) -> list[PlanState]:
+    """Every plan's row and version against the chain, and every plan and version the chain
+    recorded still there: a row deleted outright is found here (publish, rollback, `evidence
+    verify`), not by the decisions that read one plan."""
+    states = all_plans(session)
+    kinds = ", ".join("?" for _ in STATE_KINDS)
+    recorded = {str(p) for (p,) in session.rows(f"SELECT DISTINCT plan_id FROM {SCHEMA}.evidence WHERE kind IN "
+                                                f"({kinds}) AND plan_id IS NOT NULL", list(STATE_KINDS))}
+    gone = sorted(recorded - {s.plan_id for s in states})
+    if gone:
+        raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
+                           fix=evidence_log.FORGED_FIX)
+    stored = {str(sha) for (sha,) in session.rows(f"SELECT sha256 FROM {SCHEMA}.plan_versions")}
+    for row in evidence_log.rows(session, kind="plan_version"):
+        sha = str(row.payload.get("sha256") or "")
+        if sha and sha not in stored:
+            raise ForgedRecord(f"version {sha[:12]} of plan {row.plan_id} is in the evidence chain (row {row.seq}), "
+                               f"but gone from {SCHEMA}.plan_versions", fix=evidence_log.FORGED_FIX)
+    return states
 
 
 def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState | None:
@@ -264,6 +295,10 @@ def record_version(session: Session, plan: Plan, sha: str, keys: list[str], sour
     """Remember a version of the plan (first approval of it); the plan row starts as drafted.
     `members`: every table's partitions when the plan covers a graph ({asset: keys}, target first)."""
     existing = get(session, plan.plan_id)
+    if existing is None and evidence_log.can_verify(session) and _chain_states(session, [plan.plan_id]):
+        # its row was deleted: starting it again as drafted would reuse its writes and snapshots
+        raise ForgedRecord(f"plan {plan.plan_id} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
+                           fix=evidence_log.FORGED_FIX)
     if version(session, sha) is None or existing is None:
         keys_text = members_text(plan.target, members or {plan.target: keys})
         seq = evidence_log.next_seq(session)

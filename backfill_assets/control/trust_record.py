@@ -51,24 +51,45 @@ class PinnedRoot:
 _CACHE: dict[tuple[str, str], list[PinnedRoot]] = {}
 
 
-def _rows(session: Session) -> list[tuple]:
+def _rows(session: Session) -> tuple[list[tuple], tuple[int, int | None]]:
+    """The pinned roots, and how many pins the chain recorded with the last one's number: each row
+    is checked against its own chain row, and these find a row deleted (the pin that removed a
+    leaked key) or all of them (so that `init` would pin a first root again)."""
     from backfill_assets.control.schema import SCHEMA_VERSION, schema_version
 
     if schema_version(session) != SCHEMA_VERSION:  # before an upgrade there is no trust_roots table
-        return []
-    return session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.trust_roots ORDER BY version")
+        return [], (0, None)
+    found = session.rows(
+        f"SELECT {_COLUMNS}, c.pins, c.last_pin FROM (SELECT count(*) AS pins, max(seq) AS last_pin "
+        f"FROM {SCHEMA}.evidence WHERE kind = 'trust_root') AS c LEFT JOIN {SCHEMA}.trust_roots ON TRUE "
+        "ORDER BY version")
+    return [r[:-2] for r in found if r[0] is not None], (int(found[0][-2]), found[0][-1])
+
+
+def _refuse_removed(session: Session, rows: list[tuple], pins: int, last_pin: int | None) -> None:
+    # a row no chain row pinned, or one pinned twice, is refused by the checks of each row; what
+    # only the chain shows is that its last pin has no row any more
+    if last_pin is None or any(r[9] == last_pin for r in rows):
+        return
+    gone = evidence_log.by_seq(session, [int(last_pin)])[int(last_pin)].payload.get("version", "?")
+    raise ForgedRecord(f"trust root v{gone}, pinned by evidence row {last_pin}, is gone from {SCHEMA}.trust_roots "
+                       f"({len(rows)} row(s) there, {pins} pin(s) in the chain)", fix=evidence_log.FORGED_FIX)
 
 
 def history(session: Session) -> list[PinnedRoot]:
     """Every pinned root, oldest first, each verified; [] when none is pinned."""
-    rows = _rows(session)
+    rows, (pins, last_pin) = _rows(session)
+    verify = evidence_log.can_verify(session)
+    if verify:
+        _refuse_removed(session, rows, pins, last_pin)
     if not rows:
         return []
-    fingerprint = hashlib.sha256(json.dumps(rows, default=str).encode()).hexdigest()
+    # the chain's count of pins is part of what was verified: the same rows after a later pin's
+    # row was deleted are not the rows this process verified then
+    fingerprint = hashlib.sha256(json.dumps([rows, pins, last_pin], default=str).encode()).hexdigest()
     cache_key = (session.engine.describe(), fingerprint)
     if cache_key in _CACHE:
         return _CACHE[cache_key]
-    verify = evidence_log.can_verify(session)
     chain = evidence_log.by_seq(session, [int(r[9]) for r in rows if r[9] is not None]) if verify else {}
     out: list[PinnedRoot] = []
     for number, row in enumerate(rows, start=1):

@@ -99,10 +99,13 @@ def later_writers(session: Session, state: PlanState, keys: list[str],
 SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
 
 
-def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate]) -> dict:
+def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate], *,
+                  published: bool = False) -> dict:
     """Who authorises the rollback: nobody needs to while consumers never saw the plan's data;
-    after a publish, the plan's approvals if they still hold, else the signatures given."""
-    if state.phase not in SEEN_BY_CONSUMERS:
+    after a publish, the plan's approvals if they still hold, else the signatures given.
+    `published`: the plan copied partitions into the published table (it may since have gone
+    back to repairing, reconciled or running, and consumers still see its data)."""
+    if state.phase not in SEEN_BY_CONSUMERS and not published:
         return {"by": "not published: no approval needed"}
     version = state.approved
     if authority.refusal(session, version, code=None) is None:
@@ -170,7 +173,6 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         return report
     # it restores from records: all of them against the keyed chain first
     integrity.verify_record(session)
-    authorised = authorisation(session, state, signatures)
     with session.transaction():
         for table_spec, _ in sorted(tables, key=lambda t: t[0].publish_table):
             session.lock(publish_lock(table_spec))  # a publish copying into the published table meanwhile waits
@@ -182,6 +184,10 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
                  for table_spec, table_scheme in tables]
+        # decided on the plan as it is now, under its row's lock: a publish that landed since the
+        # command started makes this a rollback consumers see
+        authorised = authorisation(session, state, signatures,
+                                   published=any(published for _, _, _, published in whole))
         for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
             for key in sorted(keys):
                 session.lock(f"write:{table_spec.name}:{key}")
@@ -197,7 +203,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
                for t, parts in report.tables.items()}, "authorised": authorised})
-        told = state.active or state.phase in SEEN_BY_CONSUMERS
+        told = state.active or state.phase in SEEN_BY_CONSUMERS or bool(published)
         record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
                           note="restored from pre-write snapshots")
         if told and state.version is not None:
@@ -212,6 +218,9 @@ def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
 
 def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
     """End a plan that wrote nothing: lifts the freeze and the pause. Recorded in the evidence."""
+    # "wrote nothing" is read from the ledger: all of it against the keyed chain first, so that
+    # ledger rows deleted by hand never let a plan that wrote end without its rollback
+    integrity.verify_record(session)
     with session.transaction():
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):

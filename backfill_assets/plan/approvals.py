@@ -13,6 +13,7 @@ file named explicitly (`--allowed-signers`, `$BACKFILL_ALLOWED_SIGNERS`: the def
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -104,8 +105,7 @@ def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime |
                     expect={"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None},
                     requirement=root.policy.requirement(plan.assets, plan.approvals.required),
                     owner=plan.owner, now=now)
-    return Tally(counted.requirement, counted.owner, counted.counted, void + counted.void, counted.owner_signature,
-                 counted.missing_groups, counted.unchecked)
+    return dataclasses.replace(counted, void=void + counted.void)
 
 
 def entry_of(principal: str, statement: Statement, signature: str) -> Approval:

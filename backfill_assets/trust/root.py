@@ -79,6 +79,7 @@ class Tally:
     missing_groups: tuple[str, ...] = ()
     unchecked: tuple[str, ...] = ()  # bound fields nobody could check here (no definitions, no record)
     owner_required: bool = True  # a plan needs its owner's signature; a rollback only excludes the owner
+    groups: tuple[tuple[str, frozenset[str]], ...] = ()  # each required group and its members
 
     @property
     def approved(self) -> bool:
@@ -91,12 +92,17 @@ class Tally:
 
     @property
     def expires(self) -> dt.datetime | None:
-        """When the approval as counted stops holding (the earliest expiry it depends on)."""
-        needed = sorted(self.counted, key=lambda c: c.statement.expires, reverse=True)[:self.requirement.minimum]
-        moments = [c.statement.expires for c in needed]
-        if self.owner_signature is not None:
-            moments.append(self.owner_signature.statement.expires)
-        return min(moments) if moments else None
+        """When the approval as counted stops holding: the first expiry after which the signatures
+        still valid no longer meet the requirement (the owner's, the minimum, each group's)."""
+        moments = sorted({c.statement.expires for c in self.counted}
+                         | ({self.owner_signature.statement.expires} if self.owner_signature else set()))
+        return next((m for m in moments if not self._holds_after(m)), moments[-1] if moments else None)
+
+    def _holds_after(self, moment: dt.datetime) -> bool:
+        live = {c.principal for c in self.counted if c.statement.expires > moment}
+        owner = self.owner_signature is not None and self.owner_signature.statement.expires > moment
+        return ((self.owner is None or not self.owner_required or owner) and len(live) >= self.requirement.minimum
+                and all(live & members for _, members in self.groups))
 
     def missing(self) -> list[str]:
         out = []
@@ -171,7 +177,8 @@ def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str, expect
     if owner is not None and not owner_required and owner_signature is not None:
         void.append(Void(owner, "the owner never counts as an approver"))
         owner_signature = None
-    return Tally(requirement, owner, counted, void, owner_signature, missing, unchecked, owner_required)
+    return Tally(requirement, owner, counted, void, owner_signature, missing, unchecked, owner_required,
+                 tuple((g, frozenset(policy.members(g))) for g in requirement.groups))
 
 
 def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: str,
