@@ -14,7 +14,7 @@ import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
-from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
@@ -77,7 +77,7 @@ def _root(state: record.PlanState, spec: TableSpec, scheme, graph: TableGraph | 
 
 
 def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
-                       publish_key: dg.AssetKey) -> dg.SensorDefinition:
+                       publish_key: dg.AssetKey, warehouse_key: str = DEFAULT_KEY) -> dg.SensorDefinition:
     target_key = dg.AssetKey(spec.name.split("/"))
 
     @dg.sensor(
@@ -89,8 +89,10 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
         | dg.AssetSelection.assets(publish_key, target_key).downstream(),
         description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate, "
                     f"and shows {spec.name}'s plans on the asset.",
+        required_resource_keys={warehouse_key},
     )
-    def reopen(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
+    def reopen(context: dg.SensorEvaluationContext):
+        warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
         requests, notes, statuses = [], [], []
         scheme = holder["table"].scheme()
         graph = graph_of_repository(context.repository_def) if context.repository_def else None
