@@ -156,3 +156,16 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
                         "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
     seals.check(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
     return [str(r[0]) for r in rows]
+
+
+def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
+    """The keys of `asset` the framework ever wrote, under a plan or not: such a partition is
+    history even when it holds no rows now. Not checked against seals: a row forged into `writes`
+    can only make a partition need a plan, and one deleted is found by publish and rollback, which
+    verify the whole record."""
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return set()
+    return {str(r[0]) for r in session.rows(
+        f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND partition_key = ANY(?)",
+        [asset, keys])}
