@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     new.add_argument("plan_file")
     for option in ("id", "target", "start", "end", "owner"):
         new.add_argument(f"--{option}")
+    add_defs(new)  # with --target: what the spec and the asset graph answer is filled in
     new.set_defaults(handler=cmd_new)
 
     validate = plan_sub.add_parser("validate", help="schema, completeness and fit to the table")
@@ -111,9 +112,20 @@ def cmd_new(args: argparse.Namespace) -> int:
                 raise UsageError(f"--{key.replace('plan_id', 'id')} {value!r} is not a plain value",
                                  fix="use letters, digits and - _ . : @ +")
             text = _fill(text, key, value, indent)
+    filled: list[str] = []
+    if args.target:
+        table, why = _table_for(args.target, args.defs, required=False)
+        if table is not None:
+            from backfill_assets.cli.plan_draft import prefill
+
+            text, filled = prefill(text, table, args.start, args.end)
+        else:
+            print(f"not pre-filled from the definitions: {why} (pass --defs)")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     _plan, problems = collect_problems(read_plan_document(path))
+    if filled:
+        print(f"filled from the definitions: {'; '.join(filled)}")
     print(f"wrote {path}; {len(problems)} key(s) still to fill: run `backfill plan validate {path}`")
     return 0
 

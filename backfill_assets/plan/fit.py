@@ -77,6 +77,12 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
                                         "the plan's graph can be checked only with the definitions loaded "
                                         "(pass --defs)"))
         return Fit(keys, problems, members)
+    known = {"/".join(k.path) for k in graph.asset_graph.get_all_asset_keys()}
+    for i, consumer in enumerate(plan.downstream):
+        if consumer.asset not in known:
+            problems.append(PlanProblem(f"downstream.{i}.asset", consumer.asset,
+                                        "no such asset in the loaded definitions; name the asset key of a "
+                                        "consumer (as the Dagster UI shows it)"))
     listed: dict[str, tuple[str, ...]] = {}
     for member in plan.graph:
         if member.asset in listed or member.asset == plan.target:
