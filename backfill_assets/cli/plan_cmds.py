@@ -13,6 +13,7 @@ from backfill_assets.cli.common import (
     add_defs,
     add_home,
     plan_state,
+    record_plan_state,
     warehouse_of,
     writing,
 )
@@ -250,6 +251,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"{done.principal} signed {done.plan_id} at {done.sha256[:12]}"
           + ("" if done.recorded_now else " (already recorded; the file is in sync)")
           + f": {done.described}; {state}")
+    if done.plan_of_record and done.recorded_now:  # the signature that made it approved: its phase changed
+        record_plan_state(args, done.plan_id, table.graph)
     return 0
 
 
@@ -335,6 +338,7 @@ def cmd_close(args: argparse.Namespace) -> int:
         state = record.transition(session, state.plan_id, Phase.CLOSED, actor(),
                                   note=args.note or "consumers confirmed")
     print(f"plan {state.plan_id} is {state.phase}")
+    record_plan_state(args, state.plan_id, table.graph)
     return 0
 
 
@@ -344,5 +348,6 @@ def cmd_withdraw(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = withdraw(session, plan_state(session, args.plan), actor(), args.note)
     print(f"plan {state.plan_id} is {state.phase}: its freeze and publish pause are lifted")
+    record_plan_state(args, state.plan_id)
     return 0
 
