@@ -211,7 +211,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         why = f"is {state.phase}" if state else "is not in the control record"
         raise _refuse(f"plan {wanted} {why}, so it cannot write {spec.name}", wanted, keys[0],
                       "approve the plan (backfill plan approve) or name an active one")
-    old = history(session, spec, scheme, keys)
+    # only partitions outside every plan can be written plan-free; a plan's own run pays nothing for it
+    uncovered = [k for k in keys if not any(p.covers(k, spec.name) for p in plans)]
+    old = history(session, spec, scheme, uncovered) if uncovered and wanted is None else {}
     chosen: PlanState | None = None
     free: str | None = None  # the first key written plan-free: a run is all plan or all plan-free
     for key in keys:
