@@ -60,31 +60,25 @@ def _refuse(message: str, plan_id: str | None, key: str, fix: str) -> PartitionR
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
-             keys: Sequence[str], table: str | None = None) -> dict[str, int]:
-    """Rows each key holds in the target (or `table`) now (one grouped count for the slice)."""
-    table = table or spec.table
-    if not keys or not session.engine.table_exists(session, table):
+             keys: Sequence[str]) -> dict[str, int]:
+    """Rows each key holds in the target now (one grouped count for the slice)."""
+    if not keys or not session.engine.table_exists(session, spec.table):
         return {}
-    return rows_per_partition(session, table, spec.partition_column, scheme, keys)
+    return rows_per_partition(session, spec.table, spec.partition_column, scheme, keys)
 
 
 def history(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> dict[str, str]:
     """Why each of `keys` is history (rewriting it is a replay): it holds rows, or the ledger has a
-    write of it (emptied since, by a delete, an empty recomputation or a rollback), or consumers
-    see rows of it in the published table (one a team had before adopting the framework). Keys
-    absent from the answer are new: no rows anywhere, never written."""
+    write of it (emptied since, by a delete, an empty recomputation or a rollback). Keys absent
+    from the answer are new: no rows, never written."""
     held = occupied(session, spec, scheme, keys)
     written = ledger.ever_written(session, spec.name, keys)
-    seen = occupied(session, spec, scheme, [k for k in keys if not held.get(k) and k not in written],
-                    spec.publish_table)
     out = {}
     for key in keys:
         if held.get(key):
             out[key] = f"holds {held[key]} row(s)"
         elif key in written:
             out[key] = "was written before (it holds no rows now)"
-        elif seen.get(key):
-            out[key] = f"has {seen[key]} published row(s) consumers read"
     return out
 
 

@@ -63,18 +63,6 @@ def test_an_emptied_partition_is_still_history(world):
     assert world.rows("daily_revenue", "2026-01-02") == 0
 
 
-def test_a_partition_consumers_already_read_is_history_though_the_target_never_held_it(world):
-    """A team adopting the framework over its own published table: replacing what consumers see
-    takes a plan, even when the new target is empty."""
-    assert world.materialize(keys(1, 1)).success  # creates both tables
-    world.run_sql("INSERT INTO published_revenue SELECT * REPLACE (DATE '2026-01-02' AS order_date) "
-                  "FROM daily_revenue")
-    refused = world.backfill(keys(2, 2), publish=True)
-    assert not refused.success
-    assert "2026-01-02 of daily_revenue, and it has 5 published row(s) consumers read" in failure_text(refused)
-    assert world.rows("daily_revenue", "2026-01-02") == 0
-
-
 def test_a_ui_backfill_loads_new_partitions_without_a_plan_gated_and_published(world):
     """As the daemon submits a UI backfill's ranged run: tagged dagster/backfill, target and publish."""
     loaded = world.backfill(keys(1, 4), publish=True)
