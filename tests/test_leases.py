@@ -96,7 +96,7 @@ def test_a_runner_whose_lease_was_taken_over_stops_before_its_next_slice(engine_
     stage = window_stage(state.partition_keys, state.proof_keys, set(), 1, table.scheme())
     waves: list[list[str]] = []
 
-    def run_wave(wave):
+    def run_wave(wave, _asset):
         waves.append(wave[0])
         outcome = [run_range(loaded, table, world.instance, "fix", span, "test", {}) for span in wave]
         if len(waves) == 1:

@@ -179,7 +179,7 @@ def record_plan_state(args: argparse.Namespace, plan_id: str, graph=None) -> Non
             if state is None:
                 return
             found = observations(session, state.assets, f"backfill by {actor()}", graph)
-        with instance_for(home_of(args)) as instance:
+        with instance_for(home_of(args), quiet=True) as instance:
             for event in found:
                 instance.report_runless_asset_event(event)
     except Exception as exc:  # noqa: BLE001 - the change is committed; the UI catches up at the next tick

@@ -155,7 +155,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{path}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked against "
               f"{plan.target}: {why} (pass --defs)")
         return 0
-    fitted = fit(plan, table.spec, table.scheme(), table.graph)
+    fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
     if not fitted.ok:
         raise PlanInvalidError(f"{path} does not fit {plan.target}", fitted.problems)
     print(f"{path}: complete and fits {plan.target} (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}, "
