@@ -101,7 +101,9 @@ def test_the_component_takes_the_teams_resource_key_and_metadata():
     (":memory:", "DuckDBResource 'duckdb' opens :memory:, which the CLI and other processes cannot open"),
     ("OTHER", "but the CLI and the run coordinator read the warehouse {wanted}: set BACKFILL_WAREHOUSE_URL="),
 ])
-def test_a_duckdb_resource_the_cli_cannot_share_is_refused_before_any_write(team, tmp_path, database, message):
+def test_a_duckdb_resource_the_cli_cannot_share_is_refused_before_any_write(team, tmp_path, monkeypatch,
+                                                                            database, message):
+    monkeypatch.chdir(tmp_path)  # where a relative path would have landed
     database = str(tmp_path / "other.duckdb") if database == "OTHER" else database
     defs = team_definitions(database)
     result = run(defs, team.instance, ["daily_revenue"], keys(1, 1)[0], keys(1, 1)[0])
