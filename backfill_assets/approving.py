@@ -49,7 +49,7 @@ class Approved:
 
 
 def _check_fit(plan: Plan, path: Path, table: LoadedTable) -> dict[str, list[str]]:
-    fitted = fit(plan, table.spec, table.scheme(), table.graph)
+    fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
     if not fitted.ok:
         raise PlanInvalidError(f"{path} cannot be approved: it does not fit {table.spec.name}", fitted.problems)
     return fitted.members

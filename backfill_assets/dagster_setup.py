@@ -150,9 +150,11 @@ def _password_from_url() -> None:
             os.environ[INSTANCE_PASSWORD_ENV] = unquote(password)
 
 
-def instance_for(home: Home) -> dg.DagsterInstance:
+def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
+    """`quiet`: say no note now (recording the plan state on the way out of a command is not where
+    the note about the home's dagster.yaml belongs; the command that runs things says it)."""
     path, note = ensure_dagster_home(home)
-    if note and note not in _said:  # once per process, on the terminal
+    if note and note not in _said and not quiet:  # once per process, on the terminal
         _said.add(note)
         terminal.say(f"backfill: {note}")
     _password_from_url()

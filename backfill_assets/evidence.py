@@ -97,6 +97,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                   "passed": sum(1 for e in latest.values() if e is not None and e.passed),
                   "failed": failures, "results_sha256": _digest(results)},
         **({"graph": graph} if graph else {}),
+        "history": _history(session, state),
         "reconciled_at": reconciled.at if reconciled else None,
         "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows")}
                       if published else None),
@@ -105,6 +106,39 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
     return document, verified
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    """The figures that are numbers (a contract's structured expectation is said by its detail)."""
+    shown = [f"{name}={figures[name]}" for name in ("expected", "actual", "threshold", "difference")
+             if isinstance(figures.get(name), int | float | str)]
+    detail = str(figures.get("detail") or "")
+    return " ".join(shown) + (f" ({detail[:160]})" if detail else "")
+
+
+def _history(session: Session, state: PlanState) -> dict[str, Any]:
+    """What happened on the way, one line each, so an auditor sees a failure even after its repair:
+    every gate failure recorded under the plan (table, partition, gate, figures, time); every
+    repair (a later write of a failed partition whose gates all passed); every code version the
+    plan's writes ran."""
+    failures = ledger.failures_of_plan(session, state.plan_id)
+    failed_lines = [f"{f.asset} {f.partition_key} {f.gate} {_figures(f.figures)} at {f.recorded_at}"
+                    for f in failures]
+    repairs = []
+    by_table: dict[str, dict[str, int]] = {}
+    for f in failures:  # the last failing write of each partition of each table
+        last_failed = by_table.setdefault(f.asset, {})
+        last_failed[f.partition_key] = max(last_failed.get(f.partition_key, 0), f.write_id or 0)
+    for asset, last_failed in by_table.items():
+        latest = ledger.latest(session, asset, list(last_failed), state.plan_id)
+        for key, failed_write in last_failed.items():
+            entry = latest.get(key)
+            if entry is not None and entry.passed and entry.write_id > failed_write:
+                repairs.append(f"{asset} {key} failed on write {failed_write}, passed on write {entry.write_id} "
+                               f"(code {entry.code_version}) at {entry.recorded_at}")
+    code = [f"{asset} code {version} ({(identity or 'unknown')[:14]}): {n} partition(s) written {first}..{last}"
+            for asset, version, identity, n, first, last in ledger.code_written(session, state.plan_id)]
+    return {"failures": failed_lines, "repairs": repairs, "code_versions": code}
 
 
 def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:

@@ -1,17 +1,19 @@
 """The write permission: may this run write these partitions of this table?
 
-The data decides, not who launched the run. A partition that already holds rows, or lies before
-the incremental watermark, may be written only under an active plan of record that covers it, in
-a phase that allows it (only the proof partitions until the proof passed), that fits the table.
-The one plan-free write is an incremental run writing an empty partition at or after the
-watermark. Tags are labels, never identity: they can only narrow what a run may do (a run tagged
-`dagster/backfill` or `backfill_assets/plan` never writes plan-free; one tagged with a plan may
-only write that plan's partitions); an untagged run may not write a partition an active plan
-holds (the freeze lock).
+The data decides, not who launched the run. A partition that holds rows, or held them once (the
+ledger has a write of it, under a plan or not), is history: it may be written only under an active
+plan of record that covers it, in a phase that allows it (only the proof partitions until the proof
+passed), that fits the table. A partition that holds no rows and was never written is new: any run
+may fill it without a plan (the daily schedule, a UI backfill loading a new table's history,
+`backfill load`), and its gates and publish apply as to any write. The watermark (the newest
+partition written plan-free) no longer decides: a partition written out of order is judged by
+its own history, not by its place before a later one. Tags are labels, never identity: they can
+only narrow what a run may do (one tagged with a plan only writes that plan's partitions, never
+plan-free); a run outside the plan may not write a partition an active plan holds (the freeze lock).
 
 `permit` decides before any write; `recheck` repeats the decision for the partitions of one write
 transaction inside it, holding the plan's row, so a plan withdrawn, rolled back or closed between
-the two cannot write.
+the two, or a partition another run filled meanwhile, cannot be written.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from backfill_assets.control import authority, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import SCHEMA
 from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
@@ -66,14 +67,19 @@ def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
     return rows_per_partition(session, spec.table, spec.partition_column, scheme, keys)
 
 
-def watermark(session: Session, asset: str) -> str | None:
-    return session.scalar(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
-
-
-def _before(scheme: PartitionScheme, key: str, mark: str | None) -> bool:
-    if mark is None or mark not in scheme:
-        return False
-    return scheme.position(key) < scheme.position(mark)
+def history(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> dict[str, str]:
+    """Why each of `keys` is history (rewriting it is a replay): it holds rows, or the ledger has a
+    write of it (emptied since, by a delete, an empty recomputation or a rollback). Keys absent
+    from the answer are new: no rows, never written."""
+    held = occupied(session, spec, scheme, keys)
+    written = ledger.ever_written(session, spec.name, keys)
+    out = {}
+    for key in keys:
+        if held.get(key):
+            out[key] = f"holds {held[key]} row(s)"
+        elif key in written:
+            out[key] = "was written before (it holds no rows now)"
+    return out
 
 
 _FITS: dict[tuple, Fit] = {}
@@ -199,9 +205,11 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         why = f"is {state.phase}" if state else "is not in the control record"
         raise _refuse(f"plan {wanted} {why}, so it cannot write {spec.name}", wanted, keys[0],
                       "approve the plan (backfill plan approve) or name an active one")
-    rows = occupied(session, spec, scheme, keys)
-    mark = watermark(session, spec.name)
+    # only partitions outside every plan can be written plan-free; a plan's own run pays nothing for it
+    uncovered = [k for k in keys if not any(p.covers(k, spec.name) for p in plans)]
+    old = history(session, spec, scheme, uncovered) if uncovered and wanted is None else {}
     chosen: PlanState | None = None
+    free: str | None = None  # the first key written plan-free: a run is all plan or all plan-free
     for key in keys:
         covering = [p for p in plans if p.covers(key, spec.name)]
         if len(covering) > 1:
@@ -217,6 +225,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                               f"({plan.phase}); a run outside the plan may not write it", plan.plan_id, key,
                               f"write it as part of the plan: `backfill run {plan.plan_id} --partitions "
                               f"{key}`, or let the plan finish")
+            if free is not None:
+                raise _refuse(f"partitions of {spec.name} mix plan {plan.plan_id} ({key}) and plan-free "
+                              f"writes ({free})", plan.plan_id, key, "launch one run per plan")
             if chosen is not None and chosen.plan_id != plan.plan_id:
                 raise _refuse(f"partitions {keys[0]}..{key} span plans {chosen.plan_id} and {plan.plan_id}",
                               plan.plan_id, key, "launch one run per plan")
@@ -230,17 +241,15 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         if wanted is not None:
             raise _refuse(f"plan {wanted} does not cover partition {key} of {spec.name}", wanted, key,
                           "name partitions inside the plan's window")
-        held, early = rows.get(key, 0), _before(scheme, key, mark)
-        if held or early or tagged:
-            why = (f"it holds {held} row(s)" if held else f"it lies before the incremental watermark "
-                   f"{mark}" if early else "backfill runs only write inside an approved plan")
-            raise _refuse(f"no approved replay plan covers partition {key} of {spec.name}, and {why}: "
+        if key in old:
+            raise _refuse(f"no approved replay plan covers partition {key} of {spec.name}, and it {old[key]}: "
                           "rewriting it is a replay", None, key,
                           f"draft one with `backfill plan new plans/<id>.yaml --target {spec.name}`, have "
                           "it approved, then `backfill run` it")
         if chosen is not None:
             raise _refuse(f"partitions of {spec.name} mix plan {chosen.plan_id} and plan-free writes "
                           f"({key})", chosen.plan_id, key, "launch one run per plan")
+        free = free or key
     refusal = _upstream_refusal(session, spec, keys, graph, chosen)
     if refusal is not None:
         raise refusal
@@ -256,11 +265,11 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
                 if plan.covers(key, spec.name):
                     raise _refuse(f"partition {key} of {spec.name} was frozen by plan {plan.plan_id} "
                                   "while this run started", plan.plan_id, key, "write it as part of the plan")
-        held, mark = occupied(session, spec, scheme, keys), watermark(session, spec.name)
+        old = history(session, spec, scheme, keys)
         for key in keys:
-            if held.get(key) or _before(scheme, key, mark):
+            if key in old:
                 raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
-                              "started; rewriting it now is a replay", None, key, "use a replay plan")
+                              f"started (it {old[key]}); rewriting it now is a replay", None, key, "use a replay plan")
         return None
     plan = record.require(session, permission.plan.plan_id, lock=True)
     for key in keys:

@@ -62,7 +62,7 @@ SAMPLE_DAYS, ROWS_PER_DAY = 10, 200  # 2026-01-01..2026-01-10
 HISTORY = ("2026-01-07", "2026-01-10")  # written plan-free before the server starts
 
 REFUSAL = ("Refused by the backfill write permission: no approved replay plan covers partitions "
-           "{first}..{last} of daily_revenue; backfill runs may only write inside an approved plan's window")
+           "{first}..{last} of daily_revenue, and {first} holds 5 row(s): rewriting it is a replay")
 PLAN_COLUMNS = ("plan", "phase", "window", "approvals", "gates", "publish", "next step")  # at least these
 
 

@@ -259,6 +259,17 @@ def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfi
     fixed = yaml.safe_load(again.out)["gates"]
     assert (fixed["passed"], fixed["failed"]) == (8, {})
     assert fixed["results_sha256"] != gates["results_sha256"]
+    # the failures stay in the file an auditor reads, with their figures and time, beside their repairs
+    history = yaml.safe_load(again.out)["history"]
+    assert [" ".join(line.split()[:3]) for line in history["failures"]] == [
+        f"daily_revenue {day} contract_holds" for day in broken]
+    assert all(re.search(r"difference=1 \(region: 1 NULL\(s\) in a non-nullable column\) at 20\d\d-", line)
+               for line in history["failures"]), history["failures"]
+    assert [line.split(" failed on write")[0] for line in history["repairs"]] == [f"daily_revenue {d}" for d in broken]
+    assert all(re.search(r"passed on write \d+ \(code 2\) at ", line) for line in history["repairs"])
+    assert [line.split(" (")[0] for line in history["code_versions"]] == ["daily_revenue code 2"]
+    assert "8 partition(s) written" in history["code_versions"][0]
+    assert document["history"]["repairs"] == [] and len(document["history"]["failures"]) == 2
 
 
 def test_a_key_folder_mounted_read_only_is_one_line_before_anything_commits(world):

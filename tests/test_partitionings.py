@@ -488,10 +488,11 @@ def test_the_run_coordinator_takes_static_keys_as_text():
     assert covering_plan([proven], "region_kinds", ("eu", "us")) is proven
     approved = _state(Phase.APPROVED, ("eu", "us"), "us")
     assert covering_plan([approved], "region_kinds", ("us", "us")) is approved
-    with pytest.raises(PartitionRefused, match=r"only its proof partitions \(us\) may run"):
+    with pytest.raises(PartitionRefused, match=r"only its proof partitions of region_kinds \(us\) may run"):
         covering_plan([approved], "region_kinds", ("eu", "us"))
-    with pytest.raises(PartitionRefused, match="no approved replay plan covers partitions us..apac of region_kinds"):
+    with pytest.raises(PartitionRefused, match="partitions us..apac of region_kinds reach outside plan regions's"):
         covering_plan([proven], "region_kinds", ("us", "apac"))
+    assert covering_plan([proven], "region_kinds", ("apac", "apac")) is None  # the data decides
 
 
 def test_the_plan_of_record_holds_the_definitions_keys_in_their_order(lab):

@@ -1,7 +1,8 @@
 """The write permission on every execution path, with a real Dagster instance and DuckDB file.
 
-The data decides, not the run's tags: a partition that holds rows, or lies before the watermark,
-is written only under an approved plan that covers it.
+The data decides, not the run's tags: a partition that holds rows, or was ever written, is written
+only under an approved plan that covers it; one never written loads without a plan, whoever
+launched the run (the schedule, a UI backfill, `backfill load`).
 """
 
 from __future__ import annotations
@@ -44,12 +45,48 @@ def test_ui_materialize_of_an_old_partition_is_refused_whatever_its_tags(world):
     assert world.sql("SELECT count(*) FROM backfill_control.writes")[0][0] == 3
 
 
-def test_an_empty_partition_before_the_watermark_also_needs_a_plan(world):
+def test_a_partition_never_written_loads_without_a_plan_wherever_it_lies(world):
+    """Writing a later day first does not make the earlier, empty days history."""
     assert world.materialize(keys(3, 3)).success
-    refused = world.materialize(keys(1, 1))
-    assert not refused.success and "lies before the incremental watermark 2026-01-03" in failure_text(refused)
-    assert world.rows("daily_revenue", "2026-01-01") == 0
-    assert world.materialize(keys(4, 4)).success  # the next day is the plan-free path
+    assert world.materialize(keys(1, 1)).success  # before the watermark, but never written
+    assert world.rows("daily_revenue", "2026-01-01") == 5
+    assert world.sql("SELECT partition_key FROM backfill_control.watermarks") == [("2026-01-03",)]
+    assert world.materialize(keys(4, 4)).success
+
+
+def test_an_emptied_partition_is_still_history(world):
+    assert world.materialize(keys(1, 2)).success
+    world.run_sql("DELETE FROM daily_revenue WHERE order_date = '2026-01-02'")  # by hand, outside the product
+    for tags in ({}, {"dagster/backfill": "bf"}, {"dagster/from_ui": "true"}):
+        refused = world.materialize(keys(2, 2), tags=tags)
+        assert not refused.success
+        assert "no approved replay plan covers partition 2026-01-02 of daily_revenue, and it was written before " \
+               "(it holds no rows now): rewriting it is a replay" in failure_text(refused)
+    assert world.rows("daily_revenue", "2026-01-02") == 0
+
+
+def test_a_ui_backfill_loads_new_partitions_without_a_plan_gated_and_published(world):
+    """As the daemon submits a UI backfill's ranged run: tagged dagster/backfill, target and publish."""
+    loaded = world.backfill(keys(1, 4), publish=True)
+    assert loaded.success, failure_text(loaded)
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
+    assert world.sql("SELECT count(DISTINCT partition_key) FROM backfill_control.gate_results "
+                     "WHERE passed AND plan_id IS NULL") == [(4,)]
+    # the same backfill again: those days are history now, refused before any write
+    before = world.fingerprints("daily_revenue", keys(1, 4))
+    again = world.backfill(keys(3, 5), publish=True)
+    assert not again.success
+    assert "no approved replay plan covers partition 2026-01-03 of daily_revenue, and it holds 5 row(s)" \
+        in failure_text(again)
+    assert world.fingerprints("daily_revenue", keys(1, 4)) == before and world.rows("daily_revenue", keys(5, 5)[0]) == 0
+
+
+def test_a_backfill_may_not_mix_new_partitions_with_a_plans(world):
+    world.approved_plan("fix", start="2026-01-03", end="2026-01-03", proof=("2026-01-03",))
+    for span in (keys(2, 3), keys(3, 4)):
+        refused = world.backfill(span)
+        assert not refused.success and "mix plan fix" in failure_text(refused), failure_text(refused)
+    assert [world.rows("daily_revenue", k) for k in keys(2, 4)] == [0, 0, 0]
 
 
 def test_a_plan_tag_never_grants_a_write(world):
@@ -62,18 +99,23 @@ def test_before_the_proof_only_the_proof_partitions_are_written(world):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
     refused = world.backfill(keys(3, 3))
     assert not refused.success
-    assert "only its proof partitions (2026-01-02) may run until the proof passes" in failure_text(refused)
+    assert "only its proof partitions of daily_revenue (2026-01-02) may run until the proof passes" \
+        in failure_text(refused)
     assert world.rows("daily_revenue", "2026-01-03") == 0
     assert world.backfill(keys(2, 2)).success
     assert world.rows("daily_revenue", "2026-01-02") == 5
     assert world.phase() == "proving"
 
 
-def test_a_backfill_outside_every_window_is_refused(world):
+def test_a_backfill_of_history_outside_every_window_is_refused(world):
+    assert world.materialize(keys(5, 5), spec=BUGGY).success
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    before = world.fingerprints("daily_revenue", keys(5, 5))
     result = world.backfill(keys(5, 5))
     assert not result.success
-    assert "no approved replay plan covers partition 2026-01-05" in failure_text(result)
+    assert "no approved replay plan covers partition 2026-01-05 of daily_revenue, and it holds 5 row(s)" \
+        in failure_text(result)
+    assert world.fingerprints("daily_revenue", keys(5, 5)) == before
 
 
 def test_an_edited_file_changes_nothing_the_record_holds(world):
@@ -87,6 +129,8 @@ def test_an_edited_file_changes_nothing_the_record_holds(world):
 
 def test_a_widened_window_cannot_write_before_its_own_approvals(world):
     """Approve 01-01..01-03, widen the file to 01-06, give one of two approvals, revert."""
+    assert world.materialize(keys(5, 5), spec=BUGGY).success  # history: only a plan may rewrite it
+    before = world.fingerprints("daily_revenue", keys(5, 5))
     path = world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     original = path.read_text()
     doc = yaml.safe_load(original)
@@ -101,7 +145,7 @@ def test_a_widened_window_cannot_write_before_its_own_approvals(world):
     assert world.cli("run", "fix", "--proof") == 0
     refused = world.backfill(keys(5, 5))
     assert not refused.success and "no approved replay plan covers partition 2026-01-05" in failure_text(refused)
-    assert world.rows("daily_revenue", "2026-01-05") == 0
+    assert world.fingerprints("daily_revenue", keys(5, 5)) == before
 
 
 def test_an_untagged_run_on_a_frozen_partition_writes_nothing(world):

@@ -24,6 +24,8 @@ from tests.plans import complete_plan, edited, write_plan
 HOOK = ROOT / "hooks" / "backfill-guard.sh"
 PROBLEM = re.compile(r"^  - (?P<key>\S+) (?:= (?P<value>.+?)|is missing): (?P<fix>.+)$")
 
+GRAPH_DEFS = "backfill_assets.demo.definitions"  # the days, their month and the report
+
 
 def packaged_template() -> str:
     return resources.files("backfill_assets").joinpath("templates/backfill-plan.yaml").read_text("utf-8")
@@ -84,12 +86,14 @@ def test_plan_new_copies_the_packaged_template_byte_for_byte(tmp_path, run_subpr
     assert f"wrote plans/blank.yaml; {todo} key(s) still to fill" in result.out
 
 
-def test_plan_new_fills_the_given_fields_and_keeps_every_comment(tmp_path, run_cli):
+def test_plan_new_fills_the_given_fields_and_keeps_every_comment(tmp_path, run_cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no workspace.yaml, no dg project: no definitions to fill from
     path = tmp_path / "plans" / "fix.yaml"
     result = run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue",
                      "--start", "2026-01-01", "--end", "2026-01-03", "--owner", "olivia")
     assert result.code == 0, result.err
     assert "12 key(s) still to fill" in result.out
+    assert "not pre-filled from the definitions: no definitions to load" in result.out
     before, after = packaged_template().splitlines(), path.read_text(encoding="utf-8").splitlines()
     assert len(before) == len(after)
     changed = {b: a for b, a in zip(before, after, strict=True) if b != a}
@@ -103,6 +107,44 @@ def test_plan_new_fills_the_given_fields_and_keeps_every_comment(tmp_path, run_c
     remaining = problems_in(run_cli("plan", "validate", str(path)).err)
     assert not {"plan_id", "owner", "target", "window.start", "window.end"} & set(remaining)
     assert {"reason", "execution.mode", "rollback.strategy"} <= set(remaining)
+
+
+def test_plan_new_fills_what_the_spec_and_the_graph_answer(tmp_path, run_cli):
+    path = tmp_path / "plans" / "fix.yaml"
+    result = run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue", "--start",
+                     "2026-01-05", "--end", "2026-01-18", "--owner", "olivia", "--defs", GRAPH_DEFS)
+    assert result.code == 0, result.err
+    assert ("filled from the definitions: source_of_truth orders; checks.metrics (orders, gross, refunds, "
+            "net_revenue, customers); execution.proof_partitions [2026-01-05]; graph (monthly_revenue); "
+            "downstream (revenue_report)") in result.out
+    assert "8 key(s) still to fill" in result.out  # 12 without definitions
+    document = read_yaml_text(path.read_text(encoding="utf-8"), "p")
+    assert document["source_of_truth"] == "orders"
+    assert [m["name"] for m in document["checks"]["metrics"]] == ["orders", "gross", "refunds", "net_revenue",
+                                                                  "customers"]
+    assert document["execution"]["proof_partitions"] == ["2026-01-05"]
+    assert document["graph"] == [{"asset": "monthly_revenue", "window": {"start": "2026-01-01", "end": "2026-01-01"}}]
+    assert document["downstream"] == [{"asset": "revenue_report", "owners": ["TODO"]}]
+    # what is left is what only people know; filled, the plan fits the graph as drafted
+    text = path.read_text(encoding="utf-8").replace("mode: TODO", "mode: overwrite").replace("TODO", "ops")
+    path.write_text(text, encoding="utf-8")
+    fits = run_cli("plan", "validate", str(path), "--defs", GRAPH_DEFS)
+    assert fits.code == 0, fits.err
+    assert "complete and fits daily_revenue" in fits.out and "graph     monthly_revenue 2026-01-01" in fits.out
+
+
+def test_a_downstream_asset_the_graph_does_not_hold_is_one_line(tmp_path, run_cli):
+    path = tmp_path / "plans" / "fix.yaml"
+    assert run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue", "--start",
+                   "2026-01-05", "--end", "2026-01-18", "--owner", "olivia", "--defs", GRAPH_DEFS).code == 0
+    text = path.read_text(encoding="utf-8").replace("mode: TODO", "mode: overwrite").replace("TODO", "ops")
+    path.write_text(text.replace("  - asset: revenue_report\n", "  - asset: revenue_report\n    owners: [ops]\n"
+                                 "  - asset: revenue_reprot\n", 1), encoding="utf-8")
+    refused = run_cli("plan", "validate", str(path), "--defs", GRAPH_DEFS)
+    assert refused.code == 1
+    assert ("downstream.1.asset = 'revenue_reprot': no such asset in the loaded definitions; name the asset key "
+            "of a consumer (as the Dagster UI shows it)") in refused.err
+    assert len([line for line in refused.err.splitlines() if "revenue_reprot" in line]) == 1
 
 
 def test_plan_new_never_overwrites_and_refuses_values_that_would_inject_yaml(tmp_path, run_cli):

@@ -244,3 +244,22 @@ def test_publish_tells_consumers_what_they_will_see_change_in_notice_evidence_an
     assert metadata["impact_changed"] == len(changed) and metadata["impact_partitions_changed"] == changed_days
     assert metadata["impact_net_revenue_difference"] == pytest.approx(net)
     assert "| partition | added | removed | changed |" in metadata["impact"]
+
+
+def plan_state_on_asset(world, asset: str = "daily_revenue") -> list[dict]:
+    """The plan-state observations on the asset, newest first, read back through the instance."""
+    records = world.instance.fetch_observations(dg.AssetKey(asset), limit=10).records
+    return [{k: getattr(v, "value", v) for k, v in r.asset_observation.metadata.items()} for r in records]
+
+
+def test_the_cli_records_the_plan_state_on_the_asset_when_it_changes_it(world):
+    path = world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    world.approve(path, "alice")  # the owner and one approver: not approved yet, nothing changes phase
+    assert plan_state_on_asset(world) == []
+    world.approve(path, "bob", owner=False)
+    [entry] = plan_state_on_asset(world)  # right after `plan approve`, no sensor tick
+    assert "| fix | approved |" in entry["backfill_assets/plans"], entry
+    assert entry["active_plans"] == 1 and entry["recorded_by"].startswith("backfill by ")
+    assert world.cli("plan", "withdraw", "fix") == 0
+    latest = plan_state_on_asset(world)[0]
+    assert "| fix | withdrawn |" in latest["backfill_assets/plans"] and latest["active_plans"] == 0

@@ -61,7 +61,7 @@ def test_it_halts_at_the_first_failing_slice_and_names_the_exact_fix(world, run_
     world.run_sql("DELETE FROM orders WHERE region IS NULL")
     assert run_cli("run", "fix", "--partitions", "2026-01-04").code == 0
     rest = run_cli("run", "fix")
-    assert rest.code == 0 and "run 1: 2026-01-06..2026-01-07 (2)" in rest.out
+    assert rest.code == 0 and "run 1: 2026-01-06..2026-01-07 (2)" in rest.err  # the stages go to the terminal
     assert "plan fix is reconciled" in rest.out
 
 
@@ -158,7 +158,9 @@ def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, run_cli
 
 
 def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
-    result = run_subprocess("demo", "--home", str(tmp_path / "demo"), timeout=600)
+    # the demo's own definitions: the days, their month and the report its plan names
+    result = run_subprocess("demo", "--home", str(tmp_path / "demo"), timeout=600,
+                            env={"BACKFILL_DEFS": "backfill_assets.demo.definitions"})
     assert result.code == 0, result.out[-3000:] + result.err[-3000:]
     out = result.out + result.err
     for marker in ("REFUSED: 1 gating item(s) open", "ALLOWED: the plan is complete",

@@ -1,4 +1,5 @@
-"""The run coordinator refuses an uncovered backfill run before it starts, and caps each plan."""
+"""The run coordinator refuses a backfill run over history outside every plan before it starts, lets
+one over never-written partitions load without a plan, and caps each plan."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def submit(instance: dg.DagsterInstance, world, tags: dict[str, str], asset: str
     return instance.submit_run(run.run_id, world.workspace)
 
 
-def test_an_uncovered_backfill_run_is_failed_before_it_starts(coordinated):
+def test_an_uncovered_backfill_run_over_history_is_failed_before_it_starts(coordinated):
     world, instance = coordinated
+    assert world.materialize(["2026-01-03"]).success  # one day of the range is history
     run = submit(instance, world, {BACKFILL_TAG: "bf1", RANGE[0]: "2026-01-02", RANGE[1]: "2026-01-04"})
     assert run.status == dg.DagsterRunStatus.FAILURE
     events = instance.all_logs(run.run_id)
@@ -50,7 +52,29 @@ def test_an_uncovered_backfill_run_is_failed_before_it_starts(coordinated):
     assert "PIPELINE_START" not in kinds and "RUN_START" not in kinds
     messages = " ".join(e.message or "" for e in events)
     assert "Refused by the backfill write permission" in messages
-    assert "no approved replay plan covers partitions 2026-01-02..2026-01-04 of daily_revenue" in messages
+    assert "no approved replay plan covers partitions 2026-01-02..2026-01-04 of daily_revenue, and 2026-01-03 " \
+           "holds 5 row(s): rewriting it is a replay" in messages
+    emptied = submit(instance, world, {BACKFILL_TAG: "bf1", "dagster/partition": "2026-01-03"})
+    assert emptied.status == dg.DagsterRunStatus.FAILURE  # before it is emptied by hand, and after:
+    world.run_sql("DELETE FROM daily_revenue")
+    emptied = submit(instance, world, {BACKFILL_TAG: "bf1", "dagster/partition": "2026-01-03"})
+    assert emptied.status == dg.DagsterRunStatus.FAILURE
+    assert "2026-01-03 was written before (it holds no rows now)" in " ".join(
+        e.message or "" for e in instance.all_logs(emptied.run_id))
+
+
+def test_a_backfill_run_over_partitions_never_written_is_queued_without_a_plan(coordinated):
+    """Loading a new table's history from the UI: the daemon's ranged runs pass, untagged by a plan;
+    the run's own permission decides again in each write transaction."""
+    world, instance = coordinated
+    assert world.materialize(["2026-01-06"]).success  # a later day written first changes nothing
+    run = submit(instance, world, {BACKFILL_TAG: "bf5", RANGE[0]: "2026-01-01", RANGE[1]: "2026-01-05"})
+    assert run.status == dg.DagsterRunStatus.QUEUED
+    assert "backfill_assets/plan" not in run.tags
+    # a range reaching into an active plan's window is refused whole
+    world.approved_plan("fix", start="2026-01-05", end="2026-01-05", proof=("2026-01-05",))
+    mixed = submit(instance, world, {BACKFILL_TAG: "bf6", RANGE[0]: "2026-01-01", RANGE[1]: "2026-01-05"})
+    assert mixed.status == dg.DagsterRunStatus.FAILURE
 
 
 def test_a_covered_range_run_is_queued_with_its_plan_cap(coordinated):

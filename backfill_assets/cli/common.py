@@ -193,3 +193,26 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
         "no trust root to count signatures under: run where the control record can be read, or name the "
         "team's reviewed files (the default branch's) with --allowed-signers [--policy]; a file beside "
         "the plan is never trusted"))
+
+
+def record_plan_state(args: argparse.Namespace, plan_id: str, graph=None) -> None:
+    """The plan's state on each of its tables' assets in the Dagster UI, right after this command
+    changed it (the reopen sensor records it on its ticks too). After the commit, and best effort:
+    if Dagster's instance cannot be opened now, the sensor's next tick shows it."""
+    from backfill_assets import terminal
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.plan_state import observations
+
+    try:
+        with warehouse_of(args).session() as session:
+            state = record.get(session, plan_id)
+            if state is None:
+                return
+            found = observations(session, state.assets, f"backfill by {actor()}", graph)
+        with instance_for(home_of(args), quiet=True) as instance:
+            for event in found:
+                instance.report_runless_asset_event(event)
+    except Exception as exc:  # noqa: BLE001 - the change is committed; the UI catches up at the next tick
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        terminal.say(f"backfill: the Dagster UI shows the plan's state at the reopen sensor's next tick "
+                     f"(recording it now failed: {type(exc).__name__}: {first[:160]})")

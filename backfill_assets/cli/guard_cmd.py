@@ -43,7 +43,8 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]
             raise
         return [], (f"not checked against {plan.target}: {exc.message}; run the guard where the "
                     "definitions are found (workspace.yaml) or pass --defs"), None
-    return fit(plan, table.spec, table.scheme(), table.graph).problems, None, table.code_identity(plan.assets)
+    fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
+    return fitted.problems, None, table.code_identity(plan.assets)
 
 
 def _execution(plan, home) -> tuple[ExecutionState, str | None]:

@@ -8,10 +8,11 @@ def modules() -> list:
         approvers_cmd,
         demo_cmd,
         init_cmd,
+        load_cmd,
         notices_cmd,
         report_cmds,
         run_cmds,
         sample_cmd,
     )
 
-    return [init_cmd, sample_cmd, approvers_cmd, run_cmds, report_cmds, notices_cmd, demo_cmd]
+    return [init_cmd, sample_cmd, approvers_cmd, run_cmds, load_cmd, report_cmds, notices_cmd, demo_cmd]

@@ -13,6 +13,7 @@ from backfill_assets.cli.common import (
     add_defs,
     add_home,
     plan_state,
+    record_plan_state,
     warehouse_of,
     writing,
 )
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     new.add_argument("plan_file")
     for option in ("id", "target", "start", "end", "owner"):
         new.add_argument(f"--{option}")
+    add_defs(new)  # with --target: what the spec and the asset graph answer is filled in
     new.set_defaults(handler=cmd_new)
 
     validate = plan_sub.add_parser("validate", help="schema, completeness and fit to the table")
@@ -111,9 +113,20 @@ def cmd_new(args: argparse.Namespace) -> int:
                 raise UsageError(f"--{key.replace('plan_id', 'id')} {value!r} is not a plain value",
                                  fix="use letters, digits and - _ . : @ +")
             text = _fill(text, key, value, indent)
+    filled: list[str] = []
+    if args.target:
+        table, why = _table_for(args.target, args.defs, required=False)
+        if table is not None:
+            from backfill_assets.cli.plan_draft import prefill
+
+            text, filled = prefill(text, table, args.start, args.end)
+        else:
+            print(f"not pre-filled from the definitions: {why} (pass --defs)")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     _plan, problems = collect_problems(read_plan_document(path))
+    if filled:
+        print(f"filled from the definitions: {'; '.join(filled)}")
     print(f"wrote {path}; {len(problems)} key(s) still to fill: run `backfill plan validate {path}`")
     return 0
 
@@ -142,7 +155,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{path}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked against "
               f"{plan.target}: {why} (pass --defs)")
         return 0
-    fitted = fit(plan, table.spec, table.scheme(), table.graph)
+    fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
     if not fitted.ok:
         raise PlanInvalidError(f"{path} does not fit {plan.target}", fitted.problems)
     print(f"{path}: complete and fits {plan.target} (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}, "
@@ -238,6 +251,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"{done.principal} signed {done.plan_id} at {done.sha256[:12]}"
           + ("" if done.recorded_now else " (already recorded; the file is in sync)")
           + f": {done.described}; {state}")
+    if done.plan_of_record and done.recorded_now:  # the signature that made it approved: its phase changed
+        record_plan_state(args, done.plan_id, table.graph)
     return 0
 
 
@@ -323,6 +338,7 @@ def cmd_close(args: argparse.Namespace) -> int:
         state = record.transition(session, state.plan_id, Phase.CLOSED, actor(),
                                   note=args.note or "consumers confirmed")
     print(f"plan {state.plan_id} is {state.phase}")
+    record_plan_state(args, state.plan_id, table.graph)
     return 0
 
 
@@ -332,5 +348,6 @@ def cmd_withdraw(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = withdraw(session, plan_state(session, args.plan), actor(), args.note)
     print(f"plan {state.plan_id} is {state.phase}: its freeze and publish pause are lifted")
+    record_plan_state(args, state.plan_id)
     return 0
 

@@ -11,7 +11,16 @@ import yaml
 
 from backfill_assets import terminal as output
 from backfill_assets.bounded import read_bounded, refuse_non_regular
-from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, reading, writing
+from backfill_assets.cli.common import (
+    actor,
+    add_defs,
+    add_home,
+    home_of,
+    plan_state,
+    reading,
+    record_plan_state,
+    writing,
+)
 from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.cli.partition_args import given as partition_args_given
 from backfill_assets.errors import PublishBlocked, UsageError
@@ -138,6 +147,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             print(f"note: {table.spec.publish_as} had been edited outside backfill since its last publish "
                   f"({replaced.value}); this publish put the checked bytes back")
             break  # every partition's materialization carries the same note
+    record_plan_state(args, state.plan_id, table.graph)
     return 0
 
 

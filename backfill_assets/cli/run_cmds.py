@@ -7,7 +7,16 @@ import os
 
 from backfill_assets import terminal as output
 from backfill_assets.cli import partition_args
-from backfill_assets.cli.common import actor, add_defs, add_home, home_of, plan_state, warehouse_of, writing
+from backfill_assets.cli.common import (
+    actor,
+    add_defs,
+    add_home,
+    home_of,
+    plan_state,
+    record_plan_state,
+    warehouse_of,
+    writing,
+)
 from backfill_assets.cli.partition_args import add_partition_args
 from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import lease, ledger, record
@@ -140,6 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
             state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
             print(f"plan {state.plan_id} is {state.phase}")
+            record_plan_state(args, state.plan_id, table.graph)
             return 0
         from backfill_assets.control import evidence_log
 
@@ -201,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             verdict = proof_verdict(session, after) if args.proof and after else None
         instance.dispose()
     assert after is not None
+    record_plan_state(args, after.plan_id, table.graph)
     print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
     if not all(r.ok for r in reports):
         print(f"plan {after.plan_id} is {after.phase}; Dagster's log: {log}")
@@ -271,4 +282,6 @@ def cmd_rollback(args: argparse.Namespace) -> int:
                           signatures=given, graph=table.graph)
     for line in report.lines():
         print(line)
+    if not args.dry_run:
+        record_plan_state(args, state.plan_id, table.graph)
     return 0

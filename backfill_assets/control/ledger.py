@@ -156,3 +156,46 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
                         "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
     seals.check(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
     return [str(r[0]) for r in rows]
+
+
+def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
+    """The keys of `asset` the framework ever wrote, under a plan or not: such a partition is
+    history even when it holds no rows now. Not checked against seals: a row forged into `writes`
+    can only make a partition need a plan, and one deleted is found by publish and rollback, which
+    verify the whole record."""
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return set()
+    return {str(r[0]) for r in session.rows(
+        f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND partition_key = ANY(?)",
+        [asset, keys])}
+
+
+@dataclass(frozen=True)
+class RecordedFailure:
+    asset: str
+    partition_key: str
+    gate: str
+    figures: dict
+    recorded_at: str
+    write_id: int | None
+
+
+def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
+    """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
+    rows = session.rows(f"SELECT asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq "
+                        f"FROM {SCHEMA}.gate_results WHERE plan_id = ? AND NOT passed ORDER BY result_id", [plan_id])
+    seals.check(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
+    return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w))
+            for a, k, g, f, at, w, _ in rows]
+
+
+def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, str | None, int, str, str]]:
+    """Each (table, code version, code identity) the plan's writes ran: partitions, first and last time."""
+    seqs = [r[0] for r in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ?",
+                                       [plan_id])]
+    seals.check(session, "writes", seqs, f" of plan {plan_id}")
+    rows = session.rows(f"SELECT asset, code_version, code_identity, count(DISTINCT partition_key), "
+                        f"min(recorded_at), max(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ? "
+                        f"GROUP BY asset, code_version, code_identity ORDER BY 5, 1", [plan_id])
+    return [(str(a), v, i, int(n), str(first), str(last)) for a, v, i, n, first, last in rows]

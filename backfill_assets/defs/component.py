@@ -17,12 +17,13 @@ extras), and every identifier is validated by TableSpec before any SQL exists.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 
 from backfill_assets.defs.replayable import DEFAULT_PARTITIONS_PER_RUN, make_replayable_table
-from backfill_assets.defs.resources import backfill_resources
+from backfill_assets.defs.resources import DEFAULT_KEY, backfill_resources
+from backfill_assets.errors import UsageError
 from backfill_assets.table import Column, Metric, TableSpec
 
 
@@ -95,6 +96,15 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     source_partition_mapping: SourceMappingModel | None = None
     home: str = ""  # empty: $BACKFILL_HOME, resolved when a run connects
     warehouse_url: str = ""  # empty: $BACKFILL_WAREHOUSE_URL, else the DuckDB file in the home
+    # the team's own connection: a resource key their definitions bind (a DuckDBResource); then this
+    # component declares no resource, and `home`/`warehouse_url` must stay empty
+    warehouse_key: str = DEFAULT_KEY
+    # passed through to the target and the published asset (besides partition_expr and schema)
+    metadata: dict[str, Any] = {}
+    tags: dict[str, str] = {}
+    owners: list[str] = []
+    kinds: list[str] | None = None
+    publish_description: str | None = None
 
     def spec(self) -> TableSpec:
         return TableSpec(
@@ -109,7 +119,14 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         mapping = self.source_partition_mapping.build() if self.source_partition_mapping else None
+        own = self.warehouse_key == DEFAULT_KEY
+        if not own and (self.home or self.warehouse_url):
+            raise UsageError(f"component {self.name} names warehouse_key {self.warehouse_key!r} and also home or "
+                             "warehouse_url", fix="configure the warehouse in that resource, or drop warehouse_key")
         table = make_replayable_table(self.spec(), self.partitions.build(), group_name=self.group_name,
-                                      partitions_per_run=self.partitions_per_run, source_partition_mapping=mapping)
+                                      partitions_per_run=self.partitions_per_run, source_partition_mapping=mapping,
+                                      warehouse_key=self.warehouse_key, metadata=self.metadata, tags=self.tags,
+                                      owners=self.owners, kinds=self.kinds,
+                                      publish_description=self.publish_description)
         return dg.Definitions(assets=list(table.assets), sensors=[table.sensor],
-                              resources=backfill_resources(self.home, self.warehouse_url))
+                              resources=backfill_resources(self.home, self.warehouse_url) if own else {})

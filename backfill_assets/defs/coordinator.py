@@ -1,11 +1,15 @@
-"""A run coordinator that refuses an uncovered backfill run of a replayable table before it starts.
+"""A run coordinator that refuses a backfill run of a replayable table that would rewrite history
+without a plan, before it starts.
 
 Dagster has no hook on backfill creation, but every run passes `submit_run`. Only runs whose job
 holds a replayable table (its op carries `backfill_assets/replayable`) and that Dagster tagged as
 part of a backfill are looked at; every other run (other assets, other partitionings) passes
-untouched. A covered run is tagged with its plan and with `backfill_assets/plan-cap-N`, so the
-tag concurrency limits in dagster.yaml cap each plan at its own `runs_at_once`. The run's op
-checks the write permission again, partition by partition, whatever this coordinator decided.
+untouched. A run inside a plan's window is tagged with its plan and with
+`backfill_assets/plan-cap-N`, so the tag concurrency limits in dagster.yaml cap each plan at its
+own `runs_at_once`. A run outside every plan passes only when the data says its partitions are
+new (no rows, never written: loading a new table's history from the UI); one over history is
+failed here, naming the first such partition. The run's op checks the write permission again,
+partition by partition, whatever this coordinator decided.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import has_control_schema
 from backfill_assets.errors import BackfillError, PartitionRefused
 from backfill_assets.home import Home
-from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG, REPLAYABLE_OP_TAG
+from backfill_assets.partitions import scheme_for
+from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG, REPLAYABLE_OP_TAG, history
 from backfill_assets.plan.phases import WRITABLE
+from backfill_assets.table import TableSpec
 from backfill_assets.warehouse import open_warehouse
 
 MAX_CAP = 16
@@ -43,9 +49,10 @@ def cap_tags(plan_id: str, runs_at_once: int) -> dict[str, str]:
     return {PLAN_TAG: plan_id, CAP_TAG.format(min(runs_at_once, MAX_CAP)): plan_id}
 
 
-def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) -> PlanState:
+def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) -> PlanState | None:
     """The active plan whose window holds both ends of the span (its window is contiguous, so it
-    holds every key between them), in a phase and hold that let it start a run."""
+    holds every key between them), in a phase and hold that let it start a run; None when no plan
+    holds either end (then the data decides, `refuse_history`)."""
     first, last = span
     for plan in plans:
         if plan.covers(first, target) and plan.covers(last, target):
@@ -63,11 +70,59 @@ def covering_plan(plans: list[PlanState], target: str, span: tuple[str, str]) ->
                     + ("" if target == plan.target else f", not {target} (its graph runs after the proof)"),
                     plan_id=plan.plan_id, partition=first, fix=f"run `backfill run {plan.plan_id} --proof`")
             return plan
-    raise PartitionRefused(f"no approved replay plan covers partitions {first}..{last} of {target}; "
-                           "backfill runs may only write inside an approved plan's window",
-                           plan_id=None, partition=first,
-                           fix=f"draft one with `backfill plan new plans/<id>.yaml --target {target}`, "
-                               "have it approved, then relaunch")
+    held = next((p for p in plans if p.covers(first, target) or p.covers(last, target)), None)
+    if held is not None:
+        raise PartitionRefused(f"partitions {first}..{last} of {target} reach outside plan {held.plan_id}'s "
+                               "window", plan_id=held.plan_id, partition=first,
+                               fix="launch the plan's partitions and the others as separate backfills")
+    return None
+
+
+def _refusal(target: str, span: tuple[str, str], why: str) -> PartitionRefused:
+    first, last = span
+    return PartitionRefused(f"no approved replay plan covers partitions {first}..{last} of {target}, and {why}: "
+                            "rewriting it is a replay", plan_id=None, partition=first,
+                            fix=f"draft one with `backfill plan new plans/<id>.yaml --target {target}`, "
+                                "have it approved, then relaunch (only partitions never written load without one)")
+
+
+def table_of_workspace(workspace: Any, target: str) -> tuple[TableSpec, Any] | None:
+    """The spec and partitions definition of `target` as the run's code location declares them,
+    read through the workspace's asset graph (a Dagster internal, kept to this function; a test of
+    the coordinator fails when an upgrade moves it). None when it cannot be read."""
+    from backfill_assets.defs.replayable import SPEC_METADATA
+
+    try:
+        node = workspace.asset_graph.get(AssetKey(target.split("/")))
+        raw = node.metadata.get(SPEC_METADATA)
+        spec = TableSpec.from_json(str(raw.value if hasattr(raw, "value") else raw))
+        return spec, node.partitions_def
+    except Exception:  # noqa: BLE001 - the run's own permission decides; this is only the early refusal
+        return None
+
+
+def refuse_history(session: Any, workspace: Any, plans: list[PlanState], target: str,
+                   span: tuple[str, str]) -> None:
+    """A backfill run outside every plan may start only over new partitions (no rows, never
+    written), the rule the run's permission applies again inside each write transaction."""
+    found = table_of_workspace(workspace, target)
+    if found is None:
+        return  # the run's permission refuses history before any write, with the same message
+    spec, partitions_def = found
+    scheme = scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
+    first, last = span
+    if first not in scheme or last not in scheme:
+        return
+    keys = list(scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1])
+    inside = next((k for k in keys for p in plans if p.covers(k, target)), None)
+    if inside is not None:
+        raise PartitionRefused(f"partitions {first}..{last} of {target} reach into an active plan's window "
+                               f"({inside})", plan_id=None, partition=inside,
+                               fix="launch the plan's partitions and the others as separate backfills")
+    old = history(session, spec, scheme, keys)
+    if old:
+        key = next(k for k in keys if k in old)
+        raise _refusal(target, span, f"{key} {old[key]}")
 
 
 class PlanGateRunCoordinator(QueuedRunCoordinator):
@@ -118,7 +173,11 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
                 with warehouse.session() as session:
                     plans = record.active_plans(session) if has_control_schema(session) else []
                     for target in targets:
-                        plan = covering_plan([p for p in plans if p.involves(target)], target, span)
+                        involved = [p for p in plans if p.involves(target)]
+                        plan = covering_plan(involved, target, span)
+                        if plan is None:
+                            refuse_history(session, context.workspace, involved, target, span)
+                            continue
                         # the code is checked by the run's own permission, which loads the table
                         why = authority.refusal(session, plan.approved, code=None)
                         if why:

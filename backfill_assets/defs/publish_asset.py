@@ -1,11 +1,12 @@
 """The publish asset: what consumers read, copied from the audited target under the publish rule."""
 
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.errors import BackfillError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact
@@ -22,19 +23,25 @@ def impact_metadata(impact: Impact) -> dict[str, object]:
 
 
 def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition, target_key: dg.AssetKey,
-                       holder: dict[str, "ReplayableTable"], *, group_name: str | None = None
-                       ) -> dg.AssetsDefinition:
+                       holder: dict[str, "ReplayableTable"], *, group_name: str | None = None,
+                       warehouse_key: str = DEFAULT_KEY, description: str | None = None,
+                       metadata: Mapping[str, object] | None = None, tags: Mapping[str, str] | None = None,
+                       owners: Sequence[str] = (), kinds: Iterable[str] = ("sql",)) -> dg.AssetsDefinition:
     @dg.asset(
         key=dg.AssetKey(spec.publish_as.split("/")),
         deps=[target_key],
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run(),
         group_name=group_name,
-        kinds={"sql"},
-        description=f"Published {spec.name}: only partitions whose gates all passed on exactly the "
-                    "data being copied; paused while a replay plan holds them.",
+        kinds=set(kinds),
+        owners=list(owners),
+        tags=dict(tags or {}),
+        metadata=dict(metadata or {}),
+        description=description or f"Published {spec.name}: only partitions whose gates all passed on exactly "
+                                   "the data being copied; paused while a replay plan holds them.",
+        required_resource_keys={warehouse_key},
     )
-    def published(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+    def published(context: dg.AssetExecutionContext):
         from backfill_assets.defs.graph import asset_key, graph_of_run
         from backfill_assets.defs.replayable import run_actor
 
@@ -42,11 +49,12 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         scheme = holder["table"].scheme()
         graph = graph_of_run(context)
         refusal: BackfillError | None = None
-        with warehouse.session() as session:
-            try:
+        try:
+            warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
+            with warehouse.session() as session:
                 done = rule.publish(session, spec, scheme, keys, actor=run_actor(context), graph=graph)
-            except BackfillError as exc:
-                refusal = exc
+        except BackfillError as exc:
+            refusal = exc
         if refusal is not None:
             # the UI shows a partition changed after its gates ran on the target's sixth check;
             # yielded (not logged) so the events are stored before the step fails

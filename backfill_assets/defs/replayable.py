@@ -10,6 +10,7 @@ backfill runs ranges of `partitions_per_run` partitions (a backfill policy), lik
 
 import os
 import socket
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -18,9 +19,9 @@ from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.graph import SPEC_METADATA, graph_of_run, tables_of_graph
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
-from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.sensor import make_reopen_sensor
-from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused
+from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
 from backfill_assets.impact import plan_impact
@@ -90,20 +91,50 @@ def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: 
     return impact_metadata(impact)
 
 
+RESERVED_TAG = "backfill_assets/replayable"
+
+
+def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec) -> dict[str, object]:
+    """The team's metadata, under ours: `partition_expr` (the partition column) and `schema` tell
+    dagster-duckdb's IO managers where a partition's rows are, so a downstream pandas asset loads
+    the published table's partitions as DataFrames."""
+    given = dict(metadata or {})
+    if SPEC_METADATA in given:
+        raise UsageError(f"metadata of {spec.name} may not set {SPEC_METADATA}: the table's spec travels there",
+                         fix="give the key another name")
+    return {"partition_expr": spec.partition_column, "schema": "main", **given}
+
+
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
                           group_name: str | None = None,
                           partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN,
-                          source_partition_mapping: dg.PartitionMapping | None = None) -> ReplayableTable:
+                          source_partition_mapping: dg.PartitionMapping | None = None,
+                          warehouse_key: str = DEFAULT_KEY,
+                          metadata: Mapping[str, object] | None = None,
+                          tags: Mapping[str, str] | None = None,
+                          owners: Sequence[str] | None = None,
+                          kinds: Iterable[str] | None = None,
+                          publish_description: str | None = None) -> ReplayableTable:
     """A team's table as Dagster definitions. When `spec.source` is another replayable table, this
     one is part of its graph: a plan over the source recomputes, gates and publishes it too, for
     the partitions `source_partition_mapping` maps the window to (Dagster's default mapping when
-    None: time windows by overlap, e.g. daily -> monthly; static partitions by identity)."""
+    None: time windows by overlap, e.g. daily -> monthly; static partitions by identity).
+
+    `warehouse_key` names the resource runs write through: a `WarehouseResource` (the default,
+    `backfill_resources()`) or the team's dagster-duckdb `DuckDBResource`. `metadata`, `tags`,
+    `owners` and `kinds` go on the target and the published asset (the target's description is
+    `spec.description`); both carry `partition_expr` and `schema` for dagster-duckdb's IO managers
+    (the team's metadata wins, e.g. `{"schema": "public"}` on PostgreSQL)."""
     key = dg.AssetKey(spec.name.split("/"))
     # built once here to refuse an unsupported partitioning when the definitions load
     scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
     if spec.range_form and isinstance(partitions_def, dg.StaticPartitionsDefinition):
         raise IdentifierError(f"table {spec.name} declares range_form, but static partitions have no range",
                               fix="leave range_form out (select_sql then binds $partition)")
+    if tags and RESERVED_TAG in tags:
+        raise UsageError(f"tags of {spec.name} may not set {RESERVED_TAG}", fix="give the tag another name")
+    shared = dict(metadata=_team_metadata(metadata, spec), owners=list(owners or []),
+                  kinds=set(kinds) if kinds is not None else {"sql"})
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
     holder: dict[str, ReplayableTable] = {}
@@ -113,21 +144,23 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         specs=[dg.AssetSpec(key, deps=[dg.AssetDep(dg.AssetKey(spec.source.split("/")),
                                                    partition_mapping=source_partition_mapping)],
                             partitions_def=partitions_def, code_version=spec.code_version,
-                            description=spec.description, group_name=group_name, kinds={"sql"},
-                            tags={"backfill_assets/replayable": ""},
-                            metadata={SPEC_METADATA: spec.to_json()})],
+                            description=spec.description, group_name=group_name, kinds=shared["kinds"],
+                            owners=shared["owners"], tags={**(tags or {}), RESERVED_TAG: ""},
+                            metadata={**shared["metadata"], SPEC_METADATA: spec.to_json()})],
         check_specs=check_specs,
         partitions_def=partitions_def,
         can_subset=True,
         backfill_policy=dg.BackfillPolicy.multi_run(partitions_per_run),
         op_tags={REPLAYABLE_OP_TAG: spec.name},
+        required_resource_keys={warehouse_key},
     )
-    def target(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+    def target(context: dg.AssetExecutionContext):
         keys = list(context.partition_keys)
         tags = dict(context.run.tags)
         actor = run_actor(context)
         scheme = holder["table"].scheme()
         try:
+            warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
             with warehouse.session() as session:
                 try:
                     permission = permit(session, spec, scheme, keys, tags,
@@ -172,8 +205,10 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             raise dg.Failure(description=f"gates failed on {len(failed)} of {len(writes)} partition(s), "
                                          f"first {first}: {', '.join(failed[first])}")
 
-    publish = make_publish_asset(spec, partitions_def, key, holder, group_name=group_name)
-    sensor = make_reopen_sensor(spec, holder, publish.key)
+    publish = make_publish_asset(spec, partitions_def, key, holder, group_name=group_name,
+                                 warehouse_key=warehouse_key, description=publish_description,
+                                 tags=dict(tags or {}), **shared)
+    sensor = make_reopen_sensor(spec, holder, publish.key, warehouse_key)
     table = ReplayableTable(spec, partitions_def, target, publish, sensor)
     holder["table"] = table
     return table

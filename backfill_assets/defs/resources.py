@@ -1,4 +1,11 @@
-"""The one resource a replayable table needs: the warehouse, chosen by configuration."""
+"""The one resource a replayable table needs: the warehouse, chosen by configuration.
+
+A team that already has a connection passes its resource key instead: dagster-duckdb's
+`DuckDBResource` for DuckDB. Runs, the sensor and publish then open that file through our engine
+(visible, bounded lock waits); it must be the file the CLI and the run coordinator read
+(`BACKFILL_WAREHOUSE_URL`, else `$BACKFILL_HOME/warehouse.duckdb`), since the control record lives
+beside the data and both halves must see one record.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from backfill_assets.control.schema import ensure_schema
+from backfill_assets.errors import UsageError
 from backfill_assets.home import Home, resolve_home
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
@@ -37,8 +45,41 @@ class WarehouseResource(dg.ConfigurableResource):
             yield session
 
 
-def backfill_resources(home: str = "", url: str = "") -> dict[str, object]:
-    return {"warehouse": _warehouse(home, url)}
+DEFAULT_KEY = "warehouse"
+
+
+def backfill_resources(home: str = "", url: str = "", key: str = DEFAULT_KEY) -> dict[str, object]:
+    return {key: _warehouse(home, url)}
+
+
+def as_warehouse(resource: object, key: str) -> WarehouseResource:
+    """The warehouse behind the resource a table was given by `key`: ours, or a team's
+    `DuckDBResource` (its database file, which must be the backfill warehouse)."""
+    if isinstance(resource, WarehouseResource):
+        return resource
+    from dagster_duckdb import DuckDBResource
+
+    if not isinstance(resource, DuckDBResource):
+        raise UsageError(f"resource {key!r} is a {type(resource).__name__}; a replayable table writes through "
+                         "a WarehouseResource or dagster-duckdb's DuckDBResource",
+                         fix=f"bind {key!r} to one of them, or pass warehouse_key= naming one")
+    database = str(resource.database or "")
+    if database in ("", ":memory:") or database.startswith(("md:", "motherduck:")):
+        raise UsageError(f"DuckDBResource {key!r} opens {database or 'an in-memory database'}, which the CLI "
+                         "and other processes cannot open", fix="give it the path of a DuckDB file")
+    path = Path(database).expanduser()
+    if not path.is_absolute():
+        # relative to whichever folder each process starts in: the UI, the daemon and the CLI
+        # would each write their own file
+        raise UsageError(f"DuckDBResource {key!r} names the relative path {database!r}",
+                         fix="give it an absolute path (e.g. under $BACKFILL_HOME)")
+    wanted = resolve_home().warehouse_url
+    url = f"duckdb:///{path.resolve()}"
+    if not wanted.startswith("duckdb:///") or Path(wanted[len("duckdb:///"):]).resolve() != path.resolve():
+        raise UsageError(f"DuckDBResource {key!r} opens {path}, but the CLI and the run coordinator read the "
+                         f"warehouse {wanted.split('@')[-1]}", fix=f"set BACKFILL_WAREHOUSE_URL={url} where "
+                         "Dagster and the CLI run (or point the resource at that warehouse)")
+    return _warehouse("", url)
 
 
 @lru_cache(maxsize=32)

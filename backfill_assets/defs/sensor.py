@@ -14,14 +14,14 @@ import dagster as dg
 
 from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
-from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.defs.plan_state import observation, plans_of_table
+from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
 from backfill_assets.permission import PLAN_TAG
-from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
+from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.settings import whole_number
-from backfill_assets.status import markdown, plan_status
 from backfill_assets.table import TableSpec
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ SENSOR_LOCK_WAIT_SECONDS = 10.0
 SENSOR_RELAY_BUDGET_SECONDS = 10.0  # a tick stays short; what is left waits for the next tick
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
-PLAN_STATE_METADATA = "backfill_assets/plans"
 INTERVAL_ENV = "BACKFILL_REOPEN_INTERVAL_SECONDS"
 DEFAULT_INTERVAL_SECONDS = 30
 MAX_CONSUMER_RUNS = 100  # partitions of one consumer requested after a publish
@@ -67,17 +66,8 @@ def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> li
     return requests
 
 
-def _root(state: record.PlanState, spec: TableSpec, scheme, graph: TableGraph | None) -> tuple:
-    """The plan's target's spec and scheme (this table's, unless the plan is another table's graph)."""
-    if state.target == spec.name:
-        return spec, scheme, graph
-    if graph is not None and state.target in graph.tables:
-        return graph.spec(state.target), graph.scheme(state.target), graph
-    return None, None, None
-
-
 def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
-                       publish_key: dg.AssetKey) -> dg.SensorDefinition:
+                       publish_key: dg.AssetKey, warehouse_key: str = DEFAULT_KEY) -> dg.SensorDefinition:
     target_key = dg.AssetKey(spec.name.split("/"))
 
     @dg.sensor(
@@ -89,9 +79,11 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
         | dg.AssetSelection.assets(publish_key, target_key).downstream(),
         description=f"Reopens publish of {spec.publish_as} once a plan's window passed every gate, "
                     f"and shows {spec.name}'s plans on the asset.",
+        required_resource_keys={warehouse_key},
     )
-    def reopen(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-        requests, notes, statuses = [], [], []
+    def reopen(context: dg.SensorEvaluationContext):
+        warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
+        requests, notes, table, active = [], [], "", 0
         scheme = holder["table"].scheme()
         graph = graph_of_repository(context.repository_def) if context.repository_def else None
         try:
@@ -108,27 +100,21 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
                         requests.append(dg.RunRequest(
                             run_key=f"publish:{state.plan_id}:{reconciled[-1].seq}",
                             asset_selection=[publish_key], tags=publish_run_tags(state)))
-                plans = sorted(record.all_plans(session, target=spec.name), key=lambda s: s.updated_at)
                 if graph is not None:
-                    for state in plans:
+                    for state in record.all_plans(session, target=spec.name):
                         if state.target == spec.name and state.phase is Phase.PUBLISHED:
                             requests += consumer_requests(session, state, graph)
-                shown = [s for s in plans if s.phase not in ENDED] + [s for s in plans if s.phase in ENDED][-5:]
-                statuses = [plan_status(session, s, *_root(s, spec, scheme, graph)) for s in shown]
+                table, active = plans_of_table(session, spec.name, spec, scheme, graph)
             outbox.relay(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS,
                          budget=SENSOR_RELAY_BUDGET_SECONDS)
         except LockWaitTimeout as exc:
             # only a lock wait is "busy"; any other error (a missing table, a server that refuses
             # the connection) fails the tick, so the UI shows it as the error it is
             return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")
-        table = markdown(statuses)
         cursor = hashlib.sha256(table.encode()).hexdigest()
         events = []
         if cursor != context.cursor:  # an observation only when the plans' state changed
-            events.append(dg.AssetObservation(asset_key=target_key, metadata={
-                PLAN_STATE_METADATA: dg.MetadataValue.md(table),
-                "active_plans": dg.MetadataValue.int(sum(1 for s in statuses if Phase(s.phase) in ACTIVE)),
-            }))
+            events.append(observation(spec.name, table, active, "reopen-sensor"))
         return dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor,
                                skip_reason=None if requests or events else
                                ("; ".join(notes) or f"no active plan for {spec.name}"))

@@ -13,7 +13,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -84,17 +84,20 @@ def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
     return out
 
 
-def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance, plan_id: str,
-              keys: list[str], actor: str, run_config: dict, launcher: str | None = None) -> tuple[str, list[str]]:
+def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance, plan_id: str | None,
+              keys: list[str], actor: str, run_config: dict, launcher: str | None = None,
+              assets: Sequence[str] | None = None) -> tuple[str, list[str]]:
     """One Dagster run of the target over `keys` (contiguous); returns its id and failures.
-    `launcher`: the lease holder's label when this process is one of its workers."""
+    `launcher`: the lease holder's label when this process is one of its workers; `assets`: what the
+    run materializes instead of the target alone (a plan-free load adds the published asset)."""
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     tags = cli_run_tags(plan_id, actor, launcher)
     if len(keys) == 1:
         tags["dagster/partition"] = keys[0]
     else:
         tags.update({RANGE_START: keys[0], RANGE_END: keys[-1]})
-    result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(table.spec.name.split("/"))],
+    selection = [dg.AssetKey(a.split("/")) for a in (assets or [table.spec.name])]
+    result = job.execute_in_process(instance=instance, asset_selection=selection,
                                     tags=tags, raise_on_error=False, run_config=run_config)
     return result.run_id, ([] if result.success else failure_messages(result) or [f"run {result.run_id} failed"])
 

@@ -33,9 +33,12 @@ class Fit:
         return not self.problems
 
 
-def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None) -> Fit:
+def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None, *,
+        drafting: bool = False) -> Fit:
     """`graph`: the loaded definitions' tables (`defs.graph.TableGraph`); without it a plan that
-    lists a graph cannot be checked, and does not fit."""
+    lists a graph cannot be checked, and does not fit. `drafting`: also what people get wrong while
+    writing it (a `downstream` name that is no asset); the decisions of runs do not re-judge that,
+    so a consumer renamed later does not stop a replay."""
     problems: list[PlanProblem] = []
     if plan.target != spec.name:
         problems.append(PlanProblem("target", plan.target, f"the loaded table is {spec.name}"))
@@ -102,4 +105,9 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
                     problems.append(PlanProblem(
                         "downstream", consumer.asset, f"{consumer.asset} reads {consumer.reads}, which the plan "
                         f"changes: add `- {{asset: {consumer.asset}, owners: [...]}}` under downstream:"))
+    if drafting:  # after the graph's problems, which it does not hide
+        known = {"/".join(k.path) for k in graph.asset_graph.get_all_asset_keys()}
+        problems += [PlanProblem(f"downstream.{i}.asset", consumer.asset, "no such asset in the loaded definitions; "
+                                 "name the asset key of a consumer (as the Dagster UI shows it)")
+                     for i, consumer in enumerate(plan.downstream) if consumer.asset not in known]
     return Fit(keys, problems, members)

@@ -19,8 +19,16 @@ def engine_for(url: str) -> Engine:
     if url.startswith("duckdb:///"):
         from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
 
-        # SQLAlchemy's convention: duckdb:///relative.db, duckdb:////absolute/path.db
-        return DuckDBEngine(url[len("duckdb:///"):])
+        # SQLAlchemy's convention: duckdb:////absolute/path.db (four slashes: three, then the path's
+        # own). duckdb:///data/x.duckdb would be relative to whichever folder each process starts
+        # in, so the UI, the daemon and the CLI would silently write different files: refused.
+        path = url[len("duckdb:///"):]
+        if not path.startswith("/") and not (len(path) > 2 and path[1] == ":"):  # C:/ on Windows
+            raise UsageError(f"warehouse URL {url!r} names a relative path, which each process would resolve "
+                             "from its own current folder",
+                             fix=f"use an absolute path (duckdb:////abs/{path or 'warehouse.duckdb'}), or leave "
+                                 "BACKFILL_WAREHOUSE_URL unset for the file in BACKFILL_HOME")
+        return DuckDBEngine(path)
     if url.startswith(("postgresql://", "postgres://")):
         from backfill_assets.warehouse.postgres_engine import PostgresEngine
 

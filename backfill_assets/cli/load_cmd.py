@@ -1,0 +1,138 @@
+"""`backfill load TARGET --start A --end B`: a new table's history, without a plan.
+
+The data decides: partitions that hold no rows and were never written are new, and any run may fill
+them. The load refuses before launching anything when one of them is history (it holds rows, or
+was written before) or lies in an active plan's window, naming the first; then it runs ranges of
+the target and its published asset, gated and published like the daily schedule's runs, shows its
+progress, and halts at the first range whose gates fail. Each run's permission decides again,
+inside each write transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from backfill_assets import terminal as output
+from backfill_assets.cli.common import actor, add_defs, add_home, home_of, writing
+from backfill_assets.errors import PlanRefused, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    load = sub.add_parser("load", help="fill a table's never-written partitions without a plan, in ranged runs")
+    load.add_argument("target", help="the replayable table")
+    load.add_argument("--start", required=True, help="first partition key")
+    load.add_argument("--end", required=True, help="last partition key (inclusive)")
+    load.add_argument("--per-run", type=int, help="partitions a run writes (default: the target's backfill policy)")
+    load.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
+    add_defs(load)
+    add_home(load)
+    load.set_defaults(handler=cmd_load, relay=True)
+
+
+def _span(scheme, start: str, end: str, target: str) -> list[str]:
+    for key in (start, end):
+        if key not in scheme:
+            raise UsageError(f"{key!r} is not a partition of {target}",
+                             fix=f"name keys of its partitions ({scheme.ordered_keys[0]}..{scheme.ordered_keys[-1]})")
+    first, last = scheme.position(start), scheme.position(end)
+    if first > last:
+        raise UsageError(f"--start {start} comes after --end {end}", fix="swap them")
+    return list(scheme.ordered_keys[first:last + 1])
+
+
+def _per_run(args: argparse.Namespace, loaded, target: str) -> int:
+    if args.per_run is not None:
+        if not 1 <= args.per_run <= 1000:
+            raise UsageError(f"--per-run {args.per_run} is out of range", fix="give 1..1000")
+        return args.per_run
+    import dagster as dg
+
+    policy = loaded.definitions.resolve_assets_def(dg.AssetKey(target.split("/"))).backfill_policy
+    return (policy.max_partitions_per_run if policy else None) or 1
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from backfill_assets.control import ledger, record
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.execution.runner import Progress, enable_event_batching, fail_dead_runs, run_range
+    from backfill_assets.execution.stages import Stage, slices_of
+    from backfill_assets.permission import history
+
+    home = home_of(args)
+    os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
+    enable_event_batching()
+    loaded = load_defs(args.defs)
+    table = loaded.table(args.target)
+    spec, scheme = table.spec, table.scheme()
+    keys = _span(scheme, args.start, args.end, spec.name)
+    with writing(args) as session:
+        held = next(((k, p) for k in keys for p in record.active_plans(session, target=spec.name)
+                     if p.covers(k, spec.name)), None)
+        if held is not None:
+            raise PlanRefused(f"{held[0]} of {spec.name} lies in plan {held[1].plan_id}'s window",
+                              fix=f"load around it, or run it with the plan (`backfill status {held[1].plan_id}`)")
+        old = history(session, spec, scheme, keys)
+    if old:
+        first = next(k for k in keys if k in old)
+        raise PlanRefused(f"{len(old)} of the {len(keys)} partition(s) of {spec.name} are history "
+                          f"({first} {old[first]}); only partitions never written load without a plan",
+                          fix=f"load the new ones around them, and replay history with a plan (`backfill plan new "
+                              f"plans/<id>.yaml --target {spec.name}`)")
+    stage = Stage(f"load {spec.name}", slices_of(keys, _per_run(args, loaded, spec.name), scheme))
+    if args.dry_run:
+        print(stage.describe() + "\n(dry run: nothing written)")
+        return 0
+    output.say(stage.describe())
+    instance = instance_for(home)
+    progress = Progress(len(keys), stage.name, output.write, output.terminal_is_tty())
+    runs, halted = 0, None
+    try:
+        fail_dead_runs(instance)
+        with output.dagster_output(home) as log:
+            for part in stage.slices:
+                _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),
+                                      assets=[spec.name, spec.publish_as])
+                runs += 1
+                progress.advance(len(part))
+                if errors:
+                    halted = (list(part), errors)
+                    break
+    finally:
+        instance.dispose()
+    if halted is None:
+        print(f"loaded {len(keys)} partition(s) of {spec.name} in {runs} run(s), gated and published to "
+              f"{spec.publish_as}")
+        return 0
+    part, errors = halted
+    with writing(args) as session:
+        latest = ledger.latest(session, spec.name, part)
+    failed = {k: e.failed for k, e in latest.items() if e is not None and not e.passed}
+    passed = [k for k, e in latest.items() if e is not None and e.passed]
+    if passed:
+        # the run wrote its whole range before its failing gates failed it, so its publish step was
+        # skipped: the partitions that passed are published apart, under the same rule
+        instance = instance_for(home)
+        try:
+            with output.dagster_output(home):
+                for first, last in scheme.runs(passed):
+                    span = list(scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1])
+                    run_range(loaded, table, instance, None, span, actor(), output.run_config(),
+                              assets=[spec.publish_as])
+        finally:
+            instance.dispose()
+    for error in errors[:3]:
+        print(f"  run failed: {error}")
+    for key, gates in list(failed.items())[:10]:
+        print(f"  {key}: {', '.join(gates)} failed")
+    print(f"halted at {part[0]}..{part[-1]}; Dagster's log: {log}")
+    if failed:
+        bad = [k for k in part if k in failed]
+        print(f"those partitions hold rows now, so rewriting them is a replay: fix the cause, then `backfill plan "
+              f"new plans/<id>.yaml --target {spec.name} --start {bad[0]} --end {bad[-1]}`")
+        after = scheme.position(part[-1]) + 1
+        if after <= scheme.position(keys[-1]):
+            print(f"the rest loads with `backfill load {spec.name} --start {scheme.ordered_keys[after]} "
+                  f"--end {keys[-1]}`")
+    return 1

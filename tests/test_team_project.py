@@ -1,0 +1,122 @@
+"""A team's own Dagster project: their dagster-duckdb `DuckDBResource` under their key, and a pandas
+asset reading the published table through `DuckDBPandasIOManager`, on a real DuckDB file and instance."""
+
+from decimal import Decimal
+
+import dagster as dg
+import pandas as pd
+import pytest
+import yaml
+from dagster_duckdb import DuckDBResource
+from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+from backfill_assets.defs.component import ReplayableTableComponent
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from backfill_assets.errors import UsageError
+from backfill_assets.warehouse import engine_for
+from tests.test_component import ATTRIBUTES
+from tests.world import failure_text, keys
+
+SEEN: dict[str, pd.DataFrame] = {}
+
+
+@dg.asset(partitions_def=PARTITIONS, ins={"published_revenue": dg.AssetIn()}, kinds={"pandas"})
+def revenue_by_region(context: dg.AssetExecutionContext, published_revenue: pd.DataFrame) -> dg.MaterializeResult:
+    """The team's consumer: the published days of its run, as a DataFrame the IO manager loaded."""
+    SEEN[context.partition_key_range.start] = published_revenue
+    return dg.MaterializeResult(metadata={"rows": len(published_revenue)})
+
+
+def team_definitions(database: str) -> dg.Definitions:
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS, warehouse_key="duckdb", owners=["team:finance"],
+                                  tags={"domain": "revenue"}, kinds=["duckdb"],
+                                  metadata={"dashboard": "https://bi.example/revenue"},
+                                  publish_description="Revenue as finance reads it.")
+    return dg.Definitions(assets=[ORDERS, *table.assets, revenue_by_region], sensors=[table.sensor],
+                          resources={"duckdb": DuckDBResource(database=database),
+                                     "io_manager": DuckDBPandasIOManager(database=database)})
+
+
+def run(defs: dg.Definitions, instance, selection: list[str], first: str, last: str):
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(s) for s in selection],
+                                  tags={"dagster/asset_partition_range_start": first,
+                                        "dagster/asset_partition_range_end": last}, raise_on_error=False)
+
+
+@pytest.fixture
+def team(world, monkeypatch):
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    return world
+
+
+def test_a_pandas_consumer_reads_published_partitions_through_the_teams_duckdb_resource(team):
+    defs = team_definitions(str(team.warehouse_path))
+    first, last = keys(2, 4)[0], keys(2, 4)[-1]
+    result = run(defs, team.instance, ["daily_revenue", "published_revenue", "revenue_by_region"], first, last)
+    assert result.success, failure_text(result)
+    frame = SEEN[first]
+    expected = team.sql("SELECT order_date, region, net_revenue FROM published_revenue "
+                        "WHERE order_date BETWEEN ? AND ? ORDER BY 1, 2", [first, last])
+    assert len(expected) == 15 and len(frame) == len(expected)  # 5 regions a day, only the run's days
+    got = sorted((str(r.order_date)[:10], r.region, Decimal(str(r.net_revenue))) for r in frame.itertuples())
+    assert got == [(str(d), r, n) for d, r, n in expected]
+    assert team.rows("daily_revenue", keys(1, 1)[0]) == 0  # outside the run: neither written nor loaded
+
+
+def test_the_factory_passes_the_teams_metadata_tags_owners_and_kinds_to_both_assets():
+    graph = team_definitions("/tmp/unused.duckdb").resolve_asset_graph()
+    for name in ("daily_revenue", "published_revenue"):
+        node = graph.get(dg.AssetKey(name))
+        assert node.metadata["partition_expr"] == "order_date" and node.metadata["schema"] == "main"
+        assert node.metadata["dashboard"] == "https://bi.example/revenue"
+        assert node.owners == ["team:finance"]
+        assert node.tags["domain"] == "revenue" and "dagster/kind/duckdb" in node.tags
+    assert graph.get(dg.AssetKey("published_revenue")).description == "Revenue as finance reads it."
+    assert graph.get(dg.AssetKey("daily_revenue")).description == DAILY_REVENUE.description
+    with pytest.raises(UsageError, match="may not set backfill_assets/spec"):
+        make_replayable_table(DAILY_REVENUE, PARTITIONS, metadata={"backfill_assets/spec": "{}"})
+
+
+def test_the_component_takes_the_teams_resource_key_and_metadata():
+    attributes = {**ATTRIBUTES, "warehouse_key": "duckdb", "owners": ["team:finance"], "kinds": ["duckdb"],
+                  "metadata": {"dashboard": "x"}, "tags": {"domain": "revenue"}}
+    defs = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(attributes)).build_defs(
+        dg.ComponentTree.for_test().load_context)
+    assert not defs.resources  # the team's definitions bind "duckdb"
+    project = dg.Definitions.merge(defs, dg.Definitions(resources={"duckdb": DuckDBResource(database="/x.duckdb")}))
+    node = project.resolve_asset_graph().get(dg.AssetKey("published_revenue"))
+    assert node.metadata["partition_expr"] == "order_date" and node.metadata["dashboard"] == "x"
+    assert node.owners == ["team:finance"] and node.tags["domain"] == "revenue"
+    clash = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump({**attributes, "home": "/srv/backfill"}))
+    with pytest.raises(UsageError, match="names warehouse_key 'duckdb' and also home"):
+        clash.build_defs(dg.ComponentTree.for_test().load_context)
+
+
+@pytest.mark.parametrize(("database", "message"), [
+    ("data/warehouse.duckdb", "DuckDBResource 'duckdb' names the relative path 'data/warehouse.duckdb': give it "
+                              "an absolute path"),
+    (":memory:", "DuckDBResource 'duckdb' opens :memory:, which the CLI and other processes cannot open"),
+    ("OTHER", "but the CLI and the run coordinator read the warehouse {wanted}: set BACKFILL_WAREHOUSE_URL="),
+])
+def test_a_duckdb_resource_the_cli_cannot_share_is_refused_before_any_write(team, tmp_path, monkeypatch,
+                                                                            database, message):
+    monkeypatch.chdir(tmp_path)  # where a relative path would have landed
+    database = str(tmp_path / "other.duckdb") if database == "OTHER" else database
+    defs = team_definitions(database)
+    result = run(defs, team.instance, ["daily_revenue"], keys(1, 1)[0], keys(1, 1)[0])
+    assert not result.success
+    assert message.format(wanted=f"duckdb:///{team.warehouse_path}") in failure_text(result)
+    assert team.rows("daily_revenue", keys(1, 1)[0]) == 0
+    assert not (tmp_path / "other.duckdb").exists() and not (tmp_path / "data").exists()
+
+
+def test_a_relative_duckdb_url_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        engine_for("duckdb:///data/x.duckdb")
+    assert "names a relative path" in str(refused.value) and "duckdb:////abs/data/x.duckdb" in str(refused.value)
+    assert "\n" not in str(refused.value) and not (tmp_path / "data").exists()
+    assert engine_for(f"duckdb:///{tmp_path / 'x.duckdb'}").describe() == str(tmp_path / "x.duckdb")
