@@ -67,6 +67,7 @@ class Expectation:
     rows_removed: bool = False
     declared: bool = True
     all_metrics: tuple[str, ...] = field(default=())  # every metric of the table, compared
+    summary: str = ""                                  # the plan's words (`Expect.describe`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
@@ -102,7 +103,20 @@ class Expectation:
                  for c in expect.changes if c.name in metrics}
         return cls(frozenset(n for n in names if n in spec.value_columns), rules,
                    frozenset(expect.partitions) if expect.partitions is not None else None,
-                   expect.rows_added, expect.rows_removed, all_metrics=metrics)
+                   expect.rows_added, expect.rows_removed, all_metrics=metrics, summary=expect.describe())
+
+    def unexpected(self, partition: str, status: str, moved: list[str]) -> list[str]:
+        """What of one key's change the plan did not declare (`backfill diff` marks it): the
+        partition, a key added or removed, or each moved metric or column not declared."""
+        if not self.declared:
+            return []
+        if self.partitions is not None and partition not in self.partitions:
+            return ["partition"]
+        if status == "added" and not self.rows_added:
+            return ["added"]
+        if status == "removed" and not self.rows_removed:
+            return ["removed"]
+        return [n for n in moved if n not in self.metrics and n not in self.columns]
 
 
 def difference(old: object, new: object) -> float | None:

@@ -198,6 +198,25 @@ class Expect(_Block):
     def change(self, name: str) -> ExpectedChange | None:
         return next((c for c in self.changes if c.name == name), None)
 
+    def describe(self) -> str:
+        """One line: what may change, how, where, and whether keys may come and go."""
+        def bounds(label: str, b: Bounds | None) -> list[str]:
+            if b is None:
+                return []
+            return [f"{label} <= " + " and ".join(([f"{b.max_abs:g}"] if b.max_abs is not None else [])
+                                                  + ([f"{b.max_pct:g}%"] if b.max_pct is not None else []))]
+        names = []
+        for c in self.changes:
+            how = ([c.direction] if c.direction else []) + bounds("a partition", c.per_partition) \
+                + bounds("the window", c.window)
+            names.append(c.name + (f" ({', '.join(how)})" if how else ""))
+        where = (f"only in {len(self.partitions)} partition(s)" if self.partitions is not None
+                 else "in any partition")
+        rows = [w for w, ok in (("keys added", self.rows_added), ("keys removed", self.rows_removed)) if ok]
+        return (f"may change: {', '.join(names) if names else 'nothing'} {where}; "
+                f"{', '.join(rows) + ' allowed' if rows else 'no key added or removed'}; everything else "
+                "byte-identical per key")
+
 
 Url = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^https?://\S{1,2000}$")]
 IncidentId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[\x21-\x7e]{1,100}$")]
