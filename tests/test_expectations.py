@@ -23,9 +23,8 @@ NET_UP = {"changes": [{"name": "net_revenue", "direction": "up"}]}
 
 
 def plan_with(world: World, name: str, expect: dict | None = None, scenario: dict | None = None,
-              **kwargs) -> Path:
-    document = complete_plan(plan_id=name, start=WINDOW[0], end=WINDOW[-1], proof=(WINDOW[0],), per_run=4,
-                             **kwargs)
+              proof: str = WINDOW[0]) -> Path:
+    document = complete_plan(plan_id=name, start=WINDOW[0], end=WINDOW[-1], proof=(proof,), per_run=4)
     if expect is not None:
         document["expect"] = expect
     if scenario is not None:
@@ -114,3 +113,96 @@ def test_a_change_against_its_declared_direction_fails(engine_world):
                                  f"{numbers['net_revenue.new']:.2f} (+{numbers['net_revenue.difference']:.15g}); "
                                  "expected down; net_revenue over the window went up")
     assert world.phase("fix") == "proving"
+
+
+def refunds(world: World) -> dict[str, float]:
+    """Per day, what the fix adds back to net revenue: the refunds the buggy release subtracted twice."""
+    rows = world.sql("SELECT order_date, sum(amount) FROM orders WHERE status = 'refunded' AND order_date "
+                     "BETWEEN ? AND ? GROUP BY order_date", [WINDOW[0], WINDOW[-1]])
+    return {str(d): float(v) for d, v in rows}
+
+
+def test_bounds_hold_per_partition_and_over_the_window(engine_world):
+    world = engine_world
+    buggy_window(world)
+    moved = refunds(world)
+    proof = min(moved, key=moved.get)
+    least = moved[proof]
+    # the proof partition (the smallest movement) is within both bounds; past it the window's sum
+    # is not, and neither is any day's own movement
+    path = plan_with(world, "fix", {"changes": [{"name": "net_revenue", "direction": "up",
+                                                 "per_partition": {"max_abs": least + 0.01, "max_pct": 1000},
+                                                 "window": {"max_abs": least + 0.5}}]}, proof=proof)
+    run(world, path)
+
+    found = verdicts(world, "fix")
+    assert found[proof][0], found[proof][1]["detail"]
+    assert len(found) > 1  # the run halts after the first slice failing a gate
+    # the window's figure: every partition of it written so far (the proof's and the slice's)
+    window = sum(moved[k] for k in found)
+    for key in (k for k in found if k != proof):
+        passed, figures = found[key]
+        assert not passed
+        detail = figures["detail"]
+        assert detail.startswith(f"net_revenue moved +{moved[key]:.15g} ("), detail
+        assert f"more than max_abs {least + 0.01:g}" in detail
+        assert f"net_revenue over the window moved +{window:.15g}" in detail, detail
+        assert f"more than max_abs {least + 0.5:g}" in detail
+        numbers = figures["numbers"]
+        assert numbers["net_revenue.window_new"] - numbers["net_revenue.window_old"] == \
+            pytest.approx(window)
+        assert numbers["net_revenue.difference_pct"] < 1000
+
+
+def test_keys_added_or_removed_and_partitions_outside_expect_fail(engine_world):
+    world = engine_world
+    buggy_window(world)
+    # since the buggy run the source lost one region's orders on the second day and gained a
+    # region on the third; every source-facing gate agrees with the replay
+    world.run_sql("DELETE FROM orders WHERE order_date = ? AND region = 'west'", [WINDOW[1]])
+    world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, 'atlantis', order_ts, order_date, "
+                  "amount, status FROM orders WHERE order_date = ? AND region = 'north'", [WINDOW[2]])
+    path = plan_with(world, "fix", {"changes": [{"name": "net_revenue"}],
+                                    "partitions": WINDOW[:3]})
+    run(world, path)
+
+    found = verdicts(world, "fix")
+    assert found[WINDOW[0]][0]
+    removed, added, outside = (found[k][1]["detail"] for k in WINDOW[1:])
+    assert not any(found[k][0] for k in WINDOW[1:])
+    assert removed.startswith("1 key(s) changed beyond expect: (region=west) removed"), removed
+    assert added.startswith("1 key(s) changed beyond expect: (region=atlantis) added"), added
+    assert "metric orders changed" in added  # the day's totals moved with the key added
+    assert outside.startswith(f"partition {WINDOW[3]} may not change (expect.partitions) but did: "
+                              "(region="), outside
+    assert found[WINDOW[1]][1]["numbers"]["rows.removed"] == 1
+    assert found[WINDOW[2]][1]["numbers"]["rows.added"] == 1
+
+
+def test_a_logic_change_records_the_comparison_and_requires_its_new_code_version(engine_world):
+    world = engine_world
+    buggy_window(world)
+    path = plan_with(world, "logic", scenario={"kind": "logic_change", "old_code_version": BUGGY.code_version,
+                                               "new_code_version": FIXED.code_version})
+    run(world, path)
+
+    for key, (passed, figures) in verdicts(world, "logic").items():
+        assert passed
+        assert figures["detail"].startswith("no expectation declared; recorded: rows +0 -0 ~5 against the "
+                                            "snapshot; changed: net_revenue (5)")
+        assert figures["numbers"]["net_revenue.difference"] > 0 and figures["numbers"]["orders.difference"] == 0
+    for key, (passed, figures) in verdicts(world, "logic", SINGLE_CODE_VERSION).items():
+        assert passed and figures["detail"] == f"code version {FIXED.code_version}, the logic change's new version"
+    assert world.phase("logic") == "reconciled"
+
+
+def test_without_expect_the_gate_passes_saying_so_and_counts_as_the_eighth(world):
+    buggy_window(world)
+    path = plan_with(world, "plain")
+    run(world, path)
+
+    for key, (passed, figures) in verdicts(world, "plain").items():
+        assert passed and figures["detail"] == "no expectation declared"
+    with world.warehouse().session() as session:
+        entry = ledger.latest(session, FIXED.name, [WINDOW[0]], "plain")[WINDOW[0]]
+    assert sorted(entry.gates) == sorted(GATE_NAMES) and len(GATE_NAMES) == 8
