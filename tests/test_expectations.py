@@ -8,9 +8,13 @@ replays it with the fix, whose only intended change is net revenue going up.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
+import dagster as dg
 import pytest
+import yaml
 
 from backfill_assets.control import ledger
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GATE_NAMES, SINGLE_CODE_VERSION
@@ -58,7 +62,7 @@ def test_a_declared_change_in_its_direction_passes_with_its_figures(engine_world
 
     found = verdicts(world, "fix")
     assert set(found) == set(WINDOW)
-    for key, (passed, figures) in found.items():
+    for passed, figures in found.values():
         assert passed, figures["detail"]
         assert figures["detail"].startswith("as expected: rows +0 -0 ~5 against the snapshot; changed: "
                                             "net_revenue (5)")
@@ -71,7 +75,7 @@ def test_a_declared_change_in_its_direction_passes_with_its_figures(engine_world
     assert world.phase("fix") == "reconciled"
 
 
-def test_an_undeclared_column_change_fails_naming_the_key_column_and_values(engine_world):
+def test_an_undeclared_column_change_fails_naming_the_key_column_and_values(engine_world, capsys):
     world = engine_world
     buggy_window(world)
     # the source moved since the buggy run: one order of DAY is bigger, so gross changes too, and
@@ -96,6 +100,15 @@ def test_an_undeclared_column_change_fails_naming_the_key_column_and_values(engi
     assert entry.failed == [CHANGES_AS_EXPECTED]
     assert all(found[k][0] for k in WINDOW if k != DAY)
     assert world.phase("fix") != "reconciled"
+    # `backfill diff` marks the side effect beside the intended change
+    capsys.readouterr()
+    assert world.cli("diff", "fix") == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines()[text.splitlines().index(next(
+        ln for ln in text.splitlines() if ln.startswith(DAY))):] if f"region={order[1]}" in ln)
+    assert " gross " in line and line.count("NOT EXPECTED") == 1, line
+    assert "net_revenue" not in line or " expected" in line
+    assert re.search(r"gross [\d,.]+ -> [\d,.]+ \(\+1,000\.00\) NOT EXPECTED", line), line
 
 
 def test_a_change_against_its_declared_direction_fails(engine_world):
@@ -186,12 +199,12 @@ def test_a_logic_change_records_the_comparison_and_requires_its_new_code_version
                                                "new_code_version": FIXED.code_version})
     run(world, path)
 
-    for key, (passed, figures) in verdicts(world, "logic").items():
+    for passed, figures in verdicts(world, "logic").values():
         assert passed
         assert figures["detail"].startswith("no expectation declared; recorded: rows +0 -0 ~5 against the "
                                             "snapshot; changed: net_revenue (5)")
         assert figures["numbers"]["net_revenue.difference"] > 0 and figures["numbers"]["orders.difference"] == 0
-    for key, (passed, figures) in verdicts(world, "logic", SINGLE_CODE_VERSION).items():
+    for passed, figures in verdicts(world, "logic", SINGLE_CODE_VERSION).values():
         assert passed and figures["detail"] == f"code version {FIXED.code_version}, the logic change's new version"
     assert world.phase("logic") == "reconciled"
 
@@ -201,8 +214,134 @@ def test_without_expect_the_gate_passes_saying_so_and_counts_as_the_eighth(world
     path = plan_with(world, "plain")
     run(world, path)
 
-    for key, (passed, figures) in verdicts(world, "plain").items():
+    for passed, figures in verdicts(world, "plain").values():
         assert passed and figures["detail"] == "no expectation declared"
     with world.warehouse().session() as session:
         entry = ledger.latest(session, FIXED.name, [WINDOW[0]], "plain")[WINDOW[0]]
     assert sorted(entry.gates) == sorted(GATE_NAMES) and len(GATE_NAMES) == 8
+
+
+# --- the plan: one line per problem, a kind's missing fields named together --------------------------
+
+@pytest.mark.parametrize(("scenario", "line"), [
+    ({"kind": "incident"},
+     "  - scenario = 'incident': kind incident needs incident_id, link"),
+    ({"kind": "logic_change", "new_code_version": "2", "incident_id": "INC-1"},
+     "  - scenario = 'logic_change': kind logic_change needs old_code_version; incident_id is not a field of "
+     "kind logic_change (it takes old_code_version, new_code_version)"),
+    ({"kind": "logic_change", "old_code_version": "2", "new_code_version": "2"},
+     "  - scenario = 'logic_change': old_code_version and new_code_version are both 2"),
+    ({"kind": "repair"}, "  - scenario = 'repair': kind repair needs failure"),
+    ({"kind": "late_data"}, "  - scenario = 'late_data': kind late_data needs arrived"),
+    ({"kind": "cutover"},
+     "  - scenario.kind = 'cutover': Input should be 'incident', 'logic_change', 'repair' or 'late_data'; "
+     "use one of incident, logic_change, repair, late_data"),
+    ({"kind": "incident", "incident_id": "INC-1", "link": "ftp://x"},
+     "  - scenario.link = 'ftp://x': String should match pattern '^https?://\\S{1,2000}$'; give the "
+     "incident's http(s) URL"),
+])
+def test_a_scenario_missing_its_fields_is_one_line_naming_them(tmp_path, run_cli, scenario, line):
+    document = complete_plan()
+    document["scenario"] = scenario
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)))
+    assert result.code == 1
+    assert result.err.splitlines()[1:] == [line], result.err
+
+
+@pytest.mark.parametrize(("expect", "line"), [
+    ({"changes": [{"name": "refund"}]},
+     "  - expect.changes.name = 'refund': daily_revenue has no such value column or metric; use one of: "
+     "customers, gross, net_revenue, orders, refunds"),
+    ({"changes": [{"name": "region"}]},
+     "  - expect.changes.name = 'region': is a business key: a row whose key changes is one removed and one "
+     "added; say rows_added / rows_removed instead"),
+    ({"partitions": ["2026-02-01"]},
+     "  - expect.partitions = '2026-02-01': is outside the window 2026-01-01..2026-01-06; pick keys inside it"),
+    ({"changes": [{"name": "net_revenue", "direction": "sideways"}]},
+     "  - expect.changes.0.direction = 'sideways': Input should be 'up' or 'down'; use up or down, or leave "
+     "it out (either way)"),
+    ({"changes": [{"name": "net_revenue", "window": {"max_pct": -1}}]},
+     "  - expect.changes.0.window.max_pct = -1: Input should be greater than or equal to 0; give a "
+     "percentage >= 0 of the window's figure before the replay"),
+    ({"rows_added": "yes"},
+     "  - expect.rows_added = 'yes': Input should be a valid boolean; use true or false: may keys appear "
+     "that were not there before"),
+])
+def test_a_bad_expectation_is_one_line_naming_the_key_and_the_fix(tmp_path, run_cli, expect, line):
+    document = complete_plan()
+    document["expect"] = expect
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
+                     "--defs", "backfill_assets.demo.daily")
+    assert result.code == 1
+    assert result.err.splitlines()[1:] == [line], result.err
+
+
+def test_a_logic_change_to_a_version_not_deployed_does_not_fit(tmp_path, run_cli):
+    document = complete_plan()
+    document["scenario"] = {"kind": "logic_change", "old_code_version": "2", "new_code_version": "3"}
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
+                     "--defs", "backfill_assets.demo.daily")
+    assert result.code == 1
+    assert result.err.splitlines()[1:] == [
+        "  - scenario.new_code_version = '3': the loaded daily_revenue is code version 2: the replay writes "
+        "the new version, so deploy it first (or name the version it is)"], result.err
+
+
+# --- the incident, end to end: show, checklist, notices, check metadata, diff, evidence -------------
+
+INCIDENT = {"kind": "incident", "incident_id": "INC-2291", "link": "https://status.example/INC-2291"}
+
+
+def test_an_incident_replay_carries_its_id_and_expectation_everywhere(world, capsys, tmp_path):
+    buggy_window(world)
+    path = plan_with(world, "fix", NET_UP, scenario=INCIDENT)
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(path)) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert "scenario   incident INC-2291 (https://status.example/INC-2291)" in shown
+    assert ("expect     may change: net_revenue (up) in any partition; no key added or removed; everything "
+            "else byte-identical per key") in shown
+    assert world.cli("guard", str(path), "--defs", "backfill_assets.demo.daily") == 0
+    checklist = capsys.readouterr().out
+    assert "scenario: incident INC-2291" in checklist
+    assert "changes as expected: may change: net_revenue (up)" in checklist
+
+    run(world, path)
+    # the check's figures are numbers in Dagster, for the UI's plots
+    evaluation = world.instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(dg.AssetKey(FIXED.name), CHANGES_AS_EXPECTED)])[
+        dg.AssetCheckKey(dg.AssetKey(FIXED.name), CHANGES_AS_EXPECTED)].event.dagster_event.event_specific_data
+    assert evaluation.passed
+    assert isinstance(evaluation.metadata["figure.net_revenue.difference"], dg.FloatMetadataValue)
+    assert evaluation.metadata["figure.net_revenue.difference"].value > 0
+    assert evaluation.metadata["figure.violations"].value == 0
+
+    capsys.readouterr()
+    assert world.cli("diff", "fix") == 0
+    text = capsys.readouterr().out
+    assert ("  expected: may change: net_revenue (up) in any partition; no key added or removed; everything "
+            "else byte-identical per key; NOT EXPECTED marks the rest") in text
+    assert "NOT EXPECTED (" not in text and " expected" in text.split("expected:", 1)[1]
+
+    assert world.cli("publish", "fix") == 0
+    notices = {event: (message, json.loads(body)) for event, message, body in world.sql(
+        "SELECT event, message, body FROM backfill_control.outbox WHERE plan_id = 'fix'")}
+    assert set(notices) >= {"paused", "reopened"}
+    for event, (message, body) in notices.items():
+        assert message.endswith("[incident INC-2291 (https://status.example/INC-2291)]"), message
+        assert body["scenario"] == INCIDENT, event
+    assert notices["reopened"][1]["expectation"] == {
+        "declared": "may change: net_revenue (up) in any partition; no key added or removed; everything "
+                    "else byte-identical per key", "verdict": "every partition changed as expected"}
+
+    out = tmp_path / "evidence.yaml"
+    assert world.cli("evidence", "fix", "--out", str(out)) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document["scenario"] == INCIDENT
+    expectation = document["expectation"]
+    assert expectation["verdict"] == f"as expected in all {len(WINDOW)} partition(s) judged"
+    assert expectation["observed"]["changed"] == 5 * len(WINDOW)
+    assert expectation["observed"]["added"] == expectation["observed"]["removed"] == 0
+    net = expectation["observed"]["metrics"]["net_revenue"]
+    assert net["new"] - net["old"] == pytest.approx(net["difference"]) and net["difference"] > 0
+    assert expectation["observed"]["metrics"]["gross"]["difference"] == 0
