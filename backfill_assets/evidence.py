@@ -130,7 +130,7 @@ def _expectation(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> di
             observed[name] += int(numbers.get(f"rows.{name}", 0))
         for label, value in numbers.items():
             name, _, part = label.rpartition(".")
-            if part in ("old", "new") and not name.startswith(("rows", "column")):
+            if part in ("old", "new"):  # `<metric>.old` / `.new`; the row and column counts end otherwise
                 pair = metrics.setdefault(name, [Decimal(0), Decimal(0)])
                 pair[1 if part == "new" else 0] += Decimal(repr(float(value)))
     observed["metrics"] = {n: {"old": float(o), "new": float(v), "difference": float(v - o)}

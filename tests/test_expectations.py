@@ -70,7 +70,7 @@ def test_a_declared_change_in_its_direction_passes_with_its_figures(engine_world
         assert numbers["net_revenue.new"] > numbers["net_revenue.old"]
         assert numbers["net_revenue.difference"] == pytest.approx(
             numbers["net_revenue.new"] - numbers["net_revenue.old"])
-        assert numbers["gross.difference"] == 0 and numbers["violations"] == 0
+        assert numbers["gross.difference"] == 0 and numbers["violations"] == 0 and numbers["judged"] == 1
         assert numbers["column.net_revenue.changed"] == 5 and numbers["column.gross.changed"] == 0
     assert world.phase("fix") == "reconciled"
 
@@ -216,6 +216,7 @@ def test_without_expect_the_gate_passes_saying_so_and_counts_as_the_eighth(world
 
     for passed, figures in verdicts(world, "plain").values():
         assert passed and figures["detail"] == "no expectation declared"
+        assert figures["numbers"] == {"judged": 0}  # a figure for the UI's plots, beside judged ones
     with world.warehouse().session() as session:
         entry = ledger.latest(session, FIXED.name, [WINDOW[0]], "plain")[WINDOW[0]]
     assert sorted(entry.gates) == sorted(GATE_NAMES) and len(GATE_NAMES) == 8

@@ -168,7 +168,8 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
 # --- results -------------------------------------------------------------------------------------
 
 def not_judged(key: str, why: str) -> GateResult:
-    return GateResult(CHANGES_AS_EXPECTED, key, True, None, None, None, None, why)
+    # `judged` 0 plots beside the partitions a plan's expectation did judge (1)
+    return GateResult(CHANGES_AS_EXPECTED, key, True, None, None, None, None, why, numbers={"judged": 0})
 
 
 def changes_result(key: str, f: ChangeFigures, expectation: Expectation,
@@ -176,7 +177,8 @@ def changes_result(key: str, f: ChangeFigures, expectation: Expectation,
     """The verdict on one partition. `window`: per metric judged over the window, the (old, new)
     sums over every partition of the window written so far, this one included."""
     problems: list[str] = []
-    numbers: dict[str, float] = {"rows.before": f.rows_before, "rows.after": f.rows_after,
+    numbers: dict[str, float] = {"judged": 1 if expectation.declared else 0,
+                                 "rows.before": f.rows_before, "rows.after": f.rows_after,
                                  "rows.added": f.added, "rows.removed": f.removed, "rows.changed": f.changed,
                                  "violations": f.violations}
     numbers.update({f"column.{c}.changed": n for c, n in f.columns.items()})
