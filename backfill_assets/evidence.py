@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -16,6 +17,8 @@ import yaml
 from backfill_assets.control import evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import BackfillError, EvidenceChainBroken
+from backfill_assets.gates.results import CHANGES_AS_EXPECTED
+from backfill_assets.plan.model import Plan
 from backfill_assets.signing.statements import Statement, stamp
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.identifiers import table_for_asset
@@ -73,6 +76,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "results_sha256": _digest({k: {g: [p, f.get("numbers")] for g, (p, f) in e.gates.items()}
                                        for k, e in found.items() if e is not None}),
             "published": (published.payload.get("graph", {}).get(asset) if published else None)}
+    expectation = _expectation(plan, latest) if plan is not None else None
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -93,6 +97,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                           "notified": pause.payload.get("recipients") if pause else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
         "snapshots": {"partitions": sum(len(v) for v in snaps.values()), "sha256": _digest(snaps)},
+        **({"scenario": plan.scenario.model_dump(mode="json", exclude_none=True)}
+           if plan is not None and plan.scenario is not None else {}),
+        **({"expectation": expectation} if expectation else {}),
         "gates": {"partitions": len(keys), "written": len(results),
                   "passed": sum(1 for e in latest.values() if e is not None and e.passed),
                   "failed": failures, "results_sha256": _digest(results)},
@@ -139,6 +146,37 @@ def _history(session: Session, state: PlanState) -> dict[str, Any]:
     code = [f"{asset} code {version} ({(identity or 'unknown')[:14]}): {n} partition(s) written {first}..{last}"
             for asset, version, identity, n, first, last in ledger.code_written(session, state.plan_id)]
     return {"failures": failed_lines, "repairs": repairs, "code_versions": code}
+
+
+def _expectation(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> dict[str, Any] | None:
+    """What the plan said may change, what changed (summed over the window's latest writes), and
+    the verdict of `changes_as_expected` on them; None when the plan declares nothing."""
+    verdicts = [e.gates[CHANGES_AS_EXPECTED] for e in latest.values()
+                if e is not None and CHANGES_AS_EXPECTED in e.gates]
+    if plan.expect is None and not any((f.get("numbers") or {}).get("rows.before") is not None
+                                       for _, f in verdicts):
+        return None
+    observed: dict[str, Any] = {"added": 0, "removed": 0, "changed": 0}
+    metrics: dict[str, list[Decimal]] = {}
+    for _, figures in verdicts:
+        numbers = figures.get("numbers") or {}
+        for name in ("added", "removed", "changed"):
+            observed[name] += int(numbers.get(f"rows.{name}", 0))
+        for label, value in numbers.items():
+            name, _, part = label.rpartition(".")
+            if part in ("old", "new"):  # `<metric>.old` / `.new`; the row and column counts end otherwise
+                pair = metrics.setdefault(name, [Decimal(0), Decimal(0)])
+                pair[1 if part == "new" else 0] += Decimal(repr(float(value)))
+    observed["metrics"] = {n: {"old": float(o), "new": float(v), "difference": float(v - o)}
+                           for n, (o, v) in sorted(metrics.items())}
+    failed = sorted(k for k, e in latest.items() if e is not None and CHANGES_AS_EXPECTED in e.gates
+                    and not e.gates[CHANGES_AS_EXPECTED][0])
+    return {"declared": plan.expect.describe() if plan.expect is not None else "nothing (no expect:)",
+            "observed": observed,
+            "verdict": ("recorded, not judged (no expect:)" if plan.expect is None else
+                        "not judged yet" if not verdicts else
+                        f"{len(failed)} partition(s) changed beyond expect: {', '.join(failed[:20])}" if failed
+                        else f"as expected in all {len(verdicts)} partition(s) judged")}
 
 
 def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:

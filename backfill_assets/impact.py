@@ -17,6 +17,7 @@ from typing import Any
 
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import as_number
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
@@ -26,6 +27,8 @@ from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.snapshots import snapshot_table, snapshotted
 
 SLICE = 200
+# what of a key's change `expect:` did not declare, when it is the key as a whole
+WHOLE = {"partition": "partition outside expect.partitions", "added": "key added", "removed": "key removed"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Impact:
     partitions: list[PartitionImpact]
     # key -> (before, now) of the hash pass it was computed from (see `consumer_impact_holds`)
     prints: dict[str, tuple] = field(default_factory=dict, compare=False, repr=False)
+    # the plan's `expect:` for this table: `text` and `to_json` mark what it did not declare
+    expected: Expectation | None = field(default=None, compare=False, repr=False)
 
     @property
     def totals(self) -> dict:
@@ -92,8 +97,18 @@ class Impact:
         return out
 
     def to_json(self) -> dict:
-        return {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
-                "partitions": [p.to_json() for p in self.partitions]}
+        document = {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
+                    "partitions": [p.to_json() for p in self.partitions]}
+        if self.expected is not None and self.expected.declared:
+            document["expected"] = self.expected.to_json()
+            for part, shown in zip(self.partitions, document["partitions"], strict=True):
+                for change, key in zip(part.top, shown["top"], strict=True):
+                    key["unexpected"] = self._unexpected(part.partition, change)
+        return document
+
+    def _unexpected(self, partition: str, change: KeyChange) -> list[str]:
+        moved = [m for m, (_, _, d) in change.metrics.items() if d]
+        return self.expected.unexpected(partition, change.status, moved) if self.expected else []
 
     def of(self, plan_id: str, keys: Sequence[str]) -> Impact:
         """The part of this impact on `keys`, for one plan."""
@@ -125,15 +140,22 @@ class Impact:
         for m in self.metrics:
             t = totals[m]
             lines.append(f"  {m}: {t['old']:,.2f} -> {t['new']:,.2f} ({t['difference']:+,.2f})")
+        marking = self.expected is not None and self.expected.declared
+        if marking:
+            lines.append(f"  expected: {self.expected.summary}; NOT EXPECTED marks the rest")
         shown = [p for p in self.partitions if not p.unchanged][:limit]
         for p in shown:
             lines.append(f"{p.partition}: +{p.added} -{p.removed} ~{p.changed} rows ({p.rows_before} -> "
                          f"{p.rows_after})")
             for change in p.top:
                 keys = ", ".join(f"{k}={v}" for k, v in change.keys.items())
+                unexpected = self._unexpected(p.partition, change) if marking else []
                 figures = "; ".join(f"{m} {_fmt(o)} -> {_fmt(n)} ({_fmt(d, sign=True)})"
+                                    + (" NOT EXPECTED" if m in unexpected else " expected" if marking else "")
                                     for m, (o, n, d) in change.metrics.items() if d)
-                lines.append(f"  {change.status:<8} {keys}" + (f": {figures}" if figures else ""))
+                whole = next((WHOLE[u] for u in unexpected if u in WHOLE), None)
+                mark = f"  NOT EXPECTED ({whole})" if whole else ""
+                lines.append(f"  {change.status:<8} {keys}" + (f": {figures}" if figures else "") + mark)
         hidden = sum(1 for p in self.partitions if not p.unchanged) - len(shown)
         if hidden > 0:
             lines.append(f"... {hidden} more changed partition(s) (--json for all)")
@@ -366,4 +388,5 @@ def plan_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, stat
     parts: list[PartitionImpact] = []
     for i in range(0, len(wanted), SLICE):
         parts += slice_impact(session, spec, scheme, state.plan_id, wanted[i:i + SLICE], top)
-    return Impact(state.plan_id, spec.name, [m.name for m in spec.metrics], parts)
+    return Impact(state.plan_id, spec.name, [m.name for m in spec.metrics], parts,
+                  expected=Expectation.for_table(state.version.plan, spec) if state.version else None)

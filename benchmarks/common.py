@@ -354,7 +354,7 @@ def _evaluation_metadata(gate: str, key: str) -> dict[str, Any]:
 def bare_definitions(home: Home, url: str | None, *, checks: bool,
                      policy: dg.BackfillPolicy | None) -> dg.Definitions:
     """`daily_revenue` as a team would write it without this product: the same SQL, optionally the
-    same seven per-partition check evaluations our target logs, nothing else."""
+    same eight per-partition check evaluations our target logs, nothing else."""
     key = dg.AssetKey(TARGET)
     specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=PARTITIONS, blocking=True) for name in GATE_NAMES] \
         if checks else []
@@ -418,7 +418,7 @@ def stock_instance(dagster_home: Path) -> dg.DagsterInstance:
 
 
 def checks_recorded(instance: dg.DagsterInstance, keys: Sequence[str], sample: int = 5) -> bool:
-    """Spot check: the first and last partitions have all seven evaluations, passed, with their partition."""
+    """Spot check: the first and last partitions have all eight evaluations, passed, with their partition."""
     from dagster._core.event_api import PartitionKeyFilter
 
     key = dg.AssetKey(TARGET)

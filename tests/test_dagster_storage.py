@@ -30,7 +30,7 @@ def test_the_instance_uses_the_pooled_event_log_and_keeps_every_event(world):
             result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
         per_partition = {(r.event_log_entry.dagster_event.event_specific_data.partition,
                           r.event_log_entry.dagster_event.event_specific_data.check_name) for r in evaluations}
-        assert len(per_partition) == 3 * 7  # every gate of every partition, with its partition
+        assert len(per_partition) == 3 * 8  # every gate of every partition (eight since issue 25), with its partition
         # the file is in WAL mode; connections of this process are pooled, not one per event
         path = instance.event_log_storage.get_db_path()
         assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -399,7 +399,7 @@ def test_the_asset_graph_shows_the_replayable_table_between_its_source_and_its_p
     page.goto(f"{ui.url}/locations/{location}/asset-groups/revenue")
     for asset in ("orders", ASSET, PUBLISHED):
         page.get_by_text(asset, exact=True).first.wait_for()
-    # the target's node counts its 7 gates (blocking asset checks) and its partitions
+    # the target's node counts its 8 gates (blocking asset checks) and its partitions
     node = page.locator("div").filter(has=page.get_by_text(ASSET, exact=True)).filter(
         has_text="Asset checks").last
     expect(node).to_contain_text(re.compile(rf"Asset checks\s*\d+ / {len(GATE_NAMES)} Passed"),

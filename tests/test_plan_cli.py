@@ -609,6 +609,14 @@ CHANGES_OF_MEANING = {
     "rollback": {"rollback__strategy": "restore from the nightly backup"},
     "source": {"source_of_truth": "orders_v2"},
     "plan id": {"plan_id": "revenue-refund-fix-2"},
+    "expect nothing to change": {"expect": {}},
+    "expect a change": {"expect": {"changes": [{"name": "net_revenue"}]}},
+    "expect its direction": {"expect": {"changes": [{"name": "net_revenue", "direction": "up"}]}},
+    "expect a bound": {"expect": {"changes": [{"name": "net_revenue", "per_partition": {"max_pct": 5}}]}},
+    "expect rows added": {"expect": {"rows_added": True}},
+    "expect partitions": {"expect": {"partitions": ["2026-01-02"]}},
+    "scenario": {"scenario": {"kind": "incident", "incident_id": "INC-1", "link": "https://x.example/INC-1"}},
+    "scenario's id": {"scenario": {"kind": "incident", "incident_id": "INC-2", "link": "https://x.example/INC-1"}},
 }
 
 

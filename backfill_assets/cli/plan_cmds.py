@@ -285,6 +285,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"proof      {_summary(plan.proof_keys)}")
     print(f"mode       {plan.execution.mode}; {plan.execution.partitions_per_run} partition(s) per run, "
           f"{plan.execution.runs_at_once} run(s) at once")
+    if plan.scenario is not None:
+        print(f"scenario   {plan.scenario.label()}")
+    if plan.expect is not None:  # judged by the gate changes_as_expected against the plan's snapshots
+        print(f"expect     {plan.expect.describe()}")
     root = view.root
     print(f"signs      plan {sha[:12]}; code {code or f'(not checked: {why})'}; warehouse "
           + (root.warehouse_id if root and root.warehouse_id else "(not checked: no control record here; "

@@ -10,20 +10,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import WarehouseError
+from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import (
+    CHANGES_AS_EXPECTED,
     CONTRACT_HOLDS,
     GATE_NAMES,
     SINGLE_CODE_VERSION,
     GateResult,
     Thresholds,
     Tolerance,
+    as_number,
 )
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.change_sql import ChangeFigures, change_figures, changes_result, not_judged
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import (
@@ -37,6 +42,7 @@ from backfill_assets.warehouse.gate_sql import (
     source_duplicates_result,
     unchanged_result,
 )
+from backfill_assets.warehouse.snapshots import snapshotted
 
 UNKNOWN_VERSION = "unknown"
 
@@ -50,8 +56,10 @@ def thresholds_for(spec: TableSpec, plan: PlanState | None) -> Thresholds:
     return Thresholds.from_plan(plan.approved.plan) if plan is not None else default_thresholds(spec)
 
 
-def code_version_results(keys: list[str], window: Mapping[str, str | None] | None) -> dict[str, GateResult]:
-    """One code version per window: every partition's latest write by the window's majority."""
+def code_version_results(keys: list[str], window: Mapping[str, str | None] | None,
+                         required: str | None = None) -> dict[str, GateResult]:
+    """One code version per window: every partition's latest write by the window's majority, or by
+    `required` (a logic change's new version) when the plan names it."""
     if window is None:
         return {k: GateResult(SINGLE_CODE_VERSION, k, True, None, None, None, None,
                               "not tracked for writes outside a plan") for k in keys}
@@ -65,6 +73,16 @@ def code_version_results(keys: list[str], window: Mapping[str, str | None] | Non
     out = {}
     for key in keys:
         version = window.get(key) or UNKNOWN_VERSION
+        if required is not None:
+            passed = version == required
+            detail = (f"code version {version}, the logic change's new version" + (f"; others: {mix}"
+                                                                                    if len(counts) > 1 else "")
+                      if passed else f"written by code version {version}; the plan's logic change requires "
+                      f"{required} in every partition: {mix}")
+            out[key] = GateResult(SINGLE_CODE_VERSION, key, passed, required, version,
+                                  "the logic change's new code version", dict(counts), detail,
+                                  numbers={"versions": len(counts)})
+            continue
         if majority is None:
             passed, detail = False, f"the window mixes code versions with no majority: {mix}"
         elif version != majority or version == UNKNOWN_VERSION:
@@ -77,6 +95,48 @@ def code_version_results(keys: list[str], window: Mapping[str, str | None] | Non
                               "one code version per window", dict(counts), detail,
                               numbers={"versions": len(counts)})
     return out
+
+
+def expectation_results(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
+                        keys: list[str]) -> dict[str, GateResult]:
+    """`changes_as_expected` for a slice: the plan's snapshot against the data, in one statement."""
+    if plan is None:
+        return {k: not_judged(k, "not tracked for writes outside a plan") for k in keys}
+    expectation = Expectation.for_table(plan.approved.plan, spec)
+    if expectation is None:
+        why = "no expectation declared" if spec.name == plan.target or plan.approved.plan.expect is None else \
+            f"no expectation declared for {spec.name} (the plan's expect: is of its target {plan.target})"
+        return {k: not_judged(k, why) for k in keys}
+    taken = snapshotted(session, plan.plan_id, spec.table, keys)
+    figures = change_figures(session, spec, scheme, plan.plan_id, [k for k in keys if k in taken], expectation)
+    window = _window_sums(session, spec, plan, figures, expectation)
+    return {k: changes_result(k, figures[k], expectation, window) if k in figures else
+            GateResult(CHANGES_AS_EXPECTED, k, False, None, None, None, None,
+                       f"plan {plan.plan_id} holds no snapshot of {k}: there is nothing to compare with")
+            for k in keys}
+
+
+def _window_sums(session: Session, spec: TableSpec, plan: PlanState, figures: Mapping[str, ChangeFigures],
+                 expectation: Expectation) -> dict[str, tuple[float, float]] | None:
+    """Per metric judged over the window: the sums of its old and new figures over every partition
+    of the window written so far: this slice's, and the others' as their latest results recorded
+    them (figures, not rows: the window is judged without reading it again)."""
+    if not expectation.judges_window:
+        return None
+    names = [n for n, r in expectation.metrics.items() if r.judges_window]
+    others = [k for k in plan.keys_of(spec.name) if k not in figures]
+    stored = [e.gates[CHANGES_AS_EXPECTED][1].get("numbers") or {}
+              for e in ledger.latest(session, spec.name, others, plan.plan_id).values()
+              if e is not None and CHANGES_AS_EXPECTED in e.gates] if others else []
+    sums = {}
+    for name in names:
+        # summed as decimals of each figure's shortest text: float sums would drift in the last bits
+        old = sum(Decimal(repr(float(as_number(f.old.get(name)) or 0))) for f in figures.values()) + \
+            sum(Decimal(repr(float(n.get(f"{name}.old", 0)))) for n in stored)
+        new = sum(Decimal(repr(float(as_number(f.new.get(name)) or 0))) for f in figures.values()) + \
+            sum(Decimal(repr(float(n.get(f"{name}.new", 0)))) for n in stored)
+        sums[name] = (float(old), float(new))
+    return sums
 
 
 def unjudgeable(key: str, spec: TableSpec, schema: SchemaCheck) -> list[GateResult]:
@@ -128,7 +188,11 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
     if plan is not None:
         window = ledger.code_versions(session, spec.name, plan.plan_id)
         window.update({k: spec.code_version for k in keys if k not in window})
-    versions = code_version_results(keys, window)
+    scenario = plan.approved.plan.scenario if plan is not None else None
+    required = scenario.new_code_version if scenario is not None and scenario.kind == "logic_change" \
+        and spec.name == plan.target else None
+    versions = code_version_results(keys, window, required)
+    changes = expectation_results(session, spec, scheme, plan, keys)
     results: dict[str, list[GateResult]] = {}
     for key in keys:
         f = figures[key]
@@ -140,6 +204,7 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
             versions[key],
             source_duplicates_result(key, spec, f, thresholds.max_source_duplicates),
             unchanged_result(key, f.fingerprint, written[key][1]),
+            changes[key],
         ]
         assert [r.gate for r in results[key]] == list(GATE_NAMES)
     if record_results:

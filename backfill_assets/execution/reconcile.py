@@ -22,7 +22,8 @@ from backfill_assets.warehouse.engine import Session
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph
 
-SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version", "source", "same"),
+SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version", "source", "same",
+                                 "expect"),
                  strict=True))
 
 

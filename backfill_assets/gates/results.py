@@ -26,6 +26,7 @@ CONTRACT_HOLDS = "contract_holds"
 SINGLE_CODE_VERSION = "single_code_version"
 SOURCE_HAS_NO_DUPLICATES = "source_has_no_duplicates"
 UNCHANGED_SINCE_CHECKED = "unchanged_since_checked"
+CHANGES_AS_EXPECTED = "changes_as_expected"
 
 GATE_NAMES: tuple[str, ...] = (
     ROW_COUNT_MATCHES_SOURCE,
@@ -35,6 +36,7 @@ GATE_NAMES: tuple[str, ...] = (
     SINGLE_CODE_VERSION,
     SOURCE_HAS_NO_DUPLICATES,
     UNCHANGED_SINCE_CHECKED,
+    CHANGES_AS_EXPECTED,
 )
 
 GATE_DESCRIPTIONS = {
@@ -49,6 +51,9 @@ GATE_DESCRIPTIONS = {
                               "not measured against a double-loaded source.",
     UNCHANGED_SINCE_CHECKED: "The partition's data is byte for byte what its write produced and "
                              "the gates checked (fingerprints equal).",
+    CHANGES_AS_EXPECTED: "Against the plan's snapshot, only what the plan's expect: declares changed: "
+                         "every other column is byte for byte as before, key by key, and each declared "
+                         "metric moved in its direction and within its bounds.",
 }
 
 

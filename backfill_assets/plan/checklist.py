@@ -34,12 +34,12 @@ class ExecutionState:
 
 # Plan keys by the checklist item they belong to; anything unlisted belongs to the first item.
 _ITEM_KEYS = {
-    0: ("target", "source_of_truth", "owner", "reason", "plan_id"),
+    0: ("target", "source_of_truth", "owner", "reason", "plan_id", "scenario"),
     1: ("window", "execution.proof_partitions"),
     2: ("publish", "downstream"),
     3: ("execution", "incremental"),
     4: ("rollback",),
-    5: ("checks",),
+    5: ("checks", "expect"),
     6: ("approvals",),
 }
 
@@ -83,7 +83,8 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | Non
         return Item(LABELS[index], True, ok_reason, True)
 
     items = [
-        planned(0, f"owner {plan.owner}; reason given" if plan else ""),
+        planned(0, f"owner {plan.owner}; reason given"
+                + (f"; scenario: {plan.scenario.label()}" if plan.scenario else "") if plan else ""),
         planned(1, f"{plan.window.start}..{plan.window.end}, proof {', '.join(plan.proof_keys[:3])}"
                 if plan else ""),
         planned(2, (pause_notice or "pause set; notice goes to "
@@ -94,7 +95,9 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | Non
         planned(4, "strategy written" if plan else ""),
         planned(5, f"row count <= {plan.checks.row_count_parity.max_diff_pct:g}%, duplicates <= "
                    f"{plan.checks.duplicates.max_rows}, {len(plan.checks.metrics)} metric(s) per key group, "
-                   "contract, one code version, source without duplicates, unchanged since checked"
+                   "contract, one code version, source without duplicates, unchanged since checked; "
+                   + (f"changes as expected: {plan.expect.describe()}" if plan.expect else
+                      "changes not declared (no expect:)")
                 if plan else ""),
     ]
     if by_item.get(6) or plan is None:

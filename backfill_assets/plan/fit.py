@@ -33,6 +33,34 @@ class Fit:
         return not self.problems
 
 
+def _expect_problems(plan: Plan, spec: TableSpec, keys: list[str]) -> list[PlanProblem]:
+    """`expect:` names the target's value columns and metrics, and partitions of its window."""
+    if plan.expect is None:
+        return []
+    problems = []
+    columns, metrics = set(spec.value_columns), {m.name for m in spec.metrics}
+    for change in plan.expect.changes:
+        if change.name in spec.business_keys:
+            problems.append(PlanProblem("expect.changes.name", change.name,
+                                        "is a business key: a row whose key changes is one removed and one "
+                                        "added; say rows_added / rows_removed instead"))
+        elif change.name not in columns | metrics:
+            problems.append(PlanProblem("expect.changes.name", change.name,
+                                        f"{spec.name} has no such value column or metric; use one of: "
+                                        f"{', '.join(sorted(columns | metrics))}"))
+        elif change.name not in metrics and (change.direction or change.per_partition or change.window):
+            problems.append(PlanProblem("expect.changes.name", change.name,
+                                        f"direction and bounds judge a metric, and {spec.name} declares no "
+                                        f"metric {change.name}; declare one or remove them"))
+    inside = set(keys)
+    for key in plan.expect.partitions or []:
+        if keys and key not in inside:
+            problems.append(PlanProblem("expect.partitions", key,
+                                        f"is not a partition of the window {plan.window.start}.."
+                                        f"{plan.window.end}; pick keys inside it"))
+    return problems
+
+
 def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None, *,
         drafting: bool = False) -> Fit:
     """`graph`: the loaded definitions' tables (`defs.graph.TableGraph`); without it a plan that
@@ -73,6 +101,12 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
             problems.append(PlanProblem("execution.proof_partitions", key,
                                         f"is not a partition of the window {plan.window.start}.."
                                         f"{plan.window.end}; pick keys inside it"))
+    problems += _expect_problems(plan, spec, keys)
+    scenario = plan.scenario
+    if scenario is not None and scenario.kind == "logic_change" and scenario.new_code_version != spec.code_version:
+        problems.append(PlanProblem("scenario.new_code_version", scenario.new_code_version,
+                                    f"the loaded {spec.name} is code version {spec.code_version}: the replay "
+                                    "writes the new version, so deploy it first (or name the version it is)"))
     members = {plan.target: keys}
     if graph is None:
         if plan.graph:

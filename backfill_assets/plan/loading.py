@@ -74,6 +74,29 @@ FIXES: dict[str, str] = {
     "checks.metrics.tolerance": "name the unit: tolerance_pct (percent) or tolerance_abs (amount)",
     "checks.contract": "give {enforce: true}",
     "checks.contract.enforce": "must be true: the contract gate cannot be switched off",
+    "expect": "give {changes: [{name: COLUMN_OR_METRIC}], rows_added: false, rows_removed: false}",
+    "expect.changes": "list what may change as [{name: net_revenue, direction: up}]",
+    "expect.changes.name": "name a value column or a metric of the target, e.g. net_revenue",
+    "expect.changes.direction": "use up or down, or leave it out (either way)",
+    "expect.changes.per_partition": "give {max_abs: N} and/or {max_pct: N}, or leave it out",
+    "expect.changes.window": "give {max_abs: N} and/or {max_pct: N}, or leave it out",
+    "expect.changes.per_partition.max_abs": "give an amount >= 0 in the metric's unit",
+    "expect.changes.per_partition.max_pct": "give a percentage >= 0 of the figure before the replay",
+    "expect.changes.window.max_abs": "give an amount >= 0 in the metric's unit",
+    "expect.changes.window.max_pct": "give a percentage >= 0 of the window's figure before the replay",
+    "expect.partitions": "list the partition keys that may change, inside the window, or leave it out",
+    "expect.rows_added": "use true or false: may keys appear that were not there before",
+    "expect.rows_removed": "use true or false: may keys disappear",
+    "scenario": "give {kind: incident, incident_id: ..., link: ...}, {kind: logic_change, "
+                "old_code_version: ..., new_code_version: ...}, {kind: repair, failure: ...} or "
+                "{kind: late_data, arrived: ...}",
+    "scenario.kind": "use one of incident, logic_change, repair, late_data",
+    "scenario.incident_id": "give the incident's id, e.g. INC-2291 (printable, no spaces)",
+    "scenario.link": "give the incident's http(s) URL",
+    "scenario.old_code_version": "give the code version the window was written with, e.g. 1",
+    "scenario.new_code_version": "give the code version the replay writes (the table's code_version)",
+    "scenario.failure": "say what failed or was published partially",
+    "scenario.arrived": "say what data arrived late, and when",
     "approvals": "give {required: N, granted: []}",
     "approvals.required": "give an integer from 1 to 20",
     "approvals.granted": "leave it to `backfill plan approve`; entries need a valid SSH signature",
@@ -162,6 +185,11 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
                                                  "against templates/backfill-plan.yaml"))
             elif error["type"] == "missing":
                 problems.append(PlanProblem(path, MISSING, f"required; {fix_for(path)}"))
+            elif path == "scenario" and error["type"] == "value_error":
+                # a kind's fields, all named in one line (the message says which and how)
+                given = error.get("input")
+                problems.append(PlanProblem(path, given.get("kind") if isinstance(given, dict) else given,
+                                            str(error["msg"]).removeprefix("Value error, ")))
             else:
                 message = str(error["msg"]).removeprefix("Value error, ")
                 problems.append(PlanProblem(path, error.get("input"), f"{message}; {fix_for(path)}"))
@@ -234,6 +262,18 @@ def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> li
     names = [m.get("name") for m in metrics if isinstance(m, dict)] if isinstance(metrics, list) else []
     for name in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1}):
         problems.append(PlanProblem("checks.metrics.name", name, "listed twice; keep one"))
+    expect = _block(document, "expect")
+    changes = expect.get("changes")
+    names = [c.get("name") for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
+    for name in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1}):
+        problems.append(PlanProblem("expect.changes.name", name, "listed twice; keep one"))
+    allowed = expect.get("partitions")
+    if first and last and first <= last and isinstance(allowed, list):
+        for key in allowed:
+            day = _day(key)
+            if day and not (first <= day <= last):
+                problems.append(PlanProblem("expect.partitions", str(day),
+                                            f"is outside the window {first}..{last}; pick keys inside it"))
     return problems
 
 

@@ -22,6 +22,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StringConstraints,
+    model_validator,
 )
 
 from backfill_assets.errors import PrincipalError
@@ -159,6 +160,119 @@ class Checks(_Block):
     source_duplicates: Duplicates = Duplicates(max_rows=0)
 
 
+ChangePercent = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1_000_000), AfterValidator(_number)]
+CODE_VERSION_PATTERN = r"^[\x21-\x7e]{1,64}$"
+CodeVersion = Annotated[str, StringConstraints(strip_whitespace=True, pattern=CODE_VERSION_PATTERN)]
+
+
+class Bounds(_Block):
+    """How far a metric may move from its figure before the plan's first write: every bound given
+    must hold. `max_pct` is in percent of the old figure (50 = half of it again); `max_abs` is in
+    the metric's own unit."""
+
+    max_abs: Amount | None = None
+    max_pct: ChangePercent | None = None
+
+
+class ExpectedChange(_Block):
+    """A name that may change: a value column of the target (may differ per key), a metric the
+    target declares (its figure may differ per partition), or both when they share the name.
+    Direction and bounds judge the metric, per partition and over the window's sum."""
+
+    name: Identifier
+    direction: Literal["up", "down"] | None = None
+    per_partition: Bounds | None = None
+    window: Bounds | None = None
+
+
+class Expect(_Block):
+    """What the replay may change against the plan's snapshot; everything else must stay byte for
+    byte as it was, key by key (gate `changes_as_expected`)."""
+
+    changes: Annotated[list[ExpectedChange], Field(max_length=100)] = Field(default_factory=list)
+    # only these partitions may change (None: any partition of the window)
+    partitions: Annotated[list[PartitionKey], Field(min_length=1, max_length=10_000)] | None = None
+    rows_added: StrictBool = False
+    rows_removed: StrictBool = False
+
+    def change(self, name: str) -> ExpectedChange | None:
+        return next((c for c in self.changes if c.name == name), None)
+
+    def describe(self) -> str:
+        """One line: what may change, how, where, and whether keys may come and go."""
+        def bounds(label: str, b: Bounds | None) -> list[str]:
+            if b is None:
+                return []
+            return [f"{label} <= " + " and ".join(([f"{b.max_abs:g}"] if b.max_abs is not None else [])
+                                                  + ([f"{b.max_pct:g}%"] if b.max_pct is not None else []))]
+        names = []
+        for c in self.changes:
+            how = ([c.direction] if c.direction else []) + bounds("a partition", c.per_partition) \
+                + bounds("the window", c.window)
+            names.append(c.name + (f" ({', '.join(how)})" if how else ""))
+        where = (f"only in {len(self.partitions)} partition(s)" if self.partitions is not None
+                 else "in any partition")
+        rows = [w for w, ok in (("keys added", self.rows_added), ("keys removed", self.rows_removed)) if ok]
+        return (f"may change: {', '.join(names) if names else 'nothing'} {where}; "
+                f"{', '.join(rows) + ' allowed' if rows else 'no key added or removed'}; everything else "
+                "byte-identical per key")
+
+
+Url = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^https?://\S{1,2000}$")]
+IncidentId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[\x21-\x7e]{1,100}$")]
+
+# The fields each scenario kind requires; a field of another kind is refused.
+SCENARIO_FIELDS: dict[str, tuple[str, ...]] = {
+    "incident": ("incident_id", "link"),
+    "logic_change": ("old_code_version", "new_code_version"),
+    "repair": ("failure",),
+    "late_data": ("arrived",),
+}
+
+
+class Scenario(_Block):
+    """Why the replay runs, as data: an incident (its id and link go into the evidence and every
+    notice), a logic change (old and new code versions: the replay writes the new one), a repair of
+    a failed or partial publish, or late data."""
+
+    kind: Literal["incident", "logic_change", "repair", "late_data"]
+    incident_id: IncidentId | None = None
+    link: Url | None = None
+    old_code_version: CodeVersion | None = None
+    new_code_version: CodeVersion | None = None
+    failure: Text | None = None   # repair: what failed or was published partially
+    arrived: Text | None = None   # late_data: what arrived late, and when
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> Scenario:
+        # one message naming every field the kind lacks, and every field it does not take
+        wanted = SCENARIO_FIELDS[self.kind]
+        missing = [f for f in wanted if getattr(self, f) is None]
+        foreign = [f for fields in SCENARIO_FIELDS.values() for f in fields
+                   if f not in wanted and getattr(self, f) is not None]
+        problems = []
+        if missing:
+            problems.append(f"kind {self.kind} needs {', '.join(missing)}")
+        if foreign:
+            problems.append(f"{', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} not a field of kind "
+                            f"{self.kind} (it takes {', '.join(wanted)})")
+        if not problems and self.kind == "logic_change" and self.old_code_version == self.new_code_version:
+            problems.append(f"old_code_version and new_code_version are both {self.new_code_version}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def label(self) -> str:
+        """One line for a notice, the evidence and `plan show`."""
+        if self.kind == "incident":
+            return f"incident {self.incident_id} ({self.link})"
+        if self.kind == "logic_change":
+            return f"logic change from code version {self.old_code_version} to {self.new_code_version}"
+        if self.kind == "repair":
+            return f"repair: {self.failure}"
+        return f"late data: {self.arrived}"
+
+
 class Approval(_Block):
     """A signed approval: an SSH signature by `by` over a `plan approval` statement binding the
     plan's sha256, its table's code, the warehouse and an expiry (see signing.statements): `at` is
@@ -195,6 +309,9 @@ class Plan(_Block):
     # every replayable table downstream of the target (derived from the asset graph, checked
     # against it): the plan recomputes, gates and publishes them with the target, as one
     graph: Annotated[list[GraphMember], Field(max_length=100)] = Field(default_factory=list)
+    # what the replay may change (gate changes_as_expected); None: not declared, nothing judged
+    expect: Expect | None = None
+    scenario: Scenario | None = None
 
     @property
     def assets(self) -> list[str]:

@@ -20,6 +20,9 @@ def _notice(session: Session, plan: Plan, event: str, message: str, actor: str,
             extra: dict | None = None) -> int:
     body = {"plan_id": plan.plan_id, "window": [plan.window.start, plan.window.end],
             "target": plan.target, "downstream": [c.asset for c in plan.downstream], **(extra or {})}
+    if plan.scenario is not None:  # an incident's id and link travel with every notice of its replay
+        body["scenario"] = plan.scenario.model_dump(mode="json", exclude_none=True)
+        message += f" [{plan.scenario.label()}]"
     return outbox.enqueue(session, plan_id=plan.plan_id, event=event, recipients=recipients(plan),
                           message=message, body=body, webhook_url=plan.publish.webhook_url, actor=actor)
 
@@ -33,10 +36,16 @@ def announce_pause(session: Session, plan: Plan, actor: str) -> int:
 
 def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None) -> int:
     """`impact`: what the owners will see change (`Impact.summary()`), in the notice's body."""
+    extra: dict = {"impact": impact} if impact else {}
+    if plan.expect is not None:
+        # publish copies only partitions whose gates all passed, changes_as_expected among them
+        extra["expectation"] = {"declared": plan.expect.describe(),
+                                "verdict": "every partition changed as expected"}
     return _notice(session, plan, "reopened",
                    f"publish reopened for {plan.window.start}..{plan.window.end}: every gate of plan "
-                   f"{plan.plan_id} passed and the evidence is recorded", actor,
-                   {"impact": impact} if impact else None)
+                   f"{plan.plan_id} passed"
+                   + (", its changes as its expect: declared," if plan.expect is not None else "")
+                   + " and the evidence is recorded", actor, extra or None)
 
 
 def announce_end(session: Session, plan: Plan, actor: str, how: str) -> int:
