@@ -10,6 +10,7 @@ import dagster as dg
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.dagster_storage import PooledSqliteEventLogStorage
 from backfill_assets.defs.coordinator import PlanGateRunCoordinator
+from backfill_assets.gates.results import GATE_NAMES
 from backfill_assets.home import Home
 from tests.world import keys
 
@@ -63,7 +64,7 @@ def test_a_range_runs_gate_results_are_stored_in_one_batch_and_read_back_per_par
             assert result.success
             evaluations = instance.get_records_for_run(
                 result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
-            assert len(evaluations) == 7 * len(keys(int(first[-2:]), int(last[-2:])))
+            assert len(evaluations) == len(GATE_NAMES) * len(keys(int(first[-2:]), int(last[-2:])))
             return len(commits)
 
         two, six = range_run("2026-01-01", "2026-01-02"), range_run("2026-01-03", "2026-01-08")

@@ -99,7 +99,7 @@ def test_before_the_proof_only_the_proof_partitions_are_written(world):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
     refused = world.backfill(keys(3, 3))
     assert not refused.success
-    assert "only its proof partitions of daily_revenue (2026-01-02) may run until the proof passes" \
+    assert "only its proof partitions (2026-01-02) may run until the proof passes" \
         in failure_text(refused)
     assert world.rows("daily_revenue", "2026-01-03") == 0
     assert world.backfill(keys(2, 2)).success

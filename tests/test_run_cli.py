@@ -61,7 +61,7 @@ def test_it_halts_at_the_first_failing_slice_and_names_the_exact_fix(world, run_
     world.run_sql("DELETE FROM orders WHERE region IS NULL")
     assert run_cli("run", "fix", "--partitions", "2026-01-04").code == 0
     rest = run_cli("run", "fix")
-    assert rest.code == 0 and "run 1: 2026-01-06..2026-01-07 (2)" in rest.err  # the stages go to the terminal
+    assert rest.code == 0 and "run 1: 2026-01-06..2026-01-07 (2)" in rest.out  # the stages, before the runs
     assert "plan fix is reconciled" in rest.out
 
 
