@@ -103,17 +103,20 @@ def cmd_publish(args: argparse.Namespace) -> int:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
         state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
-        status = plan_status(session, state, table.spec, table.scheme(), table.graph)
-        if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
-            print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
-            return 0
         if state.phase is not Phase.RECONCILED:
+            status = plan_status(session, state, table.spec, table.scheme(), table.graph)
+            if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+                print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
+                return 0
             raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: publish reopens only after every "
                                  f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
                                  fix=status.next)
+        # what blocks it, said before a Dagster run is launched (the run checks it all again under
+        # its lock); computed once: the status of a reconciled plan would fingerprint it all again
         found = rule.plan_check(session, state, table.spec, table.scheme(), table.graph)
         if found.problems:
             rule.record_changed(session, table.spec, found, actor())
+            status = plan_status(session, state, table.spec, table.scheme(), table.graph)
             raise PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
