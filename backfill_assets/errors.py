@@ -119,10 +119,6 @@ class WriteRefused(WarehouseError):
     """A partition write would lose data (e.g. an empty recomputation over existing rows)."""
 
 
-class GateFailed(BackfillError):
-    """One or more reconciliation gates failed."""
-
-
 class PublishBlocked(BackfillError):
     """Publish may not reopen yet; the message says what blocks it."""
 
@@ -140,10 +136,6 @@ class EvidenceChainBroken(BackfillError):
             f"evidence row {seq} does not verify ({reason})",
             fix="the control record was edited outside backfill; restore it from backup",
         )
-
-
-class DagsterCompatError(BackfillError):
-    """The installed Dagster changed an internal API this product relies on."""
 
 
 class PrincipalError(BackfillError):

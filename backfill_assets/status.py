@@ -50,10 +50,6 @@ class PlanStatus:
         return asdict(self)
 
 
-def _keys_text(keys: list[str], limit: int = 3) -> str:
-    return ",".join(keys[:limit]) + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
-
-
 def _approvals(session: Session, state: PlanState, pending: str | None) -> list[str]:
     """Who signed, as counted now under the pinned root (the owner first), else as recorded."""
     sha = state.approved_sha256 or pending

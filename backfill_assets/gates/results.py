@@ -187,9 +187,4 @@ class GateResult:
                              fix="store results with GateResult.to_json()") from None
 
 
-def all_passed(results: Mapping[str, list[GateResult]]) -> bool:
-    return all(r.passed for per_partition in results.values() for r in per_partition)
 
-
-def failures(results: Mapping[str, list[GateResult]]) -> list[GateResult]:
-    return [r for key in sorted(results) for r in results[key] if not r.passed]
