@@ -185,6 +185,3 @@ class GateResult:
         except KeyError as exc:
             raise UsageError(f"stored gate result lacks {exc.args[0]!r}",
                              fix="store results with GateResult.to_json()") from None
-
-
-
