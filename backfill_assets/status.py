@@ -118,16 +118,18 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     held = lease.current(session, pid)
     running = held.describe() if held is not None and held.alive() else None
     publish = _publish_state(state, blockers, published)
-    cutover = None
+    dual = None
     if state.version is not None and spec is not None and scheme is not None:
         dual = rule.cutover_streak(session, spec, scheme, state)
-        cutover = dual.line() if dual is not None else None
     status = PlanStatus(pid, state.phase.value, state.hold, state.target,
                         [keys[0], keys[-1]] if keys else [], len(keys), approvals, written,
                         written - len(failed), failed, proof, reconciled_at, published, publish,
                         blockers or (verdict.blockers if verdict else []), running, graph=members,
-                        cutover=cutover)
-    return PlanStatus(**{**asdict(status), "next": next_step(status, state, session)})
+                        cutover=dual.line() if dual is not None else None)
+    step = next_step(status, state, session)
+    if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
+        step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
+    return PlanStatus(**{**asdict(status), "next": step})
 
 
 def _publish_state(state: PlanState, blockers: list[str], published: str | None) -> str:

@@ -95,7 +95,7 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
             continue
         found.cutover[plan.plan_id] = dual
         if not dual.met:
-            found.problems.append(f"cutover by plan {plan.plan_id} refused: {dual.line()}")
+            found.problems.append(f"{CUTOVER_REFUSED}{plan.plan_id} refused: {dual.line()}")
     now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys) \
         if session.engine.table_exists(session, spec.table) else {}
     for key in keys:
@@ -296,18 +296,32 @@ def _fix(found: Check) -> str:
     if found.shape:
         return "make the published table's columns what the contract declares (or drop it: publish creates it)"
     waiting = next(((pid, s) for pid, s in found.cutover.items() if not s.met), None)
-    if waiting is not None and not [p for p in found.problems if not p.startswith("cutover by plan")]:
-        pid, dual = waiting
-        if dual.broken_by is not None:
-            return (f"the streak counts from {dual.broken_by[0]}: find why the shadow differs there, fix the cause "
-                    f"and re-run it (`backfill run {pid} --partitions {dual.broken_by[0]}`), or roll back "
-                    f"(`backfill rollback {pid}`); consumers keep the old pipeline's data meanwhile")
-        return f"run the rest of the dual run (`backfill run {pid}`)"
+    if waiting is not None and only_cutover(found.problems):
+        return cutover_fix(*waiting)
     if found.changed:
         key = next(iter(found.changed))
         return (f"re-run the changed partitions through the plan (`backfill run PLAN --partitions {key}`), "
                 "or roll back")
     return "fix and re-run the failing partitions (`backfill run PLAN --partitions KEY`), then publish again"
+
+
+CUTOVER_REFUSED = "cutover by plan "
+
+
+def only_cutover(problems: list[str]) -> bool:
+    """Nothing but a cutover's streak blocks the publish."""
+    return bool(problems) and all(p.startswith(CUTOVER_REFUSED) for p in problems)
+
+
+def cutover_fix(plan_id: str, dual: Streak) -> str:
+    """What lets a cutover waiting for its streak go on: the partition that reset it, compared again
+    once the cause is fixed (a re-run through the plan), or the way out."""
+    if dual.broken_by is None:
+        return f"run the rest of the dual run: `backfill run {plan_id}`"
+    key = dual.broken_by[0]
+    return (f"the streak counts from {key}: find why the shadow differs from the published table there, fix "
+            f"the cause and re-run it, `backfill run {plan_id} --partitions {key}`, or roll back, "
+            f"`backfill rollback {plan_id}`; consumers keep the old pipeline's data meanwhile")
 
 
 def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
