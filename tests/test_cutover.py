@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from backfill_assets.control import ledger
+from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED
 from tests.plans import complete_plan, write_plan
-from tests.world import FIXED, World, keys
+from tests.world import FIXED, World, failure_text, keys
 
 WINDOW = keys(1, 4)
 
@@ -104,7 +105,14 @@ def test_a_cutover_is_refused_until_the_streak_is_met_and_accepted_after(engine_
                              f"compared, 1 mismatching); reset at {day}: {worst}") for ln in out.splitlines()), out
     assert "blocked: cutover by plan cut refused" in out
     assert f"next       the streak counts from {day}: " in out and f"`backfill run cut --partitions {day}`" in out
-    # the reopen sensor's rule agrees: nothing was requested, consumers keep the old pipeline's data
+    # the reopen sensor requests no publish, and the publish asset run from the UI refuses the same
+    # way: consumers keep the old pipeline's data
+    defs = world.defs()
+    context = dg.build_sensor_context(instance=world.instance, definitions=defs, resources={
+        "warehouse": WarehouseResource(home=str(world.home), url=world.url or "")})
+    assert not defs.resolve_sensor_def("daily_revenue__reopen_publish").evaluate_tick(context).run_requests
+    refused = world.publish(WINDOW)
+    assert not refused.success and "cutover by plan cut refused: dual-run streak 1 of 3" in failure_text(refused)
     assert world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0] == published
 
     # the correction was withdrawn at the source; the day re-run through the plan matches again
