@@ -120,12 +120,15 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     publish = _publish_state(state, blockers, published)
     dual = None
     if state.version is not None and spec is not None and scheme is not None:
-        dual = rule.cutover_streak(session, spec, scheme, state)
+        # while the plan is active the streak as publish would judge it; after, the one it met
+        done = published_row is not None or not state.active
+        dual = rule.cutover_streak(session, spec, scheme, state, recheck=not done)
     status = PlanStatus(pid, state.phase.value, state.hold, state.target,
                         [keys[0], keys[-1]] if keys else [], len(keys), approvals, written,
                         written - len(failed), failed, proof, reconciled_at, published, publish,
                         blockers or (verdict.blockers if verdict else []), running, graph=members,
-                        cutover=dual.line() if dual is not None else None)
+                        cutover=(("cut over: " if published_row is not None else "") + dual.line()
+                                 if dual is not None else None))
     step = next_step(status, state, session)
     if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
         step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak

@@ -128,7 +128,8 @@ def test_a_cutover_is_refused_until_the_streak_is_met_and_accepted_after(engine_
                                    "mismatches": {}, "reset_at": None}
 
 
-def test_a_mismatch_before_the_streak_does_not_stop_the_cutover_and_the_tolerance_holds(engine_world, tmp_path):
+def test_a_mismatch_before_the_streak_does_not_stop_the_cutover_and_the_tolerance_holds(engine_world, tmp_path,
+                                                                                        capsys):
     world = engine_world
     old_pipeline(world)
     first, _ = correct_source(world, WINDOW[0], 1000)
@@ -143,6 +144,11 @@ def test_a_mismatch_before_the_streak_does_not_stop_the_cutover_and_the_toleranc
     # the streak counts from the last mismatch: three days matched after it, as many as needed
     assert world.cli("publish", "cut") == 0
     assert world.phase("cut") == "published"
+    # the published table now holds the shadow: status shows the streak the cutover met
+    capsys.readouterr()
+    assert world.cli("status", "cut") == 0
+    assert (f"cutover    cut over: dual-run streak 3 of 3 consecutive matching partition(s) needed (4 of 4 "
+            f"compared, 1 mismatching); reset at {WINDOW[0]}: (region={first}): gross") in capsys.readouterr().out
 
     # the check's figures are numbers in Dagster, for the UI's plots across partitions
     key = dg.AssetCheckKey(dg.AssetKey(FIXED.name), CHANGES_AS_EXPECTED)

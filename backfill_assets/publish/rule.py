@@ -91,7 +91,9 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
     latest = found.latest = ledger.latest(session, spec.name, keys)
     for plan in found.plans:
         dual = cutover_streak(session, spec, scheme, plan, latest)
-        if dual is None:
+        if dual is None or cut_over(session, plan):
+            # once the window was published the cutover is done: the published table now holds the
+            # shadow, so a repair's publish again answers to the gates, as any plan's does
             continue
         found.cutover[plan.plan_id] = dual
         if not dual.met:
@@ -126,12 +128,20 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
     return found
 
 
+def cut_over(session: Session, plan: PlanState) -> bool:
+    """The plan's approved version was published (its chain row, checked against its keyed hash)."""
+    rows = evidence_log.rows(session, plan.plan_id, "published")
+    return any(r.payload.get("sha256") == plan.approved_sha256 for r in evidence_log.verified(session, rows))
+
+
 def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState,
-                   latest: dict[str, ledger.LatestWrite | None] | None = None) -> Streak | None:
+                   latest: dict[str, ledger.LatestWrite | None] | None = None, *,
+                   recheck: bool = True) -> Streak | None:
     """A cutover plan's streak over its window (None for another plan, or another table of it), from
-    the sealed results of each partition's latest write (`latest` when already read). A comparison
-    made against published bytes that have changed since counts as not made: the published
-    partitions are fingerprinted again, one pass over the window (cutover plans only)."""
+    the sealed results of each partition's latest write (`latest` when already read). `recheck`: a
+    comparison made against published bytes that have changed since counts as not made, so the
+    published partitions are fingerprinted again, one pass over the window (cutover plans only);
+    after the cutover the published table holds the shadow, and the streak is the one it met."""
     scenario = cutover_of(plan.approved.plan, spec.name)
     if scenario is None or scenario.shadow_days is None:
         return None
@@ -139,6 +149,8 @@ def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     if latest is None or not set(keys) <= set(latest):
         latest = ledger.latest(session, spec.name, keys, plan.plan_id)
     found = comparisons({k: latest[k] for k in keys})
+    if not recheck:
+        return streak(keys, found, scenario.shadow_days)
     now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(found)) \
         if found and session.engine.table_exists(session, spec.publish_table) else {}
     stale = {k: f"the published partition changed since it was compared (now {now.get(k, EMPTY)})"
