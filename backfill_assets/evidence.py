@@ -17,6 +17,7 @@ import yaml
 from backfill_assets.control import evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import BackfillError, EvidenceChainBroken
+from backfill_assets.gates.cutover import comparisons, cutover_of, streak
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED
 from backfill_assets.plan.model import Plan
 from backfill_assets.signing.statements import Statement, stamp
@@ -77,6 +78,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                                        for k, e in found.items() if e is not None}),
             "published": (published.payload.get("graph", {}).get(asset) if published else None)}
     expectation = _expectation(plan, latest) if plan is not None else None
+    cutover = _cutover(plan, latest) if plan is not None else None
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -100,13 +102,15 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         **({"scenario": plan.scenario.model_dump(mode="json", exclude_none=True)}
            if plan is not None and plan.scenario is not None else {}),
         **({"expectation": expectation} if expectation else {}),
+        **({"cutover": cutover} if cutover else {}),
         "gates": {"partitions": len(keys), "written": len(results),
                   "passed": sum(1 for e in latest.values() if e is not None and e.passed),
                   "failed": failures, "results_sha256": _digest(results)},
         **({"graph": graph} if graph else {}),
         "history": _history(session, state),
         "reconciled_at": reconciled.at if reconciled else None,
-        "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows")}
+        "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows"),
+                       **({"cutover": published.payload["cutover"]} if "cutover" in published.payload else {})}
                       if published else None),
         "rollback": ({"at": rolled.at, "by": rolled.actor} if rolled else None),
         "chain": {"rows": len(rows), "verified": verified, "head_seq": head_seq, "head_hash": head_hash,
@@ -177,6 +181,22 @@ def _expectation(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> di
                         "not judged yet" if not verdicts else
                         f"{len(failed)} partition(s) changed beyond expect: {', '.join(failed[:20])}" if failed
                         else f"as expected in all {len(verdicts)} partition(s) judged")}
+
+
+def _cutover(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> dict[str, Any] | None:
+    """A cutover plan's dual run: what it needs, the streak its sealed results give, every partition
+    mismatching now (key and figures), and the verdict; None for another plan. The streak at the
+    moment of publish is in the `published` row of the chain (publish re-checked the published
+    bytes then); this one is read from the results alone."""
+    scenario = cutover_of(plan, plan.target)
+    if scenario is None or scenario.shadow_days is None or scenario.tolerance is None:
+        return None
+    keys = list(latest)
+    dual = streak(keys, comparisons(latest), scenario.shadow_days)
+    return {"shadow_days": scenario.shadow_days, "tolerance": scenario.tolerance.describe(),
+            "compared": dual.compared, "streak": dual.count,
+            "mismatches": {k: w for k, w in dual.mismatches},
+            "verdict": (f"met: {dual.line()}" if dual.met else f"not met: {dual.line()}")}
 
 
 def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:

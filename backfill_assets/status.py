@@ -45,6 +45,8 @@ class PlanStatus:
     next: str = ""
     # every other table of the plan's graph: asset -> {"partitions", "written", "failed", "window"}
     graph: dict[str, dict] = field(default_factory=dict)
+    # a cutover plan's dual run: its streak against what it needs, and what reset it
+    cutover: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -112,11 +114,21 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     held = lease.current(session, pid)
     running = held.describe() if held is not None and held.alive() else None
     publish = _publish_state(state, blockers, published)
+    dual = None
+    if state.version is not None and spec is not None and scheme is not None:
+        # while the plan is active the streak as publish would judge it; after, the one it met
+        done = published_row is not None or not state.active
+        dual = rule.cutover_streak(session, spec, scheme, state, recheck=not done)
     status = PlanStatus(pid, state.phase.value, state.hold, state.target,
                         [keys[0], keys[-1]] if keys else [], len(keys), approvals, written,
                         written - len(failed), failed, proof, reconciled_at, published, publish,
-                        blockers or (verdict.blockers if verdict else []), running, graph=members)
-    return PlanStatus(**{**asdict(status), "next": next_step(status, state, session)})
+                        blockers or (verdict.blockers if verdict else []), running, graph=members,
+                        cutover=(("cut over: " if published_row is not None else "") + dual.line()
+                                 if dual is not None else None))
+    step = next_step(status, state, session)
+    if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
+        step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
+    return PlanStatus(**{**asdict(status), "next": step})
 
 
 def _publish_state(state: PlanState, blockers: list[str], published: str | None) -> str:
@@ -221,6 +233,8 @@ def markdown(statuses: list[PlanStatus]) -> str:
             window += f"; {asset} {member['window'][0]}..{member['window'][1]} ({member['partitions']})"
             gates += (f"; {asset} {member['written'] - len(member['failed'])}/{member['partitions']} passed"
                       + (f", {len(member['failed'])} failed" if member["failed"] else ""))
+        if s.cutover:  # the cutover waits for its dual run's streak, beside the gates
+            gates += f"; {s.cutover}"
         phase = s.phase + (f" ({s.hold})" if s.hold else "")
         cell = [s.plan_id, phase, window, ", ".join(s.approvals) or "-", gates, s.publish, s.next]
         runs = f"[runs](/runs?{urlencode({'q[0]': f'tag:backfill_assets/plan={s.plan_id}'})})"

@@ -234,9 +234,10 @@ def test_without_expect_the_gate_passes_saying_so_and_counts_as_the_eighth(world
      "  - scenario = 'logic_change': old_code_version and new_code_version are both 2"),
     ({"kind": "repair"}, "  - scenario = 'repair': kind repair needs failure"),
     ({"kind": "late_data"}, "  - scenario = 'late_data': kind late_data needs arrived"),
-    ({"kind": "cutover"},
-     "  - scenario.kind = 'cutover': Input should be 'incident', 'logic_change', 'repair' or 'late_data'; "
-     "use one of incident, logic_change, repair, late_data"),
+    ({"kind": "cutover"}, "  - scenario = 'cutover': kind cutover needs shadow_days, tolerance"),
+    ({"kind": "switchover"},
+     "  - scenario.kind = 'switchover': Input should be 'incident', 'logic_change', 'repair', 'late_data' or "
+     "'cutover'; use one of incident, logic_change, repair, late_data, cutover"),
     ({"kind": "incident", "incident_id": "INC-1", "link": "ftp://x"},
      "  - scenario.link = 'ftp://x': String should match pattern '^https?://\\S{1,2000}$'; give the "
      "incident's http(s) URL"),

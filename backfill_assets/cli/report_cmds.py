@@ -194,6 +194,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  {asset} {key}: {', '.join(gates)}")
         if s.running:
             print(f"running    {s.running}")
+        if s.cutover:
+            print(f"cutover    {s.cutover}")
         print(f"publish    {s.publish}")
         if told[s.plan_id]:
             print(f"notices    {told[s.plan_id]}")

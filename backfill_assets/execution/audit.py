@@ -15,6 +15,7 @@ from decimal import Decimal
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import WarehouseError
+from backfill_assets.gates.cutover import cutover_of
 from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import (
     CHANGES_AS_EXPECTED,
@@ -27,8 +28,10 @@ from backfill_assets.gates.results import (
     as_number,
 )
 from backfill_assets.partitions import PartitionScheme
+from backfill_assets.plan.model import Scenario
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.change_sql import ChangeFigures, change_figures, changes_result, not_judged
+from backfill_assets.warehouse.dual_run_sql import dual_run_figures, with_dual_run
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import (
@@ -116,6 +119,15 @@ def expectation_results(session: Session, spec: TableSpec, scheme: PartitionSche
             for k in keys}
 
 
+def dual_run_results(session: Session, spec: TableSpec, scheme: PartitionScheme, scenario: Scenario,
+                     changes: Mapping[str, GateResult]) -> dict[str, GateResult]:
+    """A cutover's dual run for a slice: the shadow against the published table in one statement,
+    carried by each partition's `changes_as_expected` result (sealed with it)."""
+    assert scenario.tolerance is not None
+    figures = dual_run_figures(session, spec, scheme, list(changes), scenario.tolerance.abs, scenario.tolerance.pct)
+    return {k: with_dual_run(r, figures[k], scenario) for k, r in changes.items()}
+
+
 def _window_sums(session: Session, spec: TableSpec, plan: PlanState, figures: Mapping[str, ChangeFigures],
                  expectation: Expectation) -> dict[str, tuple[float, float]] | None:
     """Per metric judged over the window: the sums of its old and new figures over every partition
@@ -193,6 +205,9 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         and spec.name == plan.target else None
     versions = code_version_results(keys, window, required)
     changes = expectation_results(session, spec, scheme, plan, keys)
+    cutover = cutover_of(plan.approved.plan, spec.name) if plan is not None else None
+    if cutover is not None:
+        changes = dual_run_results(session, spec, scheme, cutover, changes)
     results: dict[str, list[GateResult]] = {}
     for key in keys:
         f = figures[key]

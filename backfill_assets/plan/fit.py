@@ -107,6 +107,13 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
         problems.append(PlanProblem("scenario.new_code_version", scenario.new_code_version,
                                     f"the loaded {spec.name} is code version {spec.code_version}: the replay "
                                     "writes the new version, so deploy it first (or name the version it is)"))
+    if scenario is not None and scenario.kind == "cutover" and keys and scenario.shadow_days is not None \
+            and scenario.shadow_days > len(keys):
+        # the streak counts partitions of the window: one longer than the window is never met
+        problems.append(PlanProblem("scenario.shadow_days", scenario.shadow_days,
+                                    f"the window {plan.window.start}..{plan.window.end} holds {len(keys)} "
+                                    f"partition(s), so a streak of {scenario.shadow_days} can never be met; "
+                                    "widen the window or lower shadow_days"))
     members = {plan.target: keys}
     if graph is None:
         if plan.graph:

@@ -88,15 +88,20 @@ FIXES: dict[str, str] = {
     "expect.rows_added": "use true or false: may keys appear that were not there before",
     "expect.rows_removed": "use true or false: may keys disappear",
     "scenario": "give {kind: incident, incident_id: ..., link: ...}, {kind: logic_change, "
-                "old_code_version: ..., new_code_version: ...}, {kind: repair, failure: ...} or "
-                "{kind: late_data, arrived: ...}",
-    "scenario.kind": "use one of incident, logic_change, repair, late_data",
+                "old_code_version: ..., new_code_version: ...}, {kind: repair, failure: ...}, "
+                "{kind: late_data, arrived: ...} or {kind: cutover, shadow_days: N, tolerance: {abs: 0}}",
+    "scenario.kind": "use one of incident, logic_change, repair, late_data, cutover",
     "scenario.incident_id": "give the incident's id, e.g. INC-2291 (printable, no spaces)",
     "scenario.link": "give the incident's http(s) URL",
     "scenario.old_code_version": "give the code version the window was written with, e.g. 1",
     "scenario.new_code_version": "give the code version the replay writes (the table's code_version)",
     "scenario.failure": "say what failed or was published partially",
     "scenario.arrived": "say what data arrived late, and when",
+    "scenario.shadow_days": "give the number of consecutive matching partitions the cutover waits for, >= 1",
+    "scenario.tolerance": "give {abs: N} (the metric's unit) and/or {pct: N} (percent of the published "
+                          "figure); {abs: 0} is exact",
+    "scenario.tolerance.abs": "give an amount >= 0 in the metric's unit (0: exact)",
+    "scenario.tolerance.pct": "give a percentage of the published figure between 0 and 100 (0.01 means 0.01%)",
     "approvals": "give {required: N, granted: []}",
     "approvals.required": "give an integer from 1 to 20",
     "approvals.granted": "leave it to `backfill plan approve`; entries need a valid SSH signature",

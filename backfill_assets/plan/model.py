@@ -227,21 +227,44 @@ SCENARIO_FIELDS: dict[str, tuple[str, ...]] = {
     "logic_change": ("old_code_version", "new_code_version"),
     "repair": ("failure",),
     "late_data": ("arrived",),
+    "cutover": ("shadow_days", "tolerance"),
 }
+
+
+class DualRunTolerance(_Block):
+    """How far a key's figure in the shadow (the plan's target) may differ from the published one
+    and still match: within either bound passes, both 0 is exact. Each names its unit, as the
+    metric tolerances of `checks` do: `abs` in the metric's own unit, `pct` in percent of the
+    published figure (0.01 = 0.01%)."""
+
+    abs: Amount = 0.0
+    pct: Percent = 0.0
+
+    def describe(self) -> str:
+        if not self.abs and not self.pct:
+            return "exact"
+        return "within " + " or ".join(([f"{self.abs:g}"] if self.abs else [])
+                                       + ([f"{self.pct:g}%"] if self.pct else []))
 
 
 class Scenario(_Block):
     """Why the replay runs, as data: an incident (its id and link go into the evidence and every
     notice), a logic change (old and new code versions: the replay writes the new one), a repair of
-    a failed or partial publish, or late data."""
+    a failed or partial publish, late data, or a cutover (the new pipeline's output, the plan's
+    target, is compared key by key with the published table, and the publish of the window, the
+    cutover, waits for `shadow_days` consecutive matching partitions)."""
 
-    kind: Literal["incident", "logic_change", "repair", "late_data"]
+    kind: Literal["incident", "logic_change", "repair", "late_data", "cutover"]
     incident_id: IncidentId | None = None
     link: Url | None = None
     old_code_version: CodeVersion | None = None
     new_code_version: CodeVersion | None = None
     failure: Text | None = None   # repair: what failed or was published partially
     arrived: Text | None = None   # late_data: what arrived late, and when
+    # cutover: consecutive partitions (days of a daily table) of the window, in its order, that
+    # must match the published table before the window is published, and how closely
+    shadow_days: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
+    tolerance: DualRunTolerance | None = None
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> Scenario:
@@ -270,6 +293,10 @@ class Scenario(_Block):
             return f"logic change from code version {self.old_code_version} to {self.new_code_version}"
         if self.kind == "repair":
             return f"repair: {self.failure}"
+        if self.kind == "cutover":
+            assert self.tolerance is not None
+            return (f"cutover after {self.shadow_days} consecutive partition(s) of the dual run matching the "
+                    f"published table ({self.tolerance.describe()})")
         return f"late data: {self.arrived}"
 
 

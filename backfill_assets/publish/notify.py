@@ -6,9 +6,14 @@ Every notice is queued in the outbox inside the transaction that makes the chang
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from backfill_assets.control import outbox
 from backfill_assets.plan.model import Plan
 from backfill_assets.warehouse.engine import Session
+
+if TYPE_CHECKING:
+    from backfill_assets.gates.cutover import Streak
 
 
 def recipients(plan: Plan) -> list[str]:
@@ -34,9 +39,13 @@ def announce_pause(session: Session, plan: Plan, actor: str) -> int:
                    f"{plan.target}; you keep the last good data", actor)
 
 
-def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None) -> int:
-    """`impact`: what the owners will see change (`Impact.summary()`), in the notice's body."""
+def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None,
+                    cutover: Streak | None = None) -> int:
+    """`impact`: what the owners will see change (`Impact.summary()`), in the notice's body;
+    `cutover`: a cutover plan's dual-run streak, met (publish checked it in the same transaction)."""
     extra: dict = {"impact": impact} if impact else {}
+    if cutover is not None:  # owners learn the new pipeline replaced the old, and on what evidence
+        extra["cutover"] = cutover.to_json()
     if plan.expect is not None:
         # publish copies only partitions whose gates all passed, changes_as_expected among them
         extra["expectation"] = {"declared": plan.expect.describe(),
@@ -45,6 +54,7 @@ def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | Non
                    f"publish reopened for {plan.window.start}..{plan.window.end}: every gate of plan "
                    f"{plan.plan_id} passed"
                    + (", its changes as its expect: declared," if plan.expect is not None else "")
+                   + (f" (the cutover: {cutover.line()})" if cutover is not None else "")
                    + " and the evidence is recorded", actor, extra or None)
 
 

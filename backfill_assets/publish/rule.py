@@ -5,8 +5,11 @@ those gates checked exactly the data that write produced, and the data is still 
 the copy's transaction its current fingerprint must equal the write's. A partition held by an
 active plan is published only with the plan's whole window, once the window reconciled; a plan
 over a graph of tables publishes all of them in one transaction (its target's publish does it),
-so consumers never see a fixed daily table beside a stale monthly one. Anything else refuses the
-whole copy, names the partitions and tables, and leaves consumers on the last good data.
+so consumers never see a fixed daily table beside a stale monthly one. A cutover plan's window is
+published only once its dual run's streak is met: `shadow_days` consecutive partitions whose shadow
+matched the published table, by their sealed results, against published bytes still as they were.
+Anything else refuses the whole copy, names the partitions and tables, and leaves consumers on the
+last good data.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PublishBlocked
+from backfill_assets.gates.cutover import Streak, comparisons, cutover_of, streak
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
@@ -48,6 +52,8 @@ class Check:
     shape: list[str] = field(default_factory=list)  # why the published table cannot hold the partitions
     # the other tables of a plan's graph (`plan_check`): asset -> (its spec, its check)
     others: dict[str, tuple[TableSpec, Check]] = field(default_factory=dict)
+    # a cutover plan's dual-run streak, as judged now: plan_id -> streak
+    cutover: dict[str, Streak] = field(default_factory=dict)
 
     @property
     def any_changed(self) -> bool:
@@ -83,6 +89,15 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
                                   f"({', '.join(plan.assets)}) are published together by {plan.target}'s "
                                   "publish (the sensor or `backfill publish`)")
     latest = found.latest = ledger.latest(session, spec.name, keys)
+    for plan in found.plans:
+        dual = cutover_streak(session, spec, scheme, plan, latest)
+        if dual is None or cut_over(session, plan):
+            # once the window was published the cutover is done: the published table now holds the
+            # shadow, so a repair's publish again answers to the gates, as any plan's does
+            continue
+        found.cutover[plan.plan_id] = dual
+        if not dual.met:
+            found.problems.append(f"{CUTOVER_REFUSED}{plan.plan_id} refused: {dual.line()}")
     now = fingerprints(session, spec.table, spec.columns, scheme, spec.partition_column, keys) \
         if session.engine.table_exists(session, spec.table) else {}
     for key in keys:
@@ -111,6 +126,36 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
             found.problems.append(f"{key}: changed since its gates checked it (now {current}, checked "
                                   f"{entry.fingerprint})")
     return found
+
+
+def cut_over(session: Session, plan: PlanState) -> bool:
+    """The plan's approved version was published (its chain row, checked against its keyed hash)."""
+    rows = evidence_log.rows(session, plan.plan_id, "published")
+    return any(r.payload.get("sha256") == plan.approved_sha256 for r in evidence_log.verified(session, rows))
+
+
+def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState,
+                   latest: dict[str, ledger.LatestWrite | None] | None = None, *,
+                   recheck: bool = True) -> Streak | None:
+    """A cutover plan's streak over its window (None for another plan, or another table of it), from
+    the sealed results of each partition's latest write (`latest` when already read). `recheck`: a
+    comparison made against published bytes that have changed since counts as not made, so the
+    published partitions are fingerprinted again, one pass over the window (cutover plans only);
+    after the cutover the published table holds the shadow, and the streak is the one it met."""
+    scenario = cutover_of(plan.approved.plan, spec.name)
+    if scenario is None or scenario.shadow_days is None:
+        return None
+    keys = list(plan.keys_of(spec.name))
+    if latest is None or not set(keys) <= set(latest):
+        latest = ledger.latest(session, spec.name, keys, plan.plan_id)
+    found = comparisons({k: latest[k] for k in keys})
+    if not recheck:
+        return streak(keys, found, scenario.shadow_days)
+    now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(found)) \
+        if found and session.engine.table_exists(session, spec.publish_table) else {}
+    stale = {k: f"the published partition changed since it was compared (now {now.get(k, EMPTY)})"
+             for k, c in found.items() if c.published_fingerprint != now.get(k, EMPTY).digest}
+    return streak(keys, found, scenario.shadow_days, stale)
 
 
 def plan_check(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
@@ -262,11 +307,33 @@ def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
 def _fix(found: Check) -> str:
     if found.shape:
         return "make the published table's columns what the contract declares (or drop it: publish creates it)"
+    waiting = next(((pid, s) for pid, s in found.cutover.items() if not s.met), None)
+    if waiting is not None and only_cutover(found.problems):
+        return cutover_fix(*waiting)
     if found.changed:
         key = next(iter(found.changed))
         return (f"re-run the changed partitions through the plan (`backfill run PLAN --partitions {key}`), "
                 "or roll back")
     return "fix and re-run the failing partitions (`backfill run PLAN --partitions KEY`), then publish again"
+
+
+CUTOVER_REFUSED = "cutover by plan "
+
+
+def only_cutover(problems: list[str]) -> bool:
+    """Nothing but a cutover's streak blocks the publish."""
+    return bool(problems) and all(p.startswith(CUTOVER_REFUSED) for p in problems)
+
+
+def cutover_fix(plan_id: str, dual: Streak) -> str:
+    """What lets a cutover waiting for its streak go on: the partition that reset it, compared again
+    once the cause is fixed (a re-run through the plan), or the way out."""
+    if dual.broken_by is None:
+        return f"run the rest of the dual run: `backfill run {plan_id}`"
+    key = dual.broken_by[0]
+    return (f"the streak counts from {key}: find why the shadow differs from the published table there, fix "
+            f"the cause and re-run it, `backfill run {plan_id} --partitions {key}`, or roll back, "
+            f"`backfill rollback {plan_id}`; consumers keep the old pipeline's data meanwhile")
 
 
 def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
@@ -315,15 +382,16 @@ def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
                      "impact": (t.impact.of(plan.plan_id, plan.keys_of(a)).totals if t.impact else None)}
                  for a in plan.assets[1:] for t in tables if t.spec.name == a}
         root = next(t for t in tables if t.spec.name == plan.target or t is tables[0])
+        dual = root.found.cutover.get(plan.plan_id) if root.found else None
         evidence_log.append(session, plan_id=plan.plan_id, kind="published", actor=actor, payload={
             "table": root.spec.publish_as, "partitions": len(plan.partition_keys),
             "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied.get(plan.target),
             "sha256": plan.approved_sha256, "impact": seen.totals if seen else None,
-            **({"graph": graph} if graph else {})})
+            **({"graph": graph} if graph else {}), **({"cutover": dual.to_json()} if dual else {})})
         record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
                           note=f"{len(plan.partition_keys)} partition(s) published"
                           + (f" with {', '.join(plan.assets[1:])}" if graph else ""))
-        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None)
+        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None, dual)
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")
     first = tables[0]

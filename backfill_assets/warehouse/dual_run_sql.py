@@ -1,0 +1,189 @@
+"""The dual run of a cutover as SQL inside the engine: the shadow (the plan's target, written by the
+new pipeline and not yet published) against the published table (what the old pipeline gave
+consumers), key by key, for a whole slice of partitions in one statement.
+
+Both sides are grouped by partition and business keys and full-joined group to group, as the gate
+`metrics_match_source` joins the target with its source; here both sides are the table's own
+columns, so each metric is the same expression (`target_sql`) on each side. A key on one side only
+is a mismatch, and so is a metric whose figures differ beyond the plan's tolerance (NULL against a
+figure differs, NULL against NULL does not). The same statement fingerprints the published
+partitions it compared, so publish can tell a comparison made against other published bytes.
+
+Only per-partition counts, totals and the few worst keys as text come back, never rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from backfill_assets.gates.cutover import MATCHED
+from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GateResult, as_number
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
+from backfill_assets.warehouse.grouping import grouping
+from backfill_assets.warehouse.identifiers import quote
+
+if TYPE_CHECKING:
+    from backfill_assets.plan.model import Scenario
+
+WORST_KEYS = 3  # keys named per mismatching partition
+
+
+@dataclass(frozen=True)
+class DualRunFigures:
+    """What the statement returns for one partition."""
+
+    shadow_keys: int
+    published_keys: int
+    missing: int                    # keys published, not in the shadow
+    extra: int                      # keys in the shadow, not published
+    differing: dict[str, int]       # metric -> keys whose figures differ beyond the tolerance
+    mismatched: int                 # keys that differ in any way
+    shadow: dict[str, object]       # metric -> the partition's figure in the shadow
+    published: dict[str, object]    # metric -> the partition's figure published
+    worst: str                      # the worst keys, as text
+    published_fingerprint: Fingerprint  # of the published partition the comparison read
+
+    @property
+    def matched(self) -> bool:
+        return not self.mismatched
+
+
+def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+                     tolerance_abs: float, tolerance_pct: float) -> dict[str, DualRunFigures]:
+    """Run the slice's statement; every key gets figures (no rows on either side: a match)."""
+    engine = session.engine
+    text = engine.text_of
+    metrics = list(spec.metrics)
+    bkeys = list(spec.business_keys)
+    kcols = [f"k{i}" for i in range(len(bkeys))]
+    part = quote(spec.partition_column)
+    published_exists = engine.table_exists(session, spec.publish_table)
+    # a window never published has nothing to match: every shadow key is extra
+    published = quote(spec.publish_table) if published_exists else \
+        f"(SELECT {', '.join(quote(c) for c in spec.columns)} FROM {quote(spec.table)} WHERE FALSE)"
+    s_group = grouping(scheme, f"s.{part}", keys)
+    p_group = grouping(scheme, f"p.{part}", keys)
+
+    def side(alias: str, table: str, group) -> str:
+        picked = [f"{group.key_sql} AS pkey"]
+        picked += [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
+        picked += ["count(*) AS n"] + [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+        by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))
+        return (f"SELECT {', '.join(picked)} FROM {table} AS {alias}{group.join_sql} "
+                f"WHERE {group.where_sql} GROUP BY {by}")
+
+    bad = []
+    tolerance_params: list[object] = []
+    for i in range(len(metrics)):
+        # relative to the published (old) figure: the old pipeline is what the new one must match
+        bad.append(
+            f"NOT coalesce(s.m{i} IS NOT DISTINCT FROM p.m{i} OR CAST(abs(s.m{i} - p.m{i}) AS DOUBLE "
+            f"PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION) * "
+            f"CAST(abs(p.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
+        tolerance_params += [tolerance_abs, tolerance_pct]
+    non_partition = [(k, c) for k, c in zip(bkeys, kcols, strict=True) if k != spec.partition_column]
+    key_text = " || ', ' || ".join(
+        f"'{k}=' || coalesce({text(f'coalesce(s.{c}, p.{c})')}, 'NULL')" for k, c in non_partition
+    ) or "'(partition)'"
+    metric_text = " || ".join(
+        f"CASE WHEN bad{i} THEN ' {m.name} ' || coalesce({text(f'sm{i}')}, 'NULL') || ' vs ' || "
+        f"coalesce({text(f'pm{i}')}, 'NULL') || ' published' ELSE '' END" for i, m in enumerate(metrics)) or "''"
+    any_bad = " OR ".join([f"bad{i}" for i in range(len(metrics))] + ["sn IS NULL", "pn IS NULL"])
+    worst = " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs(sm{i} - pm{i}) AS DOUBLE PRECISION), "
+                       "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"
+    if published_exists:  # the fingerprint is of the whole published partition: its own pass
+        digest = digest_sql(session, spec.columns, column_types(session, spec.publish_table, spec.columns), "p")
+        fp_cte = (f"f AS (SELECT {p_group.key_sql} AS pkey, count(*) AS n, {digest} AS fp FROM {published} AS p"
+                  f"{p_group.join_sql} WHERE {p_group.where_sql} GROUP BY {p_group.key_sql}),")
+        fp_params, fp_select = p_group.params, "f.n, f.fp FROM g LEFT JOIN f ON f.pkey = g.pkey"
+    else:
+        fp_cte, fp_params, fp_select = "", [], "0, NULL FROM g"
+    join_on = f"s.pkey = p.pkey AND {engine.keys_match_sql('s', 'p', kcols, spec.key_types)}"
+    sql = f"""
+    WITH s AS ({side('s', quote(spec.table), s_group)}),
+    p AS ({side('p', published, p_group)}),
+    {fp_cte}
+    j AS (
+        SELECT coalesce(s.pkey, p.pkey) AS pkey, {key_text} AS keytext, s.n AS sn, p.n AS pn
+               {''.join(f', s.m{i} AS sm{i}, p.m{i} AS pm{i}' for i in range(len(metrics)))}
+               {''.join(f', {b} AS bad{i}' for i, b in enumerate(bad))}
+        FROM s FULL OUTER JOIN p ON {join_on}),
+    r AS (
+        SELECT j.*, ({any_bad}) AS anybad,
+               row_number() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC, keytext) AS rk
+        FROM j),
+    g AS (
+        SELECT pkey, count(sn), count(pn), count(*) FILTER (WHERE sn IS NULL),
+               count(*) FILTER (WHERE pn IS NULL), count(*) FILTER (WHERE anybad)
+               {''.join(f', count(*) FILTER (WHERE bad{i}), sum(sm{i}), sum(pm{i})' for i in range(len(metrics)))},
+               string_agg(CASE WHEN sn IS NULL THEN '(' || keytext || ') published, not in the shadow'
+                               WHEN pn IS NULL THEN '(' || keytext || ') in the shadow, not published'
+                               ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk)
+                   FILTER (WHERE anybad AND rk <= {WORST_KEYS})
+        FROM r GROUP BY pkey)
+    SELECT g.*, {fp_select}
+    """
+    # placeholders bind in the order they appear: the shadow's slice, the published one's, the
+    # published one's again (its fingerprint), then the tolerances
+    params = [*s_group.params, *p_group.params, *fp_params, *tolerance_params]
+    out: dict[str, DualRunFigures] = {}
+    for row in session.rows(sql, params):
+        key = s_group.key(row[0])
+        shadow_keys, published_keys, missing, extra, mismatched = (int(v or 0) for v in row[1:6])
+        rest = list(row[6:])
+        differing, shadow, pub = {}, {}, {}
+        for m in metrics:
+            differing[m.name], shadow[m.name], pub[m.name] = int(rest.pop(0) or 0), rest.pop(0), rest.pop(0)
+        worst_text = str(rest.pop(0) or "")
+        rows, digest = rest
+        fingerprint = Fingerprint(int(rows), str(digest)) if digest is not None else EMPTY
+        out[key] = DualRunFigures(shadow_keys, published_keys, missing, extra, differing, mismatched, shadow, pub,
+                                  worst_text, fingerprint)
+    nothing = dict.fromkeys(m.name for m in metrics)
+    empty = DualRunFigures(0, 0, 0, 0, dict.fromkeys(nothing, 0), 0, nothing, nothing, "", EMPTY)
+    return {k: out.get(k, empty) for k in keys}
+
+
+# --- results -------------------------------------------------------------------------------------
+
+def with_dual_run(result: GateResult, f: DualRunFigures, scenario: Scenario) -> GateResult:
+    """`changes_as_expected`'s result carrying the partition's dual run: its figures as numbers (the
+    UI plots `dual_run.matched` across partitions), the comparison in `actual`, one clause in the
+    detail. Its verdict stays the expectation's: the streak, not the partition, decides the cutover."""
+    assert result.gate == CHANGES_AS_EXPECTED and scenario.tolerance is not None
+    tolerance = scenario.tolerance
+    numbers = dict(result.numbers)
+    numbers.update({MATCHED: 1 if f.matched else 0, "dual_run.keys.shadow": f.shadow_keys,
+                    "dual_run.keys.published": f.published_keys, "dual_run.keys.missing": f.missing,
+                    "dual_run.keys.extra": f.extra, "dual_run.keys.mismatched": f.mismatched,
+                    "dual_run.tolerance_abs": tolerance.abs, "dual_run.tolerance_pct": tolerance.pct})
+    for name, count in f.differing.items():
+        numbers[f"dual_run.{name}.keys_differing"] = count
+        shadow, published = as_number(f.shadow.get(name)), as_number(f.published.get(name))
+        if shadow is not None:
+            numbers[f"dual_run.{name}.shadow"] = shadow
+        if published is not None:
+            numbers[f"dual_run.{name}.published"] = published
+        if shadow is not None and published is not None:
+            numbers[f"dual_run.{name}.difference"] = shadow - published
+    if f.matched:
+        clause = (f"dual run: the shadow matches the published table in all {f.shadow_keys} key(s) "
+                  f"({tolerance.describe()})")
+    else:
+        parts = [f"{n} differs in {c} key(s)" for n, c in f.differing.items() if c]
+        parts += [f"{f.missing} published key(s) not in the shadow"] if f.missing else []
+        parts += [f"{f.extra} shadow key(s) not published"] if f.extra else []
+        clause = (f"dual run MISMATCH against the published table ({tolerance.describe()}): {', '.join(parts)}; "
+                  f"worst: {f.worst}")
+    actual = dict(result.actual) if isinstance(result.actual, dict) else {}
+    actual["dual_run"] = {"matched": f.matched, "worst": f.worst, "differing": dict(f.differing),
+                          "missing": f.missing, "extra": f.extra,
+                          "published_fingerprint": f.published_fingerprint.digest,
+                          "published_rows": f.published_fingerprint.rows}
+    return dataclasses.replace(result, actual=actual, detail=f"{result.detail}; {clause}", numbers=numbers)
