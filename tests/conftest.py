@@ -136,14 +136,32 @@ def _home_instance(home: Path, template: Path):
     return instance_for(Home(home))
 
 
+@pytest.fixture(scope="session")
+def duckdb_world_template(tmp_path_factory, ssh_keys) -> Path:
+    """A DuckDB world's files as `make_world` leaves them (the orders generated, the trust root pinned
+    through the control record, the evidence key and chain heads, approvers/allowed_signers): made
+    once per worker (~0.4 s), copied per test (a few ms), as the Dagster storage template is."""
+    from tests.world import make_world
+
+    root = tmp_path_factory.mktemp("world-template")
+    make_world(root, None, ssh_keys, f"duckdb:///{root / 'home' / 'warehouse.duckdb'}")  # whatever the env says
+    return root
+
+
+def _copy_world(template: Path, root: Path) -> None:
+    for folder in ("home", "approvers"):
+        shutil.copytree(template / folder, root / folder, dirs_exist_ok=True)
+
+
 @pytest.fixture
-def world(tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
-    from tests.world import DEMO_DEFS, make_world
+def world(tmp_path, ssh_keys, monkeypatch, empty_dagster_storage, duckdb_world_template):
+    from tests.world import DEMO_DEFS, World
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    _copy_world(duckdb_world_template, tmp_path)
     with _home_instance(tmp_path / "home", empty_dagster_storage) as instance:
-        yield make_world(tmp_path, instance, ssh_keys)
+        yield World(tmp_path, instance, ssh_keys)
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
@@ -158,8 +176,9 @@ def engine(request, tmp_path):
 
 @pytest.fixture(params=["duckdb", "postgresql"])
 def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
-    """The same world on each engine: the embedded DuckDB file, and a real PostgreSQL server."""
-    from tests.world import DEMO_DEFS, make_world
+    """The same world on each engine: the embedded DuckDB file (a copy of the template), and a real
+    PostgreSQL server (made in its fresh database)."""
+    from tests.world import DEMO_DEFS, World, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
@@ -167,8 +186,10 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")
         monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
+    else:
+        _copy_world(request.getfixturevalue("duckdb_world_template"), tmp_path)
     with _home_instance(tmp_path / "home", empty_dagster_storage) as instance:
-        yield make_world(tmp_path, instance, ssh_keys, url)
+        yield World(tmp_path, instance, ssh_keys) if url is None else make_world(tmp_path, instance, ssh_keys, url)
 
 
 @pytest.fixture
