@@ -32,6 +32,7 @@ HEADER = """# Written once by backfill-assets (`backfill init`); yours to edit, 
 # environment references ({env: NAME}), read when the instance loads.
 """
 _said: set[str] = set()
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _postgres_storage(url: str) -> dict:
@@ -88,7 +89,8 @@ def dagster_yaml(home: Home, postgres_url: str | None = None) -> str:
 def _read_existing(config: Path) -> dict:
     try:
         data = read_regular(config, 1024 * 1024)
-        document = yaml.safe_load(data.decode("utf-8")) if len(data) <= 1024 * 1024 else None
+        # libyaml's loader when PyYAML has it: the same documents, ~6x faster (read on every open)
+        document = yaml.load(data.decode("utf-8"), Loader=_SAFE_LOADER) if len(data) <= 1024 * 1024 else None
     except NotRegularFile as exc:
         raise UsageError(f"{config} is {exc.kind}, not a regular file",
                          fix="make it a regular dagster.yaml, or remove it and run `backfill init`") from None

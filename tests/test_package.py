@@ -13,8 +13,11 @@ from tests.conftest import BIN, ROOT
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    # the fresh environment's commands may cache their bytecode (CI sets PYTHONDONTWRITEBYTECODE): the
+    # first compiles Dagster's modules once, instead of each command compiling them again from source
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**base, **(env or {})})
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return proc.stdout + proc.stderr
 

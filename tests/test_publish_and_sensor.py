@@ -263,3 +263,13 @@ def test_the_cli_records_the_plan_state_on_the_asset_when_it_changes_it(world):
     assert world.cli("plan", "withdraw", "fix") == 0
     latest = plan_state_on_asset(world)[0]
     assert "| fix | withdrawn |" in latest["backfill_assets/plans"] and latest["active_plans"] == 0
+    # `run` and `publish` record it with the Dagster instance they ran on (no second instance)
+    world.approved_plan("fix2", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
+    assert world.cli("run", "fix2", "--proof") == 0
+    assert "| fix2 | proven |" in plan_state_on_asset(world)[0]["backfill_assets/plans"]
+    assert world.cli("run", "fix2") == 0
+    assert "| fix2 | reconciled |" in plan_state_on_asset(world)[0]["backfill_assets/plans"]
+    assert world.cli("publish", "fix2") == 0
+    latest = plan_state_on_asset(world)[0]
+    assert "| fix2 | published |" in latest["backfill_assets/plans"]
+    assert latest["recorded_by"].startswith("backfill by ")
