@@ -83,7 +83,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     for i in range(len(metrics)):
         # relative to the published (old) figure: the old pipeline is what the new one must match
         bad.append(
-            f"NOT coalesce(s.m{i} IS NOT DISTINCT FROM p.m{i} OR CAST(abs(s.m{i} - p.m{i}) AS DOUBLE "
+            f"NOT coalesce(s.m{i} IS NOT DISTINCT FROM p.m{i} OR CAST(abs(s.m{i} - p.m{i}) AS DOUBLE "  # not a join
             f"PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION) * "
             f"CAST(abs(p.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
         tolerance_params += [tolerance_abs, tolerance_pct]
