@@ -25,7 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-system-packages.sh
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
+	$(BIN)/pytest -q -n $(WORKERS) --dist loadscope
 
 ui: $(STAMP)
 	bash scripts/ui.sh

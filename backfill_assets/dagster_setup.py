@@ -10,6 +10,7 @@ when the instance loads. A file that lacks our run coordinator is kept, and said
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -160,8 +161,12 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
         _said.add(note)
         terminal.say(f"backfill: {note}")
     _password_from_url()
+    key = _instance_key(path)
+    if key in _instances:
+        _instances[key] = _instances.pop(key)  # the most recently used last
+        return _instances[key]
     try:
-        return dg.DagsterInstance.from_config(str(path))
+        instance = dg.DagsterInstance.from_config(str(path))
     except dg.DagsterInvalidConfigError as exc:
         why = "; ".join(e.message for e in getattr(exc, "errors", []) or []) or str(exc)
         import re
@@ -175,3 +180,29 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
                          f"({' '.join(why.split())[:240]})",
                          fix="fix it (a secret named {env: NAME} needs NAME set), or remove it and run "
                              "`backfill init`") from None
+    _instances[key] = instance
+    while len(_instances) > _KEPT_INSTANCES:
+        _, evicted = _instances.popitem(last=False)
+        try:
+            evicted.dispose()
+        except Exception:  # noqa: BLE001 - its home may be gone; nothing of ours is in flight on it
+            pass
+    return instance
+
+
+# Opening an instance costs ~0.2 s (its storages check their schema). A command opens one and may
+# record the plan's state with it too; the demo (and the tests) run many commands in one process. So
+# the process keeps the instances it opened, keyed by what they were made from: dagster.yaml as it is
+# on disk and the environment it reads. Callers never dispose one; the process's exit does.
+_KEPT_INSTANCES = 4
+_instances: OrderedDict[tuple, dg.DagsterInstance] = OrderedDict()
+
+
+def _instance_key(path: Path) -> tuple:
+    try:
+        stat = (path / "dagster.yaml").stat()
+        made_from = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        made_from = None
+    return (str(path), made_from, *(os.environ.get(n) for n in (WAREHOUSE_URL_ENV, INSTANCE_URL_ENV,
+                                                                  INSTANCE_PASSWORD_ENV)))

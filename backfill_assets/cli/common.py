@@ -215,9 +215,9 @@ def record_plan_state(args: argparse.Namespace, plan_id: str, graph=None, instan
             return
         from backfill_assets.dagster_setup import instance_for
 
-        with instance_for(home_of(args), quiet=True) as opened:
-            for event in found:
-                opened.report_runless_asset_event(event)
+        opened = instance_for(home_of(args), quiet=True)
+        for event in found:
+            opened.report_runless_asset_event(event)
     except Exception as exc:  # noqa: BLE001 - the change is committed; the UI catches up at the next tick
         first = str(exc).splitlines()[0] if str(exc) else ""
         terminal.say(f"backfill: the Dagster UI shows the plan's state at the reopen sensor's next tick "

@@ -88,19 +88,16 @@ def cmd_load(args: argparse.Namespace) -> int:
     instance = instance_for(home)
     progress = Progress(len(keys), stage.name, output.write, output.terminal_is_tty())
     runs, halted = 0, None
-    try:
-        fail_dead_runs(instance)
-        with output.dagster_output(home) as log:
-            for part in stage.slices:
-                _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),
-                                      assets=[spec.name, spec.publish_as])
-                runs += 1
-                progress.advance(len(part))
-                if errors:
-                    halted = (list(part), errors)
-                    break
-    finally:
-        instance.dispose()
+    fail_dead_runs(instance)
+    with output.dagster_output(home) as log:
+        for part in stage.slices:
+            _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),
+                                  assets=[spec.name, spec.publish_as])
+            runs += 1
+            progress.advance(len(part))
+            if errors:
+                halted = (list(part), errors)
+                break
     if halted is None:
         print(f"loaded {len(keys)} partition(s) of {spec.name} in {runs} run(s), gated and published to "
               f"{spec.publish_as}")
@@ -114,14 +111,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         # the run wrote its whole range before its failing gates failed it, so its publish step was
         # skipped: the partitions that passed are published apart, under the same rule
         instance = instance_for(home)
-        try:
-            with output.dagster_output(home):
-                for first, last in scheme.runs(passed):
-                    span = list(scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1])
-                    run_range(loaded, table, instance, None, span, actor(), output.run_config(),
-                              assets=[spec.publish_as])
-        finally:
-            instance.dispose()
+        with output.dagster_output(home):
+            for first, last in scheme.runs(passed):
+                span = list(scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1])
+                run_range(loaded, table, instance, None, span, actor(), output.run_config(),
+                          assets=[spec.publish_as])
     for error in errors[:3]:
         print(f"  run failed: {error}")
     for key, gates in list(failed.items())[:10]:

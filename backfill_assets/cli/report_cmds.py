@@ -124,33 +124,33 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.defs.replayable import cli_run_tags
     from backfill_assets.execution.runner import fail_dead_runs
 
-    with instance_for(home) as instance:  # one instance: the publish run, then the plan's state
-        fail_dead_runs(instance)
-        with output.dagster_output(home):
-            result = job.execute_in_process(instance=instance,
-                                            asset_selection=[dg.AssetKey(table.spec.publish_as.split("/"))],
-                                            tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
-                                            raise_on_error=False, run_config=output.run_config())
-        if not result.success:
-            raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "
-                                 + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
-        print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
-              f"(run {result.run_id[:8]}); downstream owners notified")
-        for asset in state.assets[1:]:  # in the same transaction
-            keys = state.keys_of(asset)
-            print(f"published {loaded.graph.spec(asset).publish_as} for {keys[0]}..{keys[-1]} with it, in the same "
-                  "transaction")
-        events = result.get_asset_materialization_events()
-        seen = consumers_line(events)
-        if seen:
-            print(seen)
-        for event in events:
-            replaced = event.materialization.metadata.get("replaced_edits")
-            if replaced is not None:
-                print(f"note: {table.spec.publish_as} had been edited outside backfill since its last publish "
-                      f"({replaced.value}); this publish put the checked bytes back")
-                break  # every partition's materialization carries the same note
-        record_plan_state(args, state.plan_id, table.graph, instance)
+    instance = instance_for(home)  # one instance: the publish run, then the plan's state
+    fail_dead_runs(instance)
+    with output.dagster_output(home):
+        result = job.execute_in_process(instance=instance,
+                                        asset_selection=[dg.AssetKey(table.spec.publish_as.split("/"))],
+                                        tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
+                                        raise_on_error=False, run_config=output.run_config())
+    if not result.success:
+        raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "
+                             + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
+    print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
+          f"(run {result.run_id[:8]}); downstream owners notified")
+    for asset in state.assets[1:]:  # in the same transaction
+        keys = state.keys_of(asset)
+        print(f"published {loaded.graph.spec(asset).publish_as} for {keys[0]}..{keys[-1]} with it, in the same "
+              "transaction")
+    events = result.get_asset_materialization_events()
+    seen = consumers_line(events)
+    if seen:
+        print(seen)
+    for event in events:
+        replaced = event.materialization.metadata.get("replaced_edits")
+        if replaced is not None:
+            print(f"note: {table.spec.publish_as} had been edited outside backfill since its last publish "
+                  f"({replaced.value}); this publish put the checked bytes back")
+            break  # every partition's materialization carries the same note
+    record_plan_state(args, state.plan_id, table.graph, instance)
     return 0
 
 

@@ -144,12 +144,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise PlanRefused(f"plan {state.plan_id} may not run: {why}",
                               fix="have it signed again (`backfill plan statement PLAN` shows what to sign)")
         if not any(stage.partitions for stage in stages):
-            with instance_for(home) as instance:  # opened once: dead runs, then the plan's state
-                fail_dead_runs(instance)
-                print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
-                state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
-                print(f"plan {state.plan_id} is {state.phase}")
-                record_plan_state(args, state.plan_id, table.graph, instance)
+            instance = instance_for(home)  # opened once: dead runs, then the plan's state
+            fail_dead_runs(instance)
+            print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
+            state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
+            print(f"plan {state.plan_id} is {state.phase}")
+            record_plan_state(args, state.plan_id, table.graph, instance)
             return 0
         from backfill_assets.control import evidence_log
 
@@ -171,49 +171,46 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"runs_at_once {execution.runs_at_once}: the embedded DuckDB takes one writer at a time, so "
               "runs go one after another (use a server engine to run them at once)")
     pool, reports = None, []
-    try:  # the instance stays open to record the plan's state with it
-        try:
-            fail_dead_runs(instance)
+    try:
+        fail_dead_runs(instance)
+        for stage in stages:
+            if stage.partitions:
+                print(stage.describe(), flush=True)
+        with output.dagster_output(home) as log:
+            if parallel > 1:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                pool = ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"))
+                url = os.environ.get("BACKFILL_WAREHOUSE_URL")
+
+                def run_wave(wave, asset):
+                    futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
+                                           asset, keys, actor(), output.verbose(),
+                                           lease.launcher_label(held)) for keys in wave]
+                    return [f.result() for f in futures]
+            else:
+                def run_wave(wave, asset):
+                    return [run_range(loaded, loaded.table(asset), instance, state.plan_id, keys, actor(),
+                                      output.run_config()) for keys in wave]
             for stage in stages:
-                if stage.partitions:
-                    print(stage.describe(), flush=True)
-            with output.dagster_output(home) as log:
-                if parallel > 1:
-                    import multiprocessing
-                    from concurrent.futures import ProcessPoolExecutor
-
-                    pool = ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"))
-                    url = os.environ.get("BACKFILL_WAREHOUSE_URL")
-
-                    def run_wave(wave, asset):
-                        futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
-                                               asset, keys, actor(), output.verbose(),
-                                               lease.launcher_label(held)) for keys in wave]
-                        return [f.result() for f in futures]
-                else:
-                    def run_wave(wave, asset):
-                        return [run_range(loaded, loaded.table(asset), instance, state.plan_id, keys, actor(),
-                                          output.run_config()) for keys in wave]
-                for stage in stages:
-                    if not stage.partitions:
-                        continue
-                    done = execute(stage, warehouse, state, held, run_wave, parallel)
-                    reports += done
-                    if not all(r.ok for r in done) or len(done) < len(stage.slices) * stage.repeats:
-                        break  # halted: a table downstream reads only what passed its gates
-        finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-            with warehouse.session() as session:
-                lease.release(session, held)
-                # in the same connection (opening one costs ~15 ms on DuckDB); not on the way out of an error
-                after = advance(session, record.require(session, state.plan_id), actor(), table.spec,
-                                table.scheme(), table.graph) if reports else None
-                verdict = proof_verdict(session, after) if args.proof and after else None
-        assert after is not None
-        record_plan_state(args, after.plan_id, table.graph, instance)
+                if not stage.partitions:
+                    continue
+                done = execute(stage, warehouse, state, held, run_wave, parallel)
+                reports += done
+                if not all(r.ok for r in done) or len(done) < len(stage.slices) * stage.repeats:
+                    break  # halted: a table downstream reads only what passed its gates
     finally:
-        instance.dispose()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        with warehouse.session() as session:
+            lease.release(session, held)
+            # in the same connection (opening one costs ~15 ms on DuckDB); not on the way out of an error
+            after = advance(session, record.require(session, state.plan_id), actor(), table.spec,
+                            table.scheme(), table.graph) if reports else None
+            verdict = proof_verdict(session, after) if args.proof and after else None
+    assert after is not None
+    record_plan_state(args, after.plan_id, table.graph, instance)
     print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
     if not all(r.ok for r in reports):
         print(f"plan {after.plan_id} is {after.phase}; Dagster's log: {log}")
