@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.warehouse.engine import Session
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
+from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.errors import WarehouseError
 from backfill_assets.gates.cutover import cutover_of
 from backfill_assets.gates.expectation import Expectation
@@ -45,7 +46,6 @@ from backfill_assets.warehouse.gate_sql import (
     source_duplicates_result,
     unchanged_result,
 )
-from backfill_assets.warehouse.snapshots import snapshotted
 
 UNKNOWN_VERSION = "unknown"
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from backfill_assets.control.schema import SNAPSHOT_SCHEMA
 from backfill_assets.gates.expectation import (
     Expectation,
     difference,
@@ -35,7 +34,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import column_types
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import qualified, quote
-from backfill_assets.warehouse.snapshots import snapshot_table
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 
 WORST_KEYS = 3  # keys named per failing partition
 # the statement's own columns beside the table's: the prefix the contract reserves for the framework
