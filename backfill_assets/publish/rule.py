@@ -342,7 +342,7 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
         record_changed(session, other_spec, other, actor)
     if not found.changed:
         return
-    from backfill_assets.warehouse.gate_sql import unchanged_result
+    from backfill_assets.gates.verdicts import unchanged_result
 
     plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k, spec.name)}
     with session.transaction():
