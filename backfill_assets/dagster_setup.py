@@ -19,9 +19,9 @@ import yaml
 
 from backfill_assets import terminal
 from backfill_assets.bounded import NotRegularFile, read_regular
-from backfill_assets.defs.coordinator import CAP_TAG, MAX_CAP
 from backfill_assets.errors import UsageError
 from backfill_assets.home import WAREHOUSE_URL_ENV, Home
+from backfill_assets.tags import CAP_TAG, MAX_CAP
 
 DAILY_RUN_LIMIT = 4
 INSTANCE_URL_ENV = "BACKFILL_DAGSTER_PG_URL"

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import SNAPSHOT_SCHEMA
+from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import as_number
 from backfill_assets.partitions import PartitionScheme
@@ -24,7 +24,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import qualified, quote
-from backfill_assets.warehouse.snapshots import snapshot_table, snapshotted
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 
 SLICE = 200
 # what of a key's change `expect:` did not declare, when it is the key as a whole

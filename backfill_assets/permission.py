@@ -29,15 +29,13 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
+from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import rows_per_partition
 
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph
 
-BACKFILL_TAG = "dagster/backfill"
-PLAN_TAG = "backfill_assets/plan"
-REPLAYABLE_OP_TAG = "backfill_assets/replayable"
 
 
 @dataclass(frozen=True)

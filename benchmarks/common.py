@@ -551,7 +551,7 @@ COST_CENTRES = (
     ("dagster_shared/serdes/serdes.py", "serialize_value"),
     ("backfill_assets/execution/write.py", "write_partitions"),
     ("backfill_assets/warehouse/writes.py", "write_rows"),
-    ("backfill_assets/warehouse/snapshots.py", "ensure_snapshots"),
+    ("backfill_assets/control/snapshots.py", "ensure_snapshots"),
     ("backfill_assets/warehouse/fingerprints.py", "fingerprints"),
     ("backfill_assets/permission.py", "recheck"),
     ("backfill_assets/control/evidence_log.py", "append"),

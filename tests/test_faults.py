@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from backfill_assets.defs.replayable import PID_TAG
 from backfill_assets.home import Home
 from backfill_assets.permission import PLAN_TAG
+from backfill_assets.tags import PID_TAG
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.identifiers import quote
 from tests.world import BUGGY, FIXED, keys

@@ -26,7 +26,7 @@ from backfill_assets.control import record
 from backfill_assets.control.record import PlanState, PlanVersion
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.coordinator import covering_plan, run_span
-from backfill_assets.defs.replayable import ACTOR_TAG, make_replayable_table
+from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
 from backfill_assets.errors import PartitionRefused, WindowError
 from backfill_assets.home import Home
@@ -35,6 +35,7 @@ from backfill_assets.permission import BACKFILL_TAG
 from backfill_assets.plan.loading import collect_problems
 from backfill_assets.plan.phases import Phase
 from backfill_assets.table import Column, Metric, TableSpec
+from backfill_assets.tags import ACTOR_TAG
 from backfill_assets.warehouse import open_warehouse
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from tests.plans import complete_plan, edited, write_plan

@@ -22,7 +22,6 @@ from backfill_assets.cli import main as cli_main
 from backfill_assets.cli.common import actor
 from backfill_assets.control import trust_record
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.defs.replayable import ACTOR_TAG
 from backfill_assets.demo.definitions import PARTITIONS, build_definitions
 from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1
 from backfill_assets.demo.sample import generate_orders
@@ -31,6 +30,7 @@ from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.table import TableSpec
+from backfill_assets.tags import ACTOR_TAG
 from backfill_assets.trust.policy import Policy
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints

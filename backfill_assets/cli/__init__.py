@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", help="state folder (default: $BACKFILL_HOME or ./.backfill)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show Dagster's own log lines and tracebacks instead of logging them")
+    # every command may run others through the same door (`backfill demo` does): it is handed main
+    parser.set_defaults(main=main)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in _command_modules():
         module.register(sub)

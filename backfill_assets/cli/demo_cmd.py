@@ -16,4 +16,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from backfill_assets.demo.story import run_demo
 
-    return run_demo(home_of(args))
+    # the story drives the CLI as a person would; main hands itself in (`args.main`), because an
+    # import of it from here would run back up to the module that registers this command
+    return run_demo(home_of(args), backfill=args.main)

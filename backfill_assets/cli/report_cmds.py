@@ -121,8 +121,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 
-    from backfill_assets.defs.replayable import cli_run_tags
     from backfill_assets.execution.runner import fail_dead_runs
+    from backfill_assets.tags import cli_run_tags
 
     instance = instance_for(home)  # one instance: the publish run, then the plan's state
     fail_dead_runs(instance)

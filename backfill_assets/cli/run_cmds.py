@@ -242,7 +242,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from backfill_assets.control.schema import SCHEMA
+    from backfill_assets.control.names import SCHEMA
 
     with writing(args) as session:
         state = plan_state(session, args.plan)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets.bounded import NotRegularFile, open_regular, read_regular
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, UsageError, WarehouseError
 from backfill_assets.home import Home
 from backfill_assets.warehouse.engine import Session

@@ -15,15 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import PartitionRefused, PlanRefused
+from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
 
 TTL_SECONDS = 300.0
-# on every run `backfill run` launches, in-process or in its worker processes: "<host>:<pid>" of
-# the process holding the lease. A label for coordination, not authority: whoever sets it still
-# needs the plan's write permission.
-LAUNCHER_TAG = "backfill_assets/launcher"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.gates.results import GateResult
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA, next_id
+from backfill_assets.control.names import SCHEMA, next_id
 from backfill_assets.control.webhook import post
 from backfill_assets.settings import number
 from backfill_assets.warehouse import Warehouse

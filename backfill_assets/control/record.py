@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA, next_id
+from backfill_assets.control.names import SCHEMA, next_id
 from backfill_assets.errors import ForgedRecord, UsageError
 from backfill_assets.plan.identity import canonical_text, plan_from_canonical
 from backfill_assets.plan.model import Plan

@@ -1,16 +1,22 @@
 """The control record's tables (schema `backfill_control`), portable across engines.
 
 Written in the same transactions as the data they describe. Created idempotently by every command
-that writes; readers never create them (`has_control_schema`).
+that writes; readers never create them (`has_control_schema`). The top of `control/`: the upgrade
+writes evidence and seals through the modules below, which name the schema from `names.py`.
 """
 
 from __future__ import annotations
 
+from backfill_assets.control import evidence_log, record, seals
+from backfill_assets.control.names import SCHEMA, SNAPSHOT_SCHEMA, next_id
 from backfill_assets.errors import WarehouseError
+from backfill_assets.plan.phases import ACTIVE
 from backfill_assets.warehouse.engine import Session
 
-SCHEMA = "backfill_control"
-SNAPSHOT_SCHEMA = "backfill_snapshots"
+# SCHEMA, SNAPSHOT_SCHEMA and next_id were defined here before names.py; callers still import them
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "ensure_schema", "has_control_schema", "next_id",
+           "schema_version"]
+
 SCHEMA_VERSION = "3"
 
 _TABLES = f"""
@@ -227,8 +233,6 @@ def _run(session: Session, script: str) -> None:
 
 
 def _upgrade_from_2(session: Session) -> None:
-    from backfill_assets.plan.phases import ACTIVE
-
     with session.transaction():
         session.lock("backfill_control.schema")
         if schema_version(session) == SCHEMA_VERSION:  # another process upgraded it meanwhile
@@ -245,8 +249,6 @@ def _upgrade_from_2(session: Session) -> None:
                 fix="finish, withdraw or roll them back with backfill-assets 0.2, then run this version")
         _run(session, _UPGRADE_FROM_2 + ";" + _TABLES + _INDEXES)
         session.execute(f"UPDATE {SCHEMA}.meta SET value = ? WHERE key = 'schema_version'", [SCHEMA_VERSION])
-        from backfill_assets.control import evidence_log, record, seals
-
         actor = "backfill-assets upgrade"
         evidence_log.append(session, plan_id=None, kind="upgrade", actor=actor, payload={
             "from": "2", "to": SCHEMA_VERSION})
@@ -260,6 +262,3 @@ def has_control_schema(session: Session) -> bool:
         return True
     return session.engine.table_exists(session, "plans", SCHEMA)
 
-
-def next_id(session: Session) -> int:
-    return int(session.scalar(f"SELECT nextval('{SCHEMA}.ids')"))

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.warehouse.engine import Session
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord, TrustRootError
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.statements import TRUST_ROOT, Statement

@@ -28,20 +28,18 @@ from backfill_assets.control.schema import has_control_schema
 from backfill_assets.errors import BackfillError, PartitionRefused
 from backfill_assets.home import Home
 from backfill_assets.partitions import scheme_for
-from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG, REPLAYABLE_OP_TAG, history
+from backfill_assets.permission import history
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
+from backfill_assets.tags import BACKFILL_TAG, CAP_TAG, MAX_CAP, PLAN_TAG, RANGE_END, RANGE_START, REPLAYABLE_OP_TAG
 from backfill_assets.warehouse import open_warehouse
-
-MAX_CAP = 16
-CAP_TAG = "backfill_assets/plan-cap-{}"
 
 
 def run_span(tags: Mapping[str, str]) -> tuple[str, str] | None:
     """The first and last partition key a run names (no parsing: keys may be any text)."""
     if "dagster/partition" in tags:
         return tags["dagster/partition"], tags["dagster/partition"]
-    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    start, end = tags.get(RANGE_START), tags.get(RANGE_END)
     return (start, end) if start and end else None
 
 

@@ -2,19 +2,17 @@
 
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from backfill_assets.defs.graph import asset_key, graph_of_run
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
+from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.errors import BackfillError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
-
-if TYPE_CHECKING:
-    from backfill_assets.defs.replayable import ReplayableTable
 
 
 def impact_metadata(impact: Impact) -> dict[str, object]:
@@ -23,7 +21,7 @@ def impact_metadata(impact: Impact) -> dict[str, object]:
 
 
 def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition, target_key: dg.AssetKey,
-                       holder: dict[str, "ReplayableTable"], *, group_name: str | None = None,
+                       *, group_name: str | None = None,
                        warehouse_key: str = DEFAULT_KEY, description: str | None = None,
                        metadata: Mapping[str, object] | None = None, tags: Mapping[str, str] | None = None,
                        owners: Sequence[str] = (), kinds: Iterable[str] = ("sql",)) -> dg.AssetsDefinition:
@@ -42,11 +40,8 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         required_resource_keys={warehouse_key},
     )
     def published(context: dg.AssetExecutionContext):
-        from backfill_assets.defs.graph import asset_key, graph_of_run
-        from backfill_assets.defs.replayable import run_actor
-
         keys = list(context.partition_keys)
-        scheme = holder["table"].scheme()
+        scheme = table_scheme(spec, partitions_def)
         graph = graph_of_run(context)
         refusal: BackfillError | None = None
         try:

@@ -8,31 +8,28 @@ backfill runs ranges of `partitions_per_run` partitions (a backfill policy), lik
 """
 
 
-import os
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
-from backfill_assets.control.lease import LAUNCHER_TAG, refuse_foreign_run
+from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.graph import SPEC_METADATA, graph_of_run, tables_of_graph
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
+from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
 from backfill_assets.impact import plan_impact
-from backfill_assets.partitions import PartitionScheme, scheme_for
-from backfill_assets.permission import PLAN_TAG, REPLAYABLE_OP_TAG, Permission, permit
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.permission import Permission, permit
 from backfill_assets.table import TableSpec
+from backfill_assets.tags import PLAN_TAG, REPLAYABLE_OP_TAG
 from backfill_assets.warehouse.engine import Session
 
-ACTOR_TAG = "backfill_assets/actor"
-PID_TAG = "backfill_assets/pid"
-HOST_TAG = "backfill_assets/host"
 DEFAULT_PARTITIONS_PER_RUN = 30
 
 
@@ -50,16 +47,7 @@ class ReplayableTable:
 
     def scheme(self) -> PartitionScheme:
         """Built afresh each time: a time-window definition gains a key every period."""
-        return scheme_for(self.partitions_def, self.spec.column(self.spec.partition_column).type,
-                          name=self.spec.name)
-
-
-def run_actor(context: dg.AssetExecutionContext) -> str:
-    """Who acts in a run: the run itself, and who launched it when Dagster or our CLI says so."""
-    tags = context.run.tags
-    launched = tags.get("dagster/user") or tags.get(ACTOR_TAG) or \
-        ("the Dagster UI" if tags.get("dagster/from_ui") else None)
-    return f"dagster run {context.run_id[:8]}" + (f" launched by {launched}" if launched else "")
+        return table_scheme(self.spec, self.partitions_def)
 
 
 def _check_event(key: dg.AssetKey, result: GateResult, partition_key: str | None):
@@ -91,7 +79,7 @@ def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: 
     return impact_metadata(impact)
 
 
-RESERVED_TAG = "backfill_assets/replayable"
+RESERVED_TAG = REPLAYABLE_OP_TAG  # a team's tag of this name would pass for ours
 
 
 def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec) -> dict[str, object]:
@@ -127,7 +115,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
     (the team's metadata wins, e.g. `{"schema": "public"}` on PostgreSQL)."""
     key = dg.AssetKey(spec.name.split("/"))
     # built once here to refuse an unsupported partitioning when the definitions load
-    scheme_for(partitions_def, spec.column(spec.partition_column).type, name=spec.name)
+    table_scheme(spec, partitions_def)
     if spec.range_form and isinstance(partitions_def, dg.StaticPartitionsDefinition):
         raise IdentifierError(f"table {spec.name} declares range_form, but static partitions have no range",
                               fix="leave range_form out (select_sql then binds $partition)")
@@ -137,8 +125,6 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                   kinds=set(kinds) if kinds is not None else {"sql"})
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
-    holder: dict[str, ReplayableTable] = {}
-
     @dg.multi_asset(
         name=spec.table,
         specs=[dg.AssetSpec(key, deps=[dg.AssetDep(dg.AssetKey(spec.source.split("/")),
@@ -158,7 +144,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         keys = list(context.partition_keys)
         tags = dict(context.run.tags)
         actor = run_actor(context)
-        scheme = holder["table"].scheme()
+        scheme = table_scheme(spec, partitions_def)
         try:
             warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
             with warehouse.session() as session:
@@ -205,24 +191,11 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             raise dg.Failure(description=f"gates failed on {len(failed)} of {len(writes)} partition(s), "
                                          f"first {first}: {', '.join(failed[first])}")
 
-    publish = make_publish_asset(spec, partitions_def, key, holder, group_name=group_name,
+    publish = make_publish_asset(spec, partitions_def, key, group_name=group_name,
                                  warehouse_key=warehouse_key, description=publish_description,
                                  tags=dict(tags or {}), **shared)
-    sensor = make_reopen_sensor(spec, holder, publish.key, warehouse_key)
-    table = ReplayableTable(spec, partitions_def, target, publish, sensor)
-    holder["table"] = table
-    return table
-
-
-def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -> dict[str, str]:
-    """Tags of the runs `backfill run` launches: labels for the UI, for finding dead runs (the
-    process running it) and for the plan's lease (the process holding it, `launcher`; by default
-    this one)."""
-    tags = {ACTOR_TAG: actor, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(),
-            LAUNCHER_TAG: launcher or f"{socket.gethostname()}:{os.getpid()}"}
-    if plan_id:
-        tags[PLAN_TAG] = plan_id
-    return tags
+    sensor = make_reopen_sensor(spec, partitions_def, publish.key, warehouse_key)
+    return ReplayableTable(spec, partitions_def, target, publish, sensor)
 
 
 def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:

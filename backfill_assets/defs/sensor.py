@@ -8,7 +8,6 @@ rule would pass now (so a partition changed after its gates ran is never request
 
 
 import hashlib
-from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -16,21 +15,17 @@ from backfill_assets.control import evidence_log, outbox, record
 from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.defs.plan_state import observation, plans_of_table
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
+from backfill_assets.defs.run_context import table_scheme
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
-from backfill_assets.permission import PLAN_TAG
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.settings import whole_number
 from backfill_assets.table import TableSpec
-
-if TYPE_CHECKING:
-    from backfill_assets.defs.replayable import ReplayableTable
+from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
 SENSOR_RELAY_BUDGET_SECONDS = 10.0  # a tick stays short; what is left waits for the next tick
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 INTERVAL_ENV = "BACKFILL_REOPEN_INTERVAL_SECONDS"
 DEFAULT_INTERVAL_SECONDS = 30
 MAX_CONSUMER_RUNS = 100  # partitions of one consumer requested after a publish
@@ -43,7 +38,7 @@ def interval_seconds() -> int:
 def publish_run_tags(state: record.PlanState) -> dict[str, str]:
     keys = state.partition_keys
     return {PLAN_TAG: state.plan_id, RANGE_START: keys[0], RANGE_END: keys[-1],
-            "backfill_assets/actor": "reopen-sensor"}
+            ACTOR_TAG: "reopen-sensor"}
 
 
 def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
@@ -57,7 +52,7 @@ def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> li
     for consumer in graph.consumers(members):
         selection = [asset_key(consumer.asset)]
         base = f"consumers:{state.plan_id}:{published[-1].seq}:{consumer.asset}"
-        tags = {PLAN_TAG: state.plan_id, "backfill_assets/actor": "reopen-sensor"}
+        tags = {PLAN_TAG: state.plan_id, ACTOR_TAG: "reopen-sensor"}
         if consumer.keys is None:
             requests.append(dg.RunRequest(run_key=base, asset_selection=selection, tags=tags))
         else:
@@ -66,7 +61,7 @@ def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> li
     return requests
 
 
-def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
+def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                        publish_key: dg.AssetKey, warehouse_key: str = DEFAULT_KEY) -> dg.SensorDefinition:
     target_key = dg.AssetKey(spec.name.split("/"))
 
@@ -84,7 +79,7 @@ def make_reopen_sensor(spec: TableSpec, holder: dict[str, "ReplayableTable"],
     def reopen(context: dg.SensorEvaluationContext):
         warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
         requests, notes, table, active = [], [], "", 0
-        scheme = holder["table"].scheme()
+        scheme = table_scheme(spec, partitions_def)
         graph = graph_of_repository(context.repository_def) if context.repository_def else None
         try:
             # a tick must stay short: if a run holds the warehouse, try again next tick

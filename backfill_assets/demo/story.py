@@ -1,8 +1,9 @@
 """`backfill demo`: the whole story on the embedded DuckDB, from sample data to evidence.
 
 The demo is a user of the library like any team: it drives the `backfill` CLI and Dagster the way a
-person would, with the demo pipeline in `backfill_assets/demo/`. Dagster's own output goes to the
-home's log file; the terminal shows the story.
+person would, with the demo pipeline in `backfill_assets/demo/`. The CLI is handed in by the command
+that starts the story (`backfill demo`), so the story never imports the CLI that imports it.
+Dagster's own output goes to the home's log file; the terminal shows the story.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -20,7 +21,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from backfill_assets import terminal
-from backfill_assets.cli import main as cli
 from backfill_assets.control import trust_record
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.defs.resources import WarehouseResource
@@ -102,7 +102,7 @@ def step(number: int, title: str) -> None:
 
 def run(*args: str, expect: int = 0) -> None:
     print(f"$ backfill {' '.join(_short(a) for a in args)}", flush=True)
-    code = cli(list(args))
+    code = _CLI[0](list(args))
     if code != expect:
         raise UsageError(f"demo step `backfill {' '.join(args)}` exited {code}, expected {expect}",
                          fix="see the output above")
@@ -114,6 +114,7 @@ def _short(arg: str) -> str:
 
 
 _HOME: list[Path] = []
+_CLI: list[Callable[[Sequence[str]], int]] = []  # the `backfill` command's main, for this story
 
 
 def _prepare(home: Home) -> None:
@@ -188,7 +189,9 @@ def _in_process(home: Home, defs: dg.Definitions, instance: dg.DagsterInstance, 
                                       tags=tags, raise_on_error=False, run_config=terminal.run_config())
 
 
-def run_demo(home: Home) -> int:
+def run_demo(home: Home, backfill: Callable[[Sequence[str]], int]) -> int:
+    """Tell the story in `home`, running each `backfill` command through `backfill` (the CLI's
+    main: arguments in, exit code out, its errors printed as a person sees them)."""
     started = time.monotonic()
     # the demo's commands load the demo's definitions (its daily table, monthly rollup and report),
     # wherever it is started from and whatever definitions the shell names
@@ -196,6 +199,7 @@ def run_demo(home: Home) -> int:
     enable_event_batching()
     _prepare(home)
     _HOME[:] = [home.root]
+    _CLI[:] = [backfill]
     h = ["--home", str(home.root)]
     plan = home.root / "plans" / f"{PLAN_ID}.yaml"
     instance = instance_for(home)

@@ -14,8 +14,11 @@ from decimal import Decimal
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
+from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.errors import WarehouseError
+from backfill_assets.gates.changes import changes_result, not_judged
 from backfill_assets.gates.cutover import cutover_of
+from backfill_assets.gates.dual_run import with_dual_run
 from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import (
     CHANGES_AS_EXPECTED,
@@ -27,25 +30,22 @@ from backfill_assets.gates.results import (
     Tolerance,
     as_number,
 )
-from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.model import Scenario
-from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.change_sql import ChangeFigures, change_figures, changes_result, not_judged
-from backfill_assets.warehouse.dual_run_sql import dual_run_figures, with_dual_run
-from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import Fingerprint
-from backfill_assets.warehouse.gate_sql import (
-    SchemaCheck,
-    check_schema,
+from backfill_assets.gates.verdicts import (
     contract_result,
     duplicate_result,
     metrics_result,
     row_count_result,
-    slice_figures,
     source_duplicates_result,
     unchanged_result,
 )
-from backfill_assets.warehouse.snapshots import snapshotted
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.plan.model import Scenario
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.change_sql import ChangeFigures, change_figures
+from backfill_assets.warehouse.dual_run_sql import dual_run_figures
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.gate_sql import SchemaCheck, check_schema, slice_figures
 
 UNKNOWN_VERSION = "unknown"
 

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, record
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.snapshots import incomplete, restore, snapshotted
 from backfill_assets.errors import PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import Phase
@@ -33,7 +34,6 @@ from backfill_assets.table import TableSpec
 from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_like
-from backfill_assets.warehouse.snapshots import incomplete, restore, snapshotted
 
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph

@@ -21,9 +21,8 @@ import dagster as dg
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.defs.loading import LoadedDefs, LoadedTable
-from backfill_assets.defs.replayable import HOST_TAG, PID_TAG, cli_run_tags
-from backfill_assets.defs.sensor import RANGE_END, RANGE_START
 from backfill_assets.execution.stages import Stage
+from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, cli_run_tags
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 

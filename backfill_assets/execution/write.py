@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from backfill_assets import faults
 from backfill_assets.control import evidence_log, ledger, record
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
+from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GateResult
@@ -25,7 +26,6 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
-from backfill_assets.warehouse.snapshots import ensure_snapshots
 from backfill_assets.warehouse.writes import ensure_table, write_rows
 
 RETRIES = 3  # a deadlock or serialization failure on a server engine: the transaction runs again

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.schema import SCHEMA
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
+from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import PublishBlocked
 from backfill_assets.gates.cutover import Streak, comparisons, cutover_of, streak
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
@@ -35,7 +36,6 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
 from backfill_assets.warehouse.identifiers import quote
-from backfill_assets.warehouse.snapshots import ensure_snapshots
 from backfill_assets.warehouse.writes import ensure_table
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) 
         record_changed(session, other_spec, other, actor)
     if not found.changed:
         return
-    from backfill_assets.warehouse.gate_sql import unchanged_result
+    from backfill_assets.gates.verdicts import unchanged_result
 
     plan_of = {k: p.plan_id for p in found.plans for k in found.changed if p.covers(k, spec.name)}
     with session.transaction():

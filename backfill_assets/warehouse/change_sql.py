@@ -17,25 +17,30 @@ Only per-partition counts, figures and the few worst keys as text come back, nev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from backfill_assets.control.schema import SNAPSHOT_SCHEMA
-from backfill_assets.gates.expectation import (
-    Expectation,
-    difference,
-    judge_movement,
-    percent,
-    same,
-)
-from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GateResult, as_number
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import column_types
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import qualified, quote
-from backfill_assets.warehouse.snapshots import snapshot_table
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
+
+
+class DeclaredChanges(Protocol):
+    """What the statement needs of the plan's expectation (`gates.expectation.Expectation`): the
+    changes it declares, so it can count the keys changed beyond them."""
+
+    @property
+    def columns(self) -> Collection[str]: ...
+    @property
+    def rows_added(self) -> bool: ...
+    @property
+    def rows_removed(self) -> bool: ...
+
 
 WORST_KEYS = 3  # keys named per failing partition
 # the statement's own columns beside the table's: the prefix the contract reserves for the framework
@@ -63,7 +68,7 @@ class ChangeFigures:
 
 
 def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
-                   keys: Sequence[str], expectation: Expectation) -> dict[str, ChangeFigures]:
+                   keys: Sequence[str], expectation: DeclaredChanges) -> dict[str, ChangeFigures]:
     """Run the slice's statement; every key gets figures (no rows on either side: zeros)."""
     engine = session.engine
     text = engine.text_of
@@ -163,68 +168,3 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     nothing = dict.fromkeys(m.name for m in metrics)
     empty = ChangeFigures(0, 0, 0, 0, 0, dict.fromkeys(values, 0), 0, "", nothing, nothing)
     return {k: out.get(k, empty) for k in keys}
-
-
-# --- results -------------------------------------------------------------------------------------
-
-def not_judged(key: str, why: str) -> GateResult:
-    # `judged` 0 plots beside the partitions a plan's expectation did judge (1)
-    return GateResult(CHANGES_AS_EXPECTED, key, True, None, None, None, None, why, numbers={"judged": 0})
-
-
-def changes_result(key: str, f: ChangeFigures, expectation: Expectation,
-                   window: Mapping[str, tuple[float, float]] | None = None) -> GateResult:
-    """The verdict on one partition. `window`: per metric judged over the window, the (old, new)
-    sums over every partition of the window written so far, this one included."""
-    problems: list[str] = []
-    numbers: dict[str, float] = {"judged": 1 if expectation.declared else 0,
-                                 "rows.before": f.rows_before, "rows.after": f.rows_after,
-                                 "rows.added": f.added, "rows.removed": f.removed, "rows.changed": f.changed,
-                                 "violations": f.violations}
-    numbers.update({f"column.{c}.changed": n for c, n in f.columns.items()})
-    observed: dict[str, object] = {}
-    for name in expectation.all_metrics:
-        old, new = f.old.get(name), f.new.get(name)
-        diff = difference(old, new)
-        for label, value in (("old", old), ("new", new), ("difference", diff)):
-            number = as_number(value)
-            if number is not None:
-                numbers[f"{name}.{label}"] = number
-        pct = percent(old, diff or 0.0)
-        if pct is not None and diff is not None:
-            numbers[f"{name}.difference_pct"] = pct
-        observed[name] = {"old": old, "new": new, "difference": diff}
-        if not expectation.declared:
-            continue
-        rule = expectation.metrics.get(name)
-        if rule is None:
-            if not same(old, new):
-                problems.append(f"metric {name} changed {old} -> {new}, not declared in expect.changes")
-            continue
-        problems += judge_movement(name, old, new, rule.direction, rule.per_partition, "")
-    for name, (old, new) in (window or {}).items():
-        rule = expectation.metrics[name]
-        numbers[f"{name}.window_old"], numbers[f"{name}.window_new"] = old, new
-        problems += judge_movement(name, old, new, rule.direction, rule.window, " over the window")
-    changed = {c: n for c, n in f.columns.items() if n}
-    summary = (f"rows +{f.added} -{f.removed} ~{f.changed} against the snapshot"
-               + (f"; changed: {', '.join(f'{c} ({n})' for c, n in changed.items())}" if changed else ""))
-    if expectation.declared:
-        if expectation.partitions is not None and key not in expectation.partitions and f.any_change:
-            problems.insert(0, f"partition {key} may not change (expect.partitions) but did: {f.worst}")
-        elif f.violations:
-            problems.insert(0, f"{f.violations} key(s) changed beyond expect: {f.worst}")
-    passed = not problems
-    if not expectation.declared:
-        detail = f"no expectation declared; recorded: {summary}"
-    elif passed:
-        detail = f"as expected: {summary}"
-    else:
-        detail = "; ".join(problems)
-    expected = expectation.to_json() if expectation.declared else None
-    actual = {"added": f.added, "removed": f.removed, "changed": f.changed, "columns": changed,
-              "metrics": observed}
-    return GateResult(CHANGES_AS_EXPECTED, key, passed, expected, actual,
-                      {"window": {n: list(v) for n, v in (window or {}).items()}} if window else None,
-                      f.violations, detail, numbers=numbers)
-

@@ -1,0 +1,74 @@
+"""Pre-write snapshots in the control record: taken once per plan, table and partition, their
+fingerprints sealed by the evidence row that records them, checked against those seals on every
+read, and restored to exactly those fingerprints.
+
+The rows themselves are the warehouse's (`warehouse/snapshots.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from backfill_assets.control import evidence_log, seals
+from backfill_assets.control.names import SCHEMA
+from backfill_assets.partitions import PartitionScheme
+from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back, snapshot_table
+
+
+def snapshotted(session: Session, plan_id: str, table: str,
+                keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
+    """The plan's snapshots of `table` (only of `keys`, when given), checked against their seals."""
+    only, params = ("AND partition_key = ANY(?)", [list(keys)]) if keys is not None else ("", [])
+    rows = session.rows(f"SELECT partition_key, row_count, fingerprint, evidence_seq FROM {SCHEMA}.snapshots "
+                        f"WHERE plan_id = ? AND table_name = ? {only}", [plan_id, table, *params])
+    seals.check(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
+    return {k: Fingerprint(int(n), str(d)) for k, n, d, _ in rows}
+
+
+def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str,
+                     plan_id: str, keys: Sequence[str], recorded_at: str, actor: str) -> dict[str, Fingerprint]:
+    """Copy aside the current rows of every key this plan has not snapshotted yet, their records
+    sealed by one `snapshot` chain row.
+
+    Inside the caller's transaction, before it changes those partitions. Returns what it took.
+    """
+    keys = list(dict.fromkeys(keys))
+    taken = snapshotted(session, plan_id, table, keys)
+    wanted = [k for k in keys if k not in taken]
+    if not wanted:
+        return {}
+    before = copy_aside(session, spec, scheme, table, plan_id, wanted)
+    values: list[object] = []
+    for key in wanted:
+        values += [key, before[key].rows, before[key].digest]
+    seq = evidence_log.next_seq(session)
+    session.execute(f"INSERT INTO {SCHEMA}.snapshots (plan_id, table_name, partition_key, row_count, fingerprint, "
+                    f"snapshot_table, recorded_at, evidence_seq) SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ?, "
+                    f"CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?)'] * len(wanted))}) AS v(k, n, d)",
+                    [plan_id, table, snapshot_table(plan_id, table), recorded_at, seq, *values])
+    evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
+        "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
+        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq)}})
+    return before
+
+
+def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
+               keys: Sequence[str]) -> list[str]:
+    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them)."""
+    recorded = snapshotted(session, plan_id, table)
+    problems = [f"{k}: no snapshot record" for k in keys if k not in recorded]
+    return problems + missing_rows(session, spec, scheme, plan_id, table,
+                                   {k: recorded[k] for k in keys if k in recorded})
+
+
+def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
+            keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
+    """Put the snapshotted rows back; return {key: (expected, restored)}. In a transaction."""
+    expected = snapshotted(session, plan_id, table)
+    keys = [k for k in keys if k in expected]
+    if not keys:
+        return {}
+    return put_back(session, spec, scheme, table, plan_id, {k: expected[k] for k in keys})

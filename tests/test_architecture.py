@@ -1,0 +1,178 @@
+"""The package's imports run one way: no module reaches, however indirectly, back to itself, and the
+lower layers do not know the upper ones.
+
+Read from the source with `ast`, so the test needs no import of the package (a circle can hide
+behind an import that Python has already cached). Imports inside functions count: a lazy import
+only delays a circle to the first call. Only imports under `if TYPE_CHECKING:` are left out,
+because they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "backfill_assets"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+# warehouse/ is the engine seam: it is handed plain values and knows nothing of the record, the
+# gates or the layers that drive them, so a new engine is written against it alone.
+WAREHOUSE_MUST_NOT_IMPORT = ("control", "gates", "execution", "defs", "cli", "publish")
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under node, at any depth, but those that only a type checker runs."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            kept: list[ast.stmt] = child.orelse
+        else:
+            kept = [child]  # type: ignore[list-item]
+        for statement in kept:
+            if isinstance(statement, ast.Import | ast.ImportFrom):
+                yield statement
+            yield from _import_nodes(statement)
+
+
+def _owning_module(name: str) -> str | None:
+    """`a.b.c` names module a.b.c, or a name defined in a.b (or higher): the nearest that is a module."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports_of(module: str) -> set[str]:
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            # `from pkg import sub` imports the submodule; `from mod import name` the module itself
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                       for alias in node.names]
+        found.update(owner for target in targets if (owner := _owning_module(target)))
+    found.discard(module)
+    return found
+
+
+GRAPH = {module: _imports_of(module) for module in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module, each as one loop through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_loop_in(component, graph) for component in components]
+
+
+def _loop_in(component: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """The shortest way from the component's first module back to itself, to name in the failure,
+    then (after `...`) the component's other members, caught in the same knot by other loops."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node] & component):
+                if target == start:
+                    loop = paths[node] + [start]
+                    rest = sorted(component - set(loop))
+                    return loop + (["...", *rest] if rest else [])
+                if target not in paths:
+                    paths[target] = paths[node] + [target]
+                    following.append(target)
+        frontier = following
+    return sorted(component)  # unreachable for a strongly connected component
+
+
+def test_the_reader_sees_the_whole_package() -> None:
+    # a guard on the test itself: an import graph of nothing has no circles either
+    assert len(MODULES) > 50
+    assert "backfill_assets.errors" in GRAPH["backfill_assets.warehouse.duckdb_engine"]
+
+
+def test_no_module_imports_itself_back() -> None:
+    cycles = _cycles(GRAPH)
+    assert not cycles, "import circles:\n" + "\n".join("  " + " -> ".join(loop) for loop in cycles)
+
+
+def test_the_cycle_finder_finds_a_lazy_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+    source = "def f():\n    from backfill_assets import errors\nif TYPE_CHECKING:\n    import backfill_assets.cli\n"
+    nodes = list(_import_nodes(ast.parse(source)))
+    assert [type(node).__name__ for node in nodes] == ["ImportFrom"]
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) == "warehouse"))
+def test_the_warehouse_knows_no_upper_layer(module: str) -> None:
+    upward = sorted(target for target in GRAPH[module] if _layer(target) in WAREHOUSE_MUST_NOT_IMPORT)
+    assert not upward, f"{module} imports {upward}: the engine seam must not know the layers above it"
+
+
+def test_only_the_cli_imports_the_cli() -> None:
+    users = sorted(f"{module} -> {target}" for module, targets in GRAPH.items() if _layer(module) != "cli"
+                   for target in targets if _layer(target) == "cli")
+    assert not users, "the CLI is the top floor; these import it:\n  " + "\n  ".join(users)
