@@ -50,8 +50,10 @@ from tests.e2e_support import (
 from tests.plans import complete_plan, write_plan
 from tests.world import make_keys, signers_text
 
-# one worker runs the module, so its tests share one `dagster dev` (pytest -n with --dist loadgroup)
+# one worker runs the module, so its tests share one `dagster dev` (`make test`: pytest -n with --dist
+# loadscope; pytest 9.2 ignores the group mark, which older ones honour under --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("e2e")
+WHOLE_MODULE_ON_ONE_WORKER = ("loadscope", "loadfile", "loadgroup")
 
 ASSET = "daily_revenue"
 PUBLISHED = "published_revenue"
@@ -251,9 +253,10 @@ SCENARIOS = ("window_run", "failed_proof")
 @pytest.fixture(scope="module", autouse=True)
 def _start_selected_scenarios_early(request: pytest.FixtureRequest) -> None:
     """Start now the scenarios that the tests selected in this module will ask for. An xdist worker
-    knows it runs them all only under --dist loadgroup (the module is one group); under any other
-    distribution each test starts its own."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getoption("dist", None) != "loadgroup":
+    knows it runs them all only when the module is one unit of work; under any other distribution
+    each test starts its own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and \
+            request.config.getoption("dist", None) not in WHOLE_MODULE_ON_ONE_WORKER:
         return
     wanted = {name for item in request.session.items if item.module is request.module
               for name in getattr(item, "fixturenames", ())}
