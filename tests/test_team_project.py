@@ -120,3 +120,34 @@ def test_a_relative_duckdb_url_is_refused_in_one_line(tmp_path, monkeypatch):
     assert "names a relative path" in str(refused.value) and "duckdb:////abs/data/x.duckdb" in str(refused.value)
     assert "\n" not in str(refused.value) and not (tmp_path / "data").exists()
     assert engine_for(f"duckdb:///{tmp_path / 'x.duckdb'}").describe() == str(tmp_path / "x.duckdb")
+
+
+class TeamPostgres(dg.ConfigurableResource):
+    """What a team on PostgreSQL writes for itself (Dagster ships no PostgreSQL resource for data)."""
+
+    connection_string: str
+
+
+def test_a_teams_own_resource_runs_the_table_on_each_engine_and_another_database_is_refused(
+        engine_world, monkeypatch, tmp_path):
+    world = engine_world
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    own = (TeamPostgres(connection_string=world.url) if world.url
+           else DuckDBResource(database=str(world.warehouse_path)))
+    other = (TeamPostgres(connection_string=world.url.rsplit("/", 1)[0] + "/another_db") if world.url
+             else DuckDBResource(database=str(tmp_path / "other.duckdb")))
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS, warehouse_key="team_db")
+    first, last = keys(2, 3)[0], keys(2, 3)[-1]
+
+    def materialize(resource):
+        defs = dg.Definitions(assets=[ORDERS, *table.assets], resources={"team_db": resource})
+        return run(defs, world.instance, ["daily_revenue"], first, last)
+
+    refused = materialize(other)
+    assert not refused.success
+    assert "but the CLI and the run coordinator read the warehouse" in failure_text(refused)
+    assert world.rows("daily_revenue", first) == 0  # refused before any write
+
+    result = materialize(own)
+    assert result.success, failure_text(result)
+    assert world.rows("daily_revenue", first) == 5 and world.rows("daily_revenue", last) == 5

@@ -1,10 +1,12 @@
 """The one resource a replayable table needs: the warehouse, chosen by configuration.
 
 A team that already has a connection passes its resource key instead: dagster-duckdb's
-`DuckDBResource` for DuckDB. Runs, the sensor and publish then open that file through our engine
-(visible, bounded lock waits); it must be the file the CLI and the run coordinator read
-(`BACKFILL_WAREHOUSE_URL`, else `$BACKFILL_HOME/warehouse.duckdb`), since the control record lives
-beside the data and both halves must see one record.
+`DuckDBResource` for DuckDB, or for PostgreSQL its own resource that holds a `postgresql://` URL in a
+field named `url`, `dsn`, `connection_string`, `conn_string` or `database_url` (Dagster ships no
+PostgreSQL resource for data; teams write these). Runs, the sensor and publish then open that
+database through our engine (visible, bounded lock waits); it must be the one the CLI and the run
+coordinator read (`BACKFILL_WAREHOUSE_URL`, else `$BACKFILL_HOME/warehouse.duckdb`), since the
+control record lives beside the data and both halves must see one record.
 """
 
 from __future__ import annotations
@@ -59,9 +61,13 @@ def as_warehouse(resource: object, key: str) -> WarehouseResource:
         return resource
     from dagster_duckdb import DuckDBResource
 
+    postgres = _postgres_url_of(resource)
+    if postgres is not None:
+        return _same_postgres(postgres, key)
     if not isinstance(resource, DuckDBResource):
         raise UsageError(f"resource {key!r} is a {type(resource).__name__}; a replayable table writes through "
-                         "a WarehouseResource or dagster-duckdb's DuckDBResource",
+                         "a WarehouseResource, dagster-duckdb's DuckDBResource, or a resource holding a "
+                         f"postgresql:// URL in one of {', '.join(URL_FIELDS)}",
                          fix=f"bind {key!r} to one of them, or pass warehouse_key= naming one")
     database = str(resource.database or "")
     if database in ("", ":memory:") or database.startswith(("md:", "motherduck:")):
@@ -79,6 +85,37 @@ def as_warehouse(resource: object, key: str) -> WarehouseResource:
         raise UsageError(f"DuckDBResource {key!r} opens {path}, but the CLI and the run coordinator read the "
                          f"warehouse {wanted.split('@')[-1]}", fix=f"set BACKFILL_WAREHOUSE_URL={url} where "
                          "Dagster and the CLI run (or point the resource at that warehouse)")
+    return _warehouse("", url)
+
+
+URL_FIELDS = ("url", "dsn", "connection_string", "conn_string", "database_url")
+
+
+def _postgres_url_of(resource: object) -> str | None:
+    for name in URL_FIELDS:
+        value = getattr(resource, name, None)
+        if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
+            return value
+    return None
+
+
+def _address(url: str) -> tuple:
+    """What names one PostgreSQL database: user, host, port and database (not the password)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return (parts.username or "", (parts.hostname or "localhost").lower(), parts.port or 5432,
+            parts.path.strip("/"))
+
+
+def _same_postgres(url: str, key: str) -> WarehouseResource:
+    wanted = resolve_home().warehouse_url
+    if not wanted.startswith(("postgresql://", "postgres://")) or _address(wanted) != _address(url):
+        user, host, port, db = _address(url)
+        raise UsageError(f"resource {key!r} opens postgresql://{user}@{host}:{port}/{db}, but the CLI and the run "
+                         f"coordinator read the warehouse {wanted.split('@')[-1]}",
+                         fix="set BACKFILL_WAREHOUSE_URL to the resource's URL where Dagster and the CLI run "
+                             "(or point the resource at that warehouse)")
     return _warehouse("", url)
 
 
