@@ -134,8 +134,10 @@ def test_a_teams_own_resource_runs_the_table_on_each_engine_and_another_database
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     own = (TeamPostgres(connection_string=world.url) if world.url
            else DuckDBResource(database=str(world.warehouse_path)))
-    other = (TeamPostgres(connection_string=world.url.rsplit("/", 1)[0] + "/another_db") if world.url
-             else DuckDBResource(database=str(tmp_path / "other.duckdb")))
+    # another database; on PostgreSQL also the same one under another search_path (other tables)
+    others = ([TeamPostgres(connection_string=world.url.rsplit("/", 1)[0] + "/another_db"),
+               TeamPostgres(connection_string=world.url + "?options=-csearch_path%3Delsewhere")] if world.url
+              else [DuckDBResource(database=str(tmp_path / "other.duckdb"))])
     table = make_replayable_table(DAILY_REVENUE, PARTITIONS, warehouse_key="team_db")
     first, last = keys(2, 3)[0], keys(2, 3)[-1]
 
@@ -143,10 +145,11 @@ def test_a_teams_own_resource_runs_the_table_on_each_engine_and_another_database
         defs = dg.Definitions(assets=[ORDERS, *table.assets], resources={"team_db": resource})
         return run(defs, world.instance, ["daily_revenue"], first, last)
 
-    refused = materialize(other)
-    assert not refused.success
-    assert "but the CLI and the run coordinator read the warehouse" in failure_text(refused)
-    assert world.rows("daily_revenue", first) == 0  # refused before any write
+    for other in others:
+        refused = materialize(other)
+        assert not refused.success
+        assert "but the CLI and the run coordinator read the warehouse" in failure_text(refused)
+        assert world.rows("daily_revenue", first) == 0  # refused before any write
 
     result = materialize(own)
     assert result.success, failure_text(result)

@@ -100,18 +100,20 @@ def _postgres_url_of(resource: object) -> str | None:
 
 
 def _address(url: str) -> tuple:
-    """What names one PostgreSQL database: user, host, port and database (not the password)."""
-    from urllib.parse import urlsplit
+    """What names one PostgreSQL database as a session sees it: user, host, port, database and the
+    connection's parameters (an `options=-csearch_path=...` would resolve tables elsewhere); not the
+    password."""
+    from urllib.parse import parse_qsl, urlsplit
 
     parts = urlsplit(url)
     return (parts.username or "", (parts.hostname or "localhost").lower(), parts.port or 5432,
-            parts.path.strip("/"))
+            parts.path.strip("/"), tuple(sorted(parse_qsl(parts.query))))
 
 
 def _same_postgres(url: str, key: str) -> WarehouseResource:
     wanted = resolve_home().warehouse_url
     if not wanted.startswith(("postgresql://", "postgres://")) or _address(wanted) != _address(url):
-        user, host, port, db = _address(url)
+        user, host, port, db, _ = _address(url)
         raise UsageError(f"resource {key!r} opens postgresql://{user}@{host}:{port}/{db}, but the CLI and the run "
                          f"coordinator read the warehouse {wanted.split('@')[-1]}",
                          fix="set BACKFILL_WAREHOUSE_URL to the resource's URL where Dagster and the CLI run "
