@@ -23,6 +23,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.warehouse.key_compare import key_text_sql, metric_differs_sql, metrics_text_sql, worst_sql
 
 WORST_KEYS = 3  # keys named per mismatching partition
 
@@ -75,21 +76,13 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     tolerance_params: list[object] = []
     for i in range(len(metrics)):
         # relative to the published (old) figure: the old pipeline is what the new one must match
-        bad.append(
-            f"NOT coalesce(s.m{i} IS NOT DISTINCT FROM p.m{i} OR CAST(abs(s.m{i} - p.m{i}) AS DOUBLE "  # not a join
-            f"PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION) * "
-            f"CAST(abs(p.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
+        bad.append(metric_differs_sql("s", "p", i))
         tolerance_params += [tolerance_abs, tolerance_pct]
     non_partition = [(k, c) for k, c in zip(bkeys, kcols, strict=True) if k != spec.partition_column]
-    key_text = " || ', ' || ".join(
-        f"'{k}=' || coalesce({text(f'coalesce(s.{c}, p.{c})')}, 'NULL')" for k, c in non_partition
-    ) or "'(partition)'"
-    metric_text = " || ".join(
-        f"CASE WHEN bad{i} THEN ' {m.name} ' || coalesce({text(f'sm{i}')}, 'NULL') || ' vs ' || "
-        f"coalesce({text(f'pm{i}')}, 'NULL') || ' published' ELSE '' END" for i, m in enumerate(metrics)) or "''"
+    key_text = key_text_sql(text, non_partition, "s", "p")
+    metric_text = metrics_text_sql(text, [m.name for m in metrics], "s", "p", after=" || ' published'")
     any_bad = " OR ".join([f"bad{i}" for i in range(len(metrics))] + ["sn IS NULL", "pn IS NULL"])
-    worst = " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs(sm{i} - pm{i}) AS DOUBLE PRECISION), "
-                       "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"
+    worst = worst_sql(len(metrics), "s", "p")
     if published_exists:  # the fingerprint is of the whole published partition: its own pass
         digest = digest_sql(session, spec.columns, column_types(session, spec.publish_table, spec.columns), "p")
         fp_cte = (f"f AS (SELECT {p_group.key_sql} AS pkey, count(*) AS n, {digest} AS fp FROM {published} AS p"

@@ -24,6 +24,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.warehouse.key_compare import key_text_sql, metric_differs_sql, metrics_text_sql, worst_sql
 
 
 class MetricTolerance(Protocol):
@@ -137,23 +138,14 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     bad = []
     for i, name in enumerate(names):
         tol = thresholds.metric_tolerances[name]
-        # NULL against a figure is a difference; NULL against NULL (no rows either side) is not
-        bad.append(
-            f"NOT coalesce(t.m{i} IS NOT DISTINCT FROM s.m{i} OR CAST(abs(t.m{i} - s.m{i}) AS DOUBLE "  # not a join
-            f"PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE PRECISION) * "
-            f"CAST(abs(s.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
+        bad.append(metric_differs_sql("t", "s", i))  # relative to the source
         tolerance_params += [tol.abs, tol.pct]
     non_partition = [(k, c) for k, c in zip(bkeys, kcols, strict=True) if k != spec.partition_column]
-    key_text = " || ', ' || ".join(
-        f"'{k}=' || coalesce({text(f'coalesce(t.{c}, s.{c})')}, 'NULL')" for k, c in non_partition
-    ) or "'(partition)'"
-    metric_text = " || ".join(
-        f"CASE WHEN bad{i} THEN ' {m.name} ' || coalesce({text(f'tm{i}')}, 'NULL') || ' vs ' || "
-        f"coalesce({text(f'sm{i}')}, 'NULL') ELSE '' END" for i, m in enumerate(metrics)) or "''"
+    key_text = key_text_sql(text, non_partition, "t", "s")
+    metric_text = metrics_text_sql(text, [m.name for m in metrics], "t", "s")
     join_on = f"t.pkey = s.pkey AND {engine.keys_match_sql('t', 's', kcols, spec.key_types)}"
     any_bad = " OR ".join([f"bad{i}" for i in range(len(metrics))] + ["tn IS NULL", "sn IS NULL"])
-    worst = " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs(tm{i} - sm{i}) AS DOUBLE PRECISION), "
-                       "1e300) ELSE 0 END" for i in range(len(metrics))) or "0"
+    worst = worst_sql(len(metrics), "t", "s")
     # the fingerprint is of the whole partition (its sorted row digests), not of a key group: its
     # own pass over the target, grouped by partition only
     digest = digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), "t")

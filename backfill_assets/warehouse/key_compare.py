@@ -1,0 +1,44 @@
+"""The pieces of SQL that compare two sides grouped by business key, metric by metric: the gate
+`metrics_match_source` (the target against its source) and a cutover's dual run (the shadow against
+the published table) join their sides group to group and judge each metric the same way.
+
+Each side's metric `i` is the column `m{i}` of its alias inside the join, and `{prefix}m{i}` once
+the joined row carries both. A difference is judged relative to the side the new one must match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+Text = Callable[[str], str]  # the engine's cast of an expression to text
+
+
+def metric_differs_sql(new: str, old: str, i: int) -> str:
+    """Metric `i` of the aligned groups `new` and `old` differs beyond the tolerance, two bound
+    parameters (absolute, then percent of `old`'s figure). NULL against a figure differs; NULL against
+    NULL (no rows either side) does not."""
+    return (f"NOT coalesce({new}.m{i} IS NOT DISTINCT FROM {old}.m{i} OR CAST(abs({new}.m{i} - "  # not a join
+            f"{old}.m{i}) AS DOUBLE PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE "
+            f"PRECISION) * CAST(abs({old}.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
+
+
+def key_text_sql(text: Text, keys: Sequence[tuple[str, str]], new: str, old: str) -> str:
+    """`name=value, ...` of the group's keys other than the partition, `(name, column)` each, from
+    whichever side has the group."""
+    return " || ', ' || ".join(
+        f"'{k}=' || coalesce({text(f'coalesce({new}.{c}, {old}.{c})')}, 'NULL')" for k, c in keys
+    ) or "'(partition)'"
+
+
+def metrics_text_sql(text: Text, names: Sequence[str], new: str, old: str, after: str = "") -> str:
+    """` name NEW vs OLD{after}` for each differing metric (`bad{i}`) of a joined row, whose
+    figures are `{new}m{i}` and `{old}m{i}`."""
+    return " || ".join(
+        f"CASE WHEN bad{i} THEN ' {name} ' || coalesce({text(f'{new}m{i}')}, 'NULL') || ' vs ' || "
+        f"coalesce({text(f'{old}m{i}')}, 'NULL'){after} ELSE '' END" for i, name in enumerate(names)) or "''"
+
+
+def worst_sql(count: int, new: str, old: str) -> str:
+    """How far a joined row's differing metrics are apart, summed, to name the worst groups first."""
+    return " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs({new}m{i} - {old}m{i}) AS DOUBLE PRECISION), "
+                      "1e300) ELSE 0 END" for i in range(count)) or "0"
