@@ -27,7 +27,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
-from backfill_assets.plan.phases import WRITABLE
+from backfill_assets.plan.phases import WRITABLE, Hold
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
@@ -112,7 +112,7 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
         return _refuse(f"plan {plan.plan_id} is {plan.phase}, so it cannot write {key} of {spec.name}",
                        plan.plan_id, key, f"see `backfill status {plan.plan_id}` for the next step")
     if starting and plan.hold:
-        verb = "resume it with `backfill run" if plan.hold == "paused" else "roll it back with `backfill rollback"
+        verb = "resume it with `backfill run" if plan.hold is Hold.PAUSED else "roll it back with `backfill rollback"
         return _refuse(f"plan {plan.plan_id} is {plan.hold}: no new run may write {key}", plan.plan_id,
                        key, f"{verb} {plan.plan_id}`")
     if not plan.past_proof and (key not in plan.proof_keys or spec.name != plan.target):

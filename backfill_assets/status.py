@@ -14,7 +14,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
 from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.phases import Phase
+from backfill_assets.plan.phases import Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
@@ -146,9 +146,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
     phase = state.phase
     if status.running:
         return f"wait: {status.running} is running it (or `backfill pause {pid}`)"
-    if state.hold == "paused":
+    if state.hold is Hold.PAUSED:
         return f"resume with `backfill run {pid}`, or end it with `backfill cancel {pid}`"
-    if state.hold == "cancelled":
+    if state.hold is Hold.CANCELLED:
         return f"roll it back: `backfill rollback {pid}`"
     failing = sorted(status.failed)
     if phase is Phase.DRAFTED:

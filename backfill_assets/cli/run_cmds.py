@@ -21,7 +21,7 @@ from backfill_assets.cli.partition_args import add_partition_args
 from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.errors import PlanRefused, UsageError
-from backfill_assets.plan.phases import PAST_PROOF, Phase
+from backfill_assets.plan.phases import PAST_PROOF, Hold, Phase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +87,7 @@ def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
     pid = state.plan_id
     if state.phase not in (Phase.APPROVED, Phase.PROVING, *PAST_PROOF):
         raise PlanRefused(f"plan {pid} is {state.phase}; it cannot run", fix=f"see `backfill status {pid}`")
-    if state.hold == "cancelled":
+    if state.hold is Hold.CANCELLED:
         raise PlanRefused(f"plan {pid} was cancelled", fix=f"roll it back: `backfill rollback {pid}`")
     if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
         raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
@@ -155,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         evidence_log.ready_to_append(session)  # every write appends: its faults are one line here
         held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
-        if state.hold == "paused":
+        if state.hold is Hold.PAUSED:
             state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
     try:
         instance = instance_for(home)
@@ -235,7 +235,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
         if not state.active:
             raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
                               fix=f"see `backfill status {state.plan_id}`")
-        state = record.set_hold(session, state.plan_id, "paused", actor())
+        state = record.set_hold(session, state.plan_id, Hold.PAUSED, actor())
     print(f"plan {state.plan_id} is paused: its runs stop before their next slice (runs in flight finish); "
           f"`backfill run {state.plan_id}` resumes")
     return 0
@@ -257,7 +257,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if not state.active:
             raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to cancel",
                               fix=f"see `backfill status {state.plan_id}`")
-        state = record.set_hold(session, state.plan_id, "cancelled", actor())
+        state = record.set_hold(session, state.plan_id, Hold.CANCELLED, actor())
     print(f"plan {state.plan_id} is cancelled: no new run may write; it wrote {wrote} partition(s): roll them "
           f"back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
     return 0

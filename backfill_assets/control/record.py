@@ -25,7 +25,7 @@ from backfill_assets.control.names import SCHEMA, next_id
 from backfill_assets.errors import ForgedRecord, UsageError
 from backfill_assets.plan.identity import canonical_text, plan_from_canonical
 from backfill_assets.plan.model import Plan
-from backfill_assets.plan.phases import ACTIVE, PAST_PROOF, Phase, check_transition
+from backfill_assets.plan.phases import ACTIVE, PAST_PROOF, Hold, Phase, check_transition
 from backfill_assets.warehouse.engine import Session
 
 # the chain rows that record a plan's row; each carries the row's whole new state under "state"
@@ -69,7 +69,7 @@ class PlanState:
     target: str
     owner: str
     approved_sha256: str | None
-    hold: str | None
+    hold: Hold | None
     updated_at: str
     version: PlanVersion | None
 
@@ -220,8 +220,8 @@ def _states(session: Session, rows: list[tuple]) -> list[PlanState]:
                     raise ForgedRecord(
                         f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
                         f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
-    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], r[5], r[6], _approved_version(session, r[0], r[4]))
-            for r in rows]
+    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], Hold(r[5]) if r[5] else None, r[6],
+                      _approved_version(session, r[0], r[4])) for r in rows]
 
 
 def _approved_version(session: Session, plan_id: str, sha: str | None) -> PlanVersion | None:
@@ -286,7 +286,8 @@ def active_plans(session: Session, target: str | None = None) -> list[PlanState]
 
 def _chain_state(state: PlanState | None, **changes: str | None) -> dict[str, str | None]:
     base = {} if state is None else {"phase": state.phase.value, "target": state.target, "owner": state.owner,
-                                     "approved_sha256": state.approved_sha256, "hold": state.hold}
+                                     "approved_sha256": state.approved_sha256,
+                                     "hold": None if state.hold is None else state.hold.value}
     return {**base, **changes}
 
 
@@ -381,14 +382,16 @@ def transition(session: Session, plan_id: str, target: Phase, actor: str, note: 
         return require(session, plan_id)
 
 
-def set_hold(session: Session, plan_id: str, hold: str | None, actor: str, note: str = "") -> PlanState:
-    """Pause (`paused`), cancel (`cancelled`) or resume (None) a plan's further runs."""
+def set_hold(session: Session, plan_id: str, hold: Hold | None, actor: str, note: str = "") -> PlanState:
+    """Pause, cancel or resume (None) a plan's further runs."""
+    to = None if hold is None else Hold(hold).value  # stored and sealed as the plain word
     with session.transaction():
         state = require(session, plan_id, exclusive=True)
         session.execute(f"UPDATE {SCHEMA}.plans SET hold = ?, updated_at = ? WHERE plan_id = ?",
-                        [hold, evidence_log.now_iso(), plan_id])
+                        [to, evidence_log.now_iso(), plan_id])
         evidence_log.append(session, plan_id=plan_id, kind="hold", actor=actor, payload={
-            "from": state.hold, "to": hold, "note": note, "state": _chain_state(state, hold=hold)})
+            "from": None if state.hold is None else state.hold.value, "to": to, "note": note,
+            "state": _chain_state(state, hold=to)})
         return require(session, plan_id)
 
 

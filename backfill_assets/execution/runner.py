@@ -22,6 +22,7 @@ from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.defs.loading import LoadedDefs, LoadedTable
 from backfill_assets.execution.stages import Stage
+from backfill_assets.plan.phases import Hold
 from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, cli_run_tags
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
@@ -130,7 +131,7 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                 now = record.require(session, state.plan_id)
                 if now.hold:
                     say(f"plan {state.plan_id} is {now.hold}: stopped before {_at(stage, wave[0][0])} (runs in flight "
-                        "finished); " + ("`backfill run` resumes" if now.hold == "paused"
+                        "finished); " + ("`backfill run` resumes" if now.hold is Hold.PAUSED
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
                 try:

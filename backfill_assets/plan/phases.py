@@ -31,6 +31,15 @@ class Phase(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
+class Hold(StrEnum):
+    """What stops a plan's runs without ending it (`backfill pause`, `backfill cancel`): a paused
+    plan resumes with `backfill run`; a cancelled one only rolls back. Publish's own stop is the
+    freeze of a window by an active plan, not a hold."""
+
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+
+
 _NEXT: dict[Phase, set[Phase]] = {
     Phase.DRAFTED: {Phase.APPROVED, Phase.WITHDRAWN},
     Phase.APPROVED: {Phase.PROVING, Phase.WITHDRAWN, Phase.ROLLED_BACK},
