@@ -11,7 +11,7 @@ from dagster_duckdb import DuckDBResource
 from dagster_duckdb_pandas import DuckDBPandasIOManager
 
 from backfill_assets.defs.component import ReplayableTableComponent
-from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.replayable import PLAN_HINT, make_replayable_table
 from backfill_assets.demo.definitions import ORDERS, PARTITIONS
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.errors import UsageError
@@ -75,7 +75,8 @@ def test_the_factory_passes_the_teams_metadata_tags_owners_and_kinds_to_both_ass
         assert node.owners == ["team:finance"]
         assert node.tags["domain"] == "revenue" and "dagster/kind/duckdb" in node.tags
     assert graph.get(dg.AssetKey("published_revenue")).description == "Revenue as finance reads it."
-    assert graph.get(dg.AssetKey("daily_revenue")).description == DAILY_REVENUE.description
+    # the team's description, then where a backfill starts, that rewriting history needs a plan
+    assert graph.get(dg.AssetKey("daily_revenue")).description == f"{DAILY_REVENUE.description}\n\n{PLAN_HINT}"
     with pytest.raises(UsageError, match="may not set backfill_assets/spec"):
         make_replayable_table(DAILY_REVENUE, PARTITIONS, metadata={"backfill_assets/spec": "{}"})
 

@@ -93,6 +93,16 @@ def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec) -> di
     return {"partition_expr": spec.partition_column, "schema": "main", **given}
 
 
+# Above the asset's Materialize button, where a backfill dialog starts: Dagster's dialog itself has
+# no place for a word of ours, and a refused run otherwise says it only after the launch
+PLAN_HINT = ("Backfills that rewrite written partitions need an approved replay plan (`backfill plan new`); "
+             "partitions never written load without one, gated and published as usual.")
+
+
+def _with_hint(description: str | None) -> str:
+    return f"{description.rstrip()}\n\n{PLAN_HINT}" if description else PLAN_HINT
+
+
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
                           group_name: str | None = None,
                           partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN,
@@ -130,7 +140,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         specs=[dg.AssetSpec(key, deps=[dg.AssetDep(dg.AssetKey(spec.source.split("/")),
                                                    partition_mapping=source_partition_mapping)],
                             partitions_def=partitions_def, code_version=spec.code_version,
-                            description=spec.description, group_name=group_name, kinds=shared["kinds"],
+                            description=_with_hint(spec.description), group_name=group_name, kinds=shared["kinds"],
                             owners=shared["owners"], tags={**(tags or {}), RESERVED_TAG: ""},
                             metadata={**shared["metadata"], SPEC_METADATA: spec.to_json()})],
         check_specs=check_specs,
