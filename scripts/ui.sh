@@ -12,4 +12,4 @@ BACKFILL_HOME="$(cd "$BACKFILL_HOME" && pwd)"
 export BACKFILL_HOME
 export DAGSTER_HOME="${DAGSTER_HOME:-$BACKFILL_HOME/dagster}"
 .venv/bin/backfill init --home "$BACKFILL_HOME"
-exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+exec .venv/bin/python scripts/dagster_dev.py dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -614,10 +614,13 @@ class DagsterDev:
             raise AssertionError(f"dagster dev exited with code {code}\n{self.log_tail()}")
 
 
-def _reset_sigint() -> None:
+SIGTERM_EXIT_SECONDS = 30
+
+
+def _ignore_sigint() -> None:
     # A shell's background job starts with SIGINT ignored and children inherit that; `dagster dev`
-    # maps SIGTERM onto the SIGINT handler, so an ignored SIGINT would make it ignore SIGTERM too.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # maps SIGTERM onto the SIGINT handler, so it ignored SIGTERM too until scripts/dagster_dev.py
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -704,11 +707,12 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
     workspace = tmp / "workspace.yaml"  # the demo's definitions, the daily table alone
     workspace.write_text("load_from:\n  - python_module:\n      module_name: backfill_assets.demo.daily\n"
                          f"      working_directory: {ROOT}\n")
+    # started as `make ui` starts it, and as a background job would: with SIGINT ignored
     process = subprocess.Popen(
-        [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1",
-         "-p", str(port)],
+        [str(BIN / "python"), str(ROOT / "scripts" / "dagster_dev.py"), "dev", "-w", str(workspace),
+         "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, preexec_fn=_reset_sigint)
+        start_new_session=True, preexec_fn=_ignore_sigint)
     server = DagsterDev(port, backfill_home, dagster_home, log_path, process)
     try:
         def loaded() -> bool:
@@ -733,6 +737,15 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
                    describe=server.log_tail)
         yield server
     finally:
+        # SIGTERM to `dagster dev` alone, as a supervisor or `kill` sends it: it takes its webserver
+        # and daemon down itself (it ignored SIGTERM when started with SIGINT ignored)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=SIGTERM_EXIT_SECONDS)
+            ignored_sigterm = False
+        except subprocess.TimeoutExpired:
+            ignored_sigterm = True
         stop_process_group(process)
         # a run worker or code server that left the group would still carry our DAGSTER_HOME; a
         # helper of a killed step (Dagster's compute-log `tail` and its orphan watcher) exits within
@@ -748,3 +761,5 @@ def dagster_dev(tmp: Path, *, startup_timeout: float = 120.0,
         log.close()
         if described and sys.exc_info()[0] is None:
             raise AssertionError(f"processes outlived dagster dev's process group: {described}")
+        if ignored_sigterm and sys.exc_info()[0] is None:
+            raise AssertionError(f"dagster dev did not exit within {SIGTERM_EXIT_SECONDS} s of SIGTERM")
