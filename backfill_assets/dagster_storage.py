@@ -10,7 +10,11 @@ one transaction (Dagster's base class stores a batch one event at a time).
 `log_check_evaluations` sends a range run's per-partition gate results to the instance as one
 batch (Dagster batches only materializations): the UI shows exactly the same check executions,
 stored in one write instead of one per gate and partition, on any event storage that writes
-batches (this one; the others store them one by one, as before).
+batches (this one; the others store them one by one, as before). Each evaluation names its
+partition's latest materialization as its target (`with_targets`), as Dagster does for a yielded
+`AssetCheckResult`: Dagster's per-partition check status (the UI's Checks list and each check's
+partition bar) counts an evaluation only when it targets the partition's latest materialization,
+so without it a range run's results, failed gates included, vanished from both (issue 24).
 
 `tests/test_dagster_storage.py` fails loudly when an upgrade moves what this relies on; the
 tested range is pinned in pyproject.toml.
@@ -101,12 +105,45 @@ def _pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def with_targets(instance: Any, evaluations: Sequence[Any]) -> list[Any]:
+    """The evaluations, each partitioned one without a target naming its partition's latest
+    materialization (one query per asset), as Dagster's `AssetCheckResult` does in a one-partition
+    run: the check's partition status counts an evaluation only when its target is the partition's
+    latest materialization. A partition never materialized keeps no target."""
+    from dagster import AssetRecordsFilter, DagsterEventType
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+    from dagster_shared.record import replace
+
+    wanted: dict[Any, set[str]] = {}
+    for evaluation in evaluations:
+        if evaluation.partition is not None and evaluation.target_materialization_data is None:
+            wanted.setdefault(evaluation.asset_key, set()).add(evaluation.partition)
+    targets: dict[tuple[Any, str], Any] = {}
+    for asset_key, partitions in wanted.items():
+        ids = instance.get_latest_storage_id_by_partition(asset_key, DagsterEventType.ASSET_MATERIALIZATION,
+                                                          partitions)
+        if not ids:
+            continue
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=asset_key, storage_ids=list(ids.values())), limit=len(ids)).records
+        for record in records:
+            targets[(asset_key, record.partition_key)] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+    return [replace(e, target_materialization_data=targets[(e.asset_key, e.partition)])
+            if e.target_materialization_data is None and (e.asset_key, e.partition) in targets else e
+            for e in evaluations]
+
+
 def log_check_evaluations(context: Any, evaluations: Sequence[Any]) -> None:
-    """Log `AssetCheckEvaluation`s from inside a step as one batch (each keeps its partition), as
-    Dagster logs a range run's materializations: with DAGSTER_EVENT_BATCH_SIZE set, the instance
-    hands them to the event storage together at the batch's end."""
+    """Log `AssetCheckEvaluation`s from inside a step as one batch (each keeps its partition and
+    targets the partition's latest materialization: the one this run just stored), as Dagster logs
+    a range run's materializations: with DAGSTER_EVENT_BATCH_SIZE set, the instance hands them to
+    the event storage together at the batch's end."""
     if not evaluations:
         return
+    evaluations = with_targets(context.instance, evaluations)
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, DagsterEventType, generate_event_batch_id
 
     step = context.op_execution_context._step_execution_context

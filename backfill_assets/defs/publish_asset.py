@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import dagster as dg
 
+from backfill_assets.dagster_storage import with_targets
 from backfill_assets.defs.graph import asset_key, graph_of_run
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
@@ -52,13 +53,14 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
             refusal = exc
         if refusal is not None:
             # the UI shows a partition changed after its gates ran on the target's sixth check;
-            # yielded (not logged) so the events are stored before the step fails
-            for key, (now, written, _) in getattr(refusal, "changed", {}).items():
-                yield dg.AssetCheckEvaluation(
-                    asset_key=target_key, check_name=UNCHANGED_SINCE_CHECKED, passed=False, partition=key,
-                    severity=dg.AssetCheckSeverity.ERROR, blocking=True,
-                    description=f"changed since its gates checked it: now {now}, checked {written}",
-                    metadata={"now": str(now), "checked": str(written)})
+            # yielded (not logged) so the events are stored before the step fails; each targets the
+            # partition's latest materialization, or the check's partition status would not count it
+            yield from with_targets(context.instance, [dg.AssetCheckEvaluation(
+                asset_key=target_key, check_name=UNCHANGED_SINCE_CHECKED, passed=False, partition=key,
+                severity=dg.AssetCheckSeverity.ERROR, blocking=True,
+                description=f"changed since its gates checked it: now {now}, checked {written}",
+                metadata={"now": str(now), "checked": str(written)})
+                for key, (now, written, _) in getattr(refusal, "changed", {}).items()])
             raise dg.Failure(description=str(refusal))
         # the other tables of a plan's graph were copied in the same transaction: their published
         # assets are materialized by this run too, partition by partition, so the UI shows them current

@@ -1,0 +1,103 @@
+"""What Dagster's UI shows of a range run's gates, read back through its GraphQL API (issue 24).
+
+The asset's Checks list aggregates each partitioned check over `partitionStatuses` (any failed
+partition: "Failed"), and each check's partition bar counts them; Dagster counts a partition's
+evaluation there only when it names the partition's latest materialization as its target. A range
+run logs its evaluations itself (log_check_evaluations), so they must carry that target as a
+yielded AssetCheckResult does; without it the failed partitions vanished from both while the
+partition's own detail (`assetCheckExecutions`) said Failed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster_graphql.test.utils import execute_dagster_graphql
+
+from backfill_assets.demo.revenue import BUGGY_SELECT
+from backfill_assets.gates.results import GATE_NAMES, METRICS_MATCH_SOURCE, UNCHANGED_SINCE_CHECKED
+from tests.test_publish_and_sensor import reconciled_plan
+from tests.world import FIXED, failure_text, keys
+
+UNFIXED = dataclasses.replace(FIXED, select_sql=BUGGY_SELECT)  # fails metrics_match_source
+
+# the fields of the asset's Checks tab (ui-core AssetChecksQuery) and of a partition's detail
+CHECKS = """query ($asset: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $asset) { ... on AssetNode { assetChecksOrError { ... on AssetChecks {
+    checks { name
+      executionForLatestMaterialization { runId status partition evaluation { success partition
+                                          targetMaterialization { runId } } }
+      partitionStatuses { ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } } } } } } } } }"""
+DETAIL = """query ($asset: AssetKeyInput!, $check: String!, $partition: String) {
+  assetCheckExecutions(assetKey: $asset, checkName: $check, partition: $partition, limit: 1) {
+    runId status partition evaluation { success } } }"""
+ASSET = {"path": ["daily_revenue"]}
+
+
+def _ui(world, spec):
+    """A request context of the webserver over the world's instance and definitions, in process."""
+    defs = world.root / "ui_defs.py"
+    defs.write_text("from backfill_assets.demo.definitions import build_definitions\n"
+                    "from backfill_assets.table import TableSpec\n"
+                    f"defs = build_definitions(TableSpec.from_json({spec.to_json()!r}), home={str(world.home)!r})\n")
+    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(python_file=str(defs), attribute="defs"),
+                                         location_name="ui")
+    return WorkspaceProcessContext(world.instance, InProcessWorkspaceLoadTarget(origin))
+
+
+def _statuses(check) -> dict[str, str]:
+    """partition -> status, from the check's compressed time ranges."""
+    ranges = (check["partitionStatuses"] or {}).get("ranges", [])
+    all_keys = keys(1, 8)
+    return {k: r["status"] for r in ranges for k in all_keys if r["startKey"] <= k <= r["endKey"]}
+
+
+def test_the_checks_list_and_partition_bar_agree_with_the_partition_detail_after_a_failed_range_run(world):
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0  # one partition: the checks are yielded results
+    world.approve_for(path, UNFIXED)
+    wrong = world.plan_run("fix", keys(3, 4), spec=UNFIXED)  # a range run: the checks are logged
+    assert not wrong.success and "metrics_match_source" in failure_text(wrong)
+
+    with _ui(world, UNFIXED) as process:
+        context = process.create_request_context()
+        node = execute_dagster_graphql(context, CHECKS, {"asset": ASSET}).data["assetNodeOrError"]
+        checks = {c["name"]: c for c in node["assetChecksOrError"]["checks"]}
+        detail = {k: execute_dagster_graphql(context, DETAIL, {"asset": ASSET, "check": METRICS_MATCH_SOURCE,
+                                                                 "partition": k}).data["assetCheckExecutions"]
+                  for k in keys(2, 4)}
+
+    assert set(checks) == set(GATE_NAMES)
+    # the partition's detail: the range run's evaluation, failed
+    for key in keys(3, 4):
+        [latest] = detail[key]
+        assert (latest["runId"], latest["status"], latest["evaluation"]["success"]) == (wrong.run_id, "FAILED", False)
+    # the partition bar and the Checks list say the same, partition by partition
+    expected = {keys(2, 2)[0]: "SUCCEEDED", **dict.fromkeys(keys(3, 4), "FAILED")}
+    assert _statuses(checks[METRICS_MATCH_SOURCE]) == expected
+    for name in set(GATE_NAMES) - {METRICS_MATCH_SOURCE}:
+        assert _statuses(checks[name]) == dict.fromkeys(keys(2, 4), "SUCCEEDED"), name
+    latest = checks[METRICS_MATCH_SOURCE]["executionForLatestMaterialization"]
+    assert (latest["runId"], latest["status"]) == (wrong.run_id, "FAILED")
+    assert latest["evaluation"]["targetMaterialization"] == {"runId": wrong.run_id}
+
+
+def test_a_publish_refused_for_a_changed_partition_shows_as_a_failed_check_on_that_partition(world):
+    """The publish asset records the refusal on the target's unchanged_since_checked check of the
+    changed partition: the check's partition bar shows it failed, the other partitions as judged."""
+    reconciled_plan(world)
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03'")
+    refused = world.publish(keys(1, 4))
+    assert not refused.success and "changed since its gates checked it" in failure_text(refused)
+
+    with _ui(world, FIXED) as process:
+        node = execute_dagster_graphql(process.create_request_context(), CHECKS,
+                                       {"asset": ASSET}).data["assetNodeOrError"]
+    checks = {c["name"]: c for c in node["assetChecksOrError"]["checks"]}
+    assert _statuses(checks[UNCHANGED_SINCE_CHECKED]) == {**dict.fromkeys(keys(1, 4), "SUCCEEDED"),
+                                                          "2026-01-03": "FAILED"}
+    latest = checks[UNCHANGED_SINCE_CHECKED]["executionForLatestMaterialization"]
+    assert (latest["runId"], latest["status"], latest["partition"]) == (refused.run_id, "FAILED", "2026-01-03")
