@@ -51,7 +51,8 @@ def screenshot_folder(default: Path) -> Path:
 
 def save_screenshot(page, folder: Path, name: str) -> Path:
     path = folder / name
-    page.screenshot(path=str(path))
+    page.wait_for_timeout(400)  # a dialog fades in: a shot taken at once shows it half transparent
+    page.screenshot(path=str(path), animations="disabled")
     assert path.stat().st_size > 10_000, f"{path} is too small to show anything"
     return path
 
