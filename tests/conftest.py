@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-# Started first under `pytest -n` (longest first), so no long test begins when the rest are done:
-# these modules, then these tests of other modules (each over ~25 s on 2 busy cores)
+# Started first under `pytest -n --dist loadscope` (a worker takes a whole module, in the order the
+# modules' first tests come): these modules, then the modules holding these tests (each over ~25 s
+# on 2 busy cores), so no long module begins when the rest are done
 LONGEST_FIRST = ("test_e2e_ui.py", "test_state_machine.py", "test_faults.py", "test_package.py",
                  "test_engines.py", "test_partitionings.py")
 LONG_TESTS = ("test_the_demo_tells_the_whole_story",
