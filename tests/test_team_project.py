@@ -155,3 +155,31 @@ def test_a_teams_own_resource_runs_the_table_on_each_engine_and_another_database
     result = materialize(own)
     assert result.success, failure_text(result)
     assert world.rows("daily_revenue", first) == 5 and world.rows("daily_revenue", last) == 5
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_resource_url_that_libpq_reads_as_another_database_or_server_is_refused(engine_world, monkeypatch):
+    """The comparison is libpq's reading of both URLs, not their spelling: a trailing slash names the
+    database `db/`, a blank `?dbname=` the user's own database, and an empty host (unix socket, or
+    $PGHOST) is not `localhost`. Each was taken for the warehouse, and the run opened it."""
+    world = engine_world
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS, warehouse_key="team_db")
+    first, last = keys(2, 3)[0], keys(2, 3)[-1]
+    parts = world.url.split("@", 1)[1]  # 127.0.0.1:PORT/db
+    port_db = parts.split(":", 1)[1]  # PORT/db
+
+    def refused(connection_string: str, warehouse_url: str = world.url) -> None:
+        monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", warehouse_url)
+        defs = dg.Definitions(assets=[ORDERS, *table.assets],
+                              resources={"team_db": TeamPostgres(connection_string=connection_string)})
+        result = run(defs, world.instance, ["daily_revenue"], first, last)
+        assert not result.success
+        assert "but the CLI and the run coordinator read the warehouse" in failure_text(result), connection_string
+
+    refused(world.url + "/")  # the database "db/"
+    refused(world.url + "?dbname=")  # the database named after the user
+    monkeypatch.setenv("PGHOST", str(world.root / "no-socket-here"))
+    refused(f"postgresql://backfill@:{port_db}", f"postgresql://backfill@localhost:{port_db}")
+    monkeypatch.delenv("PGHOST")
+    assert world.rows("daily_revenue", first) == 0

@@ -99,23 +99,34 @@ def _postgres_url_of(resource: object) -> str | None:
     return None
 
 
-def _address(url: str) -> tuple:
-    """What names one PostgreSQL database as a session sees it: user, host, port, database and the
-    connection's parameters (an `options=-csearch_path=...` would resolve tables elsewhere); not the
-    password."""
-    from urllib.parse import parse_qsl, urlsplit
+def _address(url: str) -> dict[str, str]:
+    """Where libpq connects for `url`, as libpq itself reads it: every connection parameter but the
+    password (user, host, port, database, `options=-csearch_path=...`, which resolves tables
+    elsewhere, `service`, ...). Read by libpq, not by their spelling: a trailing slash names the
+    database `db/`, a blank `?dbname=` the user's own database, a query parameter overrides the
+    URL's part (the last of two wins), and an omitted host is the unix socket or $PGHOST, not
+    `localhost`. Two URLs with one reading reach one database in one environment."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
 
-    parts = urlsplit(url)
-    return (parts.username or "", (parts.hostname or "localhost").lower(), parts.port or 5432,
-            parts.path.strip("/"), tuple(sorted(parse_qsl(parts.query))))
+    try:
+        params = conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        raise UsageError(f"the PostgreSQL URL {url.split('@')[-1]!r} does not parse: {str(exc).splitlines()[0]}",
+                         fix="give a postgresql://USER@HOST:PORT/DB URL") from None
+    return {k: str(v) for k, v in params.items() if k != "password"}
 
 
 def _same_postgres(url: str, key: str) -> WarehouseResource:
     wanted = resolve_home().warehouse_url
-    if not wanted.startswith(("postgresql://", "postgres://")) or _address(wanted) != _address(url):
-        user, host, port, db, _ = _address(url)
-        raise UsageError(f"resource {key!r} opens postgresql://{user}@{host}:{port}/{db}, but the CLI and the run "
-                         f"coordinator read the warehouse {wanted.split('@')[-1]}",
+    seen = _address(url)
+    known = _address(wanted) if wanted.startswith(("postgresql://", "postgres://")) else None
+    if known != seen:
+        differing = "" if known is None else \
+            f" (differs in {', '.join(sorted(k for k in {*seen, *known} if seen.get(k) != known.get(k)))})"
+        raise UsageError(f"resource {key!r} opens postgresql://{seen.get('user', '')}@{seen.get('host', '(default)')}:"
+                         f"{seen.get('port', '(default)')}/{seen.get('dbname', '(default)')}{differing}, but the CLI "
+                         f"and the run coordinator read the warehouse {wanted.split('@')[-1]}",
                          fix="set BACKFILL_WAREHOUSE_URL to the resource's URL where Dagster and the CLI run "
                              "(or point the resource at that warehouse)")
     return _warehouse("", url)
