@@ -191,18 +191,19 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
 
 
 # Opening an instance costs ~0.2 s (its storages check their schema). A command opens one and may
-# record the plan's state with it too; the demo (and the tests) run many commands in one process. So
-# the process keeps the instances it opened, keyed by what they were made from: dagster.yaml as it is
-# on disk and the environment it reads. Callers never dispose one; the process's exit does.
+# record the plan's state with it too; the demo (and the tests) run many commands in one process.
+# So the process keeps the instances it opened, keyed by what they were made from: dagster.yaml's
+# bytes and the environment it reads. Callers never dispose one; the process's exit does.
 _KEPT_INSTANCES = 4
 _instances: OrderedDict[tuple, dg.DagsterInstance] = OrderedDict()
 
 
 def _instance_key(path: Path) -> tuple:
-    try:
-        stat = (path / "dagster.yaml").stat()
-        made_from = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    except OSError:
+    import hashlib
+
+    try:  # its bytes, not its size and time: a rewrite within one clock tick (or `cp -p`) is seen too
+        made_from = hashlib.sha256(read_regular(path / "dagster.yaml", 1024 * 1024)).hexdigest()
+    except (OSError, NotRegularFile):
         made_from = None
     return (str(path), made_from, *(os.environ.get(n) for n in (WAREHOUSE_URL_ENV, INSTANCE_URL_ENV,
                                                                   INSTANCE_PASSWORD_ENV)))
