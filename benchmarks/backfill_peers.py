@@ -69,6 +69,7 @@ PEERS = HERE / "peers"
 sys.path.insert(0, str(PEERS))
 
 import tpch  # noqa: E402
+from go_between import GO_BETWEEN  # noqa: E402 - beside this file, standard library only
 
 DATA = HERE / ".data"
 PARQUET = DATA / "sf1" / "lineitem.parquet"
@@ -98,17 +99,6 @@ def say(text: str = "") -> None:
 
 # --- processes --------------------------------------------------------------------------------
 
-# Linux carries a process's peak RSS across fork and exec: a small go-between forks the command
-# and reports the command's own rusage (as benchmarks/common.py does).
-_GO_BETWEEN = (
-    "import json, os, subprocess, sys, time\n"
-    "started = time.perf_counter()\n"
-    "proc = subprocess.Popen(sys.argv[2:])\n"
-    "_pid, status, usage = os.wait4(proc.pid, 0)\n"
-    "with open(sys.argv[1], 'w') as f:\n"
-    "    json.dump({'seconds': time.perf_counter() - started, 'maxrss_kb': usage.ru_maxrss,\n"
-    "               'cpu': usage.ru_utime + usage.ru_stime, 'code': os.waitstatus_to_exitcode(status)}, f)\n"
-)
 
 
 @dataclass
@@ -129,7 +119,7 @@ def child(cmd: Sequence[str | Path], log: Path, *, env: dict[str, str] | None = 
         with open(log, "ab") as out:
             out.write(f"\n$ {' '.join(str(c) for c in cmd)}\n".encode())
             out.flush()
-            proc = subprocess.run([sys.executable, "-I", "-S", "-c", _GO_BETWEEN, str(report), *map(str, cmd)],
+            proc = subprocess.run([sys.executable, "-I", "-S", "-c", GO_BETWEEN, str(report), *map(str, cmd)],
                                   env=full, cwd=cwd or ROOT, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, timeout=timeout, check=False)
         usage = json.loads(report.read_text()) if report.stat().st_size else None

@@ -54,6 +54,7 @@ import dagster as dg  # noqa: E402
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 from bench_defs import PARTITIONS, START  # noqa: E402
+from go_between import GO_BETWEEN  # noqa: E402
 
 from backfill_assets.cli import main as cli_main  # noqa: E402
 from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1  # noqa: E402
@@ -121,20 +122,6 @@ class Child:
     cpu: float = 0.0
 
 
-# A small go-between: Linux carries a process's peak RSS across fork and exec, so a child forked
-# straight from this (large) process would report at least our own peak. The go-between is small,
-# forks the command and reports the command's own rusage.
-_GO_BETWEEN = (
-    "import json, os, subprocess, sys, time\n"
-    "started = time.perf_counter()\n"
-    "proc = subprocess.Popen(sys.argv[2:])\n"
-    "_pid, status, usage = os.wait4(proc.pid, 0)\n"
-    "with open(sys.argv[1], 'w') as f:\n"
-    "    json.dump({'seconds': time.perf_counter() - started, 'maxrss_kb': usage.ru_maxrss,\n"
-    "               'cpu': usage.ru_utime + usage.ru_stime, 'code': os.waitstatus_to_exitcode(status)}, f)\n"
-)
-
-
 def run_child(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
               timeout: float = 3600) -> Child:
     """A subprocess with its own wall time, CPU time and peak RSS."""
@@ -146,7 +133,7 @@ def run_child(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Pat
     report, out_path = scratch / "usage.json", scratch / "output.txt"
     try:
         with open(out_path, "wb") as out:
-            proc = subprocess.run([PYTHON, "-I", "-S", "-c", _GO_BETWEEN, str(report), *[str(c) for c in cmd]],
+            proc = subprocess.run([PYTHON, "-I", "-S", "-c", GO_BETWEEN, str(report), *[str(c) for c in cmd]],
                                   env=full, cwd=cwd or ROOT, stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, timeout=timeout, check=False)
         text = out_path.read_text(errors="replace")

@@ -256,30 +256,29 @@ def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> li
                    else f"spans {size:,} partitions")
         problems.append(PlanProblem("window", f"{start}..{end}", f"{counted}, more than the limit of {limit:,}; "
                                     f"split it into bounded plans (or raise {MAX_WINDOW_ENV})"))
-    proof = _block(document, "execution").get("proof_partitions")
-    if first and last and first <= last and isinstance(proof, list):
-        for key in proof:
-            day = _day(key)
-            if day and not (first <= day <= last):
-                problems.append(PlanProblem("execution.proof_partitions", str(day),
-                                            f"is outside the window {first}..{last}; pick keys inside it"))
-    metrics = _block(document, "checks").get("metrics")
-    names = [m.get("name") for m in metrics if isinstance(m, dict)] if isinstance(metrics, list) else []
-    for name in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1}):
-        problems.append(PlanProblem("checks.metrics.name", name, "listed twice; keep one"))
     expect = _block(document, "expect")
-    changes = expect.get("changes")
-    names = [c.get("name") for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
-    for name in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1}):
-        problems.append(PlanProblem("expect.changes.name", name, "listed twice; keep one"))
-    allowed = expect.get("partitions")
-    if first and last and first <= last and isinstance(allowed, list):
-        for key in allowed:
-            day = _day(key)
-            if day and not (first <= day <= last):
-                problems.append(PlanProblem("expect.partitions", str(day),
-                                            f"is outside the window {first}..{last}; pick keys inside it"))
+    problems += _outside_window("execution.proof_partitions", _block(document, "execution").get("proof_partitions"),
+                                first, last)
+    problems += _listed_twice("checks.metrics.name", _block(document, "checks").get("metrics"))
+    problems += _listed_twice("expect.changes.name", expect.get("changes"))
+    problems += _outside_window("expect.partitions", expect.get("partitions"), first, last)
     return problems
+
+
+def _outside_window(field: str, keys: object, first: dt.date | None, last: dt.date | None) -> list[PlanProblem]:
+    """The keys of a list field that fall outside a well-formed window."""
+    if not (first and last and first <= last and isinstance(keys, list)):
+        return []
+    days = [d for d in map(_day, keys) if d]
+    return [PlanProblem(field, str(d), f"is outside the window {first}..{last}; pick keys inside it")
+            for d in days if not first <= d <= last]
+
+
+def _listed_twice(field: str, items: object) -> list[PlanProblem]:
+    """The names given to more than one entry of a list of mappings."""
+    names = [i.get("name") for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    return [PlanProblem(field, n, "listed twice; keep one")
+            for n in sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})]
 
 
 def load_plan(path: str | Path) -> Plan:
