@@ -430,13 +430,7 @@ def test_rolling_back_a_closed_plan_needs_approval_and_tells_the_consumers(world
     assert world.cli("publish", "fix") == 0
     assert world.cli("plan", "close", "fix") == 0
     # bob leaves the team: the plan's own approvals (olivia, alice, bob) no longer hold
-    new = tmp_path / "allowed_signers"
-    new.write_text(signers_text(world.keys, ("alice", "carol", "olivia")))
-    root = root_of(world)
-    change = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
-    ctext, csig = sign_file(world, "alice", change, tmp_path)
-    assert world.cli("approvers", "pin", str(new), "--statement", str(ctext), "--signature", f"alice={csig}",
-                     "--sign", f"carol={world.keys['carol']}") == 0
+    _drop_bob(world, tmp_path)
     capsys.readouterr()
     assert world.cli("rollback", "fix") == 1  # its approvals no longer hold: consumers' data is not anyone's to flip
     assert "changes what consumers see" in capsys.readouterr().err
