@@ -23,7 +23,13 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
-from backfill_assets.warehouse.key_compare import key_text_sql, metric_differs_sql, metrics_text_sql, worst_sql
+from backfill_assets.warehouse.key_compare import (
+    key_text_sql,
+    metric_differs_sql,
+    metrics_text_sql,
+    worst_keys_sql,
+    worst_sql,
+)
 
 WORST_KEYS = 3  # keys named per mismatching partition
 
@@ -108,10 +114,8 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
         SELECT pkey, count(sn), count(pn), count(*) FILTER (WHERE sn IS NULL),
                count(*) FILTER (WHERE pn IS NULL), count(*) FILTER (WHERE anybad)
                {''.join(f', count(*) FILTER (WHERE bad{i}), sum(sm{i}), sum(pm{i})' for i in range(len(metrics)))},
-               string_agg(CASE WHEN sn IS NULL THEN '(' || keytext || ') published, not in the shadow'
-                               WHEN pn IS NULL THEN '(' || keytext || ') in the shadow, not published'
-                               ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk)
-                   FILTER (WHERE anybad AND rk <= {WORST_KEYS})
+               {worst_keys_sql("s", "p", metric_text, "published, not in the shadow", "in the shadow, not published",
+                               WORST_KEYS)}
         FROM r GROUP BY pkey)
     SELECT g.*, {fp_select}
     """

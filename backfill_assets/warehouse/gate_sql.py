@@ -24,7 +24,13 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.identifiers import quote
-from backfill_assets.warehouse.key_compare import key_text_sql, metric_differs_sql, metrics_text_sql, worst_sql
+from backfill_assets.warehouse.key_compare import (
+    key_text_sql,
+    metric_differs_sql,
+    metrics_text_sql,
+    worst_keys_sql,
+    worst_sql,
+)
 
 
 class MetricTolerance(Protocol):
@@ -178,10 +184,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
            coalesce(sum(dup), 0)
            {''.join(f', coalesce(sum(null_{i}), 0)' for i in range(len(null_columns)))}
            {''.join(f', sum(tm{i}), sum(sm{i}), count(*) FILTER (WHERE bad{i})' for i in range(len(metrics)))},
-           string_agg(CASE WHEN tn IS NULL THEN '(' || keytext || ') missing in the target'
-                           WHEN sn IS NULL THEN '(' || keytext || ') not in the source'
-                           ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk)
-               FILTER (WHERE anybad AND rk <= {WORST_GROUPS})
+           {worst_keys_sql("t", "s", metric_text, "missing in the target", "not in the source", WORST_GROUPS)}
     FROM r GROUP BY pkey)
     SELECT g.*, f.fp FROM g{fp_join}
     """

@@ -42,3 +42,12 @@ def worst_sql(count: int, new: str, old: str) -> str:
     """How far a joined row's differing metrics are apart, summed, to name the worst groups first."""
     return " + ".join(f"CASE WHEN bad{i} THEN coalesce(CAST(abs({new}m{i} - {old}m{i}) AS DOUBLE PRECISION), "
                       "1e300) ELSE 0 END" for i in range(count)) or "0"
+
+
+def worst_keys_sql(new: str, old: str, metric_text: str, missing_new: str, missing_old: str, limit: int) -> str:
+    """An aggregate over joined rows ranked `rk`: the `limit` worst differing key groups as text,
+    a group on one side only saying which (`missing_new` when the new side lacks it)."""
+    return (f"string_agg(CASE WHEN {new}n IS NULL THEN '(' || keytext || ') {missing_new}' "
+            f"WHEN {old}n IS NULL THEN '(' || keytext || ') {missing_old}' "
+            f"ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk) "
+            f"FILTER (WHERE anybad AND rk <= {int(limit)})")
