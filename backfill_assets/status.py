@@ -19,6 +19,7 @@ from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import plans as plan_store
 
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph
@@ -70,9 +71,7 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     """`graph`: the loaded definitions, to check the published tables of the plan's whole graph."""
     pid = state.plan_id
     keys = list(state.partition_keys)
-    pending = None if state.approved_sha256 else session.scalar(
-        "SELECT sha256 FROM backfill_control.plan_versions WHERE plan_id = ? ORDER BY recorded_at DESC LIMIT 1",
-        [pid])
+    pending = None if state.approved_sha256 else plan_store.latest_version_sha(session, pid)
     approvals = _approvals(session, state, pending)
     rows = evidence_log.rows(session, plan_id=pid)
     sha = state.approved_sha256

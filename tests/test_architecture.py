@@ -203,13 +203,9 @@ SQL_ALLOWED = ("backfill_assets.demo",)
 SQL_NOT_YET_MOVED: tuple[str, ...] = (
     "backfill_assets.cli.guard_cmd",
     "backfill_assets.cli.run_cmds",
-    "backfill_assets.control.evidence_log",
     "backfill_assets.control.lease",
     "backfill_assets.control.ledger",
-    "backfill_assets.control.names",
     "backfill_assets.control.outbox",
-    "backfill_assets.control.record",
-    "backfill_assets.control.schema",
     "backfill_assets.control.seals",
     "backfill_assets.control.snapshots",
     "backfill_assets.control.trust_record",
@@ -219,7 +215,6 @@ SQL_NOT_YET_MOVED: tuple[str, ...] = (
     "backfill_assets.partitions",
     "backfill_assets.publish.published",
     "backfill_assets.publish.rule",
-    "backfill_assets.status",
     "backfill_assets.table",
 )
 

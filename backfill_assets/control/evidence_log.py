@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets.bounded import NotRegularFile, open_regular, read_regular
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, UsageError, WarehouseError
 from backfill_assets.home import Home
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import evidence as store
+from backfill_assets.warehouse.state_store import schema as meta_store
 
 GENESIS = "0" * 64
 KEY_BYTES = 32
@@ -104,7 +105,7 @@ def session_key(session: Session) -> bytes:
         raise WarehouseError("no BACKFILL_HOME for the evidence key",
                              fix="open the warehouse through open_warehouse()")
     key = read_key(session.home)
-    recorded = session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [KEY_ID_META])
+    recorded = meta_store.meta(session, KEY_ID_META)
     if recorded is not None and recorded != key_id(key):
         raise WarehouseError(
             f"the evidence key {session.home.evidence_key} (id {key_id(key)}) is not the key this "
@@ -126,13 +127,13 @@ def _key_for(session: Session, *, chain_empty: bool, last: tuple | None) -> byte
     key = session_key(session)
     if getattr(session, "_key_recorded", False):
         return key
-    if session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [KEY_ID_META]) is None:
+    if meta_store.meta(session, KEY_ID_META) is None:
         if last is not None and not _row_ok(key, row_of(last)):
             raise WarehouseError(
                 f"the evidence key {session.home.evidence_key} does not verify the chain's last row "
                 f"({last[0]}): it is not the key this chain was made with",
                 fix="point BACKFILL_EVIDENCE_KEY_FILE at the chain's key (restore it from backup)")
-        session.execute(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", [KEY_ID_META, key_id(key)])
+        meta_store.add_meta(session, KEY_ID_META, key_id(key))
     else:
         session._key_recorded = True  # type: ignore[attr-defined]
     return key
@@ -225,9 +226,6 @@ class EvidenceRow:
     row_hash: str = ""
 
 
-_COLUMNS = "seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash"
-
-
 def row_of(r: tuple) -> EvidenceRow:
     return EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], json.loads(r[5]), r[6], r[7])
 
@@ -237,18 +235,13 @@ def _row_ok(key: bytes, row: EvidenceRow) -> bool:
     return hmac.compare_digest(expected, row.row_hash)
 
 
-def _last(session: Session) -> tuple | None:
-    return session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
-
-
 def next_seq(session: Session) -> int:
     """The number the next row appended in this transaction gets: rows it seals can carry it.
     Takes the chain's turn (held until the transaction ends), so no one else appends meanwhile."""
     if not session.in_transaction:
         raise WarehouseError("next_seq needs a transaction", fix="call it inside session.transaction()")
     session.lock("backfill_control.evidence")
-    last = session.scalar(f"SELECT max(seq) FROM {SCHEMA}.evidence")
-    return int(last or 0) + 1
+    return store.max_seq(session) + 1
 
 
 def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
@@ -259,7 +252,7 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
         with session.transaction():
             return append(session, plan_id=plan_id, kind=kind, actor=actor, payload=payload, seq=seq)
     session.lock("backfill_control.evidence")  # one chain: appends take turns on server engines
-    last = _last(session)
+    last = store.last_row(session)
     number, prev = (int(last[0]) + 1, str(last[7])) if last else (1, GENESIS)
     if seq is not None and seq != number:
         raise WarehouseError(f"evidence row {seq} was promised but the chain's next row is {number}",
@@ -271,23 +264,14 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     at = now_iso()
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     row_hash = _row_hash(key, prev, number, at, plan_id, kind, actor, text)
-    session.execute(f"INSERT INTO {SCHEMA}.evidence VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [number, at, plan_id, kind, actor, text, prev, row_hash])
+    store.insert(session, number, at, plan_id, kind, actor, text, prev, row_hash)
     session.after_commit(lambda: _append_head(home, number, row_hash))
     return EvidenceRow(number, at, plan_id, kind, actor, text, json.loads(text), prev, row_hash)
 
 
 def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[EvidenceRow]:
     """Rows as stored, for reports; decisions read through `verified`."""
-    query = f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence WHERE 1=1"
-    params: list[Any] = []
-    if plan_id is not None:
-        query += " AND plan_id = ?"
-        params.append(plan_id)
-    if kind is not None:
-        query += " AND kind = ?"
-        params.append(kind)
-    return [row_of(r) for r in session.rows(query + " ORDER BY seq", params)]
+    return [row_of(r) for r in store.rows(session, plan_id, kind)]
 
 
 def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:
@@ -310,7 +294,7 @@ def _chain_id(session: Session) -> str:
     A file copied over another at the same path is another chain."""
     found = getattr(session, "_chain_id", None)
     if not found:  # an empty chain has no id yet: asked again once it has rows
-        found = str(session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = 1") or "")
+        found = str(store.hash_at(session, 1) or "")
         session._chain_id = found  # type: ignore[attr-defined]
     return found
 
@@ -320,12 +304,7 @@ def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
     where = f"{session.engine.identity()}:{_chain_id(session)}"
     known = {s: _VERIFIED[(where, s)] for s in set(seqs) if (where, s) in _VERIFIED}
     wanted = sorted(set(seqs) - set(known))
-    found: dict[int, EvidenceRow] = {}
-    for i in range(0, len(wanted), 1000):
-        part = wanted[i:i + 1000]
-        for r in session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.evidence WHERE seq IN "
-                              f"({', '.join('?' for _ in part)})", part):
-            found[int(r[0])] = row_of(r)
+    found = {int(r[0]): row_of(r) for r in store.rows_by_seq(session, wanted)}
     missing = [s for s in wanted if s not in found]
     if missing:
         raise ForgedRecord(f"evidence row {missing[0]}, which records rows the control record holds, is gone",
@@ -340,28 +319,23 @@ def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
 def check_links(session: Session) -> None:
     """One pass in the engine, without the key: no row removed, none re-linked, none cut off the
     end the head log saw. Rows edited in place are found by their keyed hash (`verified`, `verify`)."""
-    count, top = session.one(f"SELECT count(*), coalesce(max(seq), 0) FROM {SCHEMA}.evidence") or (0, 0)
-    if int(count) != int(top):
+    count, top = store.count_and_top(session)
+    if count != top:
         raise EvidenceChainBroken(int(top), f"the chain holds {count} row(s) numbered up to {top}: rows were removed")
-    broken = session.scalar(
-        f"SELECT min(e.seq) FROM {SCHEMA}.evidence e LEFT JOIN {SCHEMA}.evidence p ON p.seq = e.seq - 1 "
-        f"WHERE (e.seq = 1 AND e.prev_hash <> ?) OR (e.seq > 1 AND (p.seq IS NULL OR p.row_hash <> e.prev_hash))",
-        [GENESIS])
+    broken = store.first_broken_link(session, GENESIS)
     if broken is not None:
-        raise EvidenceChainBroken(int(broken), "its link to the previous row was changed")
+        raise EvidenceChainBroken(broken, "its link to the previous row was changed")
     home = session.home
     recorded = recorded_head(home) if home is not None else None
     if recorded is not None and recorded[0] > 0:
-        found = session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [recorded[0]])
-        if found != recorded[1]:
+        if store.hash_at(session, recorded[0]) != recorded[1]:
             raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
                                                    "(rows were cut off the chain's end)")
 
 
 def head(session: Session) -> tuple[int, str]:
     """The last row's number and hash: what a rendered evidence file pins."""
-    row = session.one(f"SELECT seq, row_hash FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
-    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
+    return store.head(session) or (0, GENESIS)
 
 
 def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
@@ -372,7 +346,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
     home = session.home
     assert home is not None
     recorded = recorded_head(home)
-    count = int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.evidence") or 0)
+    count = store.count(session)
     if count == 0:
         if recorded is not None:
             raise EvidenceChainBroken(recorded[0], "the chain is empty, but the head log "
@@ -382,9 +356,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
     prev, expected_seq = GENESIS, 1
     last_seq, chunk = 0, 5000
     while True:
-        batch = session.rows(
-            f"SELECT seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash "
-            f"FROM {SCHEMA}.evidence WHERE seq > ? ORDER BY seq LIMIT {chunk}", [last_seq])
+        batch = store.rows_after(session, last_seq, chunk)
         for seq, at, plan_id, kind, actor, payload, prev_hash, row_hash in batch:
             if seq != expected_seq:
                 raise EvidenceChainBroken(expected_seq, f"row {expected_seq} is missing")
@@ -399,8 +371,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
     for what, mark in (("the head log", recorded), ("the rendered evidence", pinned)):
         if mark is None or mark[0] == 0:
             continue
-        found = session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [mark[0]])
-        if found != mark[1]:
+        if store.hash_at(session, mark[0]) != mark[1]:
             raise EvidenceChainBroken(mark[0], f"{what} recorded it, but it is missing or different "
                                                f"now (rows were cut off the chain's end)")
     return last_seq

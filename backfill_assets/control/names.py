@@ -2,18 +2,12 @@
 
 The bottom of `control/`: every module that reads or writes the record names its schema from here,
 so the module that creates and upgrades the record (`schema.py`) can use them all without any of
-them importing it back.
+them importing it back. Both are the state store's (`warehouse/state_store/`), named here for
+`control/`'s callers.
 """
 
 from __future__ import annotations
 
-from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA
-
-SCHEMA = "backfill_control"
+from backfill_assets.warehouse.state_store import SCHEMA, SNAPSHOT_SCHEMA, next_id
 
 __all__ = ["SCHEMA", "SNAPSHOT_SCHEMA", "next_id"]
-
-
-def next_id(session: Session) -> int:
-    return int(session.scalar(f"SELECT nextval('{SCHEMA}.ids')"))

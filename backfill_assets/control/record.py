@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.names import SCHEMA, next_id
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord, UsageError
 from backfill_assets.plan.identity import canonical_text, plan_from_canonical
 from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ACTIVE, PAST_PROOF, Hold, Phase, check_transition
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import evidence as evidence_store
+from backfill_assets.warehouse.state_store import plans as store
 
 # the chain rows that record a plan's row; each carries the row's whole new state under "state"
 STATE_KINDS = ("plan_version", "plan_of_record", "transition", "hold", "plan_state")
@@ -149,8 +151,7 @@ _VERSIONS: dict[tuple, PlanVersion] = {}
 
 
 def version(session: Session, sha: str) -> PlanVersion | None:
-    row = session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file, evidence_seq "
-                      f"FROM {SCHEMA}.plan_versions WHERE sha256 = ?", [sha])
+    row = store.version_row(session, sha)
     if row is None:
         return None
     cache_key = (session.engine.describe(), *row)
@@ -177,9 +178,6 @@ def version(session: Session, sha: str) -> PlanVersion | None:
     return found
 
 
-_COLUMNS = "plan_id, phase, target, owner, approved_sha256, hold, updated_at"
-
-
 def _state_of(row: tuple) -> dict[str, str | None]:
     return dict(zip(_STATE_FIELDS, (row[1], row[2], row[3], row[4], row[5]), strict=True))
 
@@ -188,20 +186,13 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
     """The chain's last record of each plan's row (verified)."""
     if not plan_ids:
         return {}
-    kinds = ", ".join("?" for _ in STATE_KINDS)
     found: dict[str, evidence_log.EvidenceRow] = {}
-    for i in range(0, len(plan_ids), 500):
-        part = plan_ids[i:i + 500]
-        rows = session.rows(
-            f"SELECT seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash FROM {SCHEMA}.evidence "
-            f"WHERE kind IN ({kinds}) AND plan_id IN ({', '.join('?' for _ in part)}) ORDER BY plan_id, seq DESC",
-            [*STATE_KINDS, *part])
-        for raw in rows:
-            if raw[2] in found:
-                continue
-            row = evidence_log.row_of(raw)
-            if "state" in row.payload:
-                found[str(raw[2])] = row
+    for raw in evidence_store.latest_of_plans(session, STATE_KINDS, plan_ids):
+        if raw[2] in found:
+            continue
+        row = evidence_log.row_of(raw)
+        if "state" in row.payload:
+            found[str(raw[2])] = row
     evidence_log.verified(session, list(found.values()))
     return found
 
@@ -239,14 +230,12 @@ def verify_all(session: Session) -> list[PlanState]:
     recorded still there: a row deleted outright is found here (publish, rollback, `evidence
     verify`), not by the decisions that read one plan."""
     states = all_plans(session)
-    kinds = ", ".join("?" for _ in STATE_KINDS)
-    recorded = {str(p) for (p,) in session.rows(f"SELECT DISTINCT plan_id FROM {SCHEMA}.evidence WHERE kind IN "
-                                                f"({kinds}) AND plan_id IS NOT NULL", list(STATE_KINDS))}
+    recorded = evidence_store.plan_ids_of_kinds(session, STATE_KINDS)
     gone = sorted(recorded - {s.plan_id for s in states})
     if gone:
         raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
                            fix=evidence_log.FORGED_FIX)
-    stored = {str(sha) for (sha,) in session.rows(f"SELECT sha256 FROM {SCHEMA}.plan_versions")}
+    stored = store.version_shas(session)
     for row in evidence_log.rows(session, kind="plan_version"):
         sha = str(row.payload.get("sha256") or "")
         if sha and sha not in stored:
@@ -259,8 +248,7 @@ def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool =
     """The plan's state; with `lock`, its row is held (shared) until the transaction ends: a
     writer's re-check, so a withdraw or rollback cannot slip between the check and the write;
     `exclusive` for the one about to change it."""
-    clause = session.lock_rows_clause(exclusive) if lock or exclusive else ""
-    row = session.one(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans WHERE plan_id = ?{clause}", [plan_id])
+    row = store.plan_row(session, plan_id, lock=lock, exclusive=exclusive)
     return _states(session, [row])[0] if row else None
 
 
@@ -276,7 +264,7 @@ def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     """Every plan, or those that write `target` (as their target or a table of their graph)."""
     # every row is read and verified, then filtered: a row whose target or phase was edited to hide
     # it from a filter is refused, not skipped
-    rows = session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id")
+    rows = store.plan_rows(session)
     return [s for s in _states(session, rows) if target is None or s.involves(target)]
 
 
@@ -306,12 +294,11 @@ def record_version(session: Session, plan: Plan, sha: str, keys: list[str], sour
         payload: dict[str, object] = {"sha256": sha, "partitions": len(keys), "first": keys[0], "last": keys[-1],
                                       "file": source_file, "keys_sha256": keys_digest(keys_text)}
         if version(session, sha) is None:
-            session.execute(f"INSERT INTO {SCHEMA}.plan_versions VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [sha, plan.plan_id, canonical_text(plan), keys_text, source_file,
-                             evidence_log.now_iso(), seq])
+            store.insert_version(session, sha, plan.plan_id, canonical_text(plan), keys_text, source_file,
+                                 evidence_log.now_iso(), seq)
         if existing is None:
-            session.execute(f"INSERT INTO {SCHEMA}.plans ({_COLUMNS}) VALUES (?, ?, ?, ?, NULL, NULL, ?)",
-                            [plan.plan_id, Phase.DRAFTED.value, plan.target, plan.owner, evidence_log.now_iso()])
+            store.insert_plan(session, plan.plan_id, Phase.DRAFTED.value, plan.target, plan.owner,
+                              evidence_log.now_iso())
             payload["state"] = _chain_state(None, phase=Phase.DRAFTED.value, target=plan.target, owner=plan.owner,
                                             approved_sha256=None, hold=None)
         evidence_log.append(session, plan_id=plan.plan_id, kind="plan_version", actor=actor, payload=payload,
@@ -333,9 +320,8 @@ class RecordedApproval:
 def approvals(session: Session, sha: str) -> list[RecordedApproval]:
     """The signatures recorded for a version, as stored: they authenticate themselves, so whoever
     counts them verifies each under the pinned trust root (`control.authority`)."""
-    return [RecordedApproval(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6]) for r in session.rows(
-        f"SELECT principal, statement, signature, key_fingerprint, trust_version, actor, approved_at "
-        f"FROM {SCHEMA}.approvals WHERE sha256 = ? ORDER BY approval_id", [sha])]
+    return [RecordedApproval(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6])
+            for r in store.approval_rows(session, sha)]
 
 
 def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApproval) -> bool:
@@ -344,9 +330,8 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
            for a in approvals(session, sha)):
         return False
     seq = evidence_log.next_seq(session)
-    session.execute(f"INSERT INTO {SCHEMA}.approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [next_id(session), sha, plan_id, approval.principal, approval.statement, approval.signature,
-                     approval.key_fingerprint, approval.trust_version, approval.actor, approval.approved_at, seq])
+    store.insert_approval(session, sha, plan_id, approval.principal, approval.statement, approval.signature,
+                          approval.key_fingerprint, approval.trust_version, approval.actor, approval.approved_at, seq)
     evidence_log.append(session, plan_id=plan_id, kind="approval", actor=approval.actor, seq=seq, payload={
         "sha256": sha, "principal": approval.principal, "key": approval.key_fingerprint,
         "trust_version": approval.trust_version, "statement": approval.statement, "signature": approval.signature})
@@ -358,9 +343,7 @@ def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
     state = require(session, plan_id, exclusive=True)
     chosen = version(session, sha)
     assert chosen is not None
-    session.execute(f"UPDATE {SCHEMA}.plans SET approved_sha256 = ?, target = ?, owner = ?, "
-                    "updated_at = ? WHERE plan_id = ?",
-                    [sha, chosen.plan.target, chosen.plan.owner, evidence_log.now_iso(), plan_id])
+    store.set_plan_of_record(session, plan_id, sha, chosen.plan.target, chosen.plan.owner, evidence_log.now_iso())
     evidence_log.append(session, plan_id=plan_id, kind="plan_of_record", actor=actor, payload={
         "sha256": sha, "previous": state.approved_sha256,
         "state": _chain_state(state, approved_sha256=sha, target=chosen.plan.target, owner=chosen.plan.owner)})
@@ -374,8 +357,7 @@ def transition(session: Session, plan_id: str, target: Phase, actor: str, note: 
     with session.transaction():
         state = require(session, plan_id, exclusive=True)
         check_transition(plan_id, state.phase, target)
-        session.execute(f"UPDATE {SCHEMA}.plans SET phase = ?, updated_at = ? WHERE plan_id = ?",
-                        [target.value, evidence_log.now_iso(), plan_id])
+        store.set_phase(session, plan_id, target.value, evidence_log.now_iso())
         evidence_log.append(session, plan_id=plan_id, kind="transition", actor=actor, payload={
             "from": state.phase.value, "to": target.value, "note": note,
             "sha256": state.approved_sha256, "state": _chain_state(state, phase=target.value)})
@@ -387,8 +369,7 @@ def set_hold(session: Session, plan_id: str, hold: Hold | None, actor: str, note
     to = None if hold is None else Hold(hold).value  # stored and sealed as the plain word
     with session.transaction():
         state = require(session, plan_id, exclusive=True)
-        session.execute(f"UPDATE {SCHEMA}.plans SET hold = ?, updated_at = ? WHERE plan_id = ?",
-                        [to, evidence_log.now_iso(), plan_id])
+        store.set_hold(session, plan_id, to, evidence_log.now_iso())
         evidence_log.append(session, plan_id=plan_id, kind="hold", actor=actor, payload={
             "from": None if state.hold is None else state.hold.value, "to": to, "note": note,
             "state": _chain_state(state, hold=to)})
@@ -398,12 +379,11 @@ def set_hold(session: Session, plan_id: str, hold: Hold | None, actor: str, note
 def seal_upgraded_plans(session: Session, actor: str) -> None:
     """After an upgrade from schema 2 (no plan active): one chain row per version and per plan, so
     the chain records every version and every row of `plans` as it stood when upgraded."""
-    for sha, plan_id, keys in session.rows(f"SELECT sha256, plan_id, partition_keys FROM {SCHEMA}.plan_versions "
-                                           "WHERE evidence_seq IS NULL ORDER BY sha256"):
+    for sha, plan_id, keys in store.unsealed_versions(session):
         seq = evidence_log.next_seq(session)
-        session.execute(f"UPDATE {SCHEMA}.plan_versions SET evidence_seq = ? WHERE sha256 = ?", [seq, sha])
+        store.seal_version(session, sha, seq)
         evidence_log.append(session, plan_id=plan_id, kind="plan_version", actor=actor, seq=seq, payload={
             "sha256": sha, "keys_sha256": keys_digest(str(keys)), "note": "sealed by the upgrade from schema 2"})
-    for row in session.rows(f"SELECT {_COLUMNS} FROM {SCHEMA}.plans ORDER BY plan_id"):
+    for row in store.plan_rows(session):
         evidence_log.append(session, plan_id=row[0], kind="plan_state", actor=actor, payload={
             "note": "recorded by the upgrade from schema 2", "state": _state_of(row)})

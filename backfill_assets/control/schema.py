@@ -1,7 +1,8 @@
-"""The control record's tables (schema `backfill_control`), portable across engines.
+"""The control record's tables (schema `backfill_control`): when to create or upgrade them.
 
 Written in the same transactions as the data they describe. Created idempotently by every command
-that writes; readers never create them (`has_control_schema`). The top of `control/`: the upgrade
+that writes; readers never create them (`has_control_schema`). The statements themselves are the
+state store's (`warehouse/state_store/schema.py`). The top of `control/`: the upgrade
 writes evidence and seals through the modules below, which name the schema from `names.py`.
 """
 
@@ -12,6 +13,8 @@ from backfill_assets.control.names import SCHEMA, SNAPSHOT_SCHEMA, next_id
 from backfill_assets.errors import WarehouseError
 from backfill_assets.plan.phases import ACTIVE
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import plans as plan_store
+from backfill_assets.warehouse.state_store import schema as store
 
 # SCHEMA, SNAPSHOT_SCHEMA and next_id were defined here before names.py; callers still import them
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "ensure_schema", "has_control_schema", "next_id",
@@ -19,180 +22,13 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "SNAPSHOT_SCHEMA", "ensure_schema", "has_
 
 SCHEMA_VERSION = "3"
 
-_TABLES = f"""
-CREATE SCHEMA IF NOT EXISTS {SCHEMA};
-CREATE SCHEMA IF NOT EXISTS {SNAPSHOT_SCHEMA};
-CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.ids;
-CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (
-    key VARCHAR PRIMARY KEY,
-    value VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.plans (
-    plan_id VARCHAR PRIMARY KEY,
-    phase VARCHAR NOT NULL,
-    target VARCHAR NOT NULL,
-    owner VARCHAR NOT NULL,
-    approved_sha256 VARCHAR,
-    hold VARCHAR,
-    updated_at VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.plan_versions (
-    sha256 VARCHAR PRIMARY KEY,
-    plan_id VARCHAR NOT NULL,
-    content VARCHAR NOT NULL,
-    partition_keys VARCHAR NOT NULL,
-    source_file VARCHAR,
-    recorded_at VARCHAR NOT NULL,
-    evidence_seq BIGINT
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.approvals (
-    approval_id BIGINT PRIMARY KEY,
-    sha256 VARCHAR NOT NULL,
-    plan_id VARCHAR NOT NULL,
-    principal VARCHAR NOT NULL,
-    statement VARCHAR NOT NULL,
-    signature VARCHAR NOT NULL,
-    key_fingerprint VARCHAR NOT NULL,
-    trust_version INTEGER NOT NULL,
-    actor VARCHAR NOT NULL,
-    approved_at VARCHAR NOT NULL,
-    evidence_seq BIGINT
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.writes (
-    write_id BIGINT PRIMARY KEY,
-    plan_id VARCHAR,
-    asset VARCHAR NOT NULL,
-    partition_key VARCHAR NOT NULL,
-    mode VARCHAR NOT NULL,
-    run_id VARCHAR,
-    code_version VARCHAR,
-    row_count BIGINT NOT NULL,
-    fingerprint VARCHAR NOT NULL,
-    recorded_at VARCHAR NOT NULL,
-    impact VARCHAR,
-    evidence_seq BIGINT,
-    code_identity VARCHAR
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.snapshots (
-    plan_id VARCHAR NOT NULL,
-    table_name VARCHAR NOT NULL,
-    partition_key VARCHAR NOT NULL,
-    row_count BIGINT NOT NULL,
-    fingerprint VARCHAR NOT NULL,
-    snapshot_table VARCHAR NOT NULL,
-    recorded_at VARCHAR NOT NULL,
-    evidence_seq BIGINT,
-    PRIMARY KEY (plan_id, table_name, partition_key)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.gate_results (
-    result_id BIGINT PRIMARY KEY,
-    write_id BIGINT,
-    plan_id VARCHAR,
-    asset VARCHAR NOT NULL,
-    partition_key VARCHAR NOT NULL,
-    gate VARCHAR NOT NULL,
-    passed BOOLEAN NOT NULL,
-    checked_fingerprint VARCHAR,
-    figures VARCHAR NOT NULL,
-    recorded_at VARCHAR NOT NULL,
-    evidence_seq BIGINT
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.publications (
-    publish_id BIGINT PRIMARY KEY,
-    asset VARCHAR NOT NULL,
-    partition_key VARCHAR NOT NULL,
-    row_count BIGINT NOT NULL,
-    fingerprint VARCHAR NOT NULL,
-    write_id BIGINT,
-    plan_id VARCHAR,
-    recorded_at VARCHAR NOT NULL,
-    evidence_seq BIGINT
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
-    asset VARCHAR PRIMARY KEY,
-    partition_key VARCHAR NOT NULL,
-    recorded_at VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox (
-    notice_id BIGINT PRIMARY KEY,
-    plan_id VARCHAR NOT NULL,
-    event VARCHAR NOT NULL,
-    recipients VARCHAR NOT NULL,
-    message VARCHAR NOT NULL,
-    body VARCHAR NOT NULL,
-    webhook_url VARCHAR,
-    attempts INTEGER NOT NULL,
-    last_error VARCHAR,
-    delivered_at VARCHAR,
-    recorded_at VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.outbox_retries (
-    notice_id BIGINT PRIMARY KEY,
-    next_attempt_at DOUBLE PRECISION NOT NULL,
-    last_attempt_at VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.evidence (
-    seq BIGINT PRIMARY KEY,
-    recorded_at VARCHAR NOT NULL,
-    plan_id VARCHAR,
-    kind VARCHAR NOT NULL,
-    actor VARCHAR NOT NULL,
-    payload VARCHAR NOT NULL,
-    prev_hash VARCHAR NOT NULL,
-    row_hash VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.trust_roots (
-    version INTEGER PRIMARY KEY,
-    warehouse_id VARCHAR NOT NULL,
-    signers_text VARCHAR NOT NULL,
-    signers_sha256 VARCHAR NOT NULL,
-    policy_text VARCHAR NOT NULL,
-    policy_sha256 VARCHAR NOT NULL,
-    signatures VARCHAR NOT NULL,
-    pinned_by VARCHAR NOT NULL,
-    pinned_at VARCHAR NOT NULL,
-    evidence_seq BIGINT
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.leases (
-    plan_id VARCHAR PRIMARY KEY,
-    holder VARCHAR NOT NULL,
-    host VARCHAR NOT NULL,
-    pid INTEGER NOT NULL,
-    acquired_at VARCHAR NOT NULL,
-    heartbeat_at DOUBLE PRECISION NOT NULL
-);
-"""
-
-_INDEXES = f"""
-CREATE INDEX IF NOT EXISTS writes_by_partition ON {SCHEMA}.writes (asset, partition_key);
-CREATE INDEX IF NOT EXISTS results_by_write ON {SCHEMA}.gate_results (write_id);
-CREATE INDEX IF NOT EXISTS evidence_by_plan ON {SCHEMA}.evidence (plan_id, seq);
-CREATE INDEX IF NOT EXISTS evidence_by_kind ON {SCHEMA}.evidence (kind, plan_id);
-CREATE INDEX IF NOT EXISTS publications_by_partition ON {SCHEMA}.publications (asset, partition_key);
-"""
-
-# Schema 2 (backfill-assets 0.2) to 3: the ledger rows are sealed by the evidence rows that record
-# them; approvals are statements under a pinned trust root. Rows written before carry no seal and
-# old approvals sign only a plan hash, so the upgrade runs only when no plan is active. DuckDB
-# alters no table an index depends on: the indexes are dropped first and made again after.
-_UPGRADE_FROM_2 = f"""
-DROP INDEX IF EXISTS {SCHEMA}.writes_by_partition;
-DROP INDEX IF EXISTS {SCHEMA}.results_by_write;
-ALTER TABLE {SCHEMA}.plan_versions ADD COLUMN evidence_seq BIGINT;
-ALTER TABLE {SCHEMA}.writes ADD COLUMN evidence_seq BIGINT;
-ALTER TABLE {SCHEMA}.writes ADD COLUMN code_identity VARCHAR;
-ALTER TABLE {SCHEMA}.snapshots ADD COLUMN evidence_seq BIGINT;
-ALTER TABLE {SCHEMA}.gate_results ADD COLUMN evidence_seq BIGINT;
-ALTER TABLE {SCHEMA}.approvals RENAME TO approvals_v2
-"""
-
 
 def schema_version(session: Session) -> str | None:
     if session.engine.identity() in _CURRENT:
         return SCHEMA_VERSION
-    if not session.engine.table_exists(session, "meta", SCHEMA):
+    if not store.has_table(session, "meta"):
         return None
-    return session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'") or "1"
+    return store.meta(session, store.SCHEMA_VERSION_KEY) or "1"
 
 
 _CURRENT: set[str] = set()  # warehouses (by identity) whose control record is this version's
@@ -221,34 +57,24 @@ def _ensure(session: Session) -> None:
             fix="finish its plans with that version, or start from a fresh BACKFILL_HOME")
     with session.transaction():
         session.lock("backfill_control.schema")  # two first commands at once on a server engine
-        _run(session, _TABLES + _INDEXES)
-        session.execute(f"INSERT INTO {SCHEMA}.meta VALUES ('schema_version', ?) "
-                        "ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION])
-
-
-def _run(session: Session, script: str) -> None:
-    for statement in script.split(";"):
-        if statement.strip():
-            session.execute(statement)
+        store.create(session, SCHEMA_VERSION)
 
 
 def _upgrade_from_2(session: Session) -> None:
+    # rows written before carry no seal and old approvals sign only a plan hash: only when no plan
+    # is active, and the chain then seals every row as it stands
     with session.transaction():
         session.lock("backfill_control.schema")
         if schema_version(session) == SCHEMA_VERSION:  # another process upgraded it meanwhile
             return
-        phases = [p.value for p in ACTIVE]
-        active = [r[0] for r in session.rows(
-            f"SELECT plan_id FROM {SCHEMA}.plans WHERE phase IN ({', '.join('?' for _ in phases)}) "
-            "ORDER BY plan_id", phases)]
+        active = plan_store.ids_in_phases(session, [p.value for p in ACTIVE])
         if active:
             raise WarehouseError(
                 f"the control record in {session.engine.describe()} is of backfill-assets 0.2 (schema 2) "
                 f"and plan(s) {', '.join(active)} are still active: their approvals sign only a plan hash "
                 "and their records carry no seals",
                 fix="finish, withdraw or roll them back with backfill-assets 0.2, then run this version")
-        _run(session, _UPGRADE_FROM_2 + ";" + _TABLES + _INDEXES)
-        session.execute(f"UPDATE {SCHEMA}.meta SET value = ? WHERE key = 'schema_version'", [SCHEMA_VERSION])
+        store.upgrade_from_2(session, SCHEMA_VERSION)
         actor = "backfill-assets upgrade"
         evidence_log.append(session, plan_id=None, kind="upgrade", actor=actor, payload={
             "from": "2", "to": SCHEMA_VERSION})
@@ -260,5 +86,5 @@ def has_control_schema(session: Session) -> bool:
     """Whether the control record exists, for readers that must not create it."""
     if session.engine.identity() in _CURRENT:
         return True
-    return session.engine.table_exists(session, "plans", SCHEMA)
+    return store.has_table(session, "plans")
 

@@ -1,12 +1,15 @@
 """The warehouse seam: the one small interface every engine implements.
 
-Plan, gate, publish and evidence logic never speak a dialect. They send portable SQL through a
-`Session` (`?` placeholders, standard joins, window functions, `FILTER`, `ON CONFLICT`) and ask
-the `Engine` for the few pieces that differ: how to connect and lock, the type of a wide integer,
-the canonical text of a value and the sha256 digests a fingerprint is made of, the catalog's view
-of a table, and how to bind a table's `$partition` parameters. One module per engine implements
-it: `duckdb_engine` (the embedded default) and `postgres_engine` (scale-out). A new engine
-(Snowflake, BigQuery, ...) implements exactly the abstract methods below.
+Plan, gate, publish and evidence logic never speak a dialect: they call functions of warehouse/
+(the control record's statements are the state store's, `warehouse/state_store/`), which send
+portable SQL through a `Session` (`?` placeholders, standard joins, window functions) and ask the
+`Engine` for the few pieces that differ: how to connect and lock, the type of a wide integer, the
+canonical text of a value and the sha256 digests a fingerprint is made of, the catalog's view of a
+table, how to bind a table's `$partition` parameters, and the constructs SQL spells differently
+per engine (sequences, upserts, RETURNING, a bound list, a filtered count, a VALUES table). One
+module per engine implements it: `duckdb_engine` (the embedded default) and `postgres_engine`
+(scale-out). A new engine (Snowflake, BigQuery, ...) implements exactly the abstract methods
+below, and overrides the portable defaults where it has a better spelling.
 """
 
 from __future__ import annotations
@@ -260,3 +263,40 @@ class Engine(ABC):
     def named(self, sql: str) -> str:
         """A table's SQL with `$name` parameters, ready for a mapping of parameters."""
         return sql
+
+    # --- constructs without one portable spelling ------------------------------------------------
+    @abstractmethod
+    def create_sequence_sql(self, name: str) -> str:
+        """Create the sequence `name` (schema-qualified) unless it exists, starting at 1."""
+
+    @abstractmethod
+    def next_value_sql(self, name: str) -> str:
+        """An expression that takes the sequence's next value (in a SELECT list, once per row)."""
+
+    @abstractmethod
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str],
+                   update: Sequence[str] = ()) -> str:
+        """INSERT one row of `columns` (each bound as `?`, in order); when a row of the same `key`
+        (a primary key) exists already, leave it (no `update`) or set its `update` columns to the
+        new row's values. Atomic against a concurrent insert of the same key."""
+
+    def returning_sql(self, insert_sql: str, columns: Sequence[str]) -> str | None:
+        """`insert_sql` returning `columns` of each row it inserted, or None when the engine cannot:
+        the caller then reads the rows back by what identifies them."""
+        return None
+
+    def in_list_sql(self, expr: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """`expr` is one of `values`, and the parameters to bind: portably one `?` per value."""
+        if not values:
+            return "FALSE", []
+        return f"{expr} IN ({', '.join('?' for _ in values)})", list(values)
+
+    def values_sql(self, rows: int, columns: Sequence[str], alias: str) -> str:
+        """A derived table `alias(columns)` of `rows` rows, each value bound as `?` (row by row)."""
+        first = "SELECT " + ", ".join(f"? AS {c}" for c in columns)
+        rest = " UNION ALL SELECT " + ", ".join("?" for _ in columns)
+        return f"({first}{rest * (rows - 1)}) AS {alias}"
+
+    def count_where_sql(self, condition: str) -> str:
+        """The number of the group's rows for which `condition` holds."""
+        return f"count(CASE WHEN {condition} THEN 1 END)"

@@ -251,6 +251,33 @@ class PostgresEngine(Engine):
             "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [schema, table])
         return {str(name).lower(): str(kind).upper() for name, kind in rows}
 
+    # --- constructs without one portable spelling ------------------------------------------------
+    def create_sequence_sql(self, name: str) -> str:
+        return f"CREATE SEQUENCE IF NOT EXISTS {name}"
+
+    def next_value_sql(self, name: str) -> str:
+        return f"nextval('{name}')"
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str],
+                   update: Sequence[str] = ()) -> str:
+        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)) if update else "DO NOTHING"
+        return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
+                f"ON CONFLICT ({', '.join(key)}) {action}")
+
+    def returning_sql(self, insert_sql: str, columns: Sequence[str]) -> str | None:
+        return f"{insert_sql} RETURNING {', '.join(columns)}"
+
+    def in_list_sql(self, expr: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        # one parameter, a list, whatever its length: one statement text for every slice
+        return f"{expr} = ANY(?)", [list(values)]
+
+    def values_sql(self, rows: int, columns: Sequence[str], alias: str) -> str:
+        row = "(" + ", ".join("?" for _ in columns) + ")"
+        return f"(VALUES {', '.join([row] * rows)}) AS {alias}({', '.join(columns)})"
+
+    def count_where_sql(self, condition: str) -> str:
+        return f"count(*) FILTER (WHERE {condition})"
+
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for declared in dict.fromkeys(types):

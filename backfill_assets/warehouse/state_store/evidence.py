@@ -1,0 +1,112 @@
+"""The evidence log's table: rows of the keyed hash chain, as stored.
+
+`control/evidence_log.py` computes and checks the keyed hashes; here they are stored and read.
+Each row is (seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import SCHEMA
+
+COLUMNS = ("seq", "recorded_at", "plan_id", "kind", "actor", "payload", "prev_hash", "row_hash")
+_ROW = ", ".join(COLUMNS)
+
+
+def last_row(session: Session) -> tuple | None:
+    return session.one(f"SELECT {_ROW} FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
+
+
+def max_seq(session: Session) -> int:
+    return int(session.scalar(f"SELECT max(seq) FROM {SCHEMA}.evidence") or 0)
+
+
+def insert(session: Session, seq: int, at: str, plan_id: str | None, kind: str, actor: str, payload: str,
+           prev_hash: str, row_hash: str) -> None:
+    session.execute(f"INSERT INTO {SCHEMA}.evidence VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [seq, at, plan_id, kind, actor, payload, prev_hash, row_hash])
+
+
+def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[tuple]:
+    """Every row (of one plan, of one kind), in chain order."""
+    query = f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE 1=1"
+    params: list[Any] = []
+    if plan_id is not None:
+        query += " AND plan_id = ?"
+        params.append(plan_id)
+    if kind is not None:
+        query += " AND kind = ?"
+        params.append(kind)
+    return session.rows(query + " ORDER BY seq", params)
+
+
+def rows_by_seq(session: Session, seqs: Sequence[int]) -> list[tuple]:
+    """The rows of these numbers that exist."""
+    found: list[tuple] = []
+    for i in range(0, len(seqs), 1000):
+        part = list(seqs[i:i + 1000])
+        found += session.rows(f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE seq IN "
+                              f"({', '.join('?' for _ in part)})", part)
+    return found
+
+
+def rows_after(session: Session, seq: int, limit: int) -> list[tuple]:
+    """Up to `limit` rows numbered above `seq`, in chain order."""
+    return session.rows(f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE seq > ? ORDER BY seq LIMIT {int(limit)}",
+                        [seq])
+
+
+def latest_of_plans(session: Session, kinds: Sequence[str], plan_ids: Sequence[str]) -> Iterator[tuple]:
+    """The rows of `kinds` of these plans, each plan's newest first."""
+    marks = ", ".join("?" for _ in kinds)
+    for i in range(0, len(plan_ids), 500):
+        part = list(plan_ids[i:i + 500])
+        yield from session.rows(
+            f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE kind IN ({marks}) "
+            f"AND plan_id IN ({', '.join('?' for _ in part)}) ORDER BY plan_id, seq DESC", [*kinds, *part])
+
+
+def plan_ids_of_kinds(session: Session, kinds: Sequence[str]) -> set[str]:
+    """Every plan some row of `kinds` records."""
+    return {str(p) for (p,) in session.rows(
+        f"SELECT DISTINCT plan_id FROM {SCHEMA}.evidence WHERE kind IN ({', '.join('?' for _ in kinds)}) "
+        "AND plan_id IS NOT NULL", list(kinds))}
+
+
+def last_seq_of_kind(session: Session, kind: str) -> int:
+    """The number of the last row of `kind` (0: none)."""
+    return int(session.scalar(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.evidence WHERE kind = ?", [kind]))
+
+
+def hash_at(session: Session, seq: int) -> str | None:
+    """The keyed hash of row `seq` (None when there is no such row)."""
+    return session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [seq])
+
+
+def head(session: Session) -> tuple[int, str] | None:
+    """The last row's number and hash."""
+    row = session.one(f"SELECT seq, row_hash FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def count(session: Session) -> int:
+    return int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.evidence") or 0)
+
+
+def count_and_top(session: Session) -> tuple[int, int]:
+    """How many rows there are and the highest number."""
+    found = session.one(f"SELECT count(*), coalesce(max(seq), 0) FROM {SCHEMA}.evidence") or (0, 0)
+    return int(found[0]), int(found[1])
+
+
+def first_broken_link(session: Session, genesis: str) -> int | None:
+    """The first row whose link to the row before it (`genesis` before the first) does not hold:
+    one pass in the engine, without the key."""
+    found = session.scalar(
+        f"SELECT min(e.seq) FROM {SCHEMA}.evidence e LEFT JOIN {SCHEMA}.evidence p ON p.seq = e.seq - 1 "
+        f"WHERE (e.seq = 1 AND e.prev_hash <> ?) OR (e.seq > 1 AND (p.seq IS NULL OR p.row_hash <> e.prev_hash))",
+        [genesis])
+    return None if found is None else int(found)
