@@ -242,12 +242,11 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from backfill_assets.control.names import SCHEMA
+    from backfill_assets.warehouse.state_store import ledger as ledger_store
 
     with writing(args) as session:
         state = plan_state(session, args.plan)
-        wrote = session.scalar(f"SELECT count(DISTINCT partition_key) FROM {SCHEMA}.writes WHERE plan_id = ?",
-                               [state.plan_id])
+        wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
         if not wrote and state.phase in (Phase.DRAFTED, Phase.APPROVED, Phase.PROVING):
             from backfill_assets.execution.rollback import withdraw
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.gates.results import GateResult
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.state_store import ledger as store
 
 
 @dataclass(frozen=True)
@@ -48,17 +48,9 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
     if not written:
         return {}, at
     seq = evidence_log.next_seq(session)
-    values: list[object] = []
-    for key, fingerprint in written.items():
-        values += [key, fingerprint.rows, fingerprint.digest]
-    placeholders = ", ".join(["(?, ?, ?)"] * len(written))
-    rows = session.rows(
-        f"INSERT INTO {SCHEMA}.writes (write_id, plan_id, asset, partition_key, mode, run_id, code_version, "
-        f"row_count, fingerprint, recorded_at, impact, evidence_seq, code_identity) "
-        f"SELECT nextval('{SCHEMA}.ids'), ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, NULL, ?, ? "
-        f"FROM (VALUES {placeholders}) AS v(k, n, d) RETURNING partition_key, write_id",
-        [plan_id, asset, mode, run_id, code_version, at, seq, code_identity, *values])
-    ids = {str(k): int(w) for k, w in rows}
+    ids = store.insert_writes(session, plan_id=plan_id, asset=asset, mode=mode, run_id=run_id,
+                              code_version=code_version, code_identity=code_identity, at=at, seq=seq,
+                              written=[(key, fp.rows, fp.digest) for key, fp in written.items()])
     evidence_log.append(session, plan_id=plan_id, kind="write", actor=actor, seq=seq, payload={
         "table": asset, "mode": mode, "run_id": run_id, "code_version": code_version,
         "code_identity": code_identity, "sha256": sha256,
@@ -73,21 +65,13 @@ def record_results(session: Session, *, plan_id: str | None, asset: str,
     """Store results: one (write_id, partition, checked fingerprint, results) per partition, in one
     statement for the whole slice, sealed by one `gates` chain row carrying `summary`."""
     at = evidence_log.now_iso()
-    values: list[object] = []
-    for write_id, key, checked, results in judged:
-        for result in results:
-            values += [write_id, plan_id, asset, key, result.gate, result.passed,
-                       checked.digest if checked else None, json.dumps(result.to_json(), default=str), at]
-    if not values:
+    rows = [(write_id, plan_id, asset, key, result.gate, result.passed, checked.digest if checked else None,
+             json.dumps(result.to_json(), default=str), at)
+            for write_id, key, checked, results in judged for result in results]
+    if not rows:
         return
     seq = evidence_log.next_seq(session)
-    rows = len(values) // 9
-    placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
-    session.execute(
-        f"INSERT INTO {SCHEMA}.gate_results (result_id, write_id, plan_id, asset, partition_key, gate, passed, "
-        f"checked_fingerprint, figures, recorded_at, evidence_seq) SELECT nextval('{SCHEMA}.ids'), "
-        f"CAST(w AS BIGINT), p, a, k, g, CAST(ok AS BOOLEAN), c, f, t, CAST(? AS BIGINT) "
-        f"FROM (VALUES {placeholders}) AS v(w, p, a, k, g, ok, c, f, t)", [seq, *values])
+    store.insert_results(session, seq, rows)
     evidence_log.append(session, plan_id=plan_id, kind="gates", actor=actor, seq=seq, payload={
         **(summary or {"table": asset, "partitions": len(judged)}),
         "judged": {key: write_id for write_id, key, _, _ in judged},
@@ -102,24 +86,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     out: dict[str, LatestWrite | None] = {k: None for k in keys}
     if not keys:
         return out
-    plan_filter, params = ("AND plan_id = ?", [plan_id]) if plan_id is not None else ("", [])
-    rows = session.rows(
-        f"""
-        WITH w AS (
-            SELECT write_id, partition_key, plan_id, recorded_at, row_count, fingerprint, code_version,
-                   code_identity, evidence_seq,
-                   row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
-            FROM {SCHEMA}.writes WHERE asset = ? AND partition_key = ANY(?) {plan_filter}),
-        g AS (
-            SELECT write_id, gate, passed, figures, checked_fingerprint, evidence_seq,
-                   row_number() OVER (PARTITION BY write_id, gate ORDER BY result_id DESC) AS rk
-            FROM {SCHEMA}.gate_results WHERE write_id IN (SELECT write_id FROM w WHERE rk = 1))
-        SELECT w.partition_key, w.write_id, w.plan_id, w.recorded_at, w.row_count, w.fingerprint,
-               w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, g.figures,
-               g.checked_fingerprint, g.evidence_seq
-        FROM w LEFT JOIN g ON g.write_id = w.write_id AND g.rk = 1
-        WHERE w.rk = 1 ORDER BY w.partition_key, g.gate
-        """, [asset, keys, *params])
+    rows = store.latest_writes(session, asset, keys, plan_id)
     write_seals, gate_seals = [], []
     for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, figures, checked, gseq in rows:
         entry = out.get(key)
@@ -139,12 +106,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
 def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str | None]:
     """The code version of the latest write of each partition the plan wrote (one light query),
     checked against their seals."""
-    rows = session.rows(
-        f"""SELECT partition_key, code_version, evidence_seq FROM (
-                SELECT partition_key, code_version, evidence_seq,
-                       row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
-                FROM {SCHEMA}.writes WHERE asset = ? AND plan_id = ?) AS w
-            WHERE rk = 1""", [asset, plan_id])
+    rows = store.latest_code_versions(session, asset, plan_id)
     seals.check(session, "writes", [r[2] for r in rows], f" of plan {plan_id}")
     return {r[0]: r[1] for r in rows}
 
@@ -152,8 +114,7 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
 def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -> list[str]:
     """The fingerprints of every write of `key` under the plan, oldest first (the proof compares
     the last two), checked against their seals."""
-    rows = session.rows(f"SELECT fingerprint, evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? "
-                        "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
+    rows = store.fingerprints_of(session, asset, plan_id, key)
     seals.check(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
     return [str(r[0]) for r in rows]
 
@@ -166,9 +127,7 @@ def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
     keys = list(dict.fromkeys(keys))
     if not keys:
         return set()
-    return {str(r[0]) for r in session.rows(
-        f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND partition_key = ANY(?)",
-        [asset, keys])}
+    return store.keys_ever_written(session, asset, keys)
 
 
 @dataclass(frozen=True)
@@ -183,8 +142,7 @@ class RecordedFailure:
 
 def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
     """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
-    rows = session.rows(f"SELECT asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq "
-                        f"FROM {SCHEMA}.gate_results WHERE plan_id = ? AND NOT passed ORDER BY result_id", [plan_id])
+    rows = store.failed_results(session, plan_id)
     seals.check(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
     return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w))
             for a, k, g, f, at, w, _ in rows]
@@ -192,10 +150,6 @@ def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
 
 def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, str | None, int, str, str]]:
     """Each (table, code version, code identity) the plan's writes ran: partitions, first and last time."""
-    seqs = [r[0] for r in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ?",
-                                       [plan_id])]
-    seals.check(session, "writes", seqs, f" of plan {plan_id}")
-    rows = session.rows(f"SELECT asset, code_version, code_identity, count(DISTINCT partition_key), "
-                        f"min(recorded_at), max(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ? "
-                        f"GROUP BY asset, code_version, code_identity ORDER BY 5, 1", [plan_id])
+    seals.check(session, "writes", store.write_seqs_of_plan(session, plan_id), f" of plan {plan_id}")
+    rows = store.code_runs(session, plan_id)
     return [(str(a), v, i, int(n), str(first), str(last)) for a, v, i, n, first, last in rows]

@@ -18,18 +18,11 @@ from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import evidence as evidence_store
+from backfill_assets.warehouse.state_store import seals as store
+from backfill_assets.warehouse.state_store.seals import SEALED
 
-# the columns a seal covers, the first of them ordering the rows
-SEALED: dict[str, tuple[str, ...]] = {
-    "writes": ("write_id", "plan_id", "asset", "partition_key", "mode", "run_id", "code_version", "row_count",
-               "fingerprint", "recorded_at", "code_identity"),
-    "gate_results": ("result_id", "write_id", "plan_id", "asset", "partition_key", "gate", "passed",
-                     "checked_fingerprint", "figures", "recorded_at"),
-    "snapshots": ("table_name", "partition_key", "plan_id", "row_count", "fingerprint", "snapshot_table",
-                  "recorded_at"),
-    "publications": ("publish_id", "asset", "partition_key", "row_count", "fingerprint", "write_id", "plan_id",
-                     "recorded_at"),
-}
+__all__ = ["SEALED", "check", "check_all", "digest", "of_seq", "seal_unsealed"]
 
 
 def _value(value: object) -> object:
@@ -46,9 +39,7 @@ def digest(table: str, rows: Iterable[Sequence[object]]) -> str:
 
 def of_seq(session: Session, table: str, seq: int) -> str:
     """The seal of the rows of `table` that carry `seq`, read back as a verifier reads them."""
-    columns = SEALED[table]
-    return digest(table, session.rows(f"SELECT {', '.join(columns)} FROM {SCHEMA}.{table} WHERE evidence_seq = ?",
-                                      [seq]))
+    return digest(table, store.rows_of_seq(session, table, seq))
 
 
 def check(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
@@ -61,13 +52,9 @@ def check(session: Session, table: str, seqs: Iterable[int | None], what: str = 
                            fix=evidence_log.FORGED_FIX)
     if not wanted or not evidence_log.can_verify(session):
         return
-    columns = SEALED[table]
     found: dict[int, list[tuple]] = {s: [] for s in wanted}
-    for i in range(0, len(wanted), 500):
-        part = wanted[i:i + 500]
-        for row in session.rows(f"SELECT {', '.join(columns)}, evidence_seq FROM {SCHEMA}.{table} "
-                                f"WHERE evidence_seq IN ({', '.join('?' for _ in part)})", part):
-            found[int(row[-1])].append(row[:-1])
+    for row in store.rows_of_seqs(session, table, wanted):
+        found[int(row[-1])].append(row[:-1])
     chain = evidence_log.by_seq(session, wanted)
     for seq in wanted:
         sealed = chain[seq].payload.get("seals", {}).get(table)
@@ -81,20 +68,18 @@ def check_all(session: Session) -> int:
     """Every seal in the warehouse (for `evidence verify`); returns the number of rows checked."""
     total = 0
     for table in SEALED:
-        seqs = [int(s) for (s,) in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.{table} "
-                                                "WHERE evidence_seq IS NOT NULL")]
-        unsealed = session.scalar(f"SELECT count(*) FROM {SCHEMA}.{table} WHERE evidence_seq IS NULL")
+        seqs = store.sealing_seqs(session, table)
+        unsealed = store.count_rows(session, table, unsealed=True)
         if unsealed:
             raise ForgedRecord(f"{unsealed} row(s) of {SCHEMA}.{table} carry no seal of the evidence chain",
                                fix=evidence_log.FORGED_FIX)
         for i in range(0, len(seqs), 200):
             check(session, table, seqs[i:i + 200])
-        total += int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.{table}") or 0)
+        total += store.count_rows(session, table)
     # a seal whose rows were all removed is a chain row no ledger row points at any more
-    referenced = {int(s) for table in SEALED for (s,) in session.rows(
-        f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.{table} WHERE evidence_seq IS NOT NULL")}
+    referenced = {s for table in SEALED for s in store.sealing_seqs(session, table)}
     # an upgrade re-seals every row as it stood: seals before it are superseded
-    upgraded = int(session.scalar(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.evidence WHERE kind = 'upgrade'"))
+    upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
     for row in evidence_log.rows(session):
         tables = row.payload.get("seals") if isinstance(row.payload, dict) else None
         if row.seq > upgraded and tables and any(tables.get(t) != digest(t, []) for t in tables) \
@@ -107,11 +92,11 @@ def check_all(session: Session) -> int:
 def seal_unsealed(session: Session, actor: str) -> None:
     """The upgrade from schema 2: seal every row written before seals existed, as it stands, with one
     chain row per table (the 0.2 record is trusted as it was when upgraded)."""
-    for table, columns in SEALED.items():
-        rows = session.rows(f"SELECT {', '.join(columns)} FROM {SCHEMA}.{table} WHERE evidence_seq IS NULL")
+    for table in SEALED:
+        rows = store.unsealed_rows(session, table)
         if not rows:
             continue
         seq = evidence_log.next_seq(session)
-        session.execute(f"UPDATE {SCHEMA}.{table} SET evidence_seq = ? WHERE evidence_seq IS NULL", [seq])
+        store.seal_unsealed(session, table, seq)
         evidence_log.append(session, plan_id=None, kind="upgrade_seal", actor=actor, seq=seq, payload={
             "table": table, "rows": len(rows), "seals": {table: digest(table, rows)}})

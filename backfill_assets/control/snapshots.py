@@ -10,20 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back, snapshot_table
+from backfill_assets.warehouse.state_store import snapshot_records as store
 
 
 def snapshotted(session: Session, plan_id: str, table: str,
                 keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
     """The plan's snapshots of `table` (only of `keys`, when given), checked against their seals."""
-    only, params = ("AND partition_key = ANY(?)", [list(keys)]) if keys is not None else ("", [])
-    rows = session.rows(f"SELECT partition_key, row_count, fingerprint, evidence_seq FROM {SCHEMA}.snapshots "
-                        f"WHERE plan_id = ? AND table_name = ? {only}", [plan_id, table, *params])
+    rows = store.records(session, plan_id, table, keys)
     seals.check(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
     return {k: Fingerprint(int(n), str(d)) for k, n, d, _ in rows}
 
@@ -41,14 +39,9 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
     if not wanted:
         return {}
     before = copy_aside(session, spec, scheme, table, plan_id, wanted)
-    values: list[object] = []
-    for key in wanted:
-        values += [key, before[key].rows, before[key].digest]
     seq = evidence_log.next_seq(session)
-    session.execute(f"INSERT INTO {SCHEMA}.snapshots (plan_id, table_name, partition_key, row_count, fingerprint, "
-                    f"snapshot_table, recorded_at, evidence_seq) SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ?, "
-                    f"CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?)'] * len(wanted))}) AS v(k, n, d)",
-                    [plan_id, table, snapshot_table(plan_id, table), recorded_at, seq, *values])
+    store.insert(session, plan_id, table, snapshot_table(plan_id, table), recorded_at, seq,
+                 [(key, before[key].rows, before[key].digest) for key in wanted])
     evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
         "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
         "seals": {"snapshots": seals.of_seq(session, "snapshots", seq)}})

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from backfill_assets import faults
 from backfill_assets.control import authority, evidence_log, integrity, record
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import incomplete, restore, snapshotted
 from backfill_assets.errors import PlanRefused, RollbackRefused
@@ -34,6 +33,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_like
+from backfill_assets.warehouse.state_store import ledger as ledger_store
 
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph
@@ -65,8 +65,7 @@ class RollbackReport:
 
 def written_keys(session: Session, spec: TableSpec, state: PlanState) -> list[str]:
     """Every partition of `spec` the plan wrote or snapshotted, whatever its window says now."""
-    wrote = {k for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ? "
-                                        "AND asset = ?", [state.plan_id, spec.name])}
+    wrote = ledger_store.keys_of_plan(session, state.plan_id, spec.name)
     return sorted(wrote | set(snapshotted(session, state.plan_id, spec.table)))
 
 
@@ -87,13 +86,8 @@ def later_writers(session: Session, state: PlanState, keys: list[str],
     be rolled back only while nobody had written after it)."""
     if not keys:
         return []
-    return [(str(w), str(k)) for w, k in session.rows(
-        f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key FROM {SCHEMA}.writes
-            WHERE asset = ? AND partition_key = ANY(?) AND (plan_id IS NULL OR plan_id <> ?)
-              AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
-              AND (plan_id IS NULL OR plan_id NOT IN
-                   (SELECT plan_id FROM {SCHEMA}.plans WHERE phase = ?))
-            ORDER BY 2""", [asset or state.target, keys, state.plan_id, state.plan_id, Phase.ROLLED_BACK.value])]
+    return [(str(w), str(k)) for w, k in ledger_store.writers_since(
+        session, asset or state.target, keys, state.plan_id, Phase.ROLLED_BACK.value)]
 
 
 SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
@@ -225,8 +219,7 @@ def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
             raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
-        wrote = session.scalar(f"SELECT count(DISTINCT partition_key) FROM {SCHEMA}.writes WHERE plan_id = ?",
-                               [state.plan_id])
+        wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
         if wrote:
             raise PlanRefused(f"plan {state.plan_id} has written {wrote} partition(s); withdrawing would "
                               "leave them", fix=f"roll it back instead: `backfill rollback {state.plan_id}`")

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from backfill_assets import faults
 from backfill_assets.control import evidence_log, ledger, record
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.audit import judge
@@ -26,6 +25,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
+from backfill_assets.warehouse.state_store import ledger as ledger_store
 from backfill_assets.warehouse.writes import ensure_table, write_rows
 
 RETRIES = 3  # a deadlock or serialization failure on a server engine: the transaction runs again
@@ -133,8 +133,7 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
 
 def _advance_watermark(session: Session, asset: str, key: str, scheme: PartitionScheme) -> None:
     """Only plan-free (incremental) writes move the cursor, and only forward."""
-    mark = session.scalar(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
+    mark = ledger_store.watermark(session, asset)
     if mark is not None and scheme.position(mark) >= scheme.position(key):
         return
-    session.execute(f"DELETE FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
-    session.execute(f"INSERT INTO {SCHEMA}.watermarks VALUES (?, ?, ?)", [asset, key, evidence_log.now_iso()])
+    ledger_store.set_watermark(session, asset, key, evidence_log.now_iso())

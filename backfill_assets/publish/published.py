@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+from backfill_assets.warehouse.state_store import publications as store
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,7 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
     """The last publication of each key (checked against its seal); keys never published are left out."""
     if not keys:
         return {}
-    rows = session.rows(
-        f"""SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq FROM (
-                SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq,
-                       row_number() OVER (PARTITION BY partition_key ORDER BY publish_id DESC) AS rk
-                FROM {SCHEMA}.publications WHERE asset = ? AND partition_key = ANY(?)) AS p WHERE rk = 1""",
-        [spec.publish_as, list(keys)])
+    rows = store.latest(session, spec.publish_as, keys)
     seals.check(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
     return {k: Publication(k, Fingerprint(int(n), str(d)), None if w is None else int(w), p)
             for k, n, d, w, p, _ in rows}
@@ -134,17 +129,8 @@ def record(session: Session, spec: TableSpec, published: Mapping[str, tuple[Fing
     keys = list(published)
     at = evidence_log.now_iso()
     seq = evidence_log.next_seq(session)
-    for i in range(0, len(keys), 1000):
-        part = keys[i:i + 1000]
-        values: list[object] = []
-        for key in part:
-            fp, write_id, plan_id = published[key]
-            values += [key, fp.rows, fp.digest, write_id, plan_id]
-        session.execute(
-            f"INSERT INTO {SCHEMA}.publications (publish_id, asset, partition_key, row_count, fingerprint, write_id, "
-            f"plan_id, recorded_at, evidence_seq) SELECT nextval('{SCHEMA}.ids'), ?, k, CAST(n AS BIGINT), d, "
-            f"CAST(w AS BIGINT), p, ?, CAST(? AS BIGINT) FROM (VALUES {', '.join(['(?, ?, ?, ?, ?)'] * len(part))}) "
-            "AS v(k, n, d, w, p)", [spec.publish_as, at, seq, *values])
+    store.insert(session, spec.publish_as, at, seq,
+                 [(key, fp.rows, fp.digest, write_id, plan_id) for key, (fp, write_id, plan_id) in published.items()])
     evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
         "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], **note,
         "seals": {"publications": seals.of_seq(session, "publications", seq)}})

@@ -1,0 +1,154 @@
+"""The ledger's tables: `writes` (every partition write), `gate_results` (what the gates said of
+each) and `watermarks` (the incremental cursor of each table).
+
+Rows are returned as stored; `control/ledger.py` checks them against their seals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import IDS, SCHEMA
+
+
+def insert_writes(session: Session, *, plan_id: str | None, asset: str, mode: str, run_id: str | None,
+                  code_version: str, code_identity: str, at: str, seq: int,
+                  written: Sequence[tuple[str, int, str]]) -> dict[str, int]:
+    """One row per (partition, rows, fingerprint) written, in one statement, all sealed by chain row
+    `seq`; returns each partition's write id."""
+    engine = session.engine
+    values: list[object] = [v for row in written for v in row]
+    insert = (f"INSERT INTO {SCHEMA}.writes (write_id, plan_id, asset, partition_key, mode, run_id, code_version, "
+              f"row_count, fingerprint, recorded_at, impact, evidence_seq, code_identity) "
+              f"SELECT {engine.next_value_sql(IDS)}, ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, NULL, ?, ? "
+              f"FROM {engine.values_sql(len(written), ('k', 'n', 'd'), 'v')}")
+    params = [plan_id, asset, mode, run_id, code_version, at, seq, code_identity, *values]
+    returning = engine.returning_sql(insert, ("partition_key", "write_id"))
+    if returning is not None:
+        rows = session.rows(returning, params)
+    else:  # the rows chain row `seq` seals are exactly these
+        session.execute(insert, params)
+        rows = session.rows(f"SELECT partition_key, write_id FROM {SCHEMA}.writes WHERE evidence_seq = ?", [seq])
+    return {str(k): int(w) for k, w in rows}
+
+
+#: a gate result as `insert_results` takes it
+RESULT_COLUMNS = ("write_id", "plan_id", "asset", "partition_key", "gate", "passed", "checked_fingerprint",
+                  "figures", "recorded_at")
+
+
+def insert_results(session: Session, seq: int, results: Sequence[Sequence[object]]) -> None:
+    """Gate results (each in RESULT_COLUMNS order), in one statement, all sealed by chain row `seq`."""
+    engine = session.engine
+    values = [v for row in results for v in row]
+    session.execute(
+        f"INSERT INTO {SCHEMA}.gate_results (result_id, write_id, plan_id, asset, partition_key, gate, passed, "
+        f"checked_fingerprint, figures, recorded_at, evidence_seq) SELECT {engine.next_value_sql(IDS)}, "
+        f"CAST(w AS BIGINT), p, a, k, g, CAST(ok AS BOOLEAN), c, f, t, CAST(? AS BIGINT) "
+        f"FROM {engine.values_sql(len(results), ('w', 'p', 'a', 'k', 'g', 'ok', 'c', 'f', 't'), 'v')}",
+        [seq, *values])
+
+
+def latest_writes(session: Session, asset: str, keys: Sequence[str], plan_id: str | None = None) -> list[tuple]:
+    """Per key, its latest write (of the plan, when given) joined to the latest result of each gate
+    on it: (partition_key, write_id, plan_id, recorded_at, row_count, fingerprint, code_version,
+    code_identity, evidence_seq, gate, passed, figures, checked_fingerprint, result evidence_seq),
+    one row per gate (one with gate NULL for a write no gate judged yet)."""
+    within, listed = session.engine.in_list_sql("partition_key", keys)
+    plan_filter, params = ("AND plan_id = ?", [plan_id]) if plan_id is not None else ("", [])
+    return session.rows(
+        f"""
+        WITH w AS (
+            SELECT write_id, partition_key, plan_id, recorded_at, row_count, fingerprint, code_version,
+                   code_identity, evidence_seq,
+                   row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
+            FROM {SCHEMA}.writes WHERE asset = ? AND {within} {plan_filter}),
+        g AS (
+            SELECT write_id, gate, passed, figures, checked_fingerprint, evidence_seq,
+                   row_number() OVER (PARTITION BY write_id, gate ORDER BY result_id DESC) AS rk
+            FROM {SCHEMA}.gate_results WHERE write_id IN (SELECT write_id FROM w WHERE rk = 1))
+        SELECT w.partition_key, w.write_id, w.plan_id, w.recorded_at, w.row_count, w.fingerprint,
+               w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, g.figures,
+               g.checked_fingerprint, g.evidence_seq
+        FROM w LEFT JOIN g ON g.write_id = w.write_id AND g.rk = 1
+        WHERE w.rk = 1 ORDER BY w.partition_key, g.gate
+        """, [asset, *listed, *params])
+
+
+def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tuple]:
+    """(partition_key, code_version, evidence_seq) of the latest write of each partition the plan wrote."""
+    return session.rows(
+        f"""SELECT partition_key, code_version, evidence_seq FROM (
+                SELECT partition_key, code_version, evidence_seq,
+                       row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
+                FROM {SCHEMA}.writes WHERE asset = ? AND plan_id = ?) AS w
+            WHERE rk = 1""", [asset, plan_id])
+
+
+def fingerprints_of(session: Session, asset: str, plan_id: str, key: str) -> list[tuple]:
+    """(fingerprint, evidence_seq) of every write of `key` under the plan, oldest first."""
+    return session.rows(f"SELECT fingerprint, evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? "
+                        "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
+
+
+def keys_ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
+    """Those of `keys` of `asset` that any write ever wrote."""
+    within, listed = session.engine.in_list_sql("partition_key", keys)
+    return {str(r[0]) for r in session.rows(
+        f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND {within}", [asset, *listed])}
+
+
+def keys_of_plan(session: Session, plan_id: str, asset: str) -> set[str]:
+    """The partitions of `asset` the plan wrote."""
+    return {str(k) for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ? "
+                                            "AND asset = ?", [plan_id, asset])}
+
+
+def count_keys_of_plan(session: Session, plan_id: str) -> int:
+    """How many distinct partitions the plan wrote (of any table)."""
+    return int(session.scalar(f"SELECT count(DISTINCT partition_key) FROM {SCHEMA}.writes WHERE plan_id = ?",
+                              [plan_id]) or 0)
+
+
+def writers_since(session: Session, asset: str, keys: Sequence[str], plan_id: str, ended_phase: str) -> list[tuple]:
+    """(writer, partition) of every write of these partitions after the plan's first write, by others
+    (`incremental runs` for plan-free writes) but plans now in `ended_phase`, by partition."""
+    within, listed = session.engine.in_list_sql("partition_key", keys)
+    return session.rows(
+        f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key FROM {SCHEMA}.writes
+            WHERE asset = ? AND {within} AND (plan_id IS NULL OR plan_id <> ?)
+              AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
+              AND (plan_id IS NULL OR plan_id NOT IN
+                   (SELECT plan_id FROM {SCHEMA}.plans WHERE phase = ?))
+            ORDER BY 2""", [asset, *listed, plan_id, plan_id, ended_phase])
+
+
+def failed_results(session: Session, plan_id: str) -> list[tuple]:
+    """(asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq) of every failing
+    result recorded under the plan, oldest first."""
+    return session.rows(f"SELECT asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq "
+                        f"FROM {SCHEMA}.gate_results WHERE plan_id = ? AND NOT passed ORDER BY result_id", [plan_id])
+
+
+def write_seqs_of_plan(session: Session, plan_id: str) -> list[int | None]:
+    """The chain rows that seal the plan's writes."""
+    return [r[0] for r in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ?",
+                                       [plan_id])]
+
+
+def code_runs(session: Session, plan_id: str) -> list[tuple]:
+    """(asset, code_version, code_identity, partitions, first, last recorded_at) the plan's writes ran."""
+    return session.rows(f"SELECT asset, code_version, code_identity, count(DISTINCT partition_key), "
+                        f"min(recorded_at), max(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ? "
+                        f"GROUP BY asset, code_version, code_identity ORDER BY 5, 1", [plan_id])
+
+
+def watermark(session: Session, asset: str) -> str | None:
+    """The partition the incremental runs of `asset` last wrote."""
+    return session.scalar(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
+
+
+def set_watermark(session: Session, asset: str, key: str, at: str) -> None:
+    session.execute(f"DELETE FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
+    session.execute(f"INSERT INTO {SCHEMA}.watermarks VALUES (?, ?, ?)", [asset, key, at])

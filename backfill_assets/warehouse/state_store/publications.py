@@ -1,0 +1,35 @@
+"""The `publications` table: what each publish (or a rollback's restore) left in a published table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import IDS, SCHEMA
+
+
+def latest(session: Session, asset: str, keys: Sequence[str]) -> list[tuple]:
+    """(partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq) of the last
+    publication of each of `keys` of the published table `asset` that has one."""
+    within, listed = session.engine.in_list_sql("partition_key", keys)
+    return session.rows(
+        f"""SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq FROM (
+                SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq,
+                       row_number() OVER (PARTITION BY partition_key ORDER BY publish_id DESC) AS rk
+                FROM {SCHEMA}.publications WHERE asset = ? AND {within}) AS p WHERE rk = 1""",
+        [asset, *listed])
+
+
+def insert(session: Session, asset: str, at: str, seq: int,
+           published: Sequence[tuple[str, int, str, int | None, str | None]]) -> None:
+    """One row per (partition, rows, fingerprint, write id, plan id), sealed by chain row `seq`, in
+    statements of at most 1,000 rows."""
+    engine = session.engine
+    for i in range(0, len(published), 1000):
+        part = published[i:i + 1000]
+        values = [v for row in part for v in row]
+        session.execute(
+            f"INSERT INTO {SCHEMA}.publications (publish_id, asset, partition_key, row_count, fingerprint, write_id, "
+            f"plan_id, recorded_at, evidence_seq) SELECT {engine.next_value_sql(IDS)}, ?, k, CAST(n AS BIGINT), d, "
+            f"CAST(w AS BIGINT), p, ?, CAST(? AS BIGINT) "
+            f"FROM {engine.values_sql(len(part), ('k', 'n', 'd', 'w', 'p'), 'v')}", [asset, at, seq, *values])
