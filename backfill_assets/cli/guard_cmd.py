@@ -54,6 +54,7 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
     from backfill_assets.plan.identity import plan_sha256
     from backfill_assets.status import plan_status
     from backfill_assets.warehouse import open_warehouse
+    from backfill_assets.warehouse.state_store import outbox as outbox_store
 
     warehouse = open_warehouse(home)
     if not warehouse.exists() or committed_home(home) is not None:  # a pull request's record says nothing
@@ -66,8 +67,7 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
         if state is None or state.approved_sha256 != plan_sha256(plan):
             return ExecutionState(), None
         status = plan_status(session, state)
-        notice = session.one("SELECT recorded_at, recipients FROM backfill_control.outbox WHERE plan_id = ? "
-                             "AND event = 'paused' ORDER BY notice_id DESC LIMIT 1", [plan.plan_id])
+        notice = outbox_store.last_of_event(session, plan.plan_id, "paused")
     pending = f"not passing: {status.next}" if status.failed else None
     return ExecutionState(proof=status.proof, reconciled=status.window_reconciled, published=status.published,
                           **({"pending_reconcile": pending} if pending else {})), \

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import leases as store
 
 TTL_SECONDS = 300.0
 
@@ -58,9 +58,11 @@ def pid_running(pid: int) -> bool:
 
 def current(session: Session, plan_id: str) -> Lease | None:
     """The plan's lease; held for update inside a writer's transaction, only read by a reader."""
-    clause = "" if session.read_only or not session.in_transaction else session.lock_rows_clause(True)
-    row = session.one(f"SELECT plan_id, holder, host, pid, acquired_at, heartbeat_at "
-                      f"FROM {SCHEMA}.leases WHERE plan_id = ?{clause}", [plan_id])
+    row = store.lease_row(session, plan_id, hold=not session.read_only and session.in_transaction)
+    return _lease(row)
+
+
+def _lease(row: tuple | None) -> Lease | None:
     return Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
 
 
@@ -76,10 +78,8 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
                                   "expires by itself")
         lease = Lease(plan_id, holder, mine[0], mine[1],
                       dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.time())
-        session.execute(f"DELETE FROM {SCHEMA}.leases WHERE plan_id = ?", [plan_id])
-        session.execute(f"INSERT INTO {SCHEMA}.leases VALUES (?, ?, ?, ?, ?, ?)",
-                        [lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,
-                         lease.heartbeat_at])
+        store.replace(session, lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,
+                      lease.heartbeat_at)
         if found is not None and (found.host, found.pid) != mine:
             evidence_log.append(session, plan_id=plan_id, kind="lease_taken_over", actor=holder,
                                 payload={"from": found.describe()})
@@ -104,8 +104,7 @@ def renew(session: Session, lease: Lease) -> None:
             who = found.describe() if found is not None else "nobody (it was released)"
             raise LeaseLost(f"the lease of plan {lease.plan_id} is now held by {who}",
                             fix=f"let that run finish; `backfill status {lease.plan_id}` shows it")
-        session.execute(f"UPDATE {SCHEMA}.leases SET heartbeat_at = ? WHERE plan_id = ? AND pid = ? "
-                        "AND host = ?", [time.time(), lease.plan_id, lease.pid, lease.host])
+        store.beat(session, lease.plan_id, lease.host, lease.pid, time.time())
 
 
 def launcher_label(lease: Lease) -> str:
@@ -115,9 +114,7 @@ def launcher_label(lease: Lease) -> str:
 def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], first_key: str) -> None:
     """While a `backfill run` holds the plan's lease, only the runs it launched may write the plan:
     a run launched elsewhere (the UI, `dagster asset materialize`) is refused before it writes."""
-    row = session.one(f"SELECT plan_id, holder, host, pid, acquired_at, heartbeat_at FROM {SCHEMA}.leases "
-                      "WHERE plan_id = ?", [plan_id])
-    found = Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
+    found = _lease(store.lease_row(session, plan_id))
     if found is None or not found.alive() or tags.get(LAUNCHER_TAG) == launcher_label(found):
         return
     raise PartitionRefused(f"plan {plan_id} is being run by {found.describe()}: no other run of the plan "
@@ -127,5 +124,4 @@ def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], 
 
 
 def release(session: Session, lease: Lease) -> None:
-    session.execute(f"DELETE FROM {SCHEMA}.leases WHERE plan_id = ? AND pid = ? AND host = ?",
-                    [lease.plan_id, lease.pid, lease.host])
+    store.remove(session, lease.plan_id, lease.host, lease.pid)

@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.names import SCHEMA, next_id
+from backfill_assets.control.names import next_id
 from backfill_assets.control.webhook import post
 from backfill_assets.settings import number
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import outbox as store
 
 DEADLINE_ENV = "BACKFILL_WEBHOOK_DEADLINE_SECONDS"
 DEFAULT_DEADLINE_SECONDS = 10.0  # one delivery, connect to status line
@@ -32,7 +33,7 @@ DEFAULT_BUDGET_SECONDS = 20.0  # one relay call, every delivery it attempts
 BACKOFF_FIRST_SECONDS = 15.0
 BACKOFF_MAX_SECONDS = 3600.0
 # the next attempt of each notice that failed; a table of the relay's own, made on first failure
-RETRIES = f"{SCHEMA}.outbox_retries"
+RETRIES = store.RETRIES
 
 
 def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str], message: str,
@@ -40,10 +41,8 @@ def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str]
     notice_id = next_id(session)
     payload = {**body, "notice_id": notice_id, "event": event, "message": message,
                "recipients": recipients}
-    session.execute(
-        f"INSERT INTO {SCHEMA}.outbox VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?)",
-        [notice_id, plan_id, event, ", ".join(recipients), message,
-         json.dumps(payload, sort_keys=True, default=str), webhook_url, evidence_log.now_iso()])
+    store.insert(session, notice_id, plan_id, event, ", ".join(recipients), message,
+                 json.dumps(payload, sort_keys=True, default=str), webhook_url, evidence_log.now_iso())
     evidence_log.append(session, plan_id=plan_id, kind="notification", actor=actor, payload={
         "notice_id": notice_id, "event": event, "recipients": recipients,
         "webhook": bool(webhook_url)})
@@ -70,16 +69,6 @@ def budget_seconds() -> float:
     return number(BUDGET_ENV, DEFAULT_BUDGET_SECONDS, 0.1, 3600, "seconds")
 
 
-def _due(session: Session, now: float) -> list[tuple]:
-    retries = session.engine.table_exists(session, "outbox_retries", SCHEMA)
-    join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
-    due = "AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= ?)" if retries else ""
-    return session.rows(
-        f"SELECT o.notice_id, o.webhook_url, o.body, o.attempts FROM {SCHEMA}.outbox AS o {join} "
-        f"WHERE o.webhook_url IS NOT NULL AND o.delivered_at IS NULL {due} ORDER BY o.notice_id",
-        [now] if retries else [])
-
-
 def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
           budget: float | None = None) -> list[Delivery]:
     """Deliver the webhook notices that are due, within `budget` seconds in all; record each
@@ -89,9 +78,9 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
     budget = budget_seconds() if budget is None else budget
     per_delivery = deadline_seconds()
     with warehouse.session(wait_seconds=wait_seconds) as session:
-        if not session.engine.table_exists(session, "outbox", SCHEMA):
+        if not store.has_outbox(session):
             return []
-        pending = _due(session, time.time())
+        pending = store.due(session, time.time())
     # the connection (and with DuckDB the file lock) is released while receivers answer
     ends = time.monotonic() + budget
     outcomes: list[Delivery] = []
@@ -106,15 +95,10 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         with warehouse.session(wait_seconds=wait_seconds) as session, session.transaction():
             now, at = time.time(), evidence_log.now_iso()
             for outcome in outcomes:
-                session.execute(
-                    f"UPDATE {SCHEMA}.outbox SET attempts = attempts + 1, last_error = ?, "
-                    "delivered_at = ? WHERE notice_id = ?",
-                    [None if outcome.ok else outcome.detail, at if outcome.ok else None, outcome.notice_id])
+                store.attempted(session, outcome.notice_id, None if outcome.ok else outcome.detail,
+                                at if outcome.ok else None)
                 if not outcome.ok:
-                    session.execute(
-                        f"INSERT INTO {RETRIES} VALUES (?, ?, ?) ON CONFLICT (notice_id) DO UPDATE SET "
-                        "next_attempt_at = excluded.next_attempt_at, last_attempt_at = excluded.last_attempt_at",
-                        [outcome.notice_id, now + backoff_seconds(attempts[outcome.notice_id]), at])
+                    store.retry_at(session, outcome.notice_id, now + backoff_seconds(attempts[outcome.notice_id]), at)
     return outcomes
 
 
@@ -160,15 +144,8 @@ class Notice:
 
 def notices(session: Session, plan_id: str | None = None) -> list[Notice]:
     """Every notice (of one plan), oldest first, with how far its delivery got. Reads only."""
-    if not session.engine.table_exists(session, "outbox", SCHEMA):
+    if not store.has_outbox(session):
         return []
-    retries = session.engine.table_exists(session, "outbox_retries", SCHEMA)
-    nxt = "r.next_attempt_at" if retries else "NULL"
-    join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
-    where = "WHERE o.plan_id = ?" if plan_id else ""
-    rows = session.rows(
-        f"SELECT o.notice_id, o.plan_id, o.event, o.recipients, o.message, o.webhook_url IS NOT NULL, "
-        f"o.attempts, o.last_error, o.delivered_at, o.recorded_at, {nxt} FROM {SCHEMA}.outbox AS o {join} "
-        f"{where} ORDER BY o.notice_id", [plan_id] if plan_id else [])
+    rows = store.notice_rows(session, plan_id)
     return [Notice(int(r[0]), r[1], r[2], r[3], r[4], bool(r[5]), int(r[6]), r[7], r[8], r[9],
                    float(r[10]) if r[10] is not None else None) for r in rows]

@@ -28,10 +28,10 @@ from backfill_assets.signing.statements import TRUST_ROOT, Statement
 from backfill_assets.trust.policy import Policy, Requirement
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, tally
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.state_store import schema as meta_store
+from backfill_assets.warehouse.state_store import trust as store
 
 LEGACY_PIN_KEY = "approvers_pin"  # schema 2 pinned only the sha256 of allowed_signers here
-_COLUMNS = ("version, warehouse_id, signers_text, signers_sha256, policy_text, policy_sha256, signatures, "
-            "pinned_by, pinned_at, evidence_seq")
 _NO_ROOT_FIX = ("pin the team's reviewed files once: `backfill init --allowed-signers approvers/allowed_signers "
                 "[--policy approvers/policy.yaml]`")
 
@@ -59,11 +59,8 @@ def _rows(session: Session) -> tuple[list[tuple], tuple[int, int | None]]:
 
     if schema_version(session) != SCHEMA_VERSION:  # before an upgrade there is no trust_roots table
         return [], (0, None)
-    found = session.rows(
-        f"SELECT {_COLUMNS}, c.pins, c.last_pin FROM (SELECT count(*) AS pins, max(seq) AS last_pin "
-        f"FROM {SCHEMA}.evidence WHERE kind = 'trust_root') AS c LEFT JOIN {SCHEMA}.trust_roots ON TRUE "
-        "ORDER BY version")
-    return [r[:-2] for r in found if r[0] is not None], (int(found[0][-2]), found[0][-1])
+    rows, pins, last_pin = store.roots_and_pins(session)
+    return rows, (pins, last_pin)
 
 
 def _refuse_removed(session: Session, rows: list[tuple], pins: int, last_pin: int | None) -> None:
@@ -175,7 +172,7 @@ def count_change(current_root: TrustRoot, signers: AllowedSigners, policy: Polic
 def pin_first(session: Session, signers: AllowedSigners, policy: Policy, actor: str) -> PinnedRoot:
     """Pin the first root and create the warehouse's id (call inside a transaction)."""
     policy.check_against(set(signers.principals))
-    legacy = session.scalar(f"SELECT value FROM {SCHEMA}.meta WHERE key = ?", [LEGACY_PIN_KEY])
+    legacy = meta_store.meta(session, LEGACY_PIN_KEY)
     if legacy is not None and json.loads(legacy).get("sha256") != signers.sha256:
         # a release-0.2 warehouse pinned its approvers: the upgrade keeps that file, nobody else's
         raise TrustRootError(
@@ -212,9 +209,8 @@ def _insert(session: Session, version: int, warehouse_id: str, signers: AllowedS
     text = json.dumps(signatures, sort_keys=True)
     at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     seq = evidence_log.next_seq(session)
-    session.execute(f"INSERT INTO {SCHEMA}.trust_roots ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [version, warehouse_id, _text_of(signers), signers.sha256, policy.text, policy.sha256, text,
-                     actor, at, seq])
+    store.insert(session, [version, warehouse_id, _text_of(signers), signers.sha256, policy.text, policy.sha256,
+                           text, actor, at, seq])
     evidence_log.append(session, plan_id=None, kind="trust_root", actor=actor, seq=seq, payload={
         "version": version, "warehouse_id": warehouse_id, "signers_sha256": signers.sha256,
         "policy_sha256": policy.sha256, "signatures_sha256": _digest(text),
