@@ -86,18 +86,6 @@ class PartitionScheme:
         available = {"partition": lo, "partition_start": lo, "partition_end": hi}
         return {name: available[name] for name in partition_params(sql)}
 
-    def predicate(self, column_sql: str) -> str:
-        """A WHERE fragment selecting one key's rows; bind `predicate_params(key)`."""
-        if self.kind == "equality":
-            return f"{column_sql} = ?"
-        return f"({column_sql} >= ? AND {column_sql} < ?)"
-
-    def inside_sql(self, column_sql: str, lo_sql: str, hi_sql: str) -> str:
-        """A row's column lies in the key whose `bounds` are the expressions lo_sql and hi_sql."""
-        if self.kind == "equality":
-            return f"{column_sql} = {lo_sql}"
-        return f"({column_sql} >= {lo_sql} AND {column_sql} < {hi_sql})"
-
     def bounds(self, key: str) -> tuple[Any, Any]:
         """(value, None) for equality schemes, (start, end) of the window for range schemes."""
         lo, hi = self._bounds(key)
@@ -106,18 +94,6 @@ class PartitionScheme:
     def predicate_params(self, key: str) -> list[Any]:
         lo, hi = self._bounds(key)
         return [lo] if self.kind == "equality" else [lo, hi]
-
-    def many_predicate(self, column_sql: str, keys: Sequence[str]) -> tuple[str, list[Any]]:
-        """A WHERE fragment selecting the rows of several keys at once."""
-        if not keys:
-            return "FALSE", []
-        if self.kind == "equality":
-            return f"{column_sql} IN ({', '.join('?' for _ in keys)})", [self.value(k) for k in keys]
-        parts, params = [], []
-        for first, last in self.runs(keys):
-            parts.append(f"({column_sql} >= ? AND {column_sql} < ?)")
-            params += [self._bounds(first)[0], self._bounds(last)[1]]
-        return "(" + " OR ".join(parts) + ")", params
 
     def runs(self, keys: Sequence[str]) -> list[tuple[str, str]]:
         """`keys` grouped into (first, last) runs of consecutive keys of the definition."""

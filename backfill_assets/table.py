@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
 from backfill_assets.errors import IdentifierError
+from backfill_assets.warehouse.ddl import create_table_sql
 from backfill_assets.warehouse.identifiers import checked, quote, table_for_asset
 
 _TYPE = re.compile(r"^[A-Z]+( [A-Z]+)*( ?\(\d+(, ?\d+)?\))?(\[\])?$")
@@ -175,10 +176,8 @@ class TableSpec:
                               fix=f"use one of: {', '.join(m.name for m in self.metrics)}")
 
     def create_sql(self, table: str | None = None) -> str:
-        # no NOT NULL in the DDL: the contract gate must see a bad transform's NULLs and block
-        # publish, rather than the write failing half-way through a window
-        cols = ", ".join(f"{quote(c.name)} {c.type}" for c in self.contract)
-        return f"CREATE TABLE IF NOT EXISTS {quote(table or self.table)} ({cols})"
+        """The statement that creates the contract's table (its own name when `table` is None)."""
+        return create_table_sql(table or self.table, [(c.name, c.type) for c in self.contract])
 
     @cached_property
     def code_identity(self) -> str:

@@ -65,6 +65,7 @@ from backfill_assets.partitions import PartitionScheme, scheme_for  # noqa: E402
 from backfill_assets.warehouse import open_warehouse  # noqa: E402
 from backfill_assets.warehouse.engine import Session  # noqa: E402
 from backfill_assets.warehouse.identifiers import quote  # noqa: E402
+from backfill_assets.warehouse.partition_sql import predicate  # noqa: E402
 from tests.plans import complete_plan, write_plan  # noqa: E402
 from tests.world import make_keys, signers_text  # noqa: E402
 
@@ -305,7 +306,7 @@ def write_keys(session: Session, keys: Sequence[str]) -> None:
     spec = DAILY_REVENUE
     target, cols = quote(spec.table), ", ".join(quote(c) for c in spec.columns)
     select = session.engine.named(spec.select_sql)
-    delete = f"DELETE FROM {target} WHERE {SCHEME.predicate(quote(spec.partition_column))}"
+    delete = f"DELETE FROM {target} WHERE {predicate(SCHEME, quote(spec.partition_column))}"
     insert = f"INSERT INTO {target} ({cols}) SELECT {cols} FROM ({select}) AS s"
     for key in keys:
         with session.transaction():

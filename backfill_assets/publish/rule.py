@@ -35,8 +35,7 @@ from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
-from backfill_assets.warehouse.identifiers import quote
-from backfill_assets.warehouse.writes import ensure_table
+from backfill_assets.warehouse.writes import copy_partitions, ensure_table
 
 if TYPE_CHECKING:
     from backfill_assets.defs.graph import TableGraph
@@ -410,13 +409,8 @@ def _copy_table(session: Session, spec: TableSpec, scheme: PartitionScheme, foun
     for plan in plans:
         held = [k for k in keys if plan.covers(k, spec.name)]
         ensure_snapshots(session, spec, scheme, spec.publish_table, plan.plan_id, held, at, actor)
-    target, published = quote(spec.table), quote(spec.publish_table)
-    cols = ", ".join(quote(c) for c in spec.columns)
-    where, params = scheme.many_predicate(quote(spec.partition_column), keys)
-    session.execute(f"DELETE FROM {published} WHERE {where}", params)
-    faults.checkpoint("publish.between_delete_and_insert")
-    session.execute(f"INSERT INTO {published} ({cols}) SELECT {cols} FROM {target} WHERE {where}", params)
-    copied = int(session.scalar(f"SELECT count(*) FROM {published} WHERE {where}", params))
+    copied = copy_partitions(session, spec, scheme, spec.table, spec.publish_table, keys,
+                             between=lambda: faults.checkpoint("publish.between_delete_and_insert"))
     # the copy is proven: the published partitions hold exactly the bytes the gates checked
     checked = {k: (e.fingerprint, e.write_id, e.plan_id) for k, e in found.latest.items() if e is not None}
     published_record.prove_and_record(session, spec, scheme, checked, actor)

@@ -13,6 +13,7 @@ from typing import Any
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.identifiers import qualified, quote
+from backfill_assets.warehouse.partition_sql import many_predicate
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Grouping:
 def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> Grouping:
     keys = list(dict.fromkeys(keys))
     if scheme.kind == "equality":
-        where, params = scheme.many_predicate(column_sql, keys)
+        where, params = many_predicate(scheme, column_sql, keys)
         return Grouping(column_sql, "", where, params, scheme.key_of_value(keys))
     values, params = [], []
     for key in keys:

@@ -16,6 +16,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import qualified, quote
+from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 
 __all__ = ["SNAPSHOT_SCHEMA", "copy_aside", "missing_rows", "put_back", "snapshot_table"]
@@ -29,7 +30,7 @@ def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table
     cols = ", ".join(quote(c) for c in spec.columns)
     session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
     before = fingerprints(session, table, spec.columns, scheme, spec.partition_column, keys)
-    where, params = scheme.many_predicate(quote(spec.partition_column), keys)
+    where, params = many_predicate(scheme, quote(spec.partition_column), keys)
     session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(table)} WHERE {where}",
                     params)
     return before
@@ -56,7 +57,7 @@ def put_back(session: Session, spec: TableSpec, scheme: PartitionScheme, table: 
     keys = list(expected)
     snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
     cols = ", ".join(quote(c) for c in spec.columns)
-    where, params = scheme.many_predicate(quote(spec.partition_column), keys)
+    where, params = many_predicate(scheme, quote(spec.partition_column), keys)
     session.execute(f"DELETE FROM {quote(table)} WHERE {where}", params)
     if session.engine.table_exists(session, snapshot_table(plan_id, table), SNAPSHOT_SCHEMA):
         session.execute(f"INSERT INTO {quote(table)} ({cols}) SELECT {cols} FROM {snap} WHERE {where}",

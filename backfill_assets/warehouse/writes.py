@@ -14,7 +14,7 @@ write itself then run once for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from backfill_assets.errors import WriteRefused
 from backfill_assets.partitions import PartitionScheme, rename_partition_params
@@ -23,6 +23,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql, fingerprints
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.warehouse.partition_sql import inside_sql, many_predicate
 
 MODES = ("overwrite", "merge", "replay")
 STAGE_PREFIX = "backfill_stage"  # the engine names the session-temporary table, unique per write
@@ -32,6 +33,20 @@ SLOT, LO, HI = "backfill_stage_slot", "backfill_stage_lo", "backfill_stage_hi"
 
 def ensure_table(session: Session, spec: TableSpec, table: str | None = None) -> None:
     session.execute(spec.create_sql(table))
+
+
+def copy_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str, target: str,
+                    keys: Sequence[str], between: Callable[[], None] | None = None) -> int:
+    """Replace the partitions `keys` of `target` by those of `source` (tables with the spec's
+    columns): delete, then insert, in the caller's transaction; `between` runs between the two.
+    Returns the rows `target` holds in them after."""
+    cols = ", ".join(quote(c) for c in spec.columns)
+    where, params = many_predicate(scheme, quote(spec.partition_column), keys)
+    session.execute(f"DELETE FROM {quote(target)} WHERE {where}", params)
+    if between is not None:
+        between()
+    session.execute(f"INSERT INTO {quote(target)} ({cols}) SELECT {cols} FROM {quote(source)} WHERE {where}", params)
+    return int(session.scalar(f"SELECT count(*) FROM {quote(target)} WHERE {where}", params))
 
 
 def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> str:
@@ -79,7 +94,7 @@ def _stage_ranges(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
         sql = session.engine.named(rename_partition_params(spec.select_sql, f"_r{n}"))
         params[f"partition_start_r{n}"] = scheme.params_for("$partition_start", first)["partition_start"]
         params[f"partition_end_r{n}"] = scheme.params_for("$partition_end", last)["partition_end"]
-        inside = scheme.inside_sql(f"s.{part}", f"k.{LO}", f"k.{HI}")
+        inside = inside_sql(scheme, f"s.{part}", f"k.{LO}", f"k.{HI}")
         branches.append(f"SELECT {', '.join('s.' + quote(c) for c in spec.columns)}, coalesce(k.{SLOT}, -1), "
                         f"k.{LO}, k.{HI} FROM ({sql}) AS s LEFT JOIN {windows} ON {inside}")
     session.execute(f"INSERT INTO {stage} ({cols}, {SLOT}, {LO}, {HI}) {' UNION ALL '.join(branches)}", params)
@@ -94,7 +109,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
     keys = list(dict.fromkeys(keys))
     STAGE = _stage(session, spec, scheme, keys)  # the fingerprint lines below name it so
     target, part = quote(spec.table), quote(spec.partition_column)
-    inside = scheme.inside_sql(f"s.{part}", f"s.{LO}", f"s.{HI}")
+    inside = inside_sql(scheme, f"s.{part}", f"s.{LO}", f"s.{HI}")
     # an overwrite leaves exactly the staged rows in each partition: fingerprint them here, as
     # values of the target's columns (the stage was made from the target, so its types are those)
     fp = f", {digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), 's')}" \
@@ -126,8 +141,8 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
                     "exist", fix="check the source for that partition, or set "
                     "execution.allow_empty_partitions: true in the plan if it is really empty")
     cols = ", ".join(quote(c) for c in spec.columns)
-    where, params = scheme.many_predicate(f"t.{part}", keys)
-    same_partition = scheme.inside_sql(f"t.{part}", f"s.{LO}", f"s.{HI}")
+    where, params = many_predicate(scheme, f"t.{part}", keys)
+    same_partition = inside_sql(scheme, f"t.{part}", f"s.{LO}", f"s.{HI}")
     if mode == "overwrite":
         session.execute(f"DELETE FROM {target} AS t WHERE {where}", params)
         session.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {STAGE}")

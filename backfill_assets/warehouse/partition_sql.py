@@ -1,0 +1,37 @@
+"""The SQL that selects a partition scheme's rows: its keys are values (equality) or windows
+`[start, end)` (ranges), as `PartitionScheme.bounds` gives them; the SQL is here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backfill_assets.partitions import PartitionScheme
+
+
+def predicate(scheme: PartitionScheme, column_sql: str) -> str:
+    """A WHERE fragment selecting one key's rows; bind `scheme.predicate_params(key)`."""
+    if scheme.kind == "equality":
+        return f"{column_sql} = ?"
+    return f"({column_sql} >= ? AND {column_sql} < ?)"
+
+
+def inside_sql(scheme: PartitionScheme, column_sql: str, lo_sql: str, hi_sql: str) -> str:
+    """A row's column lies in the key whose `bounds` are the expressions lo_sql and hi_sql."""
+    if scheme.kind == "equality":
+        return f"{column_sql} = {lo_sql}"
+    return f"({column_sql} >= {lo_sql} AND {column_sql} < {hi_sql})"
+
+
+def many_predicate(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> tuple[str, list[Any]]:
+    """A WHERE fragment selecting the rows of several keys at once, and its parameters."""
+    if not keys:
+        return "FALSE", []
+    if scheme.kind == "equality":
+        return f"{column_sql} IN ({', '.join('?' for _ in keys)})", [scheme.value(k) for k in keys]
+    parts, params = [], []
+    for first, last in scheme.runs(keys):
+        parts.append(f"({column_sql} >= ? AND {column_sql} < ?)")
+        params += [scheme.bounds(first)[0], scheme.bounds(last)[1]]
+    return "(" + " OR ".join(parts) + ")", params
