@@ -81,8 +81,8 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
         before = qualified(SNAPSHOT_SCHEMA, snap)
     else:  # the plan snapshotted only empty partitions: nothing before
         before = f"(SELECT {', '.join(quote(c) for c in cols)} FROM {quote(spec.table)} WHERE FALSE)"
-    sides = {"b": (before, grouping(scheme, f"b.{part}", keys), -1),
-             "a": (quote(spec.table), grouping(scheme, f"a.{part}", keys), 1)}
+    sides = {"b": (before, grouping(session.engine, scheme, f"b.{part}", keys), -1),
+             "a": (quote(spec.table), grouping(session.engine, scheme, f"a.{part}", keys), 1)}
     params: list[object] = []
 
     def scan(alias: str) -> str:
@@ -113,6 +113,11 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
         for i, c in enumerate(values)) or "''"
     same_key = engine.keys_match_sql("o", "n", bkeys, spec.key_types)
     metric_cols = ", ".join(f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics))
+    moved_count = [engine.count_where_sql(f"x{i}") for i in range(len(values))]
+    worst = engine.aggregate_where_sql(
+        "string_agg", f"CASE WHEN status = 'changed' THEN '(' || keytext || '):' || {shown} "
+                      "ELSE '(' || keytext || ') ' || status END",
+        f"rk <= {WORST_KEYS}", rest=", '; ' ORDER BY rk")
     sql = f"""
     WITH u AS ({scan('b')} UNION ALL {scan('a')}),
     d AS (SELECT {PKEY}, {HASH} FROM u GROUP BY {PKEY}, {HASH} HAVING sum({SIDE}) <> 0),
@@ -132,12 +137,10 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     q AS (SELECT p.*, ({violation}) AS bad FROM p),
     k AS (SELECT q.*, row_number() OVER (PARTITION BY pkey ORDER BY bad DESC, keytext) AS rk FROM q),
     g AS (
-        SELECT pkey, count(*) FILTER (WHERE status = 'added'), count(*) FILTER (WHERE status = 'removed'),
-               count(*) FILTER (WHERE status = 'changed'), count(*) FILTER (WHERE bad)
-               {''.join(f', count(*) FILTER (WHERE x{i})' for i in range(len(values)))},
-               string_agg(CASE WHEN status = 'changed' THEN '(' || keytext || '):' || {shown}
-                               ELSE '(' || keytext || ') ' || status END, '; ' ORDER BY rk)
-                   FILTER (WHERE rk <= {WORST_KEYS})
+        SELECT pkey, {engine.count_where_sql("status = 'added'")}, {engine.count_where_sql("status = 'removed'")},
+               {engine.count_where_sql("status = 'changed'")}, {engine.count_where_sql("bad")}
+               {''.join(f', {moved_count[i]}' for i in range(len(values)))},
+               {worst}
         FROM k GROUP BY pkey),
     m AS (SELECT {PKEY} AS pkey, {SIDE} AS side, count(*) AS n{', ' + metric_cols if metrics else ''}
           FROM u GROUP BY {PKEY}, {SIDE}),

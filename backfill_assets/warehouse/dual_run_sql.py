@@ -67,8 +67,8 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     # a window never published has nothing to match: every shadow key is extra
     published = quote(spec.publish_table) if published_exists else \
         f"(SELECT {', '.join(quote(c) for c in spec.columns)} FROM {quote(spec.table)} WHERE FALSE)"
-    s_group = grouping(scheme, f"s.{part}", keys)
-    p_group = grouping(scheme, f"p.{part}", keys)
+    s_group = grouping(session.engine, scheme, f"s.{part}", keys)
+    p_group = grouping(session.engine, scheme, f"p.{part}", keys)
 
     def side(alias: str, table: str, group) -> str:
         picked = [f"{group.key_sql} AS pkey"]
@@ -97,6 +97,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     else:
         fp_cte, fp_params, fp_select = "", [], "0, NULL FROM g"
     join_on = f"s.pkey = p.pkey AND {engine.keys_match_sql('s', 'p', kcols, spec.key_types)}"
+    bad_count = [engine.count_where_sql(f"bad{i}") for i in range(len(metrics))]
     sql = f"""
     WITH s AS ({side('s', quote(spec.table), s_group)}),
     p AS ({side('p', published, p_group)}),
@@ -111,11 +112,11 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
                row_number() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC, keytext) AS rk
         FROM j),
     g AS (
-        SELECT pkey, count(sn), count(pn), count(*) FILTER (WHERE sn IS NULL),
-               count(*) FILTER (WHERE pn IS NULL), count(*) FILTER (WHERE anybad)
-               {''.join(f', count(*) FILTER (WHERE bad{i}), sum(sm{i}), sum(pm{i})' for i in range(len(metrics)))},
-               {worst_keys_sql("s", "p", metric_text, "published, not in the shadow", "in the shadow, not published",
-                               WORST_KEYS)}
+        SELECT pkey, count(sn), count(pn), {engine.count_where_sql("sn IS NULL")},
+               {engine.count_where_sql("pn IS NULL")}, {engine.count_where_sql("anybad")}
+               {''.join(f', {bad_count[i]}, sum(sm{i}), sum(pm{i})' for i in range(len(metrics)))},
+               {worst_keys_sql(engine, "s", "p", metric_text, "published, not in the shadow",
+                               "in the shadow, not published", WORST_KEYS)}
         FROM r GROUP BY pkey)
     SELECT g.*, {fp_select}
     """

@@ -199,12 +199,12 @@ class DuckDBEngine(Engine):
         # one parameter, a list, whatever its length: one statement text for every slice
         return f"{expr} = ANY(?)", [list(values)]
 
-    def values_sql(self, rows: int, columns: Sequence[str], alias: str) -> str:
-        row = "(" + ", ".join("?" for _ in columns) + ")"
-        return f"(VALUES {', '.join([row] * rows)}) AS {alias}({', '.join(columns)})"
+    def values_sql(self, rows: Sequence[Sequence[str]], columns: Sequence[str], alias: str) -> str:
+        listed = ", ".join(f"({', '.join(row)})" for row in rows)
+        return f"(VALUES {listed}) AS {alias}({', '.join(columns)})"
 
-    def count_where_sql(self, condition: str) -> str:
-        return f"count(*) FILTER (WHERE {condition})"
+    def aggregate_where_sql(self, function: str, argument: str, condition: str, rest: str = "") -> str:
+        return f"{function}({argument}{rest}) FILTER (WHERE {condition})"
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -291,12 +291,25 @@ class Engine(ABC):
             return "FALSE", []
         return f"{expr} IN ({', '.join('?' for _ in values)})", list(values)
 
-    def values_sql(self, rows: int, columns: Sequence[str], alias: str) -> str:
-        """A derived table `alias(columns)` of `rows` rows, each value bound as `?` (row by row)."""
-        first = "SELECT " + ", ".join(f"? AS {c}" for c in columns)
-        rest = " UNION ALL SELECT " + ", ".join("?" for _ in columns)
-        return f"({first}{rest * (rows - 1)}) AS {alias}"
+    def values_sql(self, rows: Sequence[Sequence[str]], columns: Sequence[str], alias: str) -> str:
+        """A derived table `alias(columns)` of these rows of expressions (`?`, or a cast of a
+        `$name`), its parameters bound row by row. Portably a UNION ALL of one-row SELECTs."""
+        selects = [f"SELECT {', '.join(f'{e} AS {c}' for e, c in zip(row, columns, strict=True))}" if not i
+                   else f"SELECT {', '.join(row)}" for i, row in enumerate(rows)]
+        return f"({' UNION ALL '.join(selects)}) AS {alias}"
+
+    def aggregate_where_sql(self, function: str, argument: str, condition: str, rest: str = "") -> str:
+        """`function(argument rest)` over the group's rows for which `condition` holds (`rest`: what
+        follows the argument inside the call, e.g. a separator and ORDER BY). Portably the argument
+        is NULL on the other rows, which every aggregate used here skips."""
+        value = "1" if argument == "*" else argument
+        return f"{function}(CASE WHEN {condition} THEN {value} END{rest})"
 
     def count_where_sql(self, condition: str) -> str:
         """The number of the group's rows for which `condition` holds."""
-        return f"count(CASE WHEN {condition} THEN 1 END)"
+        return self.aggregate_where_sql("count", "*", condition)
+
+
+def bound_rows(count: int, width: int) -> list[list[str]]:
+    """`count` rows of `width` `?` placeholders, for `Engine.values_sql`."""
+    return [["?"] * width for _ in range(count)]

@@ -106,7 +106,7 @@ def fingerprints_like(session: Session, table: str, columns: Sequence[str], sche
 def _grouped(session: Session, table: str, scheme: PartitionScheme, partition_column: str,
              keys: Sequence[str], schema: str | None, aggregate: str, empty: Fingerprint) -> dict[str, Fingerprint]:
     source = qualified(schema, table) if schema else quote(table)
-    group = grouping(scheme, f"t.{quote(partition_column)}", keys)
+    group = grouping(session.engine, scheme, f"t.{quote(partition_column)}", keys)
     rows = session.rows(
         f"SELECT {group.key_sql}, count(*), {aggregate} "
         f"FROM {source} AS t{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}",

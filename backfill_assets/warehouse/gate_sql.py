@@ -123,13 +123,13 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     metrics = [spec.metric(n) for n in names]
     bkeys = list(spec.business_keys)
     kcols = [f"k{i}" for i in range(len(bkeys))]
-    target_group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
-    source_group = grouping(scheme, f"s.{quote(spec.source_partition_column)}", keys)
+    target_group = grouping(session.engine, scheme, f"t.{quote(spec.partition_column)}", keys)
+    source_group = grouping(session.engine, scheme, f"s.{quote(spec.source_partition_column)}", keys)
 
     t_select = [f"{target_group.key_sql} AS pkey"]
     t_select += [f"t.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
     t_select += ["count(*) AS n"]
-    t_select += [f"count(*) FILTER (WHERE t.{quote(c)} IS NULL) AS null_{i}"
+    t_select += [f"{engine.count_where_sql(f't.{quote(c)} IS NULL')} AS null_{i}"
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
     s_select = [f"{source_group.key_sql} AS pkey"]
@@ -158,6 +158,7 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     fp_cte = (f"f AS (SELECT {target_group.key_sql} AS pkey, {digest} AS fp FROM {quote(spec.table)} AS t"
               f"{target_group.join_sql} WHERE {target_group.where_sql} GROUP BY {target_group.key_sql}),")
     fp_join, fp_params = " LEFT JOIN f ON f.pkey = g.pkey", target_group.params
+    bad_count = [engine.count_where_sql(f"bad{i}") for i in range(len(metrics))]
     sql = f"""
     WITH t AS (
         SELECT {', '.join(t_select)} FROM {quote(spec.table)} AS t{target_group.join_sql}
@@ -179,12 +180,12 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
         FROM j),
     g AS (
     SELECT pkey, coalesce(sum(tn), 0), count(tn), count(sn), coalesce(sum(sn), 0),
-           coalesce(sum(tn - 1) FILTER (WHERE tn > 1), 0),
-           count(*) FILTER (WHERE tn IS NULL), count(*) FILTER (WHERE sn IS NULL),
+           coalesce({engine.aggregate_where_sql("sum", "tn - 1", "tn > 1")}, 0),
+           {engine.count_where_sql("tn IS NULL")}, {engine.count_where_sql("sn IS NULL")},
            coalesce(sum(dup), 0)
            {''.join(f', coalesce(sum(null_{i}), 0)' for i in range(len(null_columns)))}
-           {''.join(f', sum(tm{i}), sum(sm{i}), count(*) FILTER (WHERE bad{i})' for i in range(len(metrics)))},
-           {worst_keys_sql("t", "s", metric_text, "missing in the target", "not in the source", WORST_GROUPS)}
+           {''.join(f', sum(tm{i}), sum(sm{i}), {bad_count[i]}' for i in range(len(metrics)))},
+           {worst_keys_sql(engine, "t", "s", metric_text, "missing in the target", "not in the source", WORST_GROUPS)}
     FROM r GROUP BY pkey)
     SELECT g.*, f.fp FROM g{fp_join}
     """

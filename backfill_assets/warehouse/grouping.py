@@ -1,7 +1,7 @@
 """Grouping a table's rows by partition key for a whole slice, in one pass.
 
 Equality schemes group on the column itself; range schemes join the rows to the slice's windows
-(a small VALUES list), which both engines run as a range join.
+(a small VALUES table, `Engine.values_sql`), which both engines run as a range join.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.engine import Engine, Session, bound_rows
 from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.partition_sql import many_predicate
 
@@ -32,25 +32,24 @@ class Grouping:
         return self.decode[value]
 
 
-def grouping(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> Grouping:
+def grouping(engine: Engine, scheme: PartitionScheme, column_sql: str, keys: Sequence[str]) -> Grouping:
     keys = list(dict.fromkeys(keys))
     if scheme.kind == "equality":
         where, params = many_predicate(scheme, column_sql, keys)
         return Grouping(column_sql, "", where, params, scheme.key_of_value(keys))
-    values, params = [], []
+    params = []
     for key in keys:
         lo, hi = scheme.predicate_params(key)
-        values.append("(?, ?, ?)")
         params += [key, lo, hi]
-    join = (f" JOIN (VALUES {', '.join(values)}) AS backfill_keys(pkey, lo, hi) "
-            f"ON {column_sql} >= backfill_keys.lo AND {column_sql} < backfill_keys.hi")
+    windows = engine.values_sql(bound_rows(len(keys), 3), ("pkey", "lo", "hi"), "backfill_keys")
+    join = f" JOIN {windows} ON {column_sql} >= backfill_keys.lo AND {column_sql} < backfill_keys.hi"
     return Grouping("backfill_keys.pkey", join, "TRUE", params, None)
 
 
 def rows_per_partition(session: Session, table: str, partition_column: str, scheme: PartitionScheme,
                        keys: Sequence[str], schema: str | None = None) -> dict[str, int]:
     """Rows each key holds in `table` now, in one grouped count (keys without rows are absent)."""
-    group = grouping(scheme, f"t.{quote(partition_column)}", keys)
+    group = grouping(session.engine, scheme, f"t.{quote(partition_column)}", keys)
     source = qualified(schema, table) if schema else quote(table)
     return {group.key(v): int(n) for v, n in session.rows(
         f"SELECT {group.key_sql}, count(*) FROM {source} AS t{group.join_sql} "

@@ -23,7 +23,7 @@ def row_hash_totals(session: Session, spec: TableSpec, scheme: PartitionScheme, 
     """Per partition of `source` (a quoted table): rows and the sum of an engine-native row hash,
     compared at one moment only."""
     engine = session.engine
-    group = grouping(scheme, f"t.{quote(spec.partition_column)}", keys)
+    group = grouping(session.engine, scheme, f"t.{quote(spec.partition_column)}", keys)
     hashed = f"CAST({engine.transient_row_hash_sql(spec.columns, 't')} AS {engine.wide_int})"
     found = {group.key(v): (int(n), str(h)) for v, n, h in session.rows(
         f"SELECT {group.key_sql}, count(*), {engine.text_of(f'coalesce(sum({hashed}), 0)')} "
@@ -55,8 +55,8 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
     bkeys = [quote(k) for k in spec.business_keys]
     kc = [f"k{i}" for i in range(len(bkeys))]
     part = quote(spec.partition_column)
-    sides = {"b": (before_source, grouping(scheme, f"b.{part}", keys)),
-             "a": (quote(spec.table), grouping(scheme, f"a.{part}", keys))}
+    sides = {"b": (before_source, grouping(session.engine, scheme, f"b.{part}", keys)),
+             "a": (quote(spec.table), grouping(session.engine, scheme, f"a.{part}", keys))}
     params: list[object] = []
 
     def scan(alias: str, columns: list[str], join: str = "", group_by: bool = False) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from backfill_assets.warehouse.engine import Engine
+
 Text = Callable[[str], str]  # the engine's cast of an expression to text
 
 
@@ -44,10 +46,12 @@ def worst_sql(count: int, new: str, old: str) -> str:
                       "1e300) ELSE 0 END" for i in range(count)) or "0"
 
 
-def worst_keys_sql(new: str, old: str, metric_text: str, missing_new: str, missing_old: str, limit: int) -> str:
+def worst_keys_sql(engine: Engine, new: str, old: str, metric_text: str, missing_new: str, missing_old: str,
+                   limit: int) -> str:
     """An aggregate over joined rows ranked `rk`: the `limit` worst differing key groups as text,
     a group on one side only saying which (`missing_new` when the new side lacks it)."""
-    return (f"string_agg(CASE WHEN {new}n IS NULL THEN '(' || keytext || ') {missing_new}' "
-            f"WHEN {old}n IS NULL THEN '(' || keytext || ') {missing_old}' "
-            f"ELSE '(' || keytext || '):' || {metric_text} END, '; ' ORDER BY rk) "
-            f"FILTER (WHERE anybad AND rk <= {int(limit)})")
+    return engine.aggregate_where_sql(
+        "string_agg", f"CASE WHEN {new}n IS NULL THEN '(' || keytext || ') {missing_new}' "
+                      f"WHEN {old}n IS NULL THEN '(' || keytext || ') {missing_old}' "
+                      f"ELSE '(' || keytext || '):' || {metric_text} END",
+        f"anybad AND rk <= {int(limit)}", rest=", '; ' ORDER BY rk")

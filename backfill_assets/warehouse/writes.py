@@ -86,9 +86,10 @@ def _stage_ranges(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     values, params = [], {}
     for key, slot in slots.items():
         lo, hi = scheme.bounds(key)
-        values.append(f"(CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), CAST(${HI}_{slot} AS {kind}))")
+        values.append([f"CAST(${SLOT}_{slot} AS INTEGER)", f"CAST(${LO}_{slot} AS {kind})",
+                       f"CAST(${HI}_{slot} AS {kind})"])
         params.update({f"{SLOT}_{slot}": slot, f"{LO}_{slot}": lo, f"{HI}_{slot}": hi})
-    windows = f"(VALUES {', '.join(values)}) AS k({SLOT}, {LO}, {HI})"
+    windows = session.engine.values_sql(values, (SLOT, LO, HI), "k")
     branches = []
     for n, (first, last) in enumerate(scheme.runs(keys)):
         sql = session.engine.named(rename_partition_params(spec.select_sql, f"_r{n}"))
@@ -115,7 +116,7 @@ def write_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, keys:
     fp = f", {digest_sql(session, spec.columns, column_types(session, spec.table, spec.columns), 's')}" \
         if mode == "overwrite" else ""
     found = {int(row[0]): row[1:] for row in session.rows(
-        f"SELECT s.{SLOT}, count(*), count(*) FILTER (WHERE s.{part} IS NULL OR NOT {inside}){fp} "
+        f"SELECT s.{SLOT}, count(*), {session.engine.count_where_sql(f's.{part} IS NULL OR NOT {inside}')}{fp} "
         f"FROM {STAGE} AS s GROUP BY s.{SLOT}")}
     if -1 in found:  # range form: rows of no partition of the run
         raise WriteRefused(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.engine import Session, bound_rows
 from backfill_assets.warehouse.state_store import SCHEMA
 
 
@@ -24,7 +24,8 @@ def insert(session: Session, plan_id: str, table: str, snapshot_table: str, at: 
            taken: Sequence[tuple[str, int, str]]) -> None:
     """One record per (partition, rows, fingerprint) taken, in one statement, sealed by chain row `seq`."""
     values = [v for row in taken for v in row]
+    rows = session.engine.values_sql(bound_rows(len(taken), 3), ("k", "n", "d"), "v")
     session.execute(f"INSERT INTO {SCHEMA}.snapshots (plan_id, table_name, partition_key, row_count, fingerprint, "
                     f"snapshot_table, recorded_at, evidence_seq) SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ?, "
-                    f"CAST(? AS BIGINT) FROM {session.engine.values_sql(len(taken), ('k', 'n', 'd'), 'v')}",
+                    f"CAST(? AS BIGINT) FROM {rows}",
                     [plan_id, table, snapshot_table, at, seq, *values])
