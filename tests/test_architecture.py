@@ -265,3 +265,44 @@ def test_the_sql_finder_finds_statements_and_their_pieces(text: str) -> None:
 ])
 def test_the_sql_finder_leaves_prose_alone(text: str) -> None:
     assert not reads_as_sql(text)
+
+
+# --- the README's list of what a new engine implements ---------------------------------------------
+README = ROOT.parent / "README.md"
+_SEAM_SECTION = ("**A warehouse engine seam.**", "**PostgreSQL** is chosen by")
+
+
+def _methods(path: Path, classes: set[str] | None = None, abstract_only: bool = False) -> set[str]:
+    """Public and transaction methods of the classes in `path` (those named, or every one)."""
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if not isinstance(node, ast.ClassDef) or (classes is not None and node.name not in classes):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name not in ("__init__",) and (
+                    not item.name.startswith("_") or item.name in ("_begin", "_commit", "_rollback")):
+                if not abstract_only or any(isinstance(d, ast.Name) and d.id == "abstractmethod"
+                                            for d in item.decorator_list):
+                    found.add(item.name)
+            elif isinstance(item, ast.Assign | ast.AnnAssign) and not abstract_only:
+                target = item.targets[0] if isinstance(item, ast.Assign) else item.target
+                if isinstance(target, ast.Name) and target.id != "name":
+                    found.add(target.id)
+    return found
+
+
+def test_the_readme_lists_what_a_new_engine_implements() -> None:
+    text = README.read_text(encoding="utf-8")
+    start, end = (text.index(mark) for mark in _SEAM_SECTION)
+    section = text[start:end]
+    warehouse = ROOT / "warehouse"
+    # every abstract method, and every one the two engines override, is in the tables
+    wanted = _methods(warehouse / "engine.py", {"Engine", "Session"}, abstract_only=True)
+    wanted |= _methods(warehouse / "duckdb_engine.py", {"DuckDBEngine", "DuckDBSession"})
+    wanted |= _methods(warehouse / "postgres_engine.py", {"PostgresEngine", "PostgresSession"})
+    missing = sorted(m for m in wanted if f"`{m}`" not in section and f"`{m}(" not in section
+                     and f", {m}`" not in section and f"`{m}," not in section)
+    assert not missing, f"README's engine tables do not list {missing}"
+    stores = sorted(p.stem for p in (warehouse / "state_store").glob("*.py") if p.stem != "__init__")
+    unlisted = [s for s in stores if f"`{s}`" not in section]
+    assert not unlisted, f"README's state store list lacks {unlisted}"
