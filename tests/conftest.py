@@ -15,6 +15,10 @@ from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtur
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# The suite's tables hold a few rows and four workers share two cores: DuckDB's thread a core costs
+# more than it gives (~12% of the suite's CPU). Set here, so every subprocess inherits it too.
+os.environ["BACKFILL_DUCKDB_THREADS"] = "1"
+
 
 # Started first under `pytest -n --dist loadscope` (a worker takes a whole module, in the order the
 # modules' first tests come): these modules, then the modules holding these tests (each over ~25 s
