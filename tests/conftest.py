@@ -15,6 +15,10 @@ from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtur
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# The suite's tables hold a few rows and four workers share two cores: DuckDB's thread a core costs
+# more than it gives (~12% of the suite's CPU). Set here, so every subprocess inherits it too.
+os.environ["BACKFILL_DUCKDB_THREADS"] = "1"
+
 
 # Started first under `pytest -n --dist loadscope` (a worker takes a whole module, in the order the
 # modules' first tests come): these modules, then the modules holding these tests (each over ~25 s
@@ -80,16 +84,31 @@ def run_cli(home: Path, capfd):
     return run
 
 
+@pytest.fixture(scope="session")
+def cli_server(tmp_path_factory):
+    """Forks `backfill` commands from one process per worker that imported the package once
+    (tests/cli_server.py says what differs from starting the console script: nothing a test sees)."""
+    from tests.cli_server import Server
+
+    server = Server(tmp_path_factory.mktemp("cli"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def run_subprocess(home: Path, tmp_path: Path):
-    """The installed `backfill` console script as a real subprocess, from tmp_path."""
+def run_subprocess(home: Path, tmp_path: Path, cli_server):
+    """`backfill` as a real subprocess, from tmp_path: a child of the worker's CLI server, or the
+    given command (the console script itself, a hook) started as it is."""
 
     def run(*args: str, command: list[str] | None = None, timeout: float = 300,
             env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
         full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore",
                 "BACKFILL_DEFS": "backfill_assets.demo.daily", **(env or {})}
-        cmd = command if command is not None else [str(BIN / "backfill"), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=cwd or tmp_path, timeout=timeout)
+        if command is None:
+            proc = cli_server.run([str(BIN / "backfill"), *args], full, cwd or tmp_path, timeout)
+        else:
+            proc = subprocess.run(command, capture_output=True, text=True, env=full, cwd=cwd or tmp_path,
+                                  timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run

@@ -426,6 +426,29 @@ def test_a_bad_lock_wait_is_one_line_naming_the_setting(run_cli, home, monkeypat
                                   "from 0 to 86400: set it to one, or unset it for 120"), result.err
 
 
+@pytest.mark.parametrize("value", ["many", "-1", "2000"])
+def test_a_bad_duckdb_threads_setting_is_one_line_naming_it(run_cli, home, monkeypatch, value):
+    monkeypatch.setenv("BACKFILL_DUCKDB_THREADS", value)
+    result = run_cli("init")
+    assert not (home / "warehouse.duckdb").exists()  # refused before the warehouse was opened
+    assert result.code == 2, result
+    assert result.err.strip() == (f"backfill: BACKFILL_DUCKDB_THREADS={value!r} is not a whole number of threads "
+                                  "from 0 to 1024: set it to one, or unset it for 0"), result.err
+
+
+@pytest.mark.parametrize("value", ["3", ""])
+def test_the_duckdb_threads_setting_reaches_the_database(tmp_path, monkeypatch, value):
+    import duckdb
+
+    from backfill_assets.warehouse import engine_for
+
+    monkeypatch.setenv("BACKFILL_DUCKDB_THREADS", value)
+    with engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}").session() as session:
+        threads = int(session.scalar("SELECT current_setting('threads')"))
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    assert threads == (3 if value else int(default))  # unset: DuckDB's own default
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "\u00b2"])
 def test_a_bad_window_limit_is_one_line_naming_the_setting(run_cli, monkeypatch, tmp_path, value):
     path = write_plan(tmp_path / "plans" / "p.yaml", complete_plan(plan_id="p"))
