@@ -2,7 +2,7 @@
 lower layers do not know the upper ones.
 
 The same reading keeps each concern behind one door: only the lifecycle moves a plan's phase or
-hold.
+hold, only the relay delivers notices.
 
 Read from the source with `ast`, so the test needs no import of the package (a circle can hide
 behind an import that Python has already cached). Imports inside functions count: a lazy import
@@ -261,3 +261,12 @@ def test_the_phase_write_finder_sees_every_spelling() -> None:
     assert phase_writes("backfill_assets.control.record", "def transition(): ...\ndef adopt():\n    transition()\n") \
         == ["backfill_assets.control.record:3 transition"]
 
+
+def test_only_the_relay_delivers_notices() -> None:
+    # the sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, sensor)
+    relay = f"{PACKAGE}.publish.notify"
+    calls = [call for module, path in MODULES.items() if module != relay
+             for call in calls_to(module, path.read_text(encoding="utf-8"),
+                                  frozenset({f"{PACKAGE}.control.outbox.relay"}))]
+    assert not calls, ("notices are delivered only through publish.notify.deliver_pending (the relay); "
+                       "these call the outbox's delivery themselves:\n  " + "\n  ".join(calls))
