@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backfill_assets import faults
+from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
@@ -151,7 +151,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active
-                record.adopt(session, plan.plan_id, sha, actor)
+                lifecycle.approvals_complete(session, plan.plan_id, sha, actor)
                 adopted = True
                 if not was_active:
                     announce_pause(session, plan, actor)

@@ -1,6 +1,9 @@
 """The package's imports run one way: no module reaches, however indirectly, back to itself, and the
 lower layers do not know the upper ones.
 
+The same reading keeps each concern behind one door: only the lifecycle moves a plan's phase or
+hold, only the relay delivers notices.
+
 Read from the source with `ast`, so the test needs no import of the package (a circle can hide
 behind an import that Python has already cached). Imports inside functions count: a lazy import
 only delays a circle to the first call. Only imports under `if TYPE_CHECKING:` are left out,
@@ -306,3 +309,94 @@ def test_the_readme_lists_what_a_new_engine_implements() -> None:
     stores = sorted(p.stem for p in (warehouse / "state_store").glob("*.py") if p.stem != "__init__")
     unlisted = [s for s in stores if f"`{s}`" not in section]
     assert not unlisted, f"README's state store list lacks {unlisted}"
+
+
+# the low-level writers of a plan's phase and hold: only the lifecycle decides when they are called
+LIFECYCLE = f"{PACKAGE}.lifecycle"
+PHASE_WRITERS = frozenset({f"{PACKAGE}.control.record.transition", f"{PACKAGE}.control.record.set_hold"})
+
+
+def _bindings(module: str, tree: ast.AST) -> dict[str, str]:
+    """Each name an import binds in the module (at any depth), to the dotted name it stands for."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    bound: dict[str, str] = {}
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                # `import a.b` binds `a`; `import a.b as c` binds c to a.b
+                name = alias.name if alias.asname else alias.name.partition(".")[0]
+                bound[alias.asname or name] = name
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package
+            for _ in range(node.level - 1):
+                anchor = anchor.rpartition(".")[0]
+            base = f"{anchor}.{base}" if base else anchor
+        for alias in node.names:
+            bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return bound
+
+
+def _dotted(node: ast.expr, bound: dict[str, str], module: str, defined: set[str]) -> str | None:
+    """The dotted name a call's callee stands for (`record.transition` -> its full name), if any."""
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, bound, module, defined)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Name):
+        if node.id in bound:
+            return bound[node.id]
+        return f"{module}.{node.id}" if node.id in defined else None
+    return None
+
+
+def calls_to(module: str, source: str, callees: frozenset[str]) -> list[str]:
+    """`module:line name` of every call in `source` to one of `callees` (dotted names)."""
+    tree = ast.parse(source)
+    bound = _bindings(module, tree)
+    defined = {n.name for n in ast.iter_child_nodes(tree) if isinstance(n, ast.FunctionDef)}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    return [f"{module}:{node.lineno} {name.rpartition('.')[2]}" for node in sorted(calls, key=lambda c: c.lineno)
+            if (name := _dotted(node.func, bound, module, defined)) in callees]
+
+
+def phase_writes(module: str, source: str) -> list[str]:
+    """Every call in `source` to a phase or hold writer of the record."""
+    return calls_to(module, source, PHASE_WRITERS)
+
+
+def test_only_the_lifecycle_moves_a_plan() -> None:
+    assert LIFECYCLE in MODULES, "the lifecycle module decides every phase move and hold"
+    calls = [call for module, path in MODULES.items() if module != LIFECYCLE
+             for call in phase_writes(module, path.read_text(encoding="utf-8"))]
+    assert not calls, ("a plan's phase and hold move only through backfill_assets.lifecycle (one function "
+                       "per event); these call the record's writers themselves:\n  " + "\n  ".join(calls))
+
+
+def test_the_phase_write_finder_sees_every_spelling() -> None:
+    source = ("from backfill_assets.control import record\n"
+              "from backfill_assets.control import record as r\n"
+              "import backfill_assets.control.record\n"
+              "def f(s):\n"
+              "    from backfill_assets.control.record import set_hold as hold\n"
+              "    record.transition(s, 'p', 'x', 'a')\n"
+              "    r.set_hold(s, 'p', None, 'a')\n"
+              "    backfill_assets.control.record.transition(s, 'p', 'x', 'a')\n"
+              "    hold(s, 'p', None, 'a')\n"
+              "    record.require(s, 'p')\n")
+    assert [c.partition(" ")[2] for c in phase_writes("backfill_assets.execution.advance", source)] == \
+        ["transition", "set_hold", "transition", "set_hold"]
+    # inside the record itself, a bare call of its own writer counts too
+    assert phase_writes("backfill_assets.control.record", "def transition(): ...\ndef adopt():\n    transition()\n") \
+        == ["backfill_assets.control.record:3 transition"]
+
+
+def test_only_the_relay_delivers_notices() -> None:
+    # the sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, sensor)
+    relay = f"{PACKAGE}.publish.notify"
+    calls = [call for module, path in MODULES.items() if module != relay
+             for call in calls_to(module, path.read_text(encoding="utf-8"),
+                                  frozenset({f"{PACKAGE}.control.outbox.relay"}))]
+    assert not calls, ("notices are delivered only through publish.notify.deliver_pending (the relay); "
+                       "these call the outbox's delivery themselves:\n  " + "\n  ".join(calls))

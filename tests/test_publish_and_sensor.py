@@ -193,11 +193,58 @@ def test_owners_are_notified_on_pause_and_reopen_after_each_commit(world, webhoo
     assert world.cli("run", "fix", "--proof") == 0
     [request] = evaluate_sensor(world).run_requests  # a one-day window: proven is reconciled
     assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
-    evaluate_sensor(world)  # the sensor's tick delivers what the publish run queued
+    evaluate_sensor(world)  # the relay after the sensor's tick delivers what the publish run queued
     assert [r["event"] for r in received] == ["paused", "reopened"]
     outbox = world.sql("SELECT event, delivered_at IS NOT NULL, last_error FROM backfill_control.outbox "
                        "ORDER BY notice_id")
     assert outbox == [("paused", True, None), ("reopened", True, None)]
+
+
+def test_a_relay_that_finds_the_warehouse_busy_changes_nothing_the_tick_decided(world, monkeypatch):
+    from backfill_assets.defs import sensor
+    from tests.test_warehouse_faults import _hold_the_warehouse
+
+    holding: list = []  # armed: a receiver that, while answering, has another process take the warehouse
+
+    class Holding(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if holding == ["armed"]:
+                holding.append(_hold_the_warehouse(world))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Holding)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        path = world.plan("fix", start="2026-01-02", end="2026-01-02", proof=("2026-01-02",))
+        doc = yaml.safe_load(path.read_text())
+        doc["publish"]["webhook_url"] = f"http://127.0.0.1:{server.server_port}/notify"
+        path.write_text(yaml.safe_dump(doc))
+        world.approve(path)
+        assert world.cli("run", "fix", "--proof") == 0
+        [request] = evaluate_sensor(world).run_requests
+        assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
+        monkeypatch.setattr(sensor, "SENSOR_LOCK_WAIT_SECONDS", 0.5)  # a setting, kept short for the test
+        holding.append("armed")
+        try:
+            tick = evaluate_sensor(world)  # its relay delivers "reopened", then cannot record it
+        finally:
+            for release in holding[1:]:
+                release()
+        assert len(holding) == 2, "the relay never reached the receiver"
+        assert tick.asset_events, tick.skip_message  # not "warehouse busy": the tick's report stands
+        [observation] = tick.asset_events
+        assert "| fix | published |" in observation.metadata["backfill_assets/plans"].value
+        # not recorded as delivered, so the next relay delivers it again: at least once
+        assert world.sql("SELECT event FROM backfill_control.outbox WHERE delivered_at IS NULL") == [("reopened",)]
+        evaluate_sensor(world)
+        assert world.sql("SELECT event FROM backfill_control.outbox WHERE delivered_at IS NULL") == []
+    finally:
+        server.shutdown()
 
 
 def test_the_sensor_shows_the_plans_on_the_target_asset(world):

@@ -55,12 +55,13 @@ def _relay(args: argparse.Namespace) -> None:
     if not getattr(args, "relay", False):
         return
     from backfill_assets.cli.common import warehouse_of
-    from backfill_assets.control.outbox import relay
+    from backfill_assets.publish.notify import deliver_pending
 
     try:
-        relay(warehouse_of(args), wait_seconds=5.0)
+        # undelivered notices stay in the outbox; the sensor or the next command retries them
+        deliver_pending(warehouse_of(args), wait_seconds=5.0)
     except BackfillError:
-        pass  # undelivered notices stay in the outbox; the sensor or the next command retries
+        pass  # no warehouse to open: nothing to relay from
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -315,7 +315,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_close(args: argparse.Namespace) -> int:
-    from backfill_assets.control import record
+    from backfill_assets import lifecycle
     from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance
     from backfill_assets.plan.phases import Phase
@@ -332,15 +332,13 @@ def cmd_close(args: argparse.Namespace) -> int:
             if state.phase is Phase.PUBLISHED else None
         changed = [k for k in found.changed] + [f"{a} {k}" for a, (_, o) in found.others.items()
                                                 for k in o.changed] if found else []
-        if state.phase is not Phase.PUBLISHED or changed:
-            if changed and state.phase is Phase.PUBLISHED:
-                state = record.transition(session, state.plan_id, Phase.REPAIRING, actor(),
-                                          note=f"{len(changed)} partition(s) changed after publish")
-                status = plan_status(session, state, table.spec, table.scheme(), table.graph)
-            raise PlanRefused(f"plan {state.plan_id} is {state.phase}, not a published plan whose window "
+        after = lifecycle.close_requested(session, state, changed, actor(), args.note or "")
+        if after.phase is not Phase.CLOSED:
+            if after.phase is not state.phase:  # sent to repairing: the way on is repairing's
+                status = plan_status(session, after, table.spec, table.scheme(), table.graph)
+            raise PlanRefused(f"plan {after.plan_id} is {after.phase}, not a published plan whose window "
                               "still passes every gate", fix=status.next)
-        state = record.transition(session, state.plan_id, Phase.CLOSED, actor(),
-                                  note=args.note or "consumers confirmed")
+        state = after
     print(f"plan {state.plan_id} is {state.phase}")
     record_plan_state(args, state.plan_id, table.graph)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from backfill_assets import lifecycle
 from backfill_assets import terminal as output
 from backfill_assets.cli import partition_args
 from backfill_assets.cli.common import (
@@ -155,8 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         evidence_log.ready_to_append(session)  # every write appends: its faults are one line here
         held = lease.acquire(session, state.plan_id, f"backfill run by {actor()}")
-        if state.hold is Hold.PAUSED:
-            state = record.set_hold(session, state.plan_id, None, actor(), note="resumed by backfill run")
+        state = lifecycle.run_resumed(session, state, actor())
     try:
         instance = instance_for(home)
     except BaseException:
@@ -231,11 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     with writing(args) as session:
-        state = plan_state(session, args.plan)
-        if not state.active:
-            raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
-                              fix=f"see `backfill status {state.plan_id}`")
-        state = record.set_hold(session, state.plan_id, Hold.PAUSED, actor())
+        state = lifecycle.paused(session, plan_state(session, args.plan), actor())
     print(f"plan {state.plan_id} is paused: its runs stop before their next slice (runs in flight finish); "
           f"`backfill run {state.plan_id}` resumes")
     return 0
@@ -247,16 +243,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
-        if not wrote and state.phase in (Phase.DRAFTED, Phase.APPROVED, Phase.PROVING):
+        if lifecycle.cancel_withdraws(state, wrote):
             from backfill_assets.execution.rollback import withdraw
 
             state = withdraw(session, state, actor(), "cancelled before writing")
             print(f"plan {state.plan_id} wrote nothing and is withdrawn")
             return 0
-        if not state.active:
-            raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to cancel",
-                              fix=f"see `backfill status {state.plan_id}`")
-        state = record.set_hold(session, state.plan_id, Hold.CANCELLED, actor())
+        state = lifecycle.cancelled(session, state, actor())
     print(f"plan {state.plan_id} is cancelled: no new run may write; it wrote {wrote} partition(s): roll them "
           f"back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
     return 0

@@ -339,7 +339,8 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
 
 
 def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
-    """Make `sha` the plan of record (its approvals are complete); drafted plans become approved."""
+    """Make `sha` the plan of record (its approvals are complete). Only the lifecycle calls it:
+    `lifecycle.approvals_complete` then approves a drafted plan."""
     state = require(session, plan_id, exclusive=True)
     chosen = version(session, sha)
     assert chosen is not None
@@ -347,13 +348,12 @@ def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
     evidence_log.append(session, plan_id=plan_id, kind="plan_of_record", actor=actor, payload={
         "sha256": sha, "previous": state.approved_sha256,
         "state": _chain_state(state, approved_sha256=sha, target=chosen.plan.target, owner=chosen.plan.owner)})
-    if state.phase is Phase.DRAFTED:
-        return transition(session, plan_id, Phase.APPROVED, actor, note="approvals complete")
     return require(session, plan_id)
 
 
 def transition(session: Session, plan_id: str, target: Phase, actor: str, note: str = "") -> PlanState:
-    """The one place a plan's phase changes; recorded in the evidence in the same transaction."""
+    """The one place a plan's phase changes; recorded in the evidence in the same transaction.
+    Called only by `backfill_assets.lifecycle`, which decides when (tests/test_architecture.py)."""
     with session.transaction():
         state = require(session, plan_id, exclusive=True)
         check_transition(plan_id, state.phase, target)
@@ -365,7 +365,7 @@ def transition(session: Session, plan_id: str, target: Phase, actor: str, note: 
 
 
 def set_hold(session: Session, plan_id: str, hold: Hold | None, actor: str, note: str = "") -> PlanState:
-    """Pause, cancel or resume (None) a plan's further runs."""
+    """Pause, cancel or resume (None) a plan's further runs; called only by `backfill_assets.lifecycle`."""
     to = None if hold is None else Hold(hold).value  # stored and sealed as the plain word
     with session.transaction():
         state = require(session, plan_id, exclusive=True)

@@ -1,5 +1,6 @@
 """Moving a plan forward (or back) on evidence: proving → proven, running ⇄ reconciled,
-published → repairing → reconciled.
+published → repairing → reconciled. This module reads the evidence into verdicts; the moves they
+make are `backfill_assets.lifecycle`'s.
 
 The CLI, `reconcile` and the reopen sensor all call `advance`, so a backfill launched from the
 Dagster UI moves through the same phases on the same evidence as one launched by `backfill run`.
@@ -10,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backfill_assets.control import evidence_log, ledger, record
+from backfill_assets import lifecycle
+from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.partitions import PartitionScheme
@@ -105,40 +107,17 @@ def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | No
     table's spec and partitions, a published plan whose published partitions were edited
     since goes back to repairing, so the next publish puts the checked bytes back (with `graph`,
     the published tables of every table the plan wrote)."""
-    if state.phase is Phase.PROVING and proof_verdict(session, state).passed:
-        with session.transaction():
-            evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
-                "passed": True, "partitions": list(state.proof_keys), "sha256": state.approved_sha256})
-            state = record.transition(session, state.plan_id, Phase.PROVEN, actor,
-                                      note="proof slice idempotent and gates passed")
-    if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
-        verdict = window_verdict(session, state)
-        if not verdict.passed:
-            back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
-            state = record.transition(session, state.plan_id, back, actor,
-                                      note="no longer reconciled: " + verdict.blockers[0])
-        elif state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
-            for table, table_scheme, keys in plan_tables(state, spec, scheme, graph):
-                edits = published_record.edited(session, table, table_scheme, list(keys))
-                if edits:
-                    first = next(iter(edits))
-                    state = record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
-                        f"{len(edits)} partition(s) of {table.publish_as} edited since published (first {first}: "
-                        f"now {edits[first][0]}, published {edits[first][1]})"))
-                    break
-        return state
-    if state.phase in (Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING):
-        verdict = window_verdict(session, state)
-        if verdict.passed:
-            with session.transaction():
-                if state.phase is Phase.PROVEN:
-                    state = record.transition(session, state.plan_id, Phase.RUNNING, actor,
-                                              note="window already written by the proof")
-                evidence_log.append(session, plan_id=state.plan_id, kind="window_reconciled", actor=actor,
-                                    payload={"partitions": len(state.partition_keys),
-                                             "first": state.partition_keys[0],
-                                             "last": state.partition_keys[-1],
-                                             "sha256": state.approved_sha256})
-                state = record.transition(session, state.plan_id, Phase.RECONCILED, actor,
-                                          note="every gate passed on every partition")
+    # the verdicts are computed here, the moves they make decided by the lifecycle; each verdict
+    # only in the phases it can move, as reading the ledger for a whole window is not free
+    if state.phase is Phase.PROVING:
+        state = lifecycle.proof_judged(session, state, proof_verdict(session, state), actor)
+    if state.phase in lifecycle.WINDOW_JUDGED:
+        state = lifecycle.window_judged(session, state, window_verdict(session, state), actor)
+    # still published: the window passed, and what consumers read is checked against what was published
+    if state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
+        for table, table_scheme, keys in plan_tables(state, spec, scheme, graph):
+            edits = published_record.edited(session, table, table_scheme, list(keys))
+            state = lifecycle.publication_checked(session, state, table.publish_as, edits, actor)
+            if state.phase is not Phase.PUBLISHED:
+                break
     return state

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backfill_assets import faults
+from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import incomplete, restore, snapshotted
@@ -198,8 +198,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
                for t, parts in report.tables.items()}, "authorised": authorised})
         told = state.active or state.phase in SEEN_BY_CONSUMERS or bool(published)
-        record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
-                          note="restored from pre-write snapshots")
+        lifecycle.rolled_back(session, state, actor)
         if told and state.version is not None:
             announce_end(session, state.version.plan, actor, "rolled_back")
     return report
@@ -224,8 +223,7 @@ def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> 
             raise PlanRefused(f"plan {state.plan_id} has written {wrote} partition(s); withdrawing would "
                               "leave them", fix=f"roll it back instead: `backfill rollback {state.plan_id}`")
         was_active = state.active
-        ended = record.transition(session, state.plan_id, Phase.WITHDRAWN, actor,
-                                  note=note or "withdrawn before writing")
+        ended = lifecycle.withdrawn(session, state, actor, note)
         if was_active and state.version is not None:
             announce_end(session, state.version.plan, actor, "withdrawn")
     return ended

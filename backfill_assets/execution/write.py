@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backfill_assets import faults
+from backfill_assets import faults, lifecycle
 from backfill_assets.control import evidence_log, ledger, record
 from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import WarehouseError
@@ -21,7 +21,6 @@ from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GateResult
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, recheck
-from backfill_assets.plan.phases import Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
@@ -54,24 +53,6 @@ def ensure_tables(session: Session, spec: TableSpec) -> None:
         ensure_table(session, spec, spec.publish_table)
 
 
-def _step_phase(session: Session, plan_id: str, keys: tuple[str, ...], actor: str, asset: str) -> None:
-    """A run's first write of a phase moves the plan on, in its own short transaction before the
-    partitions' transactions (which then only hold the plan's row shared, never update it)."""
-    with session.transaction():
-        state = record.require(session, plan_id, exclusive=True)
-        # the proof partitions are the target's; every partition of a table downstream is past it
-        past_proof = [k for k in keys if k not in state.proof_keys or asset != state.target]
-        if state.phase is Phase.APPROVED:
-            record.transition(session, plan_id, Phase.PROVING, actor, note=f"a proof run started ({keys[0]})")
-        elif state.phase is Phase.PROVEN and past_proof:
-            record.transition(session, plan_id, Phase.RUNNING, actor,
-                              note=f"a run past the proof started ({past_proof[0]})")
-        elif state.phase is Phase.RECONCILED:
-            # a re-run after reconciliation must be reconciled again before publish
-            record.transition(session, plan_id, Phase.RUNNING, actor,
-                              note=f"a run re-materializing {keys[0]} after reconciliation started")
-
-
 def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
                      permission: Permission, *, run_id: str | None, actor: str) -> Written:
     ensure_tables(session, spec)
@@ -80,7 +61,8 @@ def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
     mode = version.plan.execution.mode if version else "overwrite"
     allow_empty = bool(version and version.plan.execution.allow_empty_partitions)
     if plan is not None:
-        _step_phase(session, plan.plan_id, permission.keys, actor, spec.name)
+        # a run's first write of a phase moves the plan on, before any partition is written
+        lifecycle.run_started(session, plan.plan_id, permission.keys, actor, spec.name)
     done: list[PartitionWrite] = []
     results: dict[str, list[GateResult]] = {}
     keys = list(permission.keys)

@@ -1,7 +1,7 @@
 """What downstream owners are told, and when: publish paused, reopened, rolled back, withdrawn.
 
 Every notice is queued in the outbox inside the transaction that makes the change; the relay
-(`control.outbox.relay`) delivers webhook notices after the commit.
+(`deliver_pending`, over `control.outbox.relay`) delivers webhook notices after the commit.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from backfill_assets.control import outbox
+from backfill_assets.errors import BackfillError
 from backfill_assets.plan.model import Plan
+from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 
 if TYPE_CHECKING:
@@ -62,3 +64,16 @@ def announce_end(session: Session, plan: Plan, actor: str, how: str) -> int:
     return _notice(session, plan, how,
                    f"plan {plan.plan_id} was {how.replace('_', ' ')}; publish of "
                    f"{plan.window.start}..{plan.window.end} is no longer paused by it", actor)
+
+
+def deliver_pending(warehouse: Warehouse, *, wait_seconds: float, budget: float | None = None) -> str | None:
+    """The relay: deliver the webhook notices that are due, after the commits that queued them. Its
+    hosts are the CLI (after each command) and the reopen sensor (after its tick's decisions: a
+    deployment driven from the Dagster UI alone has no other process to retry a failed delivery).
+    Never raises a BackfillError, so a host's own outcome never depends on delivery: a warehouse
+    busy now (or unreadable) leaves the notices in the outbox for the next relay; returns why."""
+    try:
+        outbox.relay(warehouse, wait_seconds=wait_seconds, budget=budget)
+    except BackfillError as exc:
+        return exc.message
+    return None

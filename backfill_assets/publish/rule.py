@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from backfill_assets import faults
+from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import ensure_snapshots
@@ -387,9 +387,7 @@ def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
             "first": plan.partition_keys[0], "last": plan.partition_keys[-1], "rows": copied.get(plan.target),
             "sha256": plan.approved_sha256, "impact": seen.totals if seen else None,
             **({"graph": graph} if graph else {}), **({"cutover": dual.to_json()} if dual else {})})
-        record.transition(session, plan.plan_id, Phase.PUBLISHED, actor,
-                          note=f"{len(plan.partition_keys)} partition(s) published"
-                          + (f" with {', '.join(plan.assets[1:])}" if graph else ""))
+        lifecycle.published(session, plan, actor, with_graph=bool(graph))
         announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None, dual)
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")

@@ -1,0 +1,170 @@
+"""The plan's lifecycle: what each event does to a plan's phase and hold.
+
+Callers judge (a proof's verdict, a window's verdict, what a close found changed) and tell the
+lifecycle what happened, in their own transaction (the session they pass); the lifecycle decides
+the move and records it with `control.record.transition` / `set_hold`, the low-level writers no
+other module calls. The moves allowed at all are the phase machine's (`plan.phases`); this module
+says which of them each event takes, so "why did the plan move?" has one answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from backfill_assets.control import evidence_log, record
+from backfill_assets.control.record import PlanState
+from backfill_assets.errors import PlanRefused
+from backfill_assets.plan.phases import Hold, Phase
+from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import Fingerprint
+
+# the phases in which a window verdict moves a plan: forward once it passes, back once it fails
+WINDOW_JUDGED = frozenset({Phase.PROVEN, Phase.RUNNING, Phase.REPAIRING, Phase.RECONCILED, Phase.PUBLISHED})
+# the phases a plan that wrote nothing may still be withdrawn from when it is cancelled
+_WITHDRAWN_ON_CANCEL = frozenset({Phase.DRAFTED, Phase.APPROVED, Phase.PROVING})
+
+
+class Judged(Protocol):
+    """What a verdict (`execution.advance.Verdict`) tells the lifecycle: passed, or why not."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def blockers(self) -> list[str]: ...
+
+
+def approvals_complete(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
+    """`sha` has every approval it needs: it becomes the plan of record; a drafted plan is approved."""
+    state = record.adopt(session, plan_id, sha, actor)
+    if state.phase is Phase.DRAFTED:
+        return record.transition(session, plan_id, Phase.APPROVED, actor, note="approvals complete")
+    return state
+
+
+def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str, asset: str) -> PlanState:
+    """A run of `asset` is about to write `keys`: its first write of a phase moves the plan on, in its
+    own short transaction before the partitions' transactions (which then only hold the plan's row
+    shared, never update it)."""
+    with session.transaction():
+        state = record.require(session, plan_id, exclusive=True)
+        # the proof partitions are the target's; every partition of a table downstream is past it
+        past_proof = [k for k in keys if k not in state.proof_keys or asset != state.target]
+        if state.phase is Phase.APPROVED:
+            return record.transition(session, plan_id, Phase.PROVING, actor, note=f"a proof run started ({keys[0]})")
+        if state.phase is Phase.PROVEN and past_proof:
+            return record.transition(session, plan_id, Phase.RUNNING, actor,
+                                     note=f"a run past the proof started ({past_proof[0]})")
+        if state.phase is Phase.RECONCILED:
+            # a re-run after reconciliation must be reconciled again before publish
+            return record.transition(session, plan_id, Phase.RUNNING, actor,
+                                     note=f"a run re-materializing {keys[0]} after reconciliation started")
+        return state
+
+
+def proof_judged(session: Session, state: PlanState, verdict: Judged, actor: str) -> PlanState:
+    """The proof slice's verdict: a passed proof is recorded and the plan is proven; a failed one
+    stays in proving (the proof runs again)."""
+    if state.phase is not Phase.PROVING or not verdict.passed:
+        return state
+    with session.transaction():
+        evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
+            "passed": True, "partitions": list(state.proof_keys), "sha256": state.approved_sha256})
+        return record.transition(session, state.plan_id, Phase.PROVEN, actor,
+                                 note="proof slice idempotent and gates passed")
+
+
+def window_judged(session: Session, state: PlanState, verdict: Judged, actor: str) -> PlanState:
+    """The whole window's verdict. A window that passed reconciles a plan writing it; one that no
+    longer passes sends a reconciled plan back to running and a published one to repairing."""
+    if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
+        if verdict.passed:
+            return state
+        back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
+        return record.transition(session, state.plan_id, back, actor,
+                                 note="no longer reconciled: " + verdict.blockers[0])
+    if state.phase not in WINDOW_JUDGED or not verdict.passed:
+        return state
+    with session.transaction():
+        if state.phase is Phase.PROVEN:
+            state = record.transition(session, state.plan_id, Phase.RUNNING, actor,
+                                      note="window already written by the proof")
+        evidence_log.append(session, plan_id=state.plan_id, kind="window_reconciled", actor=actor,
+                            payload={"partitions": len(state.partition_keys),
+                                     "first": state.partition_keys[0],
+                                     "last": state.partition_keys[-1],
+                                     "sha256": state.approved_sha256})
+        return record.transition(session, state.plan_id, Phase.RECONCILED, actor,
+                                 note="every gate passed on every partition")
+
+
+def publication_checked(session: Session, state: PlanState, published_as: str,
+                        edits: Mapping[str, tuple[Fingerprint, Fingerprint]], actor: str) -> PlanState:
+    """What consumers read of a published plan's table (`published_as`), against what was published
+    (`edits`: partition -> (now, published)): an edit sends the plan to repairing, so the next
+    publish puts the checked bytes back."""
+    if state.phase is not Phase.PUBLISHED or not edits:
+        return state
+    first = next(iter(edits))
+    return record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
+        f"{len(edits)} partition(s) of {published_as} edited since published (first {first}: "
+        f"now {edits[first][0]}, published {edits[first][1]})"))
+
+
+def published(session: Session, state: PlanState, actor: str, *, with_graph: bool) -> PlanState:
+    """Publish copied the plan's window (and, `with_graph`, its graph's tables) for consumers."""
+    return record.transition(session, state.plan_id, Phase.PUBLISHED, actor,
+                             note=f"{len(state.partition_keys)} partition(s) published"
+                             + (f" with {', '.join(state.assets[1:])}" if with_graph else ""))
+
+
+def close_requested(session: Session, state: PlanState, changed: Sequence[str], actor: str,
+                    note: str = "") -> PlanState:
+    """Consumers confirmed a published plan: it closes, unless partitions `changed` after publish,
+    which sends it to repairing instead. Any other phase stays (the caller says why it may not close)."""
+    if state.phase is not Phase.PUBLISHED:
+        return state
+    if changed:
+        return record.transition(session, state.plan_id, Phase.REPAIRING, actor,
+                                 note=f"{len(changed)} partition(s) changed after publish")
+    return record.transition(session, state.plan_id, Phase.CLOSED, actor, note=note or "consumers confirmed")
+
+
+def rolled_back(session: Session, state: PlanState, actor: str) -> PlanState:
+    """Every table the plan wrote was restored from its snapshots, in the caller's transaction."""
+    return record.transition(session, state.plan_id, Phase.ROLLED_BACK, actor,
+                             note="restored from pre-write snapshots")
+
+
+def withdrawn(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
+    """A plan that wrote nothing ends (the caller read the ledger under the plan's lock)."""
+    return record.transition(session, state.plan_id, Phase.WITHDRAWN, actor, note=note or "withdrawn before writing")
+
+
+def cancel_withdraws(state: PlanState, wrote: int) -> bool:
+    """A cancel of a plan that wrote nothing and never got past its proof is a withdrawal."""
+    return not wrote and state.phase in _WITHDRAWN_ON_CANCEL
+
+
+def paused(session: Session, state: PlanState, actor: str) -> PlanState:
+    """`backfill pause`: the plan's runs stop before their next slice; `backfill run` resumes."""
+    if not state.active:
+        raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
+                          fix=f"see `backfill status {state.plan_id}`")
+    return record.set_hold(session, state.plan_id, Hold.PAUSED, actor)
+
+
+def cancelled(session: Session, state: PlanState, actor: str) -> PlanState:
+    """`backfill cancel` of a plan that wrote: no new run may write; it only rolls back."""
+    if not state.active:
+        raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to cancel",
+                          fix=f"see `backfill status {state.plan_id}`")
+    return record.set_hold(session, state.plan_id, Hold.CANCELLED, actor)
+
+
+def run_resumed(session: Session, state: PlanState, actor: str) -> PlanState:
+    """`backfill run` of a paused plan lifts the pause; any other hold stays."""
+    if state.hold is Hold.PAUSED:
+        return record.set_hold(session, state.plan_id, None, actor, note="resumed by backfill run")
+    return state
