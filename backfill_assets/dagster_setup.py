@@ -79,6 +79,8 @@ def dagster_config(home: Home, postgres_url: str | None = None) -> dict:
         config["event_log_storage"] = {"module": "backfill_assets.dagster_storage",
                                        "class": "PooledSqliteEventLogStorage",
                                        "config": {"base_dir": str(home.dagster_home / "event_log")}}
+        config["run_storage"] = {"module": "backfill_assets.dagster_storage", "class": "PooledSqliteRunStorage",
+                                 "config": {"base_dir": str(home.dagster_home / "history")}}
     # steps' stdout and stderr to their files (the UI shows them), not mirrored to the terminal by
     # two extra processes a stream a run (backfill_assets/dagster_storage.py says why)
     config["compute_logs"] = {"module": "backfill_assets.dagster_storage", "class": "FileComputeLogManager",

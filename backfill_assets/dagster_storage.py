@@ -1,4 +1,4 @@
-"""Cheaper event storage for Dagster's instance: the one place we use Dagster internals for it.
+"""Cheaper event and run storage for Dagster's instance: the one place we use Dagster internals for it.
 
 Dagster's sqlite event log opens a new connection for every event and commits it with a full
 fsync: with a check evaluation per gate per partition that is most of a backfill's cost on a
@@ -39,6 +39,7 @@ from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
+from dagster._core.storage.runs import SqliteRunStorage
 from dagster._utils import ensure_file, touch_file
 from sqlalchemy.pool import QueuePool
 
@@ -46,29 +47,61 @@ BUSY_TIMEOUT_SECONDS = 30
 BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by Dagster's instance on every event
 
 
-class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
-    _engine_lock = threading.Lock()
-    _batch = threading.local()  # the connection of the batch this thread is storing, if any
+class _PooledEngine:
+    """One pooled SQLAlchemy engine per process for a sqlite file (WAL, `synchronous=NORMAL`)."""
 
-    def __init__(self, base_dir: str, inst_data: Any = None) -> None:
-        self._engines: dict[int, db.engine.Engine] = {}
-        self._tables_seen: dict[str, bool] = {}
-        super().__init__(base_dir, inst_data=inst_data)
+    _engine_lock = threading.Lock()
+    _conn_string: str
 
     def _engine(self) -> db.engine.Engine:
+        # made on first use: Dagster constructs these storages through its own __init__s
+        engines: dict[int, db.engine.Engine] = self.__dict__.setdefault("_engines", {})
         pid = os.getpid()  # a forked process must not share its parent's connections
-        engine = self._engines.get(pid)
+        engine = engines.get(pid)
         if engine is None:
             with self._engine_lock:
-                engine = self._engines.get(pid)
+                engine = engines.get(pid)
                 if engine is None:
                     engine = db.create_engine(self._conn_string, poolclass=QueuePool, pool_size=4,
                                               max_overflow=8,
                                               connect_args={"timeout": BUSY_TIMEOUT_SECONDS,
                                                             "check_same_thread": False})
                     db.event.listen(engine, "connect", _pragmas)
-                    self._engines[pid] = engine
+                    engines[pid] = engine
         return engine
+
+    def _dispose_engines(self) -> None:
+        for engine in self.__dict__.get("_engines", {}).values():
+            engine.dispose()
+        self.__dict__.get("_engines", {}).clear()
+
+
+class PooledSqliteRunStorage(_PooledEngine, SqliteRunStorage):
+    """Dagster's sqlite run storage creates an engine and a connection for every statement, each
+    commit a full sync: a run is created, started and ended through ~20 of them. Pooled here, as
+    the event log is."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> PooledSqliteRunStorage:
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def connect(self) -> Iterator[db.engine.Connection]:
+        with self._engine().connect() as conn:
+            with conn.begin():
+                yield conn
+
+    def dispose(self) -> None:
+        self._dispose_engines()
+        super().dispose()
+
+
+class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStorage):
+    _batch = threading.local()  # the connection of the batch this thread is storing, if any
+
+    def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+        self._tables_seen: dict[str, bool] = {}
+        super().__init__(base_dir, inst_data=inst_data)
 
     @contextmanager
     def _connect(self) -> Iterator[db.engine.Connection]:
@@ -102,9 +135,7 @@ class PooledSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
         return found
 
     def dispose(self) -> None:
-        for engine in self._engines.values():
-            engine.dispose()
-        self._engines.clear()
+        self._dispose_engines()
         super().dispose()
 
 

@@ -8,7 +8,7 @@ import sqlite3
 import dagster as dg
 
 from backfill_assets.dagster_setup import instance_for
-from backfill_assets.dagster_storage import PooledSqliteEventLogStorage
+from backfill_assets.dagster_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
 from backfill_assets.defs.coordinator import PlanGateRunCoordinator
 from backfill_assets.gates.results import GATE_NAMES
 from backfill_assets.home import Home
@@ -116,3 +116,33 @@ def test_the_compute_log_manager_overrides_what_dagster_still_calls():
     assert list(inspect.signature(LocalComputeLogManager.get_captured_local_path).parameters)[:3] == [
         "self", "log_key", "extension"]
     assert callable(LocalComputeLogManager.complete_artifact_path)
+
+
+def test_the_run_storage_is_pooled_and_a_new_instance_reads_its_runs(world):
+    instance = world.instance
+    assert isinstance(instance.run_storage, PooledSqliteRunStorage)
+    result = world.materialize(keys(1, 2))
+    assert result.success
+    engine = instance.run_storage._engine()
+    assert engine.pool.checkedin() >= 1  # one engine a process, its connections reused
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert conn.exec_driver_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # what another process (the UI, the daemon) opens sees the run and its end
+    other = dg.DagsterInstance.from_ref(instance.get_ref())
+    try:
+        run = other.get_run_by_id(result.run_id)
+        assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
+    finally:
+        other.dispose()
+
+
+def test_the_run_storage_overrides_what_dagster_still_calls():
+    import inspect
+
+    from dagster._core.storage.runs import SqliteRunStorage
+
+    # every statement of Dagster's sqlite run storage goes through connect(); from_local builds cls
+    assert list(inspect.signature(SqliteRunStorage.connect).parameters) == ["self"]
+    assert list(inspect.signature(SqliteRunStorage.from_local).parameters) == ["base_dir", "inst_data"]
+    assert "cls(conn_string" in inspect.getsource(SqliteRunStorage.from_local)
