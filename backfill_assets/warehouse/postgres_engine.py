@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
+from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%",
                     re.DOTALL)
@@ -146,7 +147,7 @@ class PostgresSession(Session):
         return " FOR UPDATE" if exclusive else " FOR SHARE"
 
 
-class PostgresEngine(Engine):
+class PostgresEngine(PostgresSpelling, Engine):
     name = "postgresql"
     wide_int = "NUMERIC(38,0)"
 
@@ -250,33 +251,6 @@ class PostgresEngine(Engine):
             "WHERE n.nspname = coalesce(?, current_schema()) AND lower(c.relname) = lower(?) "
             "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [schema, table])
         return {str(name).lower(): str(kind).upper() for name, kind in rows}
-
-    # --- constructs without one portable spelling ------------------------------------------------
-    def create_sequence_sql(self, name: str) -> str:
-        return f"CREATE SEQUENCE IF NOT EXISTS {name}"
-
-    def next_value_sql(self, name: str) -> str:
-        return f"nextval('{name}')"
-
-    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str],
-                   update: Sequence[str] = ()) -> str:
-        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)) if update else "DO NOTHING"
-        return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
-                f"ON CONFLICT ({', '.join(key)}) {action}")
-
-    def returning_sql(self, insert_sql: str, columns: Sequence[str]) -> str | None:
-        return f"{insert_sql} RETURNING {', '.join(columns)}"
-
-    def in_list_sql(self, expr: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        # one parameter, a list, whatever its length: one statement text for every slice
-        return f"{expr} = ANY(?)", [list(values)]
-
-    def values_sql(self, rows: Sequence[Sequence[str]], columns: Sequence[str], alias: str) -> str:
-        listed = ", ".join(f"({', '.join(row)})" for row in rows)
-        return f"(VALUES {listed}) AS {alias}({', '.join(columns)})"
-
-    def aggregate_where_sql(self, function: str, argument: str, condition: str, rest: str = "") -> str:
-        return f"{function}({argument}{rest}) FILTER (WHERE {condition})"
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
