@@ -58,6 +58,17 @@ def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
             yield from _import_nodes(statement)
 
 
+def _imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from ... import` reads from `package` (relative levels resolved)."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    anchor = package
+    for _ in range(node.level - 1):
+        anchor = anchor.rpartition(".")[0]
+    return f"{anchor}.{base}" if base else anchor
+
+
 def _owning_module(name: str) -> str | None:
     """`a.b.c` names module a.b.c, or a name defined in a.b (or higher): the nearest that is a module."""
     while name and name not in MODULES:
@@ -73,12 +84,7 @@ def _imports_of(module: str) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
-            base = node.module or ""
-            if node.level:
-                anchor = package
-                for _ in range(node.level - 1):
-                    anchor = anchor.rpartition(".")[0]
-                base = f"{anchor}.{base}" if base else anchor
+            base = _imported_from(node, package)
             # `from pkg import sub` imports the submodule; `from mod import name` the module itself
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                        for alias in node.names]
@@ -303,6 +309,7 @@ def test_the_readme_lists_what_a_new_engine_implements() -> None:
     wanted = _methods(warehouse / "engine.py", {"Engine", "Session"}, abstract_only=True)
     wanted |= _methods(warehouse / "duckdb_engine.py", {"DuckDBEngine", "DuckDBSession"})
     wanted |= _methods(warehouse / "postgres_engine.py", {"PostgresEngine", "PostgresSession"})
+    wanted |= _methods(warehouse / "postgres_spelling.py", {"PostgresSpelling"})
     missing = sorted(m for m in wanted if f"`{m}`" not in section and f"`{m}(" not in section
                      and f", {m}`" not in section and f"`{m}," not in section)
     assert not missing, f"README's engine tables do not list {missing}"
@@ -328,12 +335,7 @@ def _bindings(module: str, tree: ast.AST) -> dict[str, str]:
                 name = alias.name if alias.asname else alias.name.partition(".")[0]
                 bound[alias.asname or name] = name
             continue
-        base = node.module or ""
-        if node.level:
-            anchor = package
-            for _ in range(node.level - 1):
-                anchor = anchor.rpartition(".")[0]
-            base = f"{anchor}.{base}" if base else anchor
+        base = _imported_from(node, package)
         for alias in node.names:
             bound[alias.asname or alias.name] = f"{base}.{alias.name}"
     return bound

@@ -26,6 +26,9 @@ a VALUES table) come from the `Engine`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA
 
@@ -37,3 +40,14 @@ __all__ = ["IDS", "SCHEMA", "SNAPSHOT_SCHEMA", "next_id"]
 
 def next_id(session: Session) -> int:
     return int(session.scalar(f"SELECT {session.engine.next_value_sql(IDS)}"))
+
+
+def rows_in(session: Session, select: str, column: str, values: Sequence[Any], chunk: int = 500) -> list[tuple]:
+    """`select` (a statement ending in WHERE) for the rows whose `column` is one of `values`, a
+    portable `IN` list a chunk (a parameter a value: engines limit their number; an `IN` list of a
+    key column is an index lookup where a bound array may be a scan)."""
+    found: list[tuple] = []
+    for i in range(0, len(values), chunk):
+        part = list(values[i:i + chunk])
+        found += session.rows(f"{select} {column} IN ({', '.join('?' for _ in part)})", part)
+    return found

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.state_store import SCHEMA
+from backfill_assets.warehouse.state_store import SCHEMA, rows_in
 
 COLUMNS = ("seq", "recorded_at", "plan_id", "kind", "actor", "payload", "prev_hash", "row_hash")
 _ROW = ", ".join(COLUMNS)
@@ -45,12 +45,7 @@ def rows(session: Session, plan_id: str | None = None, kind: str | None = None) 
 
 def rows_by_seq(session: Session, seqs: Sequence[int]) -> list[tuple]:
     """The rows of these numbers that exist."""
-    found: list[tuple] = []
-    for i in range(0, len(seqs), 1000):
-        part = list(seqs[i:i + 1000])
-        found += session.rows(f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE seq IN "
-                              f"({', '.join('?' for _ in part)})", part)
-    return found
+    return rows_in(session, f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE", "seq", seqs, chunk=1000)
 
 
 def rows_after(session: Session, seq: int, limit: int) -> list[tuple]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.state_store import SCHEMA
+from backfill_assets.warehouse.state_store import SCHEMA, rows_in
 
 # the columns a seal covers, the first of them ordering the rows
 SEALED: dict[str, tuple[str, ...]] = {
@@ -32,12 +32,8 @@ def rows_of_seq(session: Session, table: str, seq: int) -> list[tuple]:
 
 def rows_of_seqs(session: Session, table: str, seqs: Sequence[int]) -> list[tuple]:
     """The sealed columns, then `evidence_seq`, of the rows of `table` that carry any of `seqs`."""
-    found: list[tuple] = []
-    for i in range(0, len(seqs), 500):
-        part = list(seqs[i:i + 500])
-        found += session.rows(f"SELECT {_columns(table)}, evidence_seq FROM {SCHEMA}.{table} "
-                              f"WHERE evidence_seq IN ({', '.join('?' for _ in part)})", part)
-    return found
+    return rows_in(session, f"SELECT {_columns(table)}, evidence_seq FROM {SCHEMA}.{table} WHERE", "evidence_seq",
+                   seqs)
 
 
 def sealing_seqs(session: Session, table: str) -> list[int]:
