@@ -37,9 +37,17 @@ def digest(table: str, rows: Iterable[Sequence[object]]) -> str:
     return hashlib.sha256(json.dumps([table, normal], separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
-def of_seq(session: Session, table: str, seq: int) -> str:
-    """The seal of the rows of `table` that carry `seq`, read back as a verifier reads them."""
-    return digest(table, store.rows_of_seq(session, table, seq))
+def of_seq(session: Session, table: str, seq: int, expected: int) -> str:
+    """The seal of the rows of `table` that carry `seq`, read back as a verifier reads them: exactly
+    the `expected` rows the caller just inserted with it. Chain row `seq` does not exist yet, so any
+    other row that carries its number was put there by someone else (its number is predictable):
+    sealing it would make it verify, so it is refused instead."""
+    rows = store.rows_of_seq(session, table, seq)
+    if len(rows) != expected:
+        raise ForgedRecord(f"{len(rows) - expected} row(s) of {SCHEMA}.{table} already carry evidence row {seq}, "
+                           "which is being written now: rows planted for it are never sealed",
+                           fix=evidence_log.FORGED_FIX)
+    return digest(table, rows)
 
 
 def check(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:

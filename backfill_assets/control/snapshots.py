@@ -44,7 +44,7 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
                  [(key, before[key].rows, before[key].digest) for key in wanted])
     evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
         "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
-        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq)}})
+        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq, len(wanted))}})
     return before
 
 
