@@ -19,7 +19,8 @@ def _max_seq(world) -> int:
     return int(world.sql(f"SELECT coalesce(max(seq), 0) FROM {CONTROL}.evidence")[0][0])
 
 
-def test_a_gate_result_planted_under_a_future_chain_row_is_never_sealed_by_it(world, capsys):
+def test_a_gate_result_planted_under_a_future_chain_row_is_never_sealed_by_it(engine_world, capsys):
+    world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
     world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
