@@ -62,8 +62,10 @@ class _PooledEngine:
             with self._engine_lock:
                 engine = engines.get(pid)
                 if engine is None:
+                    # 4 kept open; more at once (the webserver's queries) open and close their own
+                    # rather than wait for the pool: sqlite, not the pool, serialises the writers
                     engine = db.create_engine(self._conn_string, poolclass=QueuePool, pool_size=4,
-                                              max_overflow=8,
+                                              max_overflow=-1,
                                               connect_args={"timeout": BUSY_TIMEOUT_SECONDS,
                                                             "check_same_thread": False})
                     db.event.listen(engine, "connect", _pragmas)

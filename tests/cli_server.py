@@ -8,6 +8,12 @@ the interpreter's normal shutdown (threads joined, atexit run), as the console s
 fork cannot be is the console script itself: the packaging test and the tests that kill a command
 (`kill -9`, signals) start the real executable.
 
+What a child takes from the server rather than from the test's `env`: what Python reads only when
+it starts (PYTHONPATH, PYTHONHASHSEED: the children share one hash seed, PYTHONIOENCODING, the
+locale, warnings other than `ignore`); its stdin is /dev/null; every module of the package is
+imported already (an import-order fault would hide here, not in `test_package`'s fresh install).
+No test sets those for a command.
+
 Protocol, on a Unix socket: the client sends one JSON line (argv, env, cwd) with the descriptors of
 its stdout and stderr files attached (SCM_RIGHTS); the server answers with the child's pid, then
 its exit code. The server is single-threaded (forking from a process with threads is unsafe) and

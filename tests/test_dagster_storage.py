@@ -146,3 +146,14 @@ def test_the_run_storage_overrides_what_dagster_still_calls():
     assert list(inspect.signature(SqliteRunStorage.connect).parameters) == ["self"]
     assert list(inspect.signature(SqliteRunStorage.from_local).parameters) == ["base_dir", "inst_data"]
     assert "cls(conn_string" in inspect.getsource(SqliteRunStorage.from_local)
+
+
+def test_many_readers_at_once_never_wait_on_the_pool(world):
+    # the webserver asks many queries at once: each past the pool opens its own connection
+    engine = world.instance.run_storage._engine()
+    opened = [engine.connect() for _ in range(20)]
+    try:
+        assert all(c.exec_driver_sql("SELECT count(*) FROM runs").fetchone()[0] == 0 for c in opened)
+    finally:
+        for conn in opened:
+            conn.close()
