@@ -359,13 +359,14 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(
     save_screenshot(page, screenshots, "failed-gate.png")
     dialog.get_by_role("button", name="Close").click()
 
-    # the Checks list agrees with the partition (issue 24: it had said "Skipped" for every gate)
+    # the Checks list agrees with the partition (issue 24: it had said "Skipped" for every gate).
+    # A check is listed Failed when any partition's latest evaluation failed: after this module's
+    # earlier runs (refused ones among them) every gate is; this test alone, only this one
     page.goto(f"{ui.url}/assets/{ASSET}?view=checks")
     page.get_by_text(METRICS_MATCH_SOURCE).first.wait_for()
     page.get_by_text("Failed").first.wait_for()
     listed = " ".join(page.locator("body").inner_text().split())
     assert f"{METRICS_MATCH_SOURCE} Failed" in listed and "Skipped" not in listed, listed
-    assert all(f"{gate} Succeeded" in listed for gate in GATE_NAMES if gate != METRICS_MATCH_SOURCE), listed
     save_screenshot(page, screenshots, "checks-list.png")
 
     # the reopen sensor records the plans' state on the asset: a markdown table, one row a plan
