@@ -26,7 +26,7 @@ from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ENDED, Phase
-from backfill_assets.publish.notify import announce_pause
+from backfill_assets.publish.notify import announce_freeze
 from backfill_assets.signing.principals import canonical_principal
 from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
 from backfill_assets.trust.root import Candidate, Counted, tally
@@ -154,7 +154,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 lifecycle.approvals_complete(session, plan.plan_id, sha, actor)
                 adopted = True
                 if not was_active:
-                    announce_pause(session, plan, actor)
+                    announce_freeze(session, plan, actor)
         faults.checkpoint("approve.after_commit")
         # still holding the warehouse (and so the target's turn): mirror the record into the file
         added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)

@@ -86,7 +86,7 @@ class PhaseError(BackfillError):
 
 
 class PartitionRefused(BackfillError):
-    """The plan gate refused to write a partition."""
+    """The write permission refused a partition."""
 
     def __init__(self, message: str, *, plan_id: str | None, partition: str, fix: str) -> None:
         self.plan_id = plan_id

@@ -49,7 +49,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         found = [r for r in rows if r.kind == kind and all(r.payload.get(k) == v for k, v in match.items())]
         return found[-1] if found else None
 
-    pause = last("notification", event="paused")
+    freeze = last("notification", event="frozen") or last("notification", event="paused")  # before 0.3
     proof = last("proof", passed=True)
     reconciled = last("window_reconciled")
     published = last("published")
@@ -95,8 +95,8 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "file": version.source_file if version else None,
         },
         "approvals": _approvals(record.approvals(session, sha) if sha else []),
-        "publish_pause": {"paused_at": pause.at if pause else None,
-                          "notified": pause.payload.get("recipients") if pause else []},
+        "publish_freeze": {"frozen_at": freeze.at if freeze else None,
+                           "notified": freeze.payload.get("recipients") if freeze else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
         "snapshots": {"partitions": sum(len(v) for v in snaps.values()), "sha256": _digest(snaps)},
         **({"scenario": plan.scenario.model_dump(mode="json", exclude_none=True)}

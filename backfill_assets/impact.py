@@ -21,12 +21,12 @@ from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import as_number
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
+from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.impact_sql import changed_rows, row_hash_totals
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 
-SLICE = 200
 # what of a key's change `expect:` did not declare, when it is the key as a whole
 WHOLE = {"partition": "partition outside expect.partitions", "added": "key added", "removed": "key removed"}
 
@@ -259,8 +259,8 @@ def consumer_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, 
     the copy) against the target, slice by slice."""
     parts: list[PartitionImpact] = []
     prints: dict[str, tuple] = {}
-    for i in range(0, len(keys), SLICE):
-        parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE], top, prints)
+    for i in range(0, len(keys), SLICE_PARTITIONS):
+        parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE_PARTITIONS], top, prints)
     return Impact("", spec.publish_as, [m.name for m in spec.metrics], parts, prints)
 
 
@@ -268,8 +268,8 @@ def consumer_impact_holds(session: Session, spec: TableSpec, scheme: PartitionSc
     """Whether neither table moved since `impact` was computed: the hash passes alone, two scans,
     so publish can compute the impact before it locks and only check it under the lock."""
     keys = list(impact.prints)
-    for i in range(0, len(keys), SLICE):
-        part = keys[i:i + SLICE]
+    for i in range(0, len(keys), SLICE_PARTITIONS):
+        part = keys[i:i + SLICE_PARTITIONS]
         now = row_hash_totals(session, spec, scheme, quote(spec.table), part)
         before = row_hash_totals(session, spec, scheme, quote(spec.publish_table), part)
         if any(impact.prints[k] != (before[k], now[k]) for k in part):
@@ -283,7 +283,7 @@ def plan_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, stat
     wanted = list(keys) if keys else sorted(snapshotted(session, state.plan_id, spec.table),
                                             key=lambda k: scheme.position(k))
     parts: list[PartitionImpact] = []
-    for i in range(0, len(wanted), SLICE):
-        parts += slice_impact(session, spec, scheme, state.plan_id, wanted[i:i + SLICE], top)
+    for i in range(0, len(wanted), SLICE_PARTITIONS):
+        parts += slice_impact(session, spec, scheme, state.plan_id, wanted[i:i + SLICE_PARTITIONS], top)
     return Impact(state.plan_id, spec.name, [m.name for m in spec.metrics], parts,
                   expected=Expectation.for_table(state.version.plan, spec) if state.version else None)

@@ -148,7 +148,7 @@ def cancel_withdraws(state: PlanState, wrote: int) -> bool:
 
 
 def paused(session: Session, state: PlanState, actor: str) -> PlanState:
-    """`backfill pause`: the plan's runs stop before their next slice; `backfill run` resumes."""
+    """`backfill pause`: the plan stops before its next run; `backfill run` resumes."""
     if not state.active:
         raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
                           fix=f"see `backfill status {state.plan_id}`")

@@ -9,7 +9,7 @@ may fill it without a plan (the daily schedule, a UI backfill loading a new tabl
 partition written plan-free) no longer decides: a partition written out of order is judged by
 its own history, not by its place before a later one. Tags are labels, never identity: they can
 only narrow what a run may do (one tagged with a plan only writes that plan's partitions, never
-plan-free); a run outside the plan may not write a partition an active plan holds (the freeze lock).
+plan-free); a run outside the plan may not write a partition an active plan holds (its claim).
 
 `permit` decides before any write; `recheck` repeats the decision for the partitions of one write
 transaction inside it, holding the plan's row, so a plan withdrawn, rolled back or closed between
@@ -219,7 +219,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                 raise _refuse(f"partition {key} of {spec.name} belongs to plan {plan.plan_id}, not {wanted}",
                               wanted, key, f"run it under {plan.plan_id}")
             if not tagged:
-                raise _refuse(f"partition {key} of {spec.name} is frozen by active plan {plan.plan_id} "
+                raise _refuse(f"partition {key} of {spec.name} is claimed by active plan {plan.plan_id} "
                               f"({plan.phase}); a run outside the plan may not write it", plan.plan_id, key,
                               f"write it as part of the plan: `backfill run {plan.plan_id} --partitions "
                               f"{key}`, or let the plan finish")
@@ -261,7 +261,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
         for plan in record.active_plans(session, target=spec.name):
             for key in keys:
                 if plan.covers(key, spec.name):
-                    raise _refuse(f"partition {key} of {spec.name} was frozen by plan {plan.plan_id} "
+                    raise _refuse(f"partition {key} of {spec.name} was claimed by plan {plan.plan_id} "
                                   "while this run started", plan.plan_id, key, "write it as part of the plan")
         old = history(session, spec, scheme, keys)
         for key in keys:

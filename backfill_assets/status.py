@@ -40,7 +40,7 @@ class PlanStatus:
     proof: str | None            # when the proof passed, if it did
     window_reconciled: str | None  # when every gate passed, if they pass now
     published: str | None        # when publish reopened, if it did and still holds
-    publish: str                 # paused / blocked / reopened ...
+    publish: str                 # frozen / blocked / reopened ...
     blockers: list[str] = field(default_factory=list)
     running: str | None = None   # who holds the run lease
     next: str = ""
@@ -92,7 +92,7 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                  if published_row and state.phase in (Phase.PUBLISHED, Phase.CLOSED) else None)
     blockers: list[str] = []
     if state.phase is Phase.RECONCILED and spec is not None and scheme is not None:
-        blockers = rule.plan_check(session, state, spec, scheme, graph).problems
+        blockers = rule.plan_blockers(session, state, spec, scheme, graph).problems
     if state.phase in (Phase.PUBLISHED, Phase.CLOSED) and spec is not None and scheme is not None:
         from backfill_assets.execution.advance import plan_tables
 
@@ -134,10 +134,10 @@ def _publish_state(state: PlanState, blockers: list[str], published: str | None)
     if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
         return published or "reopened"
     if state.phase is Phase.REPAIRING:
-        return "paused again: a reconcile after publish failed; consumers keep what was published"
+        return "frozen again: a reconcile after publish failed; consumers keep what was published"
     if state.active:
-        return "paused (consumers keep the last good data)" + (f"; blocked: {blockers[0]}" if blockers else "")
-    return "not paused by this plan"
+        return "frozen (consumers keep the last good data)" + (f"; blocked: {blockers[0]}" if blockers else "")
+    return "not frozen by this plan"
 
 
 def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:

@@ -15,7 +15,7 @@ from functools import cached_property
 
 from backfill_assets.errors import IdentifierError
 from backfill_assets.warehouse.ddl import create_table_sql
-from backfill_assets.warehouse.identifiers import checked, quote, table_for_asset
+from backfill_assets.warehouse.identifiers import quote, table_for_asset, validated
 
 _TYPE = re.compile(r"^[A-Z]+( [A-Z]+)*( ?\(\d+(, ?\d+)?\))?(\[\])?$")
 
@@ -27,7 +27,7 @@ class Column:
     nullable: bool = True
 
     def __post_init__(self) -> None:
-        checked(self.name, "contract column")
+        validated(self.name, "contract column")
         if not isinstance(self.type, str) or not _TYPE.match(self.type.upper()):
             raise IdentifierError(f"column type {self.type!r} of {self.name} is not a plain SQL type",
                                   fix="use a type name such as BIGINT, VARCHAR or DECIMAL(18,2)")
@@ -51,7 +51,7 @@ class Metric:
     source_sql: str
 
     def __post_init__(self) -> None:
-        checked(self.name, "metric name")
+        validated(self.name, "metric name")
         if self.name.lower() in RESERVED_METRIC_NAMES:
             # an impact's totals hold these counts beside each metric's figures
             raise IdentifierError(f"metric name {self.name!r} is reserved for the impact's row counts",
@@ -91,8 +91,8 @@ class TableSpec:
     def __post_init__(self) -> None:
         for asset in (self.name, self.source, self.publish_as):
             table_for_asset(asset)
-        checked(self.partition_column, "partition column")
-        checked(self.source_partition_column, "source partition column")
+        validated(self.partition_column, "partition column")
+        validated(self.source_partition_column, "source partition column")
         if not self.business_keys:
             raise IdentifierError(f"table {self.name} declares no business keys",
                                   fix="list the columns that identify one row")
@@ -102,7 +102,7 @@ class TableSpec:
             raise IdentifierError(f"column {reserved[0]!r} of table {self.name} uses the prefix "
                                   "backfill_stage_, which the framework reserves", fix="rename the column")
         for key in (*self.business_keys, self.partition_column):
-            checked(key, "business key")
+            validated(key, "business key")
             if key not in names:
                 raise IdentifierError(f"{key!r} of table {self.name} is not a contract column",
                                       fix=f"declare it in the contract ({', '.join(names)})")
@@ -119,7 +119,7 @@ class TableSpec:
         object.__setattr__(self, "_source_keys", mapping)
         for column in (self.source_event_id,):
             if column is not None:
-                checked(column, "source event id column")
+                validated(column, "source event id column")
         if self.event_id_column is not None and self.event_id_column not in names:
             raise IdentifierError(f"event id column {self.event_id_column!r} is not a contract column",
                                   fix="declare it in the contract")

@@ -262,9 +262,9 @@ def plan_document(first: str, last: str, per_run: int) -> dict[str, Any]:
             "watermark": "the daily schedule keeps its cursor; the window is frozen while the plan is active",
             "metrics_comparable": "one code version for the whole window; only avg_disc's definition changed",
         },
-        "publish": {"pause": True, "notify": ["#pricing-consumers"]},
+        "publish": {"freeze": True, "notify": ["#pricing-consumers"]},
         "rollback": {"strategy": "restore every written partition from its pre-run snapshot"},
-        "checks": {
+        "gates": {
             "row_count_parity": {"max_diff_pct": 0},
             "duplicates": {"max_rows": 0},
             "metrics": [{"name": "sum_qty"}, {"name": "sum_base_price"}, {"name": "count_order"}],

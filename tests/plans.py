@@ -31,9 +31,9 @@ def complete_plan(plan_id: str = "revenue-refund-fix", start: str = "2026-01-01"
             "watermark": "the daily schedule keeps its cursor; the window is frozen meanwhile",
             "metrics_comparable": "one code version for the whole window, same definitions",
         },
-        "publish": {"pause": True, "notify": ["#revenue-consumers"]},
+        "publish": {"freeze": True, "notify": ["#revenue-consumers"]},
         "rollback": {"strategy": "restore every written partition from its pre-run snapshot"},
-        "checks": {
+        "gates": {
             "row_count_parity": {"max_diff_pct": 0},
             "duplicates": {"max_rows": 0},
             "metrics": [{"name": "net_revenue"}, {"name": "orders"}],

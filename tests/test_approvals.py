@@ -372,7 +372,7 @@ def test_two_approvals_at_once_both_land_in_the_file_and_the_record(world, spawn
         assert len(granted(path)) == 3, name
         assert recorded(world, name, sha_of(path)) == ["alice", "bob", "olivia"], name
         assert world.phase(name) == "approved" and approved_sha(world, name) == sha_of(path), name
-        assert [n[1] for n in notices(world, name)] == ["paused"], name
+        assert [n[1] for n in notices(world, name)] == ["frozen"], name
 
 
 # --- 6. kill -9 at every step of approve ----------------------------------------------------------
@@ -412,7 +412,7 @@ def test_a_kill_at_any_step_of_approve_converges_on_retry(world, cli, capsys):
         assert len(granted(path)) == world.sql(f"SELECT count(*) FROM {CONTROL}.approvals WHERE sha256 = ?",
                                                [sha])[0][0], point
         assert world.phase(name) == "approved" and approved_sha(world, name) == sha, point
-        assert [n[1] for n in notices(world, name)] == ["paused"], point  # announced once
+        assert [n[1] for n in notices(world, name)] == ["frozen"], point  # announced once
     assert world.cli("evidence", "verify") == 0, capsys.readouterr()
 
 
@@ -445,7 +445,7 @@ def test_a_slow_webhook_does_not_hold_the_warehouse(world, spawn):
         status = spawn("status", "fix")
         out, err = probe.communicate("go\n", timeout=60)
         assert probe.returncode == 0, err
-        assert out.strip() == "[('paused', None)]"  # queued in the commit, delivered after it
+        assert out.strip() == "[('frozen', None)]"  # queued in the commit, delivered after it
         assert completing.poll() is None, "the approving CLI stopped waiting on the webhook too early"
         hook.release.set()  # the receiver answers now
         shown = finish(status)
@@ -454,9 +454,9 @@ def test_a_slow_webhook_does_not_hold_the_warehouse(world, spawn):
         done = finish(completing)
         assert done.code == 0 and "approved: it is the plan of record" in done.out, done
     [(notice_id, event, attempts, last_error, delivered_at, url)] = notices(world, "fix")
-    assert (event, attempts, last_error, url) == ("paused", 1, None, hook.url)
+    assert (event, attempts, last_error, url) == ("frozen", 1, None, hook.url)
     assert delivered_at is not None
-    assert [(b["notice_id"], b["event"], b["plan_id"]) for b in hook.bodies] == [(notice_id, "paused", "fix")]
+    assert [(b["notice_id"], b["event"], b["plan_id"]) for b in hook.bodies] == [(notice_id, "frozen", "fix")]
 
 
 def test_a_dead_webhook_keeps_the_notice_until_a_later_relay_delivers_it(world, capsys):
@@ -470,7 +470,7 @@ def test_a_dead_webhook_keeps_the_notice_until_a_later_relay_delivers_it(world, 
     assert approve(world, path, "bob") == 0  # a dead receiver never fails the approval
     assert "approved: it is the plan of record" in capsys.readouterr().out
     [(notice_id, event, attempts, last_error, delivered_at, _)] = notices(world, "fix")
-    assert (event, attempts, delivered_at) == ("paused", 1, None)
+    assert (event, attempts, delivered_at) == ("frozen", 1, None)
     assert last_error and "refused" in last_error.lower(), last_error
     with serving(port) as hook:
         assert relay(world.warehouse()) == []  # backing off: retried once its next attempt is due
@@ -538,7 +538,7 @@ def test_an_edited_plan_becomes_the_plan_of_record_only_with_its_own_approvals(w
     assert recorded(world, "fix", first) == ["alice", "bob", "olivia"]
     assert recorded(world, "fix", second) == ["alice", "carol", "olivia"]
     assert openssh_verified(world, path) == ["alice", "carol", "olivia"]
-    assert [n[1] for n in notices(world, "fix")] == ["paused"]  # already paused: not announced again
+    assert [n[1] for n in notices(world, "fix")] == ["frozen"]  # already frozen: not announced again
 
 
 def test_approvals_checked_against_an_approvers_file_of_ones_own_are_refused(world, run_cli, tmp_path):

@@ -385,7 +385,7 @@ def test_a_failed_gate_and_the_plan_state_show_in_the_ui(
     assert row["window"] == f"{key}..{key} (1)"
     assert row["approvals"] == "olivia (owner), alice, bob"
     assert row["gates"] == "0/1 passed, 1 failed"
-    assert row["publish"].startswith("paused")
+    assert row["publish"].startswith("frozen")
     assert f"`backfill run {plan_id} --proof`" in row["next step"]
 
     # in the browser: the asset's page, Events, the newest observation: the table, rendered

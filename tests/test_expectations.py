@@ -328,7 +328,7 @@ def test_an_incident_replay_carries_its_id_and_expectation_everywhere(world, cap
     assert world.cli("publish", "fix") == 0
     notices = {event: (message, json.loads(body)) for event, message, body in world.sql(
         "SELECT event, message, body FROM backfill_control.outbox WHERE plan_id = 'fix'")}
-    assert set(notices) >= {"paused", "reopened"}
+    assert set(notices) >= {"frozen", "reopened"}
     for event, (message, body) in notices.items():
         assert message.endswith("[incident INC-2291 (https://status.example/INC-2291)]"), message
         assert body["scenario"] == INCIDENT, event

@@ -110,7 +110,7 @@ def totals(world: World, day: str = DAY) -> tuple:
 
 
 def plan_file(world: World, name: str, metrics: list[dict], **kwargs):
-    document = edited(complete_plan(plan_id=name, **kwargs), checks__metrics=metrics)
+    document = edited(complete_plan(plan_id=name, **kwargs), gates__metrics=metrics)
     return world.approve(write_plan(world.root / "plans" / f"{name}.yaml", document))
 
 

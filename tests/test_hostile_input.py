@@ -215,7 +215,7 @@ def test_the_window_limit_counts_the_tables_own_partitions(monkeypatch):
     scheme = scheme_for(dg.MonthlyPartitionsDefinition(start_date="1999-01-01"), "DATE", name="monthly")
     document = complete_plan(start="1999-01-01", end="2025-11-01", proof=("2000-01-01",), target="monthly",
                              source="events")
-    document["checks"]["metrics"] = [{"name": "n"}]
+    document["gates"]["metrics"] = [{"name": "n"}]
     plan, problems = collect_problems(document)
     assert problems == [] and plan is not None
     fitted = fit(plan, spec, scheme)
@@ -270,10 +270,10 @@ def test_status_with_a_mistyped_home_says_so_in_one_line_and_creates_nothing(tmp
 VALID = plan_text()
 TEMPLATE = (ROOT / "backfill_assets" / "templates" / "backfill-plan.yaml").read_text(encoding="utf-8")
 PATHS = [("window", "start"), ("window", "end"), ("execution", "proof_partitions"), ("owner",),
-         ("execution", "partitions_per_run"), ("approvals", "required"), ("checks", "metrics"),
-         ("approvals", "granted"), ("downstream",), ("publish", "pause"), ("checks", "row_count_parity"),
+         ("execution", "partitions_per_run"), ("approvals", "required"), ("gates", "metrics"),
+         ("approvals", "granted"), ("downstream",), ("publish", "freeze"), ("gates", "row_count_parity"),
          ("plan_id",), ("reason",), ("execution",), ("window",), ("publish", "notify"),
-         ("checks", "metrics", 0, "tolerance_pct"), ("downstream", 0, "owners"), ("approvals",)]
+         ("gates", "metrics", 0, "tolerance_pct"), ("downstream", 0, "owners"), ("approvals",)]
 
 impossible_dates = st.builds(
     lambda y, m, d: f"{y:04d}-{m:02d}-{d:02d}", st.integers(0, 9999), st.integers(0, 99), st.integers(0, 99))

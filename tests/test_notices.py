@@ -108,7 +108,7 @@ def queue(world, url: str, count: int) -> None:
         ensure_schema(session)
         with session.transaction():
             for i in range(count):
-                outbox.enqueue(session, plan_id="fix", event="paused", recipients=["#owners"],
+                outbox.enqueue(session, plan_id="fix", event="frozen", recipients=["#owners"],
                                message=f"notice {i}", body={}, webhook_url=url, actor="test")
 
 
@@ -189,11 +189,11 @@ def test_a_notice_is_retried_with_backoff_and_never_dropped(world, receiver):
 def test_notices_lists_each_delivery_and_status_counts_the_undelivered(world, run_cli, receiver):
     url, server = receiver
     server.failures = 1
-    world.approve(with_webhook(world, url, "hooked"))  # its pause notice: HTTP 500 after the commit
+    world.approve(with_webhook(world, url, "hooked"))  # its freeze notice: HTTP 500 after the commit
     world.approve(with_webhook(world, None, "quiet", "2026-01-03"))  # no webhook: read here
     listed = run_cli("notices")
     assert listed.code == 0, listed.err
-    assert "plan hooked  paused  to #revenue-consumers, finance-bi" in listed.out
+    assert "plan hooked  frozen  to #revenue-consumers, finance-bi" in listed.out
     assert "delivery: undelivered after 1 attempt(s): HTTP 500; next attempt 20" in listed.out
     assert "delivery: no webhook: read here" in listed.out
     assert "1 undelivered" in listed.out

@@ -271,7 +271,7 @@ class Lab:
                                  target=spec.name, source=spec.source)
         document = edited(document, reason=f"late {spec.source} rows were missed by {spec.name}",
                           downstream=[{"asset": spec.publish_as, "owners": ["analytics"]}],
-                          checks__metrics=[{"name": "events"}, {"name": "amount"}])
+                          gates__metrics=[{"name": "events"}, {"name": "amount"}])
         return write_plan(self.root / "plans" / f"{plan_id}.yaml", document)
 
     def approve(self, path: Path, who: str) -> Result:

@@ -155,7 +155,7 @@ def test_an_untagged_run_on_a_frozen_partition_writes_nothing(world):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
     frozen = world.materialize(keys(1, 1), spec=BUGGY)
     assert not frozen.success
-    assert "frozen by active plan fix" in failure_text(frozen)
+    assert "claimed by active plan fix" in failure_text(frozen)
     assert "backfill run fix --partitions 2026-01-01" in failure_text(frozen)
     assert world.fingerprints("daily_revenue", keys(1, 1)) == before
     assert world.plan_run("fix", keys(1, 1)).success  # the plan writes its own partition

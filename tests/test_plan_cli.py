@@ -114,13 +114,13 @@ def test_plan_new_fills_what_the_spec_and_the_graph_answer(tmp_path, run_cli):
     result = run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue", "--start",
                      "2026-01-05", "--end", "2026-01-18", "--owner", "olivia", "--defs", GRAPH_DEFS)
     assert result.code == 0, result.err
-    assert ("filled from the definitions: source_of_truth orders; checks.metrics (orders, gross, refunds, "
+    assert ("filled from the definitions: source_of_truth orders; gates.metrics (orders, gross, refunds, "
             "net_revenue, customers); execution.proof_partitions [2026-01-05]; graph (monthly_revenue); "
             "downstream (revenue_report)") in result.out
     assert "8 key(s) still to fill" in result.out  # 12 without definitions
     document = read_yaml_text(path.read_text(encoding="utf-8"), "p")
     assert document["source_of_truth"] == "orders"
-    assert [m["name"] for m in document["checks"]["metrics"]] == ["orders", "gross", "refunds", "net_revenue",
+    assert [m["name"] for m in document["gates"]["metrics"]] == ["orders", "gross", "refunds", "net_revenue",
                                                                   "customers"]
     assert document["execution"]["proof_partitions"] == ["2026-01-05"]
     assert document["graph"] == [{"asset": "monthly_revenue", "window": {"start": "2026-01-01", "end": "2026-01-01"}}]
@@ -165,7 +165,7 @@ def test_plan_new_never_overwrites_and_refuses_values_that_would_inject_yaml(tmp
 
 def test_validate_reports_every_problem_on_one_line_naming_key_value_and_fix(tmp_path, run_cli):
     doc = edited(complete_plan(), owner="TODO", rollback=None, execution__mode="upsert",
-                 checks__row_count_parity={"max_diff_pct": 150})
+                 gates__row_count_parity={"max_diff_pct": 150})
     doc["window"]["timezone"] = "UTC"
     path = write_plan(tmp_path / "p.yaml", doc)
     result = run_cli("plan", "validate", str(path))
@@ -178,8 +178,8 @@ def test_validate_reports_every_problem_on_one_line_naming_key_value_and_fix(tmp
         "rollback": "  - rollback is missing: required; give {strategy: ...}",
         "execution.mode": "  - execution.mode = 'upsert': Input should be 'overwrite', 'merge' or 'replay'; "
                           "use one of overwrite, merge, replay",
-        "checks.row_count_parity.max_diff_pct":
-            "  - checks.row_count_parity.max_diff_pct = 150: Input should be less than or equal to 100; "
+        "gates.row_count_parity.max_diff_pct":
+            "  - gates.row_count_parity.max_diff_pct = 150: Input should be less than or equal to 100; "
             "give a percentage between 0 and 100",
         "window.timezone":
             "  - window.timezone = 'UTC': unknown key; remove it or check its spelling against "
@@ -198,7 +198,7 @@ def test_the_fresh_template_names_every_todo_placeholder_and_nothing_else(tmp_pa
         "plan_id", "owner", "reason", "target", "window.start", "window.end", "source_of_truth",
         "downstream.0.asset", "downstream.0.owners.0", "execution.mode", "execution.idempotency",
         "execution.proof_partitions.0", "incremental.watermark", "incremental.metrics_comparable",
-        "publish.notify.0", "rollback.strategy", "checks.metrics.0.name"}
+        "publish.notify.0", "rollback.strategy", "gates.metrics.0.name"}
     assert all("= 'TODO': still a placeholder; " in line for line in found.values())
     # a TODO inside a sentence is still a placeholder; one inside a word is not
     doc = edited(complete_plan(), reason="fix the TODO: explain", rollback__strategy="restore TODOS later")
@@ -210,7 +210,7 @@ def test_the_fresh_template_names_every_todo_placeholder_and_nothing_else(tmp_pa
     ((), "notes", "x", "unknown key; remove it or check its spelling"),
     (("execution",), "max_concurent_partitions", 4, "unknown key"),
     (("execution",), "max_concurrent_partitions", 4, "renamed: use partitions_per_run"),
-    (("checks", "metrics", 0), "tolerance", 1, "name the unit: tolerance_pct (percent) or tolerance_abs"),
+    (("gates", "metrics", 0), "tolerance", 1, "name the unit: tolerance_pct (percent) or tolerance_abs"),
     (("publish",), "Pause", True, "unknown key"),
 ])
 def test_unknown_keys_are_errors_naming_the_dotted_key(tmp_path, run_cli, where, key, value, fix):
@@ -226,7 +226,7 @@ def test_unknown_keys_are_errors_naming_the_dotted_key(tmp_path, run_cli, where,
 
 
 @pytest.mark.parametrize("key", ["owner", "window", "window__end", "downstream", "execution__idempotency",
-                                 "execution__proof_partitions", "checks__contract", "approvals__required",
+                                 "execution__proof_partitions", "gates__contract", "approvals__required",
                                  "publish__notify", "incremental"])
 def test_a_missing_required_key_is_named_with_its_fix(tmp_path, run_cli, key):
     result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", edited(complete_plan(),
@@ -290,7 +290,7 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
                                                                     rollback__strategy="TODO"))
     code, out = guard(world, capsys, draft)
     assert code == 1
-    assert out.startswith("Backfill gate:\n- [ ] templates/backfill-plan.yaml drafted with owner and reason: "
+    assert out.startswith("Backfill checklist:\n- [ ] templates/backfill-plan.yaml drafted with owner and reason: "
                           "the plan does not validate yet\n")
     assert "- [ ] rollback strategy documented: rollback.strategy = 'TODO': still a placeholder" in out
     assert "- [ ] approvals captured: the plan does not validate yet" in out
@@ -311,7 +311,7 @@ def test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same(world, ru
     assert "- [x] approvals captured: owner olivia signed; 2/2 approver signature(s) counted (alice, bob)" in out
     assert "- [x] signatures counted under the team's trust root: the pinned trust root v1 " in out
     assert out.count("- [x]") == 8 and out.count("- [ ]") == 3  # execution items are not gating
-    assert "- [ ] dry run or slice proof completed: not run yet: `backfill run PLAN --proof`" in out
+    assert "- [ ] dry run or single-partition proof completed: not run yet: `backfill run PLAN --proof`" in out
     assert out.rstrip().endswith("ALLOWED: the plan is complete, fits its table, and is signed by enough "
                                  "approvers")
     allowed = hook(run_subprocess, path, world.home)
@@ -431,10 +431,10 @@ execution:
 incremental:
   watermark: cursor untouched
   metrics_comparable: one code version
-publish: {pause: true, notify: ["#revenue"]}
+publish: {freeze: true, notify: ["#revenue"]}
 rollback:
   strategy: restore the snapshots
-checks:
+gates:
   row_count_parity: {max_diff_pct: 0}
   duplicates: {max_rows: 0}
   metrics:
@@ -504,6 +504,32 @@ def test_the_hash_of_an_existing_plan_is_pinned_across_releases():
     assert plan_sha256(read_back) == PINNED_SHA
 
 
+def _old_spelling(document: dict) -> dict:
+    """A plan as release 0.2 wrote it: `checks:` for the gates, `publish.pause` for the freeze."""
+    old = {("checks" if key == "gates" else key): value for key, value in document.items()}
+    old["publish"] = {("pause" if key == "freeze" else key): value for key, value in document["publish"].items()}
+    return old
+
+
+def test_a_plan_in_the_old_spelling_loads_with_the_same_identity(tmp_path):
+    old = _old_spelling(complete_plan())
+    assert "checks" in old and "pause" in old["publish"]
+    assert sha_of(old) == PINNED_SHA  # approvals signed over a 0.2 plan stay valid
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old, sort_keys=False))
+    assert plan_sha256(load_plan(path)) == PINNED_SHA
+
+
+def test_both_spellings_of_a_renamed_key_are_refused_naming_the_one_to_keep():
+    both = {**complete_plan(), "checks": complete_plan()["gates"]}
+    both["publish"] = {**both["publish"], "pause": True}
+    plan, problems = collect_problems(both)
+    assert plan is None
+    assert {(p.key, p.fix) for p in problems} == {
+        ("checks", "the old spelling of gates, given too; keep only gates"),
+        ("publish.pause", "the old spelling of publish.freeze, given too; keep only freeze")}
+
+
 class ExecutionNextRelease(Execution):
     max_retries: int = 3
     retry_delay_seconds: float | None = None
@@ -551,7 +577,7 @@ def test_reindenting_recommenting_reordering_and_restyling_keep_the_hash():
     ("execution", "runs_at_once", 1),
     ("execution", "max_partitions_per_minute", None),
     ("execution", "business_keys", None),
-    ("checks", "source_duplicates", {"max_rows": 0}),
+    ("gates", "source_duplicates", {"max_rows": 0}),
     ("publish", "webhook_url", None),
     ("approvals", "granted", []),
 ])
@@ -581,7 +607,7 @@ def test_signed_approvals_in_the_file_are_not_part_of_the_hash():
 
 def test_a_metric_tolerance_written_as_its_default_keeps_the_hash():
     document = complete_plan()
-    document["checks"]["metrics"][0].update(tolerance_pct=0, tolerance_abs=0.0)
+    document["gates"]["metrics"][0].update(tolerance_pct=0, tolerance_abs=0.0)
     assert sha_of(document) == PINNED_SHA
 
 
@@ -594,12 +620,12 @@ CHANGES_OF_MEANING = {
     "runs at once": {"execution__runs_at_once": 2},
     "throttle": {"execution__max_partitions_per_minute": 60},
     "business keys": {"execution__business_keys": ["order_date", "region"]},
-    "threshold": {"checks__row_count_parity": {"max_diff_pct": 0.5}},
-    "duplicates": {"checks__duplicates": {"max_rows": 1}},
-    "source duplicates": {"checks__source_duplicates": {"max_rows": 1}},
-    "metric tolerance": {"checks__metrics": [{"name": "net_revenue", "tolerance_abs": 0.05},
+    "threshold": {"gates__row_count_parity": {"max_diff_pct": 0.5}},
+    "duplicates": {"gates__duplicates": {"max_rows": 1}},
+    "source duplicates": {"gates__source_duplicates": {"max_rows": 1}},
+    "metric tolerance": {"gates__metrics": [{"name": "net_revenue", "tolerance_abs": 0.05},
                                              {"name": "orders"}]},
-    "metric dropped": {"checks__metrics": [{"name": "net_revenue"}]},
+    "metric dropped": {"gates__metrics": [{"name": "net_revenue"}]},
     "required": {"approvals__required": 3},
     "owner": {"owner": "oscar"},
     "reason": {"reason": "refunds were counted twice in daily_revenue since the 2025-11 release"},

@@ -45,7 +45,7 @@ def test_a_failed_gate_blocks_publish_in_the_same_run_and_a_later_run_until_fixe
     assert not wrong.success and "metrics_match_source" in failure_text(wrong)
     assert world.rows("published_revenue", "2026-01-03") == 0
     later = world.materialize(keys(1, 4), target=False, publish=True)
-    assert not later.success and "paused by plan fix (running)" in failure_text(later)
+    assert not later.success and "frozen by plan fix (running)" in failure_text(later)
     assert evaluate_sensor(world).run_requests == []
     assert world.plan_run("fix", keys(3, 4)).success  # the fixed transform
     assert world.plan_run("fix", keys(1, 1)).success
@@ -185,19 +185,19 @@ def test_owners_are_notified_on_pause_and_reopen_after_each_commit(world, webhoo
     doc["publish"]["webhook_url"] = url
     path.write_text(yaml.safe_dump(doc))
     world.approve(path, "alice")
-    assert received == []  # one approval of two: not paused yet
+    assert received == []  # one approval of two: not frozen yet
     world.approve(path, "bob")
-    assert [r["event"] for r in received] == ["paused"]
+    assert [r["event"] for r in received] == ["frozen"]
     assert received[0]["recipients"] == ["#revenue-consumers", "finance-bi"]
     assert received[0]["downstream"] == ["published_revenue"] and received[0]["notice_id"] > 0
     assert world.cli("run", "fix", "--proof") == 0
     [request] = evaluate_sensor(world).run_requests  # a one-day window: proven is reconciled
     assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
     evaluate_sensor(world)  # the relay after the sensor's tick delivers what the publish run queued
-    assert [r["event"] for r in received] == ["paused", "reopened"]
+    assert [r["event"] for r in received] == ["frozen", "reopened"]
     outbox = world.sql("SELECT event, delivered_at IS NOT NULL, last_error FROM backfill_control.outbox "
                        "ORDER BY notice_id")
-    assert outbox == [("paused", True, None), ("reopened", True, None)]
+    assert outbox == [("frozen", True, None), ("reopened", True, None)]
 
 
 def test_a_relay_that_finds_the_warehouse_busy_changes_nothing_the_tick_decided(world, monkeypatch):

@@ -146,7 +146,7 @@ def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, run_cli
     assert blocked.code == 1 and "plan fix is approved" in blocked.err
     assert "backfill run fix --proof" in blocked.err
     report = json.loads(run_cli("status", "fix", "--json").out)
-    assert report["phase"] == "approved" and report["publish"].startswith("paused")
+    assert report["phase"] == "approved" and report["publish"].startswith("frozen")
     assert report["next"] == "run the proof: `backfill run fix --proof`"
     assert run_cli("run", "fix", "--proof").code == 0
     assert run_cli("run", "fix").code == 0

@@ -67,11 +67,11 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
         if state is None or state.approved_sha256 != plan_sha256(plan):
             return ExecutionState(), None
         status = plan_status(session, state)
-        notice = outbox_store.last_of_event(session, plan.plan_id, "paused")
+        notice = outbox_store.last_of_event(session, plan.plan_id, ("frozen", "paused"))  # paused: before 0.3
     pending = f"not passing: {status.next}" if status.failed else None
     return ExecutionState(proof=status.proof, reconciled=status.window_reconciled, published=status.published,
                           **({"pending_reconcile": pending} if pending else {})), \
-        (f"paused; notice queued at {notice[0]} for {notice[1]}" if notice else None)
+        (f"frozen; notice queued at {notice[0]} for {notice[1]}" if notice else None)
 
 
 def guard_items(plan_file: Path, home, signers_path: str | None = None, defs: str | None = None,

@@ -57,7 +57,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.runner import Progress, enable_event_batching, fail_dead_runs, run_range
-    from backfill_assets.execution.stages import Stage, slices_of
+    from backfill_assets.execution.stages import Stage, runs_of
     from backfill_assets.permission import history
 
     home = home_of(args)
@@ -80,7 +80,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                           f"({first} {old[first]}); only partitions never written load without a plan",
                           fix=f"load the new ones around them, and replay history with a plan (`backfill plan new "
                               f"plans/<id>.yaml --target {spec.name}`)")
-    stage = Stage(f"load {spec.name}", slices_of(keys, _per_run(args, loaded, spec.name), scheme))
+    stage = Stage(f"load {spec.name}", runs_of(keys, _per_run(args, loaded, spec.name), scheme))
     if args.dry_run:
         print(stage.describe() + "\n(dry run: nothing written)")
         return 0
@@ -90,7 +90,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     runs, halted = 0, None
     fail_dead_runs(instance)
     with output.dagster_output(home) as log:
-        for part in stage.slices:
+        for part in stage.runs:
             _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),
                                   assets=[spec.name, spec.publish_as])
             runs += 1

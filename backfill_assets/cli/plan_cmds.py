@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_home(close)
     close.set_defaults(handler=cmd_close)
 
-    withdraw = plan_sub.add_parser("withdraw", help="end a plan that wrote nothing (lifts freeze and pause)")
+    withdraw = plan_sub.add_parser("withdraw",
+                                   help="end a plan that wrote nothing (lifts its claim and publish freeze)")
     withdraw.add_argument("plan")
     withdraw.add_argument("--note", default="")
     add_home(withdraw)
@@ -326,9 +327,9 @@ def cmd_close(args: argparse.Namespace) -> int:
         table = load_defs(args.defs).table(state.target)
         state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
         status = plan_status(session, state, table.spec, table.scheme(), table.graph)
-        from backfill_assets.publish.rule import plan_check
+        from backfill_assets.publish.rule import plan_blockers
 
-        found = plan_check(session, state, table.spec, table.scheme(), table.graph) \
+        found = plan_blockers(session, state, table.spec, table.scheme(), table.graph) \
             if state.phase is Phase.PUBLISHED else None
         changed = [k for k in found.changed] + [f"{a} {k}" for a, (_, o) in found.others.items()
                                                 for k in o.changed] if found else []
@@ -349,7 +350,7 @@ def cmd_withdraw(args: argparse.Namespace) -> int:
 
     with writing(args) as session:
         state = withdraw(session, plan_state(session, args.plan), actor(), args.note)
-    print(f"plan {state.plan_id} is {state.phase}: its freeze and publish pause are lifted")
+    print(f"plan {state.plan_id} is {state.phase}: its claim and publish freeze are lifted")
     record_plan_state(args, state.plan_id)
     return 0
 

@@ -40,7 +40,7 @@ def prefill(text: str, table, start: str | None, end: str | None) -> tuple[str, 
                           "    # the metric's unit) or tolerance_pct: 0.01 (0.01% of the source figure)\n"
                           + entries + "  contract:\n")
     if done:
-        filled.append(f"checks.metrics ({', '.join(m.name for m in spec.metrics)})")
+        filled.append(f"gates.metrics ({', '.join(m.name for m in spec.metrics)})")
     if not (start and end):
         return text, filled
     try:
@@ -75,7 +75,7 @@ def prefill(text: str, table, start: str | None, end: str | None) -> tuple[str, 
             lines.append(f"  - asset: {consumer.asset}\n    owners: [{shown}]\n")
         text, done = _replace(text, r"^(downstream:[^\n]*\n)  - asset: TODO\n    owners: \[TODO\]\n",
                               "downstream:                 # consumers of the replayed data, told when publish "
-                              "pauses and reopens\n" + "".join(lines))
+                              "freezes and reopens\n" + "".join(lines))
         if done:
             filled.append(f"downstream ({', '.join(c.asset for c in consumers)})")
     return text, filled

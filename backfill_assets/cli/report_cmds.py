@@ -113,7 +113,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                                  fix=status.next)
         # what blocks it, said before a Dagster run is launched (the run checks it all again under
         # its lock); computed once: the status of a reconciled plan would fingerprint it all again
-        found = rule.plan_check(session, state, table.spec, table.scheme(), table.graph)
+        found = rule.plan_blockers(session, state, table.spec, table.scheme(), table.graph)
         if found.problems:
             rule.record_changed(session, table.spec, found, actor())
             status = plan_status(session, state, table.spec, table.scheme(), table.graph)

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_home(run)
     run.set_defaults(handler=cmd_run, relay=True)
 
-    for name, text in (("pause", "stop the plan's runs before their next slice; `backfill run` resumes"),
+    for name, text in (("pause", "stop the plan before its next run; `backfill run` resumes"),
                        ("cancel", "end the plan's runs for good; then roll it back (or withdraw it)")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("plan")
@@ -198,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     continue
                 done = execute(stage, warehouse, state, held, run_wave, parallel)
                 reports += done
-                if not all(r.ok for r in done) or len(done) < len(stage.slices) * stage.repeats:
+                if not all(r.ok for r in done) or len(done) < len(stage.runs) * stage.repeats:
                     break  # halted: a table downstream reads only what passed its gates
     finally:
         if pool is not None:
@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_pause(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = lifecycle.paused(session, plan_state(session, args.plan), actor())
-    print(f"plan {state.plan_id} is paused: its runs stop before their next slice (runs in flight finish); "
+    print(f"plan {state.plan_id} is paused: it stops before its next run (runs in flight finish); "
           f"`backfill run {state.plan_id}` resumes")
     return 0
 

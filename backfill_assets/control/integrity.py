@@ -35,7 +35,7 @@ class Verified:
 def verify_record(session: Session, pinned: tuple[int, str] | None = None) -> Verified:
     """Raises EvidenceChainBroken or ForgedRecord naming the first row that does not verify."""
     rows = evidence_log.verify(session, pinned)
-    ledger = seals.check_all(session)
+    ledger = seals.verify_all(session)
     plans = record.verify_all(session)
     roots = trust_record.history(session)
     return Verified(rows, ledger, len(plans), len(roots))

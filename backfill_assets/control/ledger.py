@@ -98,8 +98,8 @@ def latest(session: Session, asset: str, keys: Sequence[str],
             entry.gates[gate] = (bool(passed), json.loads(figures))
             entry.checked[gate] = checked
             gate_seals.append(gseq)
-    seals.check(session, "writes", write_seals, f" of {asset}")
-    seals.check(session, "gate_results", gate_seals, f" of {asset}")
+    seals.verify(session, "writes", write_seals, f" of {asset}")
+    seals.verify(session, "gate_results", gate_seals, f" of {asset}")
     return out
 
 
@@ -107,7 +107,7 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
     """The code version of the latest write of each partition the plan wrote (one light query),
     checked against their seals."""
     rows = store.latest_code_versions(session, asset, plan_id)
-    seals.check(session, "writes", [r[2] for r in rows], f" of plan {plan_id}")
+    seals.verify(session, "writes", [r[2] for r in rows], f" of plan {plan_id}")
     return {r[0]: r[1] for r in rows}
 
 
@@ -115,7 +115,7 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
     """The fingerprints of every write of `key` under the plan, oldest first (the proof compares
     the last two), checked against their seals."""
     rows = store.fingerprints_of(session, asset, plan_id, key)
-    seals.check(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
+    seals.verify(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
     return [str(r[0]) for r in rows]
 
 
@@ -143,13 +143,13 @@ class RecordedFailure:
 def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
     """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
     rows = store.failed_results(session, plan_id)
-    seals.check(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
+    seals.verify(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
     return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w))
             for a, k, g, f, at, w, _ in rows]
 
 
 def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, str | None, int, str, str]]:
     """Each (table, code version, code identity) the plan's writes ran: partitions, first and last time."""
-    seals.check(session, "writes", store.write_seqs_of_plan(session, plan_id), f" of plan {plan_id}")
+    seals.verify(session, "writes", store.write_seqs_of_plan(session, plan_id), f" of plan {plan_id}")
     rows = store.code_runs(session, plan_id)
     return [(str(a), v, i, int(n), str(first), str(last)) for a, v, i, n, first, last in rows]

@@ -219,7 +219,7 @@ def _approved_version(session: Session, plan_id: str, sha: str | None) -> PlanVe
     if not sha:
         return None
     found = version(session, sha)
-    if found is None:  # a plan of record without its content would hold no partition: no freeze, no pause
+    if found is None:  # a plan of record without its content would hold no partition: no claim, no freeze
         raise ForgedRecord(f"plan {plan_id}'s plan of record {sha[:12]} is gone from {SCHEMA}.plan_versions",
                            fix=evidence_log.FORGED_FIX)
     return found

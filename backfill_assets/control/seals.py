@@ -22,7 +22,7 @@ from backfill_assets.warehouse.state_store import evidence as evidence_store
 from backfill_assets.warehouse.state_store import seals as store
 from backfill_assets.warehouse.state_store.seals import SEALED
 
-__all__ = ["SEALED", "check", "check_all", "digest", "of_seq", "seal_unsealed"]
+__all__ = ["SEALED", "verify", "verify_all", "digest", "of_seq", "seal_unsealed"]
 
 
 def _value(value: object) -> object:
@@ -50,7 +50,7 @@ def of_seq(session: Session, table: str, seq: int, expected: int) -> str:
     return digest(table, rows)
 
 
-def check(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
+def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
     """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
     row of a decision that carries no seal)."""
     given = list(seqs)
@@ -72,7 +72,7 @@ def check(session: Session, table: str, seqs: Iterable[int | None], what: str = 
                 "what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
 
 
-def check_all(session: Session) -> int:
+def verify_all(session: Session) -> int:
     """Every seal in the warehouse (for `evidence verify`); returns the number of rows checked."""
     total = 0
     for table in SEALED:
@@ -82,7 +82,7 @@ def check_all(session: Session) -> int:
             raise ForgedRecord(f"{unsealed} row(s) of {SCHEMA}.{table} carry no seal of the evidence chain",
                                fix=evidence_log.FORGED_FIX)
         for i in range(0, len(seqs), 200):
-            check(session, table, seqs[i:i + 200])
+            verify(session, table, seqs[i:i + 200])
         total += store.count_rows(session, table)
     # a seal whose rows were all removed is a chain row no ledger row points at any more
     referenced = {s for table in SEALED for s in store.sealing_seqs(session, table)}

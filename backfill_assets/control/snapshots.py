@@ -22,7 +22,7 @@ def snapshotted(session: Session, plan_id: str, table: str,
                 keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
     """The plan's snapshots of `table` (only of `keys`, when given), checked against their seals."""
     rows = store.records(session, plan_id, table, keys)
-    seals.check(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
+    seals.verify(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
     return {k: Fingerprint(int(n), str(d)) for k, n, d, _ in rows}
 
 

@@ -189,7 +189,7 @@ class TableGraph:
             parent_def.subset_with_partition_keys(list(member.keys)), parent_def, child.partitions_def)
         return tuple(sorted(mapped.get_partition_keys()))
 
-    def check(self, root: str, keys: Iterable[str], listed: Mapping[str, tuple[str, ...]]) -> list[PlanProblem]:
+    def plan_problems(self, root: str, keys: Iterable[str], listed: Mapping[str, tuple[str, ...]]) -> list[PlanProblem]:
         """What differs between the graph a plan lists ({asset: keys}, the root left out) and the
         one derived from these definitions."""
         derived = {m.asset: m.keys for m in self.derive(root, keys)[1:]}

@@ -37,7 +37,7 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         tags=dict(tags or {}),
         metadata=dict(metadata or {}),
         description=description or f"Published {spec.name}: only partitions whose gates all passed on exactly "
-                                   "the data being copied; paused while a replay plan holds them.",
+                                   "the data being copied; frozen while a replay plan holds them.",
         required_resource_keys={warehouse_key},
     )
     def published(context: dg.AssetExecutionContext):

@@ -94,7 +94,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                         continue  # a plan over a graph moves on its target's sensor, and publishes there
                     state = advance(session, state, actor="reopen-sensor", spec=spec, scheme=scheme, graph=graph)
                     notes.append(f"{state.plan_id}: {state.phase}")
-                    if state.phase is Phase.RECONCILED and not rule.plan_check(
+                    if state.phase is Phase.RECONCILED and not rule.plan_blockers(
                             session, state, spec, scheme, graph).problems:
                         reconciled = evidence_log.rows(session, state.plan_id, "window_reconciled")
                         requests.append(dg.RunRequest(

@@ -72,16 +72,16 @@ execution:
   partitions_per_run: 4
   allow_empty_partitions: false
 incremental:
-  watermark: the daily schedule keeps its cursor; the window is frozen while the plan is active
+  watermark: the daily schedule keeps its cursor; the plan claims its window while it is active
   metrics_comparable: one code version (2) for the whole window; the metric definitions are
     unchanged except the corrected net revenue
 publish:
-  pause: true
+  freeze: true
   notify: ["#revenue-consumers"]
 rollback:
   strategy: backfill rollback restores daily_revenue, monthly_revenue and their published tables
     for every written partition from the pre-run snapshots, checked by fingerprints
-checks:
+gates:
   row_count_parity: {{max_diff_pct: 0}}
   duplicates: {{max_rows: 0}}
   metrics:                      # DECIMAL money and counts: exact, per day and region

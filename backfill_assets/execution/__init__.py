@@ -1,1 +1,1 @@
-"""Executing a cleared slice: writes, fingerprints, gates; and the CLI's staged backfill run."""
+"""Executing a permitted run: writes, fingerprints, gates; and the CLI's staged backfill run."""

@@ -17,6 +17,7 @@ from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GATE_NAMES, GateResult
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
+from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: P
 
 
 def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
-              actor: str, slice_size: int = 200, graph: TableGraph | None = None) -> Reconciliation:
+              actor: str, slice_size: int = SLICE_PARTITIONS, graph: TableGraph | None = None) -> Reconciliation:
     """The gates of the plan's window again, on the data as it is now; for a plan over a graph, of
     every table it wrote (`graph`: the loaded definitions)."""
     tables = plan_tables(state, spec, scheme, graph)

@@ -210,7 +210,7 @@ def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
 
 
 def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> PlanState:
-    """End a plan that wrote nothing: lifts the freeze and the pause. Recorded in the evidence."""
+    """End a plan that wrote nothing: lifts its claim and the publish freeze. Recorded in the evidence."""
     # "wrote nothing" is read from the ledger: all of it against the keyed chain first, so that
     # ledger rows deleted by hand never let a plan that wrote end without its rollback
     integrity.verify_record(session)

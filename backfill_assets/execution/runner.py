@@ -1,9 +1,9 @@
 """`backfill run`: the plan's stages through Dagster, on the instance the UI shows.
 
-Each slice is one Dagster run over a contiguous range of partitions, tagged with the plan, so
-every partition gets its own check results while the run overhead is paid once per slice. The
-run holds the plan's lease, renews it between slices, stops before the next slice when the plan
-is paused or cancelled, honours the plan's throttle, and halts at the first slice whose gates
+Each run of a stage is one Dagster run over a contiguous range of partitions, tagged with the plan, so
+every partition gets its own check results while the run overhead is paid once per run. The
+run holds the plan's lease, renews it between runs, stops before the next run when the plan
+is paused or cancelled, honours the plan's throttle, and halts at the first run whose gates
 fail; a rerun skips what already passed.
 """
 
@@ -37,7 +37,7 @@ def enable_event_batching() -> None:
 
 
 @dataclass
-class SliceReport:
+class RunReport:
     partitions: list[str]
     failed: dict[str, list[str]] = field(default_factory=dict)
     run_ids: list[str] = field(default_factory=list)
@@ -111,20 +111,20 @@ def gate_failures(session: Session, state: PlanState, keys: list[str],
 
 def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Lease,
             run_wave: Callable[[list[list[str]], str], list[tuple[str, list[str]]]], parallel: int = 1
-            ) -> list[SliceReport]:
-    """Run the stage's slices (of its table) in waves of `parallel` runs at once; before each wave
+            ) -> list[RunReport]:
+    """Run the stage's runs (of its table) in waves of `parallel` runs at once; before each wave
     stop when the plan is paused or cancelled; halt after the first wave with a failure."""
     from backfill_assets import terminal as output
 
     say = output.say
-    reports: list[SliceReport] = []
+    reports: list[RunReport] = []
     progress = Progress(len(stage.partitions) * stage.repeats, stage.name, output.write, output.terminal_is_tty())
     throttle = state.approved.plan.execution.max_partitions_per_minute
     asset = stage.asset or state.target
     for repeat in range(stage.repeats):
-        slices = [list(s) for s in stage.slices]
-        for i in range(0, len(slices), parallel):
-            wave = slices[i:i + parallel]
+        runs = [list(s) for s in stage.runs]
+        for i in range(0, len(runs), parallel):
+            wave = runs[i:i + parallel]
             started = time.monotonic()
             with contextlib.ExitStack() as wave_session:
                 session = wave_session.enter_context(warehouse.session())
@@ -133,12 +133,12 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                     say(f"plan {state.plan_id} is {now.hold}: stopped before {_at(stage, wave[0][0])} (runs in flight "
                         "finished); " + ("`backfill run` resumes" if now.hold is Hold.PAUSED
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
-                    return reports + [SliceReport(wave[0], errors=[f"plan {now.hold}"])]
+                    return reports + [RunReport(wave[0], errors=[f"plan {now.hold}"])]
                 try:
                     lease.renew(session, held)
                 except lease.LeaseLost as exc:
                     say(f"{exc.message}: stopped before {wave[0][0]} (runs in flight finished)")
-                    return reports + [SliceReport(wave[0], errors=["lease lost"])]
+                    return reports + [RunReport(wave[0], errors=["lease lost"])]
                 # on DuckDB the connection stays open, idle, while the wave's runs write, so theirs
                 # join this process's open database instead of loading it again; it is closed
                 # between waves, so `backfill pause` gets in
@@ -149,7 +149,7 @@ def execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.Le
                     session = wave_session.enter_context(warehouse.session())
                 failed = gate_failures(session, state, [k for keys in wave for k in keys], asset)
             for keys, (run_id, errors) in zip(wave, outcomes, strict=True):
-                report = SliceReport(keys, run_ids=[run_id], errors=errors)
+                report = RunReport(keys, run_ids=[run_id], errors=errors)
                 report.failed = {k: g for k, g in failed.items() if k in keys}
                 reports.append(report)
                 progress.advance(len(keys))
@@ -176,7 +176,7 @@ def _at(stage: Stage, key: str) -> str:
 
 def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, plan_id: str, target: str,
                keys: list[str], actor: str, verbose: bool, launcher: str | None = None) -> tuple[str, list[str]]:
-    """One slice in a worker process (runs_at_once > 1 on a server engine)."""
+    """One run in a worker process (runs_at_once > 1 on a server engine)."""
     from pathlib import Path
 
     from backfill_assets import terminal

@@ -1,5 +1,5 @@
 """Writing the partitions a run was permitted: one transaction for the run's partitions (at most
-PER_TRANSACTION of them).
+PARTITIONS_PER_TRANSACTION of them).
 
 The permission re-check, snapshots (first write under a plan), data writes, fingerprints, ledger
 rows, the gates' verdicts on exactly those bytes and the evidence of all of it commit together, or
@@ -28,7 +28,7 @@ from backfill_assets.warehouse.state_store import ledger as ledger_store
 from backfill_assets.warehouse.writes import ensure_table, write_rows
 
 RETRIES = 3  # a deadlock or serialization failure on a server engine: the transaction runs again
-PER_TRANSACTION = 50  # bounds a transaction's size when a run names many partitions
+PARTITIONS_PER_TRANSACTION = 50  # bounds a transaction's size when a run names many partitions
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
     done: list[PartitionWrite] = []
     results: dict[str, list[GateResult]] = {}
     keys = list(permission.keys)
-    for i in range(0, len(keys), PER_TRANSACTION):
-        part = keys[i:i + PER_TRANSACTION]
+    for i in range(0, len(keys), PARTITIONS_PER_TRANSACTION):
+        part = keys[i:i + PARTITIONS_PER_TRANSACTION]
         for attempt in range(RETRIES):
             try:
                 writes, judged = _write_batch(session, spec, scheme, permission, part, mode, allow_empty, run_id,

@@ -82,7 +82,7 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The plan's `checks` block: what each gate tolerates."""
+    """The plan's `gates` block: what each gate tolerates."""
 
     max_row_diff_pct: float
     max_duplicate_rows: int
@@ -101,13 +101,13 @@ class Thresholds:
 
     @classmethod
     def from_plan(cls, plan: Plan) -> Thresholds:
-        checks = plan.checks
+        gates = plan.gates
         return cls(
-            max_row_diff_pct=float(checks.row_count_parity.max_diff_pct),
-            max_duplicate_rows=int(checks.duplicates.max_rows),
+            max_row_diff_pct=float(gates.row_count_parity.max_diff_pct),
+            max_duplicate_rows=int(gates.duplicates.max_rows),
             metric_tolerances={m.name: Tolerance(float(m.tolerance_pct), float(m.tolerance_abs))
-                               for m in checks.metrics},
-            max_source_duplicates=int(checks.source_duplicates.max_rows),
+                               for m in gates.metrics},
+            max_source_duplicates=int(gates.source_duplicates.max_rows),
         )
 
 

@@ -1,4 +1,8 @@
-"""The seed's Replay Plan Checklist, ticked from the plan file and the control record."""
+"""The seed's Replay Plan Checklist, ticked from the plan file and the control record.
+
+Its items are the seed's, in this project's words: the seed's "publish pause" is the publish freeze,
+its "reconciliation checks" are the gates, its "slice proof" is the single-partition proof.
+"""
 
 from __future__ import annotations
 
@@ -39,19 +43,19 @@ _ITEM_KEYS = {
     2: ("publish", "downstream"),
     3: ("execution", "incremental"),
     4: ("rollback",),
-    5: ("checks", "expect"),
+    5: ("gates", "checks", "expect"),  # checks: the old spelling of gates
     6: ("approvals",),
 }
 
 LABELS = [
     "templates/backfill-plan.yaml drafted with owner and reason",
     "affected window and partitions bounded",
-    "publish paused and downstream owners notified",
+    "publish frozen and downstream owners notified",
     "idempotent write strategy documented",
     "rollback strategy documented",
-    "reconciliation checks defined with thresholds",
+    "reconciliation gates defined with thresholds",
     "approvals captured",
-    "dry run or slice proof completed",
+    "dry run or single-partition proof completed",
     "full window reconciliation passed",
     "publish reopened only after evidence recorded",
 ]
@@ -67,7 +71,7 @@ def _item_of(key: str) -> int:
 
 
 def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | None,
-          execution: ExecutionState, pause_notice: str | None = None,
+          execution: ExecutionState, freeze_notice: str | None = None,
           approvals_note: str | None = None) -> list[Item]:
     by_item: dict[int, list[PlanProblem]] = {}
     for problem in problems:
@@ -87,14 +91,14 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | Non
                 + (f"; scenario: {plan.scenario.label()}" if plan.scenario else "") if plan else ""),
         planned(1, f"{plan.window.start}..{plan.window.end}, proof {', '.join(plan.proof_keys[:3])}"
                 if plan else ""),
-        planned(2, (pause_notice or "pause set; notice goes to "
+        planned(2, (freeze_notice or "freeze set; notice goes to "
                     + ", ".join(sorted({o for c in plan.downstream for o in c.owners}
                                        | set(plan.publish.notify)))
                     + " when the plan is approved") if plan else ""),
         planned(3, f"mode {plan.execution.mode}; {plan.execution.idempotency[:60]}" if plan else ""),
         planned(4, "strategy written" if plan else ""),
-        planned(5, f"row count <= {plan.checks.row_count_parity.max_diff_pct:g}%, duplicates <= "
-                   f"{plan.checks.duplicates.max_rows}, {len(plan.checks.metrics)} metric(s) per key group, "
+        planned(5, f"row count <= {plan.gates.row_count_parity.max_diff_pct:g}%, duplicates <= "
+                   f"{plan.gates.duplicates.max_rows}, {len(plan.gates.metrics)} metric(s) per key group, "
                    "contract, one code version, source without duplicates, unchanged since checked; "
                    + (f"changes as expected: {plan.expect.describe()}" if plan.expect else
                       "changes not declared (no expect:)")
@@ -116,4 +120,4 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | Non
 
 
 def render(items: list[Item]) -> str:
-    return "Backfill gate:\n" + "\n".join(item.render() for item in items)
+    return "Backfill checklist:\n" + "\n".join(item.render() for item in items)

@@ -80,9 +80,9 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
                                     f"{spec.name}'s business keys are "
                                     f"[{', '.join(spec.business_keys)}]; give those or leave the key out"))
     declared = [m.name for m in spec.metrics]
-    for metric in plan.checks.metrics:
+    for metric in plan.gates.metrics:
         if metric.name not in declared:
-            problems.append(PlanProblem("checks.metrics.name", metric.name,
+            problems.append(PlanProblem("gates.metrics.name", metric.name,
                                         f"{spec.name} declares no such metric; use one of: "
                                         f"{', '.join(declared)}"))
     keys: list[str] = []
@@ -136,7 +136,7 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
                                         f"{member.asset}: {exc}"))
             listed[member.asset] = ()
     if keys and not problems:
-        problems += graph.check(plan.target, keys, listed)
+        problems += graph.plan_problems(plan.target, keys, listed)
         if not problems:  # in dependency order: each table after the one it reads
             derived = graph.derive(plan.target, keys)
             members.update({m.asset: list(m.keys) for m in derived[1:]})

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backfill_assets.errors import PlanInvalidError, PlanProblem
-from backfill_assets.plan.model import Plan
+from backfill_assets.plan.model import RENAMED, Plan
 from backfill_assets.plan.yaml_document import read_yaml_file
 from backfill_assets.settings import whole_number
 
@@ -53,27 +53,27 @@ FIXES: dict[str, str] = {
     "incremental": "fill watermark and metrics_comparable",
     "incremental.watermark": "say how the daily cursor behaves during and after the replay",
     "incremental.metrics_comparable": "say why metric definitions stay comparable",
-    "publish": "give {pause: true, notify: [...]}",
-    "publish.pause": "must be true: consumers keep the last good data during the replay",
-    "publish.notify": "list who is told when publish pauses and reopens",
+    "publish": "give {freeze: true, notify: [...]}",
+    "publish.freeze": "must be true: consumers keep the last good data during the replay",
+    "publish.notify": "list who is told when publish freezes and reopens",
     "publish.webhook_url": "give an http(s) URL or remove the key",
     "rollback": "give {strategy: ...}",
     "rollback.strategy": "describe in plain language how the window is restored",
-    "checks": "define row_count_parity, duplicates, metrics and contract",
-    "checks.row_count_parity": "give {max_diff_pct: N}",
-    "checks.row_count_parity.max_diff_pct": "give a percentage between 0 and 100",
-    "checks.duplicates": "give {max_rows: N}",
-    "checks.duplicates.max_rows": "give an integer >= 0 (usually 0)",
-    "checks.source_duplicates": "give {max_rows: N}",
-    "checks.source_duplicates.max_rows": "give an integer >= 0 (usually 0)",
-    "checks.metrics": "list [{name: ..., tolerance_abs: 0}], at least one",
-    "checks.metrics.name": "name a metric the target declares, e.g. net_revenue",
-    "checks.metrics.tolerance_pct": "give a percentage of the source figure between 0 and 100 "
+    "gates": "define row_count_parity, duplicates, metrics and contract",
+    "gates.row_count_parity": "give {max_diff_pct: N}",
+    "gates.row_count_parity.max_diff_pct": "give a percentage between 0 and 100",
+    "gates.duplicates": "give {max_rows: N}",
+    "gates.duplicates.max_rows": "give an integer >= 0 (usually 0)",
+    "gates.source_duplicates": "give {max_rows: N}",
+    "gates.source_duplicates.max_rows": "give an integer >= 0 (usually 0)",
+    "gates.metrics": "list [{name: ..., tolerance_abs: 0}], at least one",
+    "gates.metrics.name": "name a metric the target declares, e.g. net_revenue",
+    "gates.metrics.tolerance_pct": "give a percentage of the source figure between 0 and 100 "
                                     "(0.01 means 0.01%), or leave it out for exact",
-    "checks.metrics.tolerance_abs": "give an amount >= 0 in the metric's unit, or leave it out for exact",
-    "checks.metrics.tolerance": "name the unit: tolerance_pct (percent) or tolerance_abs (amount)",
-    "checks.contract": "give {enforce: true}",
-    "checks.contract.enforce": "must be true: the contract gate cannot be switched off",
+    "gates.metrics.tolerance_abs": "give an amount >= 0 in the metric's unit, or leave it out for exact",
+    "gates.metrics.tolerance": "name the unit: tolerance_pct (percent) or tolerance_abs (amount)",
+    "gates.contract": "give {enforce: true}",
+    "gates.contract.enforce": "must be true: the contract gate cannot be switched off",
     "expect": "give {changes: [{name: COLUMN_OR_METRIC}], rows_added: false, rows_removed: false}",
     "expect.changes": "list what may change as [{name: net_revenue, direction: up}]",
     "expect.changes.name": "name a value column or a metric of the target, e.g. net_revenue",
@@ -108,8 +108,15 @@ FIXES: dict[str, str] = {
 }
 
 
+def _current_path(path: str) -> str:
+    for old, new in RENAMED.items():
+        if path == old or path.startswith(old + "."):
+            return new + path[len(old):]
+    return path
+
+
 def fix_for(path: str) -> str:
-    parts = path.split(".")
+    parts = _current_path(path).split(".")
     while parts:
         candidate = ".".join(p for p in parts if not p.isdigit())
         if candidate in FIXES:
@@ -182,7 +189,11 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
             path = _dotted(loc)
             if any(path == t or path.startswith(t + ".") for t in todo_paths):
                 continue
-            if error["type"] == "extra_forbidden":
+            if error["type"] == "extra_forbidden" and path in RENAMED:
+                problems.append(PlanProblem(path, _value_at(document, loc),
+                                            f"the old spelling of {RENAMED[path]}, given too; keep only "
+                                            f"{RENAMED[path].split('.')[-1]}"))
+            elif error["type"] == "extra_forbidden":
                 problems.append(PlanProblem(path, _value_at(document, loc), fix_for(path)
                                             if path.split(".")[-1] in ("max_concurrent_partitions",
                                                                       "tolerance")
@@ -259,7 +270,7 @@ def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> li
     expect = _block(document, "expect")
     problems += _outside_window("execution.proof_partitions", _block(document, "execution").get("proof_partitions"),
                                 first, last)
-    problems += _listed_twice("checks.metrics.name", _block(document, "checks").get("metrics"))
+    problems += _listed_twice("gates.metrics.name", _block(document, "checks").get("metrics"))
     problems += _listed_twice("expect.changes.name", expect.get("changes"))
     problems += _outside_window("expect.partitions", expect.get("partitions"), first, last)
     return problems

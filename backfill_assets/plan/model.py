@@ -76,6 +76,18 @@ Amount = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1e18), AfterValidator
 Count = Annotated[StrictInt, Field(ge=0, le=10**12)]
 
 
+# Keys renamed since release 0.2, by dotted path. The old spelling is read for one release when the
+# new one is absent (both given: the old one is an unknown key); a plan's identity is computed over
+# the old spelling (`plan.identity`), so the rename voids no approval.
+RENAMED = {"checks": "gates", "publish.pause": "publish.freeze"}
+
+
+def _current_spelling(data: Any, old: str, new: str) -> Any:
+    if isinstance(data, dict) and old in data and new not in data:
+        return {new if key == old else key: value for key, value in data.items()}
+    return data
+
+
 class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -119,7 +131,15 @@ class Incremental(_Block):
 
 
 class Publish(_Block):
-    pause: Literal[True]
+    """`freeze: true`: consumers keep the published data they have until every gate passes (the seed's
+    "publish pause"; `pause:` is read as its old spelling for one release)."""
+
+    freeze: Literal[True]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        return _current_spelling(data, "pause", "freeze")
     notify: Annotated[list[Text], Field(min_length=1, max_length=100)]
     webhook_url: Annotated[str, StringConstraints(pattern=r"^https?://\S{1,2000}$")] | None = None
 
@@ -136,7 +156,7 @@ class Duplicates(_Block):
     max_rows: Count
 
 
-class MetricCheck(_Block):
+class MetricGate(_Block):
     """A metric compared per business-key group; both tolerances 0 (the default) means exact.
 
     tolerance_pct is in percent of the source figure (0.01 = 0.01%, one part in ten thousand);
@@ -152,10 +172,10 @@ class Contract(_Block):
     enforce: Literal[True]
 
 
-class Checks(_Block):
+class Gates(_Block):
     row_count_parity: RowCountParity
     duplicates: Duplicates
-    metrics: Annotated[list[MetricCheck], Field(min_length=1, max_length=100)]
+    metrics: Annotated[list[MetricGate], Field(min_length=1, max_length=100)]
     contract: Contract
     source_duplicates: Duplicates = Duplicates(max_rows=0)
 
@@ -331,7 +351,7 @@ class Plan(_Block):
     incremental: Incremental
     publish: Publish
     rollback: Rollback
-    checks: Checks
+    gates: Gates
     approvals: Approvals
     # every replayable table downstream of the target (derived from the asset graph, checked
     # against it): the plan recomputes, gates and publishes them with the target, as one
@@ -339,6 +359,11 @@ class Plan(_Block):
     # what the replay may change (gate changes_as_expected); None: not declared, nothing judged
     expect: Expect | None = None
     scenario: Scenario | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        return _current_spelling(data, "checks", "gates")
 
     @property
     def assets(self) -> list[str]:

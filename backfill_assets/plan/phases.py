@@ -34,7 +34,7 @@ class Phase(StrEnum):
 class Hold(StrEnum):
     """What stops a plan's runs without ending it (`backfill pause`, `backfill cancel`): a paused
     plan resumes with `backfill run`; a cancelled one only rolls back. Publish's own stop is the
-    freeze of a window by an active plan, not a hold."""
+    claim on a window by an active plan, not a hold."""
 
     PAUSED = "paused"
     CANCELLED = "cancelled"
@@ -56,7 +56,7 @@ _NEXT: dict[Phase, set[Phase]] = {
     Phase.WITHDRAWN: set(),
 }
 
-# Phases in which a plan holds its window: the freeze lock and the publish pause apply.
+# Phases in which a plan holds its window: its claim and the publish freeze apply.
 ACTIVE = frozenset({Phase.APPROVED, Phase.PROVING, Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED,
                     Phase.REPAIRING})
 # Phases in which the plan may write beyond its proof partitions.

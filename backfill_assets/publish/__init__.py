@@ -1,1 +1,1 @@
-"""Write-audit-publish: the pause, the publish rule, and notifying downstream owners."""
+"""Write-audit-publish: the freeze, the publish rule, and notifying downstream owners."""

@@ -1,4 +1,4 @@
-"""What downstream owners are told, and when: publish paused, reopened, rolled back, withdrawn.
+"""What downstream owners are told, and when: publish frozen, reopened, rolled back, withdrawn.
 
 Every notice is queued in the outbox inside the transaction that makes the change; the relay
 (`deliver_pending`, over `control.outbox.relay`) delivers webhook notices after the commit.
@@ -34,9 +34,9 @@ def _notice(session: Session, plan: Plan, event: str, message: str, actor: str,
                           message=message, body=body, webhook_url=plan.publish.webhook_url, actor=actor)
 
 
-def announce_pause(session: Session, plan: Plan, actor: str) -> int:
-    return _notice(session, plan, "paused",
-                   f"publish of {', '.join(c.asset for c in plan.downstream)} is paused for "
+def announce_freeze(session: Session, plan: Plan, actor: str) -> int:
+    return _notice(session, plan, "frozen",
+                   f"publish of {', '.join(c.asset for c in plan.downstream)} is frozen for "
                    f"{plan.window.start}..{plan.window.end} while plan {plan.plan_id} replays "
                    f"{plan.target}; you keep the last good data", actor)
 
@@ -63,7 +63,7 @@ def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | Non
 def announce_end(session: Session, plan: Plan, actor: str, how: str) -> int:
     return _notice(session, plan, how,
                    f"plan {plan.plan_id} was {how.replace('_', ' ')}; publish of "
-                   f"{plan.window.start}..{plan.window.end} is no longer paused by it", actor)
+                   f"{plan.window.start}..{plan.window.end} is no longer frozen by it", actor)
 
 
 def deliver_pending(warehouse: Warehouse, *, wait_seconds: float, budget: float | None = None) -> str | None:

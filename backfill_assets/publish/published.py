@@ -36,7 +36,7 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
     if not keys:
         return {}
     rows = store.latest(session, spec.publish_as, keys)
-    seals.check(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
+    seals.verify(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
     return {k: Publication(k, Fingerprint(int(n), str(d)), None if w is None else int(w), p)
             for k, n, d, w, p, _ in rows}
 

@@ -42,15 +42,17 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Check:
+class Blockers:
+    """What stands between partitions and the published table now (empty `problems`: nothing)."""
+
     problems: list[str] = field(default_factory=list)
     # key -> (fingerprint now, fingerprint written, write_id)
     changed: dict[str, tuple[Fingerprint, Fingerprint, int]] = field(default_factory=dict)
     plans: list[PlanState] = field(default_factory=list)
     latest: dict[str, ledger.LatestWrite | None] = field(default_factory=dict)  # what publish would copy
     shape: list[str] = field(default_factory=list)  # why the published table cannot hold the partitions
-    # the other tables of a plan's graph (`plan_check`): asset -> (its spec, its check)
-    others: dict[str, tuple[TableSpec, Check]] = field(default_factory=dict)
+    # the other tables of a plan's graph (`plan_blockers`): asset -> (its spec, its blockers)
+    others: dict[str, tuple[TableSpec, Blockers]] = field(default_factory=dict)
     # a cutover plan's dual-run streak, as judged now: plan_id -> streak
     cutover: dict[str, Streak] = field(default_factory=dict)
 
@@ -59,12 +61,12 @@ class Check:
         return bool(self.changed) or any(other.changed for _, other in self.others.values())
 
 
-def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-          graph: TableGraph | None = None, with_graph: bool = False) -> Check:
+def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
+             graph: TableGraph | None = None, with_graph: bool = False) -> Blockers:
     """Everything that blocks publishing `keys` of `spec` now; reads only (data fingerprints
     included). `with_graph`: `spec` is published as part of its plans' graphs (their target's
     publish copies all of their tables together); otherwise a graph's table is not published alone."""
-    found = Check()
+    found = Blockers()
     keys = list(dict.fromkeys(keys))
     wanted = set(keys)
     for plan in record.active_plans(session, target=spec.name):
@@ -78,7 +80,7 @@ def check(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequ
             found.problems.append(f"plan {plan.plan_id}: {why}")
         name = "" if spec.name == plan.target else f"{spec.name} "
         if plan.phase is not Phase.RECONCILED:
-            found.problems.append(f"{name}{held[0]}..{held[-1]} paused by plan {plan.plan_id} ({plan.phase}): "
+            found.problems.append(f"{name}{held[0]}..{held[-1]} frozen by plan {plan.plan_id} ({plan.phase}): "
                                   "publish reopens only after every gate of the window passed")
         elif not set(plan.keys_of(spec.name)) <= wanted:
             found.problems.append(f"{name}{held[0]}..{held[-1]} belong to plan {plan.plan_id}, whose window "
@@ -157,17 +159,17 @@ def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     return streak(keys, found, scenario.shadow_days, stale)
 
 
-def plan_check(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
-               graph: TableGraph | None = None) -> Check:
+def plan_blockers(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+                  graph: TableGraph | None = None) -> Blockers:
     """What blocks publishing a plan now: its target's window and, for a plan over a graph, every
     other table's partitions, as the target's publish would copy them together (reads only)."""
-    found = check(session, spec, scheme, list(state.partition_keys), graph, with_graph=True)
+    found = blockers(session, spec, scheme, list(state.partition_keys), graph, with_graph=True)
     for asset in state.assets[1:]:
         if graph is None or asset not in graph.tables:
             found.problems.append(f"{asset}: not in the loaded definitions, so it cannot be published with "
                                   f"{state.target}")
             continue
-        other = check(session, graph.spec(asset), graph.scheme(asset), list(state.keys_of(asset)), graph,
+        other = blockers(session, graph.spec(asset), graph.scheme(asset), list(state.keys_of(asset)), graph,
                       with_graph=True)
         found.problems += [f"{asset} {p}" for p in other.problems]
         found.others[asset] = (graph.spec(asset), other)
@@ -190,7 +192,7 @@ class Published:
 
 
 class _Refused(Exception):
-    def __init__(self, found: Check, spec: TableSpec) -> None:
+    def __init__(self, found: Blockers, spec: TableSpec) -> None:
         self.found = found
         self.spec = spec
 
@@ -204,7 +206,7 @@ class _Table:
     keys: list[str]
     impact: Impact | None = None
     impact_error: str = ""
-    found: Check | None = None
+    found: Blockers | None = None
 
 
 def _tables(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: list[str],
@@ -258,7 +260,7 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                 session.hold_table(table.spec.table)  # no writer may change a target between check and copy
             evidence_log.check_links(session)
             for table in tables:
-                found = table.found = check(session, table.spec, table.scheme, table.keys, graph,
+                found = table.found = blockers(session, table.spec, table.scheme, table.keys, graph,
                                             with_graph=len(tables) > 1)
                 found.shape = published_record.shape_problems(session, table.spec)
                 if found.shape:
@@ -303,7 +305,7 @@ def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _fix(found: Check) -> str:
+def _fix(found: Blockers) -> str:
     if found.shape:
         return "make the published table's columns what the contract declares (or drop it: publish creates it)"
     waiting = next(((pid, s) for pid, s in found.cutover.items() if not s.met), None)
@@ -335,7 +337,7 @@ def cutover_fix(plan_id: str, dual: Streak) -> str:
             f"`backfill rollback {plan_id}`; consumers keep the old pipeline's data meanwhile")
 
 
-def record_changed(session: Session, spec: TableSpec, found: Check, actor: str) -> None:
+def record_changed(session: Session, spec: TableSpec, found: Blockers, actor: str) -> None:
     """A partition changed after its gates ran: a failed `unchanged_since_checked`, for the UI too."""
     for other_spec, other in found.others.values():
         record_changed(session, other_spec, other, actor)
@@ -396,7 +398,7 @@ def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
                      graph={t.spec.name: t.keys for t in tables[1:]})
 
 
-def _copy_table(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Check, actor: str,
+def _copy_table(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Blockers, actor: str,
                 at: str) -> tuple[int, dict[str, tuple[Fingerprint, Fingerprint]]]:
     keys, plans = list(found.latest), found.plans
     replaced = published_record.edited(session, spec, scheme, keys)

@@ -37,6 +37,12 @@ def engine_for(url: str) -> Engine:
                      fix="use duckdb:///PATH or postgresql://USER@HOST:PORT/DB")
 
 
+# A slice: the partitions one statement judges, compares or diffs (the gates, the impact, `backfill
+# diff`), bounded so a statement's key list and its plan stay small. Not to be confused with a run
+# (`partitions_per_run`, a Dagster run's partitions) or a write transaction (PARTITIONS_PER_TRANSACTION).
+SLICE_PARTITIONS = 200
+
+
 @dataclass(frozen=True)
 class Warehouse:
     engine: Engine
@@ -59,4 +65,4 @@ def open_warehouse(home: Home | None = None, url: str | None = None) -> Warehous
     return Warehouse(engine_for(url or home.warehouse_url), home)
 
 
-__all__ = ["Engine", "Session", "Warehouse", "engine_for", "open_warehouse"]
+__all__ = ["SLICE_PARTITIONS", "Engine", "Session", "Warehouse", "engine_for", "open_warehouse"]

@@ -9,7 +9,7 @@ from backfill_assets.errors import IdentifierError
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def checked(name: str, what: str = "identifier") -> str:
+def validated(name: str, what: str = "identifier") -> str:
     if not isinstance(name, str) or not _PLAIN.match(name):
         raise IdentifierError(
             f"{what} {name!r} is not a plain SQL identifier",
@@ -19,7 +19,7 @@ def checked(name: str, what: str = "identifier") -> str:
 
 
 def quote(name: str, what: str = "identifier") -> str:
-    return '"' + checked(name, what) + '"'
+    return '"' + validated(name, what) + '"'
 
 
 def qualified(schema: str, table: str) -> str:
@@ -28,4 +28,4 @@ def qualified(schema: str, table: str) -> str:
 
 def table_for_asset(asset_key: str) -> str:
     """The warehouse table of an asset key: path parts joined by '__'."""
-    return checked("__".join(asset_key.split("/")), "asset table")
+    return validated("__".join(asset_key.split("/")), "asset table")

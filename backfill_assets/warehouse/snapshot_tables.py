@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from backfill_assets.warehouse.identifiers import checked
+from backfill_assets.warehouse.identifiers import validated
 
 SNAPSHOT_SCHEMA = "backfill_snapshots"
 
@@ -16,4 +16,4 @@ SNAPSHOT_SCHEMA = "backfill_snapshots"
 def snapshot_table(plan_id: str, table: str) -> str:
     # '-' is not allowed in a plain identifier; the digest keeps `fix-a` and `fix_a` apart
     digest = hashlib.sha256(plan_id.encode()).hexdigest()[:8]
-    return checked(f"{plan_id.replace('-', '_')}_{digest}__{table}", "snapshot table")
+    return validated(f"{plan_id.replace('-', '_')}_{digest}__{table}", "snapshot table")

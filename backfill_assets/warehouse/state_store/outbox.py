@@ -63,7 +63,8 @@ def notice_rows(session: Session, plan_id: str | None = None) -> list[tuple]:
         f"{where} ORDER BY o.notice_id", [plan_id] if plan_id else [])
 
 
-def last_of_event(session: Session, plan_id: str, event: str) -> tuple | None:
-    """(recorded_at, recipients) of the plan's last notice of `event`."""
+def last_of_event(session: Session, plan_id: str, events: tuple[str, ...]) -> tuple | None:
+    """(recorded_at, recipients) of the plan's last notice of one of `events`."""
+    marks = ", ".join("?" for _ in events)
     return session.one(f"SELECT recorded_at, recipients FROM {SCHEMA}.outbox WHERE plan_id = ? "
-                       "AND event = ? ORDER BY notice_id DESC LIMIT 1", [plan_id, event])
+                       f"AND event IN ({marks}) ORDER BY notice_id DESC LIMIT 1", [plan_id, *events])
