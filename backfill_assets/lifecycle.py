@@ -1,15 +1,16 @@
 """The plan's lifecycle: what each event does to a plan's phase and hold.
 
-Callers judge (a proof's verdict, a window's verdict, what a close found changed) and tell the
-lifecycle what happened, in their own transaction (the session they pass); the lifecycle decides
-the move and records it with `control.record.transition` / `set_hold`, the low-level writers no
+Callers say how to judge (a proof's verdict, a window's verdict, what a close finds changed); the
+lifecycle reads that verdict inside the transaction that makes the move, holding the plan's row, so
+no write and no other move lands between what it read and what it did. It decides the move and
+records it with `control.record.transition` / `set_hold`, the low-level writers no
 other module calls. The moves allowed at all are the phase machine's (`plan.phases`); this module
 says which of them each event takes, so "why did the plan move?" has one answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from backfill_assets.control import evidence_log, record
@@ -33,6 +34,9 @@ class Judged(Protocol):
 
     @property
     def blockers(self) -> list[str]: ...
+
+
+Judge = Callable[[PlanState], Judged]  # reads a verdict on the plan as it stands, in the caller's session
 
 
 def approvals_complete(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
@@ -63,30 +67,47 @@ def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str,
         return state
 
 
-def proof_judged(session: Session, state: PlanState, verdict: Judged, actor: str) -> PlanState:
-    """The proof slice's verdict: a passed proof is recorded and the plan is proven; a failed one
-    stays in proving (the proof runs again)."""
-    if state.phase is not Phase.PROVING or not verdict.passed:
+def _locked(session: Session, state: PlanState) -> PlanState:
+    """The plan's row, held exclusively until the caller's transaction ends: a writer holds it
+    shared for each of its transactions, so no write of the plan is half-way while a verdict is read
+    under it, and no other move can land between the verdict and the move it makes."""
+    return record.require(session, state.plan_id, exclusive=True)
+
+
+def proof_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:
+    """The proof's verdict: a passed proof is recorded and the plan is proven; a failed one stays in
+    proving (the proof runs again). `judge` reads the verdict inside the move's transaction."""
+    if state.phase is not Phase.PROVING:
         return state
     with session.transaction():
+        state = _locked(session, state)
+        if state.phase is not Phase.PROVING or not judge(state).passed:
+            return state
         evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
             "passed": True, "partitions": list(state.proof_keys), "sha256": state.approved_sha256})
         return record.transition(session, state.plan_id, Phase.PROVEN, actor,
                                  note="proof slice idempotent and gates passed")
 
 
-def window_judged(session: Session, state: PlanState, verdict: Judged, actor: str) -> PlanState:
-    """The whole window's verdict. A window that passed reconciles a plan writing it; one that no
-    longer passes sends a reconciled plan back to running and a published one to repairing."""
-    if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
-        if verdict.passed:
-            return state
-        back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
-        return record.transition(session, state.plan_id, back, actor,
-                                 note="no longer reconciled: " + verdict.blockers[0])
-    if state.phase not in WINDOW_JUDGED or not verdict.passed:
+def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:
+    """The whole window's verdict, read by `judge` inside the move's transaction. A window that
+    passed reconciles a plan writing it; one that no longer passes sends a reconciled plan back to
+    running and a published one to repairing."""
+    if state.phase not in WINDOW_JUDGED:
         return state
     with session.transaction():
+        state = _locked(session, state)
+        if state.phase not in WINDOW_JUDGED:
+            return state
+        verdict = judge(state)
+        if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
+            if verdict.passed:
+                return state
+            back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
+            return record.transition(session, state.plan_id, back, actor,
+                                     note="no longer reconciled: " + verdict.blockers[0])
+        if not verdict.passed:
+            return state
         if state.phase is Phase.PROVEN:
             state = record.transition(session, state.plan_id, Phase.RUNNING, actor,
                                       note="window already written by the proof")
@@ -100,16 +121,22 @@ def window_judged(session: Session, state: PlanState, verdict: Judged, actor: st
 
 
 def publication_checked(session: Session, state: PlanState, published_as: str,
-                        edits: Mapping[str, tuple[Fingerprint, Fingerprint]], actor: str) -> PlanState:
-    """What consumers read of a published plan's table (`published_as`), against what was published
-    (`edits`: partition -> (now, published)): an edit sends the plan to repairing, so the next
-    publish puts the checked bytes back."""
-    if state.phase is not Phase.PUBLISHED or not edits:
+                        edits_now: Callable[[], Mapping[str, tuple[Fingerprint, Fingerprint]]],
+                        actor: str) -> PlanState:
+    """What consumers read of a published plan's table (`published_as`), against what was published:
+    `edits_now` reads, inside the move's transaction, partition -> (now, published) of every edit.
+    An edit sends the plan to repairing, so the next publish puts the checked bytes back."""
+    if state.phase is not Phase.PUBLISHED:
         return state
-    first = next(iter(edits))
-    return record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
-        f"{len(edits)} partition(s) of {published_as} edited since published (first {first}: "
-        f"now {edits[first][0]}, published {edits[first][1]})"))
+    with session.transaction():
+        state = _locked(session, state)
+        edits = edits_now() if state.phase is Phase.PUBLISHED else {}
+        if not edits:
+            return state
+        first = next(iter(edits))
+        return record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
+            f"{len(edits)} partition(s) of {published_as} edited since published (first {first}: "
+            f"now {edits[first][0]}, published {edits[first][1]})"))
 
 
 def published(session: Session, state: PlanState, actor: str, *, with_graph: bool) -> PlanState:
@@ -119,16 +146,22 @@ def published(session: Session, state: PlanState, actor: str, *, with_graph: boo
                              + (f" with {', '.join(state.assets[1:])}" if with_graph else ""))
 
 
-def close_requested(session: Session, state: PlanState, changed: Sequence[str], actor: str,
-                    note: str = "") -> PlanState:
-    """Consumers confirmed a published plan: it closes, unless partitions `changed` after publish,
-    which sends it to repairing instead. Any other phase stays (the caller says why it may not close)."""
+def close_requested(session: Session, state: PlanState, changed_now: Callable[[PlanState], Sequence[str]],
+                    actor: str, note: str = "") -> PlanState:
+    """Consumers confirmed a published plan: it closes, unless partitions changed after publish
+    (`changed_now`, read inside the move's transaction), which sends it to repairing instead. Any
+    other phase stays (the caller says why it may not close)."""
     if state.phase is not Phase.PUBLISHED:
         return state
-    if changed:
-        return record.transition(session, state.plan_id, Phase.REPAIRING, actor,
-                                 note=f"{len(changed)} partition(s) changed after publish")
-    return record.transition(session, state.plan_id, Phase.CLOSED, actor, note=note or "consumers confirmed")
+    with session.transaction():
+        state = _locked(session, state)
+        if state.phase is not Phase.PUBLISHED:
+            return state
+        changed = changed_now(state)
+        if changed:
+            return record.transition(session, state.plan_id, Phase.REPAIRING, actor,
+                                     note=f"{len(changed)} partition(s) changed after publish")
+        return record.transition(session, state.plan_id, Phase.CLOSED, actor, note=note or "consumers confirmed")
 
 
 def rolled_back(session: Session, state: PlanState, actor: str) -> PlanState:

@@ -3,6 +3,7 @@ barrier on the server's own view of who waits for a lock, never a timing sleep."
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import threading
@@ -78,3 +79,43 @@ def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_
     assert "overlaps" in refused and refused.count("\n") == 1, refused
     phases = sorted(world.phase(name) for name in ("first", "second"))
     assert phases == ["approved", "drafted"], phases
+
+
+def test_a_window_verdict_is_read_with_no_write_of_the_plan_half_way(engine_world):
+    """The lifecycle reads the window's verdict inside the transaction that moves the plan, holding
+    its row: a write of the plan that was open while the verdict was asked for lands first, and a
+    failing write is seen, never reconciled over (before, the verdict was read without the lock and
+    the move waited for it alone: the plan became reconciled with a failing latest write)."""
+    from backfill_assets.control import record
+    from backfill_assets.execution.advance import advance, window_verdict
+    from tests.world import BUGGY
+
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.plan_run("fix", ["2026-01-01", "2026-01-03", "2026-01-04"]).success
+    assert world.phase() == "running"
+    with world.warehouse().session() as session:
+        assert window_verdict(session, record.require(session, "fix")).passed  # it would reconcile now
+    moved: dict[str, str] = {}
+
+    def judge_and_move() -> None:
+        with world.warehouse().session() as session:
+            moved["phase"] = advance(session, record.require(session, "fix"), "test").phase.value
+
+    judging = threading.Thread(target=judge_and_move)
+    with world.warehouse().session() as writer, writer.transaction():
+        # a run of the plan re-writing 01-03 is open: two source rows without a region arrived
+        # with it, so its contract gate fails
+        writer.execute("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, "
+                       "amount, status FROM orders WHERE order_date = ? LIMIT 2", [dt.date(2026, 1, 3)])
+        permission = permit(writer, FIXED, world.scheme, ["2026-01-03"], {PLAN_TAG: "fix"})
+        write_partitions(writer, FIXED, world.scheme, permission, run_id=None, actor="a run")
+        judging.start()
+        wait_for_waiters(world, 1, ROW + ADVISORY)  # the move waits for the writer (the plan row, or the chain)
+    judging.join(timeout=120)
+    assert moved["phase"] == "running" and world.phase() == "running"
+    with world.warehouse().session() as session:
+        verdict = window_verdict(session, record.require(session, "fix"))
+    assert not verdict.passed and "2026-01-03" in verdict.failed

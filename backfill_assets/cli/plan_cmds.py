@@ -6,6 +6,7 @@ import argparse
 import re
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backfill_assets.bounded import read_bounded
 from backfill_assets.cli.common import (
@@ -26,6 +27,9 @@ from backfill_assets.errors import (
 from backfill_assets.plan.approvals import signing_command
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_document
+
+if TYPE_CHECKING:
+    from backfill_assets.control.record import PlanState
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -329,11 +333,11 @@ def cmd_close(args: argparse.Namespace) -> int:
         status = plan_status(session, state, table.spec, table.scheme(), table.graph)
         from backfill_assets.publish.rule import plan_blockers
 
-        found = plan_blockers(session, state, table.spec, table.scheme(), table.graph) \
-            if state.phase is Phase.PUBLISHED else None
-        changed = [k for k in found.changed] + [f"{a} {k}" for a, (_, o) in found.others.items()
-                                                for k in o.changed] if found else []
-        after = lifecycle.close_requested(session, state, changed, actor(), args.note or "")
+        def changed_now(now: PlanState) -> list[str]:
+            found = plan_blockers(session, now, table.spec, table.scheme(), table.graph)
+            return [*found.changed, *(f"{a} {k}" for a, (_, o) in found.others.items() for k in o.changed)]
+
+        after = lifecycle.close_requested(session, state, changed_now, actor(), args.note or "")
         if after.phase is not Phase.CLOSED:
             if after.phase is not state.phase:  # sent to repairing: the way on is repairing's
                 status = plan_status(session, after, table.spec, table.scheme(), table.graph)

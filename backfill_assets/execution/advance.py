@@ -107,17 +107,16 @@ def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | No
     table's spec and partitions, a published plan whose published partitions were edited
     since goes back to repairing, so the next publish puts the checked bytes back (with `graph`,
     the published tables of every table the plan wrote)."""
-    # the verdicts are computed here, the moves they make decided by the lifecycle; each verdict
+    # the verdicts are read here, inside the lifecycle's transaction for the move they make; each
     # only in the phases it can move, as reading the ledger for a whole window is not free
-    if state.phase is Phase.PROVING:
-        state = lifecycle.proof_judged(session, state, proof_verdict(session, state), actor)
-    if state.phase in lifecycle.WINDOW_JUDGED:
-        state = lifecycle.window_judged(session, state, window_verdict(session, state), actor)
+    state = lifecycle.proof_judged(session, state, lambda now: proof_verdict(session, now), actor)
+    state = lifecycle.window_judged(session, state, lambda now: window_verdict(session, now), actor)
     # still published: the window passed, and what consumers read is checked against what was published
     if state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
         for table, table_scheme, keys in plan_tables(state, spec, scheme, graph):
-            edits = published_record.edited(session, table, table_scheme, list(keys))
-            state = lifecycle.publication_checked(session, state, table.publish_as, edits, actor)
+            state = lifecycle.publication_checked(
+                session, state, table.publish_as,
+                lambda t=table, s=table_scheme, k=keys: published_record.edited(session, t, s, list(k)), actor)
             if state.phase is not Phase.PUBLISHED:
                 break
     return state
