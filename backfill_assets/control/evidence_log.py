@@ -189,7 +189,8 @@ def _append_head(home: Home, seq: int, row_hash: str) -> None:
         from backfill_assets import terminal
 
         terminal.say(f"backfill: warning: evidence row {seq} committed but its head could not be logged to "
-                     f"{path} ({exc.strerror or exc}); `evidence verify` still checks the chain's links")
+                     f"{path} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}); "
+                     "`evidence verify` still checks the chain's links")
 
 
 def recorded_head(home: Home) -> tuple[int, str] | None:
