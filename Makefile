@@ -25,6 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-system-packages.sh
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadscope
 
 ui: $(STAMP)

@@ -29,7 +29,7 @@ from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_freeze
 from backfill_assets.signing.principals import canonical_principal
 from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
-from backfill_assets.trust.root import Candidate, Counted, tally
+from backfill_assets.trust.root import Candidate, Counted, TrustRoot, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 
@@ -87,7 +87,7 @@ def approval_lock(target: str) -> str:
     return f"approve:{target}"
 
 
-def _verified_one(root, plan: Plan, sha: str, code: str, candidate: Candidate) -> Counted:
+def _verified_one(root: TrustRoot, plan: Plan, sha: str, code: str, candidate: Candidate) -> Counted:
     """The signature given on the command line, or refuse saying why it does not count."""
     found = tally(root, [candidate], kind=PLAN_APPROVAL,
                   expect={"plan": sha, "code": code, "warehouse": root.warehouse_id},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import dagster as dg
@@ -36,7 +37,7 @@ _said: set[str] = set()
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _postgres_storage(url: str) -> dict:
+def _postgres_storage(url: str) -> dict[str, Any]:
     """`postgres_db` fields of a postgresql:// URL, the password as an environment reference.
     SQLAlchemy 2.1 with psycopg 3 fails dagster-postgres's NOTIFY; psycopg2 works (see
     docs/postgres-instance-notes.md), hence the scheme."""
@@ -44,7 +45,7 @@ def _postgres_storage(url: str) -> dict:
     if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
         raise UsageError(f"--instance-url {parts.scheme}://{parts.hostname or ''}{parts.path} is not a "
                          "postgresql://USER@HOST:PORT/DB URL", fix="pass --instance-url postgresql://USER@HOST:PORT/DB")
-    db: dict = {"username": unquote(parts.username or ""), "hostname": parts.hostname or "localhost",
+    db: dict[str, Any] = {"username": unquote(parts.username or ""), "hostname": parts.hostname or "localhost",
                 "port": parts.port or 5432, "db_name": unquote(parts.path.lstrip("/")),
                 "scheme": "postgresql+psycopg2"}
     if parts.password:
@@ -54,8 +55,8 @@ def _postgres_storage(url: str) -> dict:
     return {"storage": {"postgres": {"postgres_db": db}}}
 
 
-def dagster_config(home: Home, postgres_url: str | None = None) -> dict:
-    coordinator: dict = {"backfill_home": str(home.root)}
+def dagster_config(home: Home, postgres_url: str | None = None) -> dict[str, Any]:
+    coordinator: dict[str, Any] = {"backfill_home": str(home.root)}
     if os.environ.get(WAREHOUSE_URL_ENV):  # the coordinator reads the same warehouse as the CLI
         coordinator["warehouse_url"] = {"env": WAREHOUSE_URL_ENV}
     coordinator.update({
@@ -65,7 +66,7 @@ def dagster_config(home: Home, postgres_url: str | None = None) -> dict:
             *({"key": CAP_TAG.format(n), "value": {"applyLimitPerUniqueValue": True}, "limit": n}
               for n in range(1, MAX_CAP + 1)),
             {"key": "dagster/schedule_name", "limit": DAILY_RUN_LIMIT}]})
-    config: dict = {
+    config: dict[str, Any] = {
         "run_coordinator": {"module": "backfill_assets.defs.coordinator", "class": COORDINATOR,
                             "config": coordinator},
         # a run whose worker died (kill -9, OOM) is marked failed instead of staying STARTED
@@ -93,7 +94,7 @@ def dagster_yaml(home: Home, postgres_url: str | None = None) -> str:
     return HEADER + yaml.safe_dump(dagster_config(home, postgres_url), sort_keys=False, width=100)
 
 
-def _read_existing(config: Path) -> dict:
+def _read_existing(config: Path) -> dict[str, Any]:
     try:
         data = read_regular(config, 1024 * 1024)
         # libyaml's loader when PyYAML has it: the same documents, ~6x faster (read on every open)
@@ -112,7 +113,8 @@ def _read_existing(config: Path) -> dict:
 def check_existing(config: Path, postgres_url: str | None = None) -> str | None:
     """One line when an existing dagster.yaml lacks what we need (it is kept as it is)."""
     document = _read_existing(config)
-    coordinator = document.get("run_coordinator") if isinstance(document.get("run_coordinator"), dict) else {}
+    found = document.get("run_coordinator")
+    coordinator = found if isinstance(found, dict) else {}
     if coordinator.get("class") != COORDINATOR:
         return (f"{config} has no {COORDINATOR} run coordinator: UI backfills are not refused before "
                 "they start nor capped per plan (each run still checks the write permission); it is "
@@ -201,10 +203,10 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
 # So the process keeps the instances it opened, keyed by what they were made from: dagster.yaml's
 # bytes and the environment it reads. Callers never dispose one; the process's exit does.
 _KEPT_INSTANCES = 4
-_instances: OrderedDict[tuple, dg.DagsterInstance] = OrderedDict()
+_instances: OrderedDict[tuple[Any, ...], dg.DagsterInstance] = OrderedDict()
 
 
-def _instance_key(path: Path) -> tuple:
+def _instance_key(path: Path) -> tuple[Any, ...]:
     import hashlib
 
     try:  # its bytes, not its size and time: a rewrite within one clock tick (or `cp -p`) is seen too

@@ -138,7 +138,7 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
 
     def dispose(self) -> None:
         self._dispose_engines()
-        super().dispose()
+        super().dispose()  # type: ignore[no-untyped-call]  # untyped in Dagster
 
 
 class FileComputeLogManager(LocalComputeLogManager):
@@ -156,7 +156,8 @@ class FileComputeLogManager(LocalComputeLogManager):
         ensure_file(errpath)
         with redirect_to_file(sys.stdout, outpath), redirect_to_file(sys.stderr, errpath):
             yield CapturedLogContext(log_key)
-        touch_file(self.complete_artifact_path(log_key))  # as Dagster's: the UI knows the capture ended
+        # as Dagster's: the UI knows the capture ended
+        touch_file(self.complete_artifact_path(log_key))  # type: ignore[no-untyped-call]  # untyped in Dagster
 
 
 def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -208,7 +209,7 @@ def log_check_evaluations(context: Any, evaluations: Sequence[Any]) -> None:
     from dagster._core.events import DagsterEvent, DagsterEventBatchMetadata, DagsterEventType, generate_event_batch_id
 
     step = context.op_execution_context._step_execution_context
-    batch = generate_event_batch_id()
+    batch = generate_event_batch_id()  # type: ignore[no-untyped-call]  # untyped in Dagster
     last = len(evaluations) - 1
     # the instance batches only while this is set (it reads it on every event); a run the daemon
     # launched has not set it, so it is set for these events alone

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import re
+from collections.abc import Iterator
 
 from backfill_assets.errors import BackfillError
 
@@ -31,7 +32,7 @@ class EnvironmentFault(BackfillError):
     """The machine refused a write (full disk, size limit, read-only or unwritable folder)."""
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     todo = [exc]
     while todo:

@@ -85,7 +85,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         verified: bool | str = True
     except (EvidenceChainBroken, BackfillError) as exc:
         verified = f"NO: {exc}"
-    document = {
+    document: dict[str, Any] = {
         "plan": {
             "plan_id": state.plan_id, "sha256": sha, "owner": state.owner, "target": state.target,
             "source_of_truth": plan.source_of_truth if plan else None,

@@ -53,7 +53,7 @@ class PartitionImpact:
     def unchanged(self) -> bool:
         return not (self.added or self.removed or self.changed)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"partition": self.partition, "rows_before": self.rows_before, "rows_after": self.rows_after,
                 "added": self.added, "removed": self.removed, "changed": self.changed,
                 "totals": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in self.totals.items()},
@@ -78,13 +78,13 @@ class Impact:
     metrics: list[str]
     partitions: list[PartitionImpact]
     # key -> (before, now) of the hash pass it was computed from (see `consumer_impact_holds`)
-    prints: dict[str, tuple] = field(default_factory=dict, compare=False, repr=False)
+    prints: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
     # the plan's `expect:` for this table: `text` and `to_json` mark what it did not declare
     expected: Expectation | None = field(default=None, compare=False, repr=False)
 
     @property
-    def totals(self) -> dict:
-        out = {"partitions_changed": sum(1 for p in self.partitions if not p.unchanged),
+    def totals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"partitions_changed": sum(1 for p in self.partitions if not p.unchanged),
                "added": sum(p.added for p in self.partitions), "removed": sum(p.removed for p in self.partitions),
                "changed": sum(p.changed for p in self.partitions)}
         for m in self.metrics:
@@ -96,8 +96,8 @@ class Impact:
             out[m] = {"old": float(old), "new": float(new), "difference": float(new - old)}
         return out
 
-    def to_json(self) -> dict:
-        document = {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"plan_id": self.plan_id, "table": self.table, "totals": self.totals,
                     "partitions": [p.to_json() for p in self.partitions]}
         if self.expected is not None and self.expected.declared:
             document["expected"] = self.expected.to_json()
@@ -115,7 +115,7 @@ class Impact:
         wanted = set(keys)
         return Impact(plan_id, self.table, self.metrics, [p for p in self.partitions if p.partition in wanted])
 
-    def summary(self, limit: int = 50) -> dict:
+    def summary(self, limit: int = 50) -> dict[str, Any]:
         """Totals and the first `limit` changed partitions with their top keys: bounded for a
         notice or an evidence row however long the window."""
         changed = [p for p in self.partitions if not p.unchanged]
@@ -141,7 +141,7 @@ class Impact:
             t = totals[m]
             lines.append(f"  {m}: {t['old']:,.2f} -> {t['new']:,.2f} ({t['difference']:+,.2f})")
         marking = self.expected is not None and self.expected.declared
-        if marking:
+        if marking and self.expected is not None:
             lines.append(f"  expected: {self.expected.summary}; NOT EXPECTED marks the rest")
         shown = [p for p in self.partitions if not p.unchanged][:limit]
         for p in shown:
@@ -193,7 +193,8 @@ def _fmt(value: object, sign: bool = False) -> str:
 
 
 def compare(session: Session, spec: TableSpec, scheme: PartitionScheme, before_source: str | None,
-            keys: Sequence[str], top: int = 5, prints: dict[str, tuple] | None = None) -> list[PartitionImpact]:
+            keys: Sequence[str], top: int = 5,
+            prints: dict[str, tuple[Any, ...]] | None = None) -> list[PartitionImpact]:
     """`before_source` (a quoted table; None: empty) against the spec's table now, for these keys.
 
     Which partitions changed at all is found with an engine-native hash over both tables (one pass
@@ -237,6 +238,7 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
     for row in changed_rows(session, spec, scheme, before_source, keys, top):
         key = row[0]
         values = list(row[5 + n_keys:])
+        per_key: dict[str, tuple[object, object, float | None]]
         totals, per_key = {}, {}
         for m in metrics:
             tb, ta, bm, am = values[:4]
@@ -258,7 +260,7 @@ def consumer_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, 
     """What consumers will see change when `keys` are published: the published table now (before
     the copy) against the target, slice by slice."""
     parts: list[PartitionImpact] = []
-    prints: dict[str, tuple] = {}
+    prints: dict[str, tuple[Any, ...]] = {}
     for i in range(0, len(keys), SLICE_PARTITIONS):
         parts += compare(session, spec, scheme, quote(spec.publish_table), keys[i:i + SLICE_PARTITIONS], top, prints)
     return Impact("", spec.publish_as, [m.name for m in spec.metrics], parts, prints)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backfill_assets.control import authority, ledger, record
 from backfill_assets.control.record import PlanState
@@ -80,7 +80,7 @@ def history(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     return out
 
 
-_FITS: dict[tuple, Fit] = {}
+_FITS: dict[tuple[Any, ...], Fit] = {}
 
 
 def _fit(plan: PlanState, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None) -> Fit:

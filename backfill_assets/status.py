@@ -6,7 +6,7 @@ the control record and the data as they are now. Hints name the exact command to
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from backfill_assets.control import authority, evidence_log, lease, record, trust_record
@@ -45,11 +45,11 @@ class PlanStatus:
     running: str | None = None   # who holds the run lease
     next: str = ""
     # every other table of the plan's graph: asset -> {"partitions", "written", "failed", "window"}
-    graph: dict[str, dict] = field(default_factory=dict)
+    graph: dict[str, dict[str, Any]] = field(default_factory=dict)
     # a cutover plan's dual run: its streak against what it needs, and what reset it
     cutover: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from backfill_assets.home import Home
 
@@ -57,7 +58,7 @@ def say(message: str) -> None:
     write(message + "\n")
 
 
-def run_config() -> dict:
+def run_config() -> dict[str, Any]:
     level = "DEBUG" if _verbose else "INFO"
     return {"loggers": {"console": {"config": {"log_level": level}}}}
 

@@ -313,3 +313,20 @@ def test_a_process_given_another_evidence_key_is_refused_before_it_appends(world
     assert one_line(refused.err)
     assert len(chain(world)) == rows  # the chain is not broken for good: nothing was appended
     assert backfill("evidence", "verify").code == 0
+
+
+def test_a_head_log_turned_into_a_pipe_after_its_check_is_a_warning_after_the_commit(world, capfd):
+    """The head log is checked once per session; should it stop being a regular file before a later
+    commit of that session, the commit stands and the missing head is one warning line."""
+    from backfill_assets.control import evidence_log
+
+    assert world.cli("init") == 0
+    with world.warehouse().session() as session:
+        evidence_log.append(session, plan_id=None, kind="note", actor="test", payload={"n": 1})  # checks it
+        heads_log(world).unlink()
+        os.mkfifo(heads_log(world))  # no reader: opening it to write fails (ENXIO), said as a pipe
+        capfd.readouterr()
+        row = evidence_log.append(session, plan_id=None, kind="note", actor="test", payload={"n": 2})
+    err = capfd.readouterr().err
+    assert f"evidence row {row.seq} committed but its head could not be logged" in err and "(a named pipe)" in err, err
+    assert chain(world)[-1][0] == row.seq

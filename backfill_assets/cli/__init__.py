@@ -12,6 +12,8 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from types import ModuleType
+from typing import NoReturn
 
 from backfill_assets import terminal as output
 from backfill_assets.cli import guard_cmd, plan_cmds
@@ -22,7 +24,7 @@ INTERNAL_ERROR = 3
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other misuse
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other misuse
         sys.stderr.write(f"backfill: {message} (see `{self.prog} --help`)\n")
         raise SystemExit(2)
 
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_modules() -> list:
+def _command_modules() -> list[ModuleType]:
     from backfill_assets.cli import ops_cmds
 
     return [plan_cmds, guard_cmd, *ops_cmds.modules()]

@@ -16,7 +16,7 @@ from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.trust.policy import POLICY_FILE, Policy
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = sub.add_parser("approvers", help="the trust root: allowed_signers and the policy approvals count under")
     actions = group.add_subparsers(dest="approvers_action", required=True, metavar="{show,statement,pin}")
     show = actions.add_parser("show", help="the pinned trust root and its history")

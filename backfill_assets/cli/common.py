@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backfill_assets.control import record
 from backfill_assets.control.record import PlanState
@@ -26,6 +27,11 @@ from backfill_assets.plan.model import PLAN_ID_PATTERN
 from backfill_assets.trust.root import TrustRoot
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from backfill_assets.defs.graph import TableGraph
 
 
 def home_of(args: argparse.Namespace) -> Home:
@@ -195,7 +201,8 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
         "the plan is never trusted"))
 
 
-def record_plan_state(args: argparse.Namespace, plan_id: str, graph=None, instance=None) -> None:
+def record_plan_state(args: argparse.Namespace, plan_id: str, graph: TableGraph | None = None,
+                      instance: dg.DagsterInstance | None = None) -> None:
     """The plan's state on each of its tables' assets in the Dagster UI, right after this command
     changed it (the reopen sensor records it on its ticks too). After the commit, and best effort:
     if Dagster's instance cannot be opened now, the sensor's next tick shows it. `instance`: the one

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backfill_assets.cli.common import add_home, home_of
 from backfill_assets.errors import BackfillError
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.plan.loading import collect_problems, read_plan_document
 
+if TYPE_CHECKING:
+    from backfill_assets.errors import PlanProblem
+    from backfill_assets.home import Home
+    from backfill_assets.plan.model import Plan
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     guard = sub.add_parser("guard", help="the replay plan checklist; exit 0 only when it may run")
     guard.add_argument("plan_file")
     guard.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
@@ -30,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     guard.set_defaults(handler=cmd_guard)
 
 
-def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]:
+def _fit_problems(plan: Plan, defs: str | None) -> tuple[list[PlanProblem], str | None, str | None]:
     """Problems fitting the plan to its table, a note why it was not checked, and the table's code
     identity (what signatures must bind)."""
     try:
@@ -47,7 +53,7 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]
     return fitted.problems, None, table.code_identity(plan.assets)
 
 
-def _execution(plan, home) -> tuple[ExecutionState, str | None]:
+def _execution(plan: Plan, home: Home) -> tuple[ExecutionState, str | None]:
     from backfill_assets.cli.common import committed_home
     from backfill_assets.control import record
     from backfill_assets.control.schema import has_control_schema
@@ -74,7 +80,7 @@ def _execution(plan, home) -> tuple[ExecutionState, str | None]:
         (f"frozen; notice queued at {notice[0]} for {notice[1]}" if notice else None)
 
 
-def guard_items(plan_file: Path, home, signers_path: str | None = None, defs: str | None = None,
+def guard_items(plan_file: Path, home: Home, signers_path: str | None = None, defs: str | None = None,
                 policy_path: str | None = None, warehouse: str | None = None) -> list[Item]:
     from backfill_assets.cli.common import resolve_root
     from backfill_assets.plan.approvals import file_tally

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from backfill_assets.cli.common import add_home, home_of, writing
 from backfill_assets.control.evidence_log import create_key
 
+if TYPE_CHECKING:
+    from backfill_assets.signing.allowed_signers import AllowedSigners
+    from backfill_assets.trust.policy import Policy
+    from backfill_assets.warehouse.engine import Session
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     init = sub.add_parser("init", help="create the control record, the evidence key and DAGSTER_HOME")
     init.add_argument("--instance", choices=("sqlite", "postgres"), default="sqlite",
                       help="Dagster's run, event and schedule storage: sqlite files in DAGSTER_HOME "
@@ -23,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     init.set_defaults(handler=cmd_init)
 
 
-def _pin_first(session, signers, policy) -> str:
+def _pin_first(session: Session, signers: AllowedSigners, policy: Policy) -> str:
     """Pin the first trust root; an identical one is already pinned; another one is refused."""
     from backfill_assets.cli.common import actor
     from backfill_assets.control import trust_record

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, writing
 from backfill_assets.errors import PlanRefused, UsageError
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.loading import LoadedDefs
+    from backfill_assets.partitions import PartitionScheme
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load = sub.add_parser("load", help="fill a table's never-written partitions without a plan, in ranged runs")
     load.add_argument("target", help="the replayable table")
     load.add_argument("--start", required=True, help="first partition key")
@@ -30,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     load.set_defaults(handler=cmd_load, relay=True)
 
 
-def _span(scheme, start: str, end: str, target: str) -> list[str]:
+def _span(scheme: PartitionScheme, start: str, end: str, target: str) -> list[str]:
     for key in (start, end):
         if key not in scheme:
             raise UsageError(f"{key!r} is not a partition of {target}",
@@ -41,11 +47,11 @@ def _span(scheme, start: str, end: str, target: str) -> list[str]:
     return list(scheme.ordered_keys[first:last + 1])
 
 
-def _per_run(args: argparse.Namespace, loaded, target: str) -> int:
+def _per_run(args: argparse.Namespace, loaded: LoadedDefs, target: str) -> int:
     if args.per_run is not None:
         if not 1 <= args.per_run <= 1000:
             raise UsageError(f"--per-run {args.per_run} is out of range", fix="give 1..1000")
-        return args.per_run
+        return int(args.per_run)
     import dagster as dg
 
     policy = loaded.definitions.resolve_assets_def(dg.AssetKey(target.split("/"))).backfill_policy
@@ -89,6 +95,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     progress = Progress(len(keys), stage.name, output.write, output.terminal_is_tty())
     runs, halted = 0, None
     fail_dead_runs(instance)
+    part: Sequence[str]  # a slice, then the halted run's keys
     with output.dagster_output(home) as log:
         for part in stage.runs:
             _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from backfill_assets.cli.common import add_home, plan_id_of, reading
 
+if TYPE_CHECKING:
+    from backfill_assets.warehouse.engine import Session
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd = sub.add_parser("notices", help="notices to downstream owners and their delivery")
     cmd.add_argument("plan", nargs="?", help="a plan file or id (default: every plan)")
     cmd.add_argument("--json", action="store_true")
@@ -40,7 +44,7 @@ def cmd_notices(args: argparse.Namespace) -> int:
     return 0
 
 
-def undelivered_line(session, plan_id: str) -> str | None:
+def undelivered_line(session: Session, plan_id: str) -> str | None:
     """For `status`: how many of the plan's notices are not delivered yet, or None when none are."""
     from backfill_assets.control.outbox import notices
 

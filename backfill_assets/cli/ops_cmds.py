@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 
-def modules() -> list:
+
+def modules() -> list[ModuleType]:
     from backfill_assets.cli import (
         approvers_cmd,
         demo_cmd,

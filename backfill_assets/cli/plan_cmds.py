@@ -30,9 +30,10 @@ from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_
 
 if TYPE_CHECKING:
     from backfill_assets.control.record import PlanState
+    from backfill_assets.defs.loading import LoadedTable
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser("plan", help="draft, validate, approve, show, close and withdraw replay plans")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)
 
@@ -136,7 +137,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table_for(plan_target: str, defs: str | None, *, required: bool):
+def _table_for(plan_target: str, defs: str | None, *, required: bool) -> tuple[LoadedTable | None, str | None]:
     """The loaded table of the plan's target, or None (with why) when definitions cannot be found."""
     from backfill_assets.defs.loading import load_defs
 
@@ -170,7 +171,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def graph_lines(table, members: dict[str, list[str]]) -> list[str]:
+def graph_lines(table: LoadedTable, members: dict[str, list[str]]) -> list[str]:
     """What the plan writes beyond its target, and which consumers read it, for people to see
     before anyone signs."""
     from backfill_assets.defs.graph import Member
@@ -183,8 +184,8 @@ def graph_lines(table, members: dict[str, list[str]]) -> list[str]:
         lines.append(f"  graph     {asset} {_span(keys)}, recomputed from {upstream}, gated, published with it")
     found = table.graph.consumers([Member(a, tuple(k)) for a, k in members.items()])
     for consumer in found:
-        keys = "all of it (unpartitioned)" if consumer.keys is None else _span(list(consumer.keys))
-        lines.append(f"  consumer  {consumer.asset} {keys} reads {consumer.reads}: requested after the publish")
+        shown = "all of it (unpartitioned)" if consumer.keys is None else _span(list(consumer.keys))
+        lines.append(f"  consumer  {consumer.asset} {shown} reads {consumer.reads}: requested after the publish")
     return lines
 
 
@@ -212,6 +213,7 @@ def cmd_statement(args: argparse.Namespace) -> int:
     path = Path(args.plan_file)
     plan = load_plan(path)
     table, _ = _table_for(plan.target, args.defs, required=True)
+    assert table is not None  # required: _table_for raises instead
     with reading(args) as session:
         root = trust_record.require(session)
     print(plan_statement(plan, root, table.code_identity(plan.assets), valid_days=args.valid_days).text, end="")
@@ -228,6 +230,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     path = Path(args.plan_file)
     plan = load_plan(path)
     table, _ = _table_for(plan.target, args.defs, required=True)
+    assert table is not None  # required: _table_for raises instead
     sha = plan_sha256(plan)
     with reading(args) as session:
         root = trust_record.require(session)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 from backfill_assets.errors import WindowError
+
+if TYPE_CHECKING:
+    from backfill_assets.defs.loading import LoadedTable
 
 
 def _value(text: str) -> str:
@@ -26,7 +30,7 @@ def _replace(text: str, pattern: str, new: str) -> tuple[str, bool]:
     return out, bool(count)
 
 
-def prefill(text: str, table, start: str | None, end: str | None) -> tuple[str, list[str]]:
+def prefill(text: str, table: LoadedTable, start: str | None, end: str | None) -> tuple[str, list[str]]:
     """The template `text` with what `table` (a loaded table, its graph attached) answers; and what
     was filled, one short phrase each."""
     spec, filled = table.spec, []

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,8 +26,15 @@ from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.cli.partition_args import given as partition_args_given
 from backfill_assets.errors import PublishBlocked, UsageError
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.defs.loading import LoadedDefs
+    from backfill_assets.home import Home
+    from backfill_assets.partitions import PartitionScheme
+    from backfill_assets.table import TableSpec
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rec = sub.add_parser("reconcile", help="every gate of the window on the data as it is now")
     rec.add_argument("plan")
     rec.add_argument("--json", action="store_true")
@@ -203,7 +211,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tables_if_found():
+def _tables_if_found() -> LoadedDefs | None:
     """The loaded definitions, when they can be found: then status also checks the published table
     against what was published. A status without them still answers."""
     from backfill_assets.defs.loading import load_defs
@@ -215,7 +223,8 @@ def _tables_if_found():
         return None
 
 
-def _table_of(loaded, target: str) -> tuple:
+def _table_of(loaded: LoadedDefs | None,
+              target: str) -> tuple[TableSpec | None, PartitionScheme | None, TableGraph | None]:
     from backfill_assets.errors import BackfillError
 
     if loaded is None:
@@ -227,7 +236,7 @@ def _table_of(loaded, target: str) -> tuple:
     return table.spec, table.scheme(), table.graph
 
 
-def _fail_dead_runs(home) -> list[str]:
+def _fail_dead_runs(home: Home) -> list[str]:
     """Runs of ours whose process died are marked failed (only where a Dagster instance exists)."""
     if not (home.dagster_home / "dagster.yaml").exists() or not os.access(home.dagster_home, os.W_OK):
         return []  # a reading command on a read-only home shows the plans all the same

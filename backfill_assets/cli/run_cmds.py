@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from backfill_assets import lifecycle
 from backfill_assets import terminal as output
@@ -24,8 +25,13 @@ from backfill_assets.control import lease, ledger, record
 from backfill_assets.errors import PlanRefused, UsageError
 from backfill_assets.plan.phases import PAST_PROOF, Hold, Phase
 
+if TYPE_CHECKING:
+    from backfill_assets.defs.loading import LoadedDefs
+    from backfill_assets.execution.stages import Stage
+    from backfill_assets.warehouse.engine import Session
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run the plan through Dagster: --proof first, then the window")
     run.add_argument("plan", help="the plan's file or plan_id")
     run.add_argument("--proof", action="store_true", help="the proof partitions, twice")
@@ -53,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rollback.set_defaults(handler=cmd_rollback, relay=True)
 
 
-def _stages(args: argparse.Namespace, session, state, loaded) -> list:
+def _stages(args: argparse.Namespace, session: Session, state: record.PlanState, loaded: LoadedDefs) -> list[Stage]:
     """What this run does: the proof; named partitions of one table; or the rest of the window and
     then each table of the plan's graph, in dependency order (each skips what already passed)."""
     from backfill_assets.execution.stages import downstream_stage, partitions_stage, proof_stage, window_stage
@@ -84,7 +90,7 @@ def _stages(args: argparse.Namespace, session, state, loaded) -> list:
     return stages
 
 
-def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
+def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stage) -> None:
     pid = state.plan_id
     if state.phase not in (Phase.APPROVED, Phase.PROVING, *PAST_PROOF):
         raise PlanRefused(f"plan {pid} is {state.phase}; it cannot run", fix=f"see `backfill status {pid}`")
@@ -184,13 +190,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 pool = ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"))
                 url = os.environ.get("BACKFILL_WAREHOUSE_URL")
 
-                def run_wave(wave, asset):
+                def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
                                            asset, keys, actor(), output.verbose(),
                                            lease.launcher_label(held)) for keys in wave]
                     return [f.result() for f in futures]
             else:
-                def run_wave(wave, asset):
+                def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:
                     return [run_range(loaded, loaded.table(asset), instance, state.plan_id, keys, actor(),
                                       output.run_config()) for keys in wave]
             for stage in stages:

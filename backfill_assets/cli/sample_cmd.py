@@ -10,7 +10,7 @@ from backfill_assets.demo.sample import generate_orders, sample_owns_orders
 from backfill_assets.errors import UsageError, WriteRefused
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sample = sub.add_parser("sample", help="write deterministic sample orders into the warehouse")
     sample.add_argument("--days", type=int, required=True)
     sample.add_argument("--rows-per-day", type=int, required=True)

@@ -12,16 +12,18 @@ another identity. Verdicts are cached per process until the earliest expiry they
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from backfill_assets.control import record, trust_record
 from backfill_assets.control.record import PlanVersion
 from backfill_assets.signing.statements import PLAN_APPROVAL, ROLLBACK, Statement
 from backfill_assets.trust.root import Candidate, Tally, tally
+from backfill_assets.warehouse.engine import Session
 
-_CACHE: dict[tuple, Tally] = {}
+_CACHE: dict[tuple[Any, ...], Tally] = {}
 
 
-def plan_tally(session, version: PlanVersion, *, code: str | None,
+def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
                now: dt.datetime | None = None) -> Tally:
     """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
     (the coordinator, which cannot load the table: the run's own permission checks it)."""
@@ -45,7 +47,7 @@ def plan_tally(session, version: PlanVersion, *, code: str | None,
     return found
 
 
-def refusal(session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:
+def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:
     """Why the plan's approvals do not authorise it now (one clause), or None."""
     found = plan_tally(session, version, code=code, now=now)
     if found.approved:
@@ -56,7 +58,7 @@ def refusal(session, version: PlanVersion, *, code: str | None, now: dt.datetime
     return f"its approvals do not hold now: needs {why}"
 
 
-def rollback_statement(session, version: PlanVersion, *, signed: dt.datetime | None = None) -> Statement:
+def rollback_statement(session: Session, version: PlanVersion, *, signed: dt.datetime | None = None) -> Statement:
     """What approvers sign to roll back a published plan whose own approvals no longer hold."""
     root = trust_record.require(session)
     signed = signed or dt.datetime.now(dt.UTC)
@@ -64,7 +66,7 @@ def rollback_statement(session, version: PlanVersion, *, signed: dt.datetime | N
                           plan=version.sha256, warehouse=root.warehouse_id)
 
 
-def rollback_tally(session, version: PlanVersion, candidates: list[Candidate]) -> Tally:
+def rollback_tally(session: Session, version: PlanVersion, candidates: list[Candidate]) -> Tally:
     """Signatures authorising the rollback of a published plan: the policy's approvers for its
     target (the owner's keys never count), over a `rollback` statement for this plan and warehouse."""
     root = trust_record.require(session)

@@ -98,7 +98,7 @@ def can_verify(session: Session) -> bool:
 
 def session_key(session: Session) -> bytes:
     """The chain's key for reading (verifying) rows; refused when it is not the chain's key."""
-    cached = getattr(session, "_evidence_key", None)
+    cached: bytes | None = getattr(session, "_evidence_key", None)
     if cached is not None:
         return cached
     if session.home is None:
@@ -116,7 +116,7 @@ def session_key(session: Session) -> bytes:
     return key
 
 
-def _key_for(session: Session, *, chain_empty: bool, last: tuple | None) -> bytes:
+def _key_for(session: Session, *, chain_empty: bool, last: tuple[Any, ...] | None) -> bytes:
     """The key for appending: created with the chain's first row, its id recorded then (or, for a
     chain of an earlier release, once the last row verifies under it)."""
     if session.home is None:
@@ -189,7 +189,8 @@ def _append_head(home: Home, seq: int, row_hash: str) -> None:
         from backfill_assets import terminal
 
         terminal.say(f"backfill: warning: evidence row {seq} committed but its head could not be logged to "
-                     f"{path} ({exc.strerror or exc}); `evidence verify` still checks the chain's links")
+                     f"{path} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}); "
+                     "`evidence verify` still checks the chain's links")
 
 
 def recorded_head(home: Home) -> tuple[int, str] | None:
@@ -226,7 +227,7 @@ class EvidenceRow:
     row_hash: str = ""
 
 
-def row_of(r: tuple) -> EvidenceRow:
+def row_of(r: tuple[Any, ...]) -> EvidenceRow:
     return EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], json.loads(r[5]), r[6], r[7])
 
 

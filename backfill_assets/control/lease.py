@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.errors import PartitionRefused, PlanRefused
@@ -62,7 +63,7 @@ def current(session: Session, plan_id: str) -> Lease | None:
     return _lease(row)
 
 
-def _lease(row: tuple | None) -> Lease | None:
+def _lease(row: tuple[Any, ...] | None) -> Lease | None:
     return Lease(row[0], row[1], row[2], int(row[3]), row[4], float(row[5])) if row else None
 
 

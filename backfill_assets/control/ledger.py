@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from backfill_assets.control import evidence_log, seals
 from backfill_assets.gates.results import GateResult
@@ -27,7 +28,7 @@ class LatestWrite:
     fingerprint: Fingerprint
     code_version: str | None
     code_identity: str | None = None
-    gates: dict[str, tuple[bool, dict]] = field(default_factory=dict)  # gate -> (passed, figures)
+    gates: dict[str, tuple[bool, dict[str, Any]]] = field(default_factory=dict)  # gate -> (passed, figures)
     checked: dict[str, str | None] = field(default_factory=dict)  # gate -> checked fingerprint
 
     @property
@@ -135,7 +136,7 @@ class RecordedFailure:
     asset: str
     partition_key: str
     gate: str
-    figures: dict
+    figures: dict[str, Any]
     recorded_at: str
     write_id: int | None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import next_id
@@ -37,7 +38,7 @@ RETRIES = store.RETRIES
 
 
 def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str], message: str,
-            body: dict, webhook_url: str | None, actor: str) -> int:
+            body: dict[str, Any], webhook_url: str | None, actor: str) -> int:
     notice_id = next_id(session)
     payload = {**body, "notice_id": notice_id, "event": event, "message": message,
                "recipients": recipients}
@@ -58,7 +59,7 @@ class Delivery:
 
 def backoff_seconds(attempts: int) -> float:
     """Seconds before the next attempt after `attempts` failed ones: doubling, capped at an hour."""
-    return min(BACKOFF_FIRST_SECONDS * 2 ** max(0, attempts - 1), BACKOFF_MAX_SECONDS)
+    return float(min(BACKOFF_FIRST_SECONDS * 2 ** max(0, attempts - 1), BACKOFF_MAX_SECONDS))
 
 
 def deadline_seconds() -> float:
@@ -134,7 +135,7 @@ class Notice:
     def undelivered(self) -> bool:
         return self.webhook and not self.delivered_at
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"notice_id": self.notice_id, "plan_id": self.plan_id, "event": self.event,
                 "recipients": self.recipients, "message": self.message, "webhook": self.webhook,
                 "attempts": self.attempts, "last_error": self.last_error, "delivered_at": self.delivered_at,

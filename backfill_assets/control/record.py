@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
@@ -147,7 +148,7 @@ def keys_digest(keys_text: str) -> str:
 
 
 # verified versions, by the row as read: a row edited later is read, and refused, again
-_VERSIONS: dict[tuple, PlanVersion] = {}
+_VERSIONS: dict[tuple[Any, ...], PlanVersion] = {}
 
 
 def version(session: Session, sha: str) -> PlanVersion | None:
@@ -178,7 +179,7 @@ def version(session: Session, sha: str) -> PlanVersion | None:
     return found
 
 
-def _state_of(row: tuple) -> dict[str, str | None]:
+def _state_of(row: tuple[Any, ...]) -> dict[str, str | None]:
     return dict(zip(_STATE_FIELDS, (row[1], row[2], row[3], row[4], row[5]), strict=True))
 
 
@@ -197,7 +198,7 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
     return found
 
 
-def _states(session: Session, rows: list[tuple]) -> list[PlanState]:
+def _states(session: Session, rows: list[tuple[Any, ...]]) -> list[PlanState]:
     if rows and evidence_log.can_verify(session):
         chain = _chain_states(session, [r[0] for r in rows])
         for row in rows:

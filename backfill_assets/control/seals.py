@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
@@ -60,7 +61,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                            fix=evidence_log.FORGED_FIX)
     if not wanted or not evidence_log.can_verify(session):
         return
-    found: dict[int, list[tuple]] = {s: [] for s in wanted}
+    found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in wanted}
     for row in store.rows_of_seqs(session, table, wanted):
         found[int(row[-1])].append(row[:-1])
     chain = evidence_log.by_seq(session, wanted)

@@ -19,6 +19,7 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
@@ -51,7 +52,7 @@ class PinnedRoot:
 _CACHE: dict[tuple[str, str], list[PinnedRoot]] = {}
 
 
-def _rows(session: Session) -> tuple[list[tuple], tuple[int, int | None]]:
+def _rows(session: Session) -> tuple[list[tuple[Any, ...]], tuple[int, int | None]]:
     """The pinned roots, and how many pins the chain recorded with the last one's number: each row
     is checked against its own chain row, and these find a row deleted (the pin that removed a
     leaked key) or all of them (so that `init` would pin a first root again)."""
@@ -63,7 +64,7 @@ def _rows(session: Session) -> tuple[list[tuple], tuple[int, int | None]]:
     return rows, (pins, last_pin)
 
 
-def _refuse_removed(session: Session, rows: list[tuple], pins: int, last_pin: int | None) -> None:
+def _refuse_removed(session: Session, rows: list[tuple[Any, ...]], pins: int, last_pin: int | None) -> None:
     # a row no chain row pinned, or one pinned twice, is refused by the checks of each row; what
     # only the chain shows is that its last pin has no row any more
     if last_pin is None or any(r[9] == last_pin for r in rows):
@@ -205,7 +206,7 @@ def repin(session: Session, signers: AllowedSigners, policy: Policy, candidates:
 
 
 def _insert(session: Session, version: int, warehouse_id: str, signers: AllowedSigners, policy: Policy,
-            signatures: list[dict], actor: str) -> PinnedRoot:
+            signatures: list[dict[str, str]], actor: str) -> PinnedRoot:
     text = json.dumps(signatures, sort_keys=True)
     at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     seq = evidence_log.next_seq(session)

@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 16 * 1024
@@ -30,7 +31,7 @@ def _left(deadline: float) -> float:
     return remaining
 
 
-def _resolve(host: str, port: int, deadline: float) -> list[tuple]:
+def _resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
     """The addresses of `host`, or _Deadline: the lookup runs in a thread nobody waits for past the
     deadline (a lookup cannot be interrupted; it ends when the resolver gives up)."""
     found: dict[str, object] = {}

@@ -17,6 +17,7 @@ extras), and every identifier is validated by TableSpec before any SQL exists.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import dagster as dg
@@ -48,7 +49,8 @@ class PartitionsModel(dg.Model):
     def build(self) -> dg.PartitionsDefinition:
         if self.cadence == "static":
             return dg.StaticPartitionsDefinition(self.keys or [])
-        kinds = {"hourly": dg.HourlyPartitionsDefinition, "daily": dg.DailyPartitionsDefinition,
+        kinds: dict[str, Callable[..., dg.PartitionsDefinition]] = {
+                 "hourly": dg.HourlyPartitionsDefinition, "daily": dg.DailyPartitionsDefinition,
                  "weekly": dg.WeeklyPartitionsDefinition, "monthly": dg.MonthlyPartitionsDefinition}
         extra = {"timezone": self.timezone} if self.timezone else {}
         return kinds[self.cadence](start_date=self.start or "2026-01-01", **extra)

@@ -15,7 +15,7 @@ partition by partition, whatever this coordinator decided.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from dagster import AssetKey
 from dagster._config import Field, StringSource
@@ -33,6 +33,10 @@ from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, CAP_TAG, MAX_CAP, PLAN_TAG, RANGE_END, RANGE_START, REPLAYABLE_OP_TAG
 from backfill_assets.warehouse import open_warehouse
+
+if TYPE_CHECKING:
+    from dagster._config.config_schema import UserConfigSchema
+    from dagster._serdes import ConfigurableClassData
 
 
 def run_span(tags: Mapping[str, str]) -> tuple[str, str] | None:
@@ -88,7 +92,7 @@ def table_of_workspace(workspace: Any, target: str) -> tuple[TableSpec, Any] | N
     """The spec and partitions definition of `target` as the run's code location declares them,
     read through the workspace's asset graph (a Dagster internal, kept to this function; a test of
     the coordinator fails when an upgrade moves it). None when it cannot be read."""
-    from backfill_assets.defs.replayable import SPEC_METADATA
+    from backfill_assets.defs.graph import SPEC_METADATA
 
     try:
         node = workspace.asset_graph.get(AssetKey(target.split("/")))
@@ -131,8 +135,8 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
         super().__init__(**kwargs)
 
     @classmethod
-    def config_type(cls):
-        schema = dict(super().config_type())
+    def config_type(cls) -> UserConfigSchema:
+        schema = dict(cast("Mapping[str, Any]", super().config_type()))  # Dagster's is a dict of fields
         schema["backfill_home"] = Field(StringSource, is_required=False,
                                         description="BACKFILL_HOME (keys, the embedded warehouse)")
         schema["warehouse_url"] = Field(StringSource, is_required=False,
@@ -140,7 +144,7 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
         return schema
 
     @classmethod
-    def from_config_value(cls, inst_data, config_value):
+    def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> Self:
         base = super().from_config_value(inst_data, config_value)
         base._backfill_home = config_value.get("backfill_home")
         base._warehouse_url = config_value.get("warehouse_url")

@@ -16,12 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from backfill_assets.errors import PlanProblem
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec, code_identity_of
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.assets.graph.asset_graph import AssetGraph  # no public name; types only
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class Consumer:
 SPEC_METADATA = "backfill_assets/spec"  # a replayable target carries its TableSpec as JSON
 
 
-def tables_of_graph(asset_graph) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
+def tables_of_graph(asset_graph: AssetGraph) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
     """The replayable tables of an asset graph, from the spec each target carries."""
     found = {}
     for asset in asset_graph.asset_nodes:
@@ -55,6 +59,7 @@ def tables_of_graph(asset_graph) -> dict[str, tuple[TableSpec, dg.PartitionsDefi
             continue
         text = raw.value if hasattr(raw, "value") else raw
         spec = TableSpec.from_json(str(text))
+        assert asset.partitions_def is not None  # make_replayable_table's target is always partitioned
         found[spec.name] = (spec, asset.partitions_def)
     return found
 
@@ -70,12 +75,13 @@ def key_name(key: dg.AssetKey) -> str:
 class TableGraph:
     """The replayable tables of a set of definitions, and the partition mappings between them."""
 
-    def __init__(self, asset_graph, tables: Mapping[str, tuple[TableSpec, dg.PartitionsDefinition]]) -> None:
+    def __init__(self, asset_graph: AssetGraph,
+                 tables: Mapping[str, tuple[TableSpec, dg.PartitionsDefinition]]) -> None:
         self.asset_graph = asset_graph
         self.tables = dict(tables)
 
     @classmethod
-    def of(cls, asset_graph) -> TableGraph:
+    def of(cls, asset_graph: AssetGraph) -> TableGraph:
         return cls(asset_graph, tables_of_graph(asset_graph))
 
     def spec(self, name: str) -> TableSpec:
@@ -221,7 +227,7 @@ def _span(keys: tuple[str, ...]) -> str:
 _GRAPHS: dict[int, TableGraph] = {}
 
 
-def graph_of(asset_graph) -> TableGraph:
+def graph_of(asset_graph: AssetGraph) -> TableGraph:
     """The tables of an asset graph (built once per graph object)."""
     key = id(asset_graph)
     found = _GRAPHS.get(key)
@@ -232,12 +238,12 @@ def graph_of(asset_graph) -> TableGraph:
     return found
 
 
-def graph_of_repository(repository_def) -> TableGraph:
+def graph_of_repository(repository_def: dg.RepositoryDefinition) -> TableGraph:
     """The graph of the definitions a sensor belongs to."""
     return graph_of(repository_def.asset_graph)
 
 
-def graph_of_run(context) -> TableGraph:
+def graph_of_run(context: dg.AssetExecutionContext) -> TableGraph:
     """The graph of the definitions a run belongs to: its repository's where Dagster set one (runs of a
     code location: the UI, the daemon), else its job's (a job run in process holds every asset of
     the definitions it was resolved from)."""

@@ -108,6 +108,7 @@ def _definitions_in(module: ModuleType, attr: str | None, source: str) -> dg.Def
         found = [v for v in vars(module).values() if isinstance(v, dg.Definitions)]
         lazy = [v for k, v in vars(module).items() if callable(v) and type(v).__name__ == "LazyDefinitions"]
         candidates = found or lazy
+    value: Any
     for value in candidates:
         if type(value).__name__ == "LazyDefinitions":
             value = value()
@@ -126,7 +127,7 @@ def _workspace_targets(folder: Path) -> list[tuple[str, str | None, str | None]]
         document = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read {path} ({exc})", fix=FIX) from None
-    out = []
+    out: list[tuple[str, str | None, str | None]] = []
     for entry in document.get("load_from") or []:
         for kind in ("python_module", "python_file"):
             value = entry.get(kind) if isinstance(entry, dict) else None

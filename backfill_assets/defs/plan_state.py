@@ -14,6 +14,7 @@ import dagster as dg
 from backfill_assets.control import record
 from backfill_assets.control.record import PlanState
 from backfill_assets.defs.graph import TableGraph, asset_key
+from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
 from backfill_assets.status import markdown, plan_status
 from backfill_assets.table import TableSpec
@@ -23,7 +24,8 @@ PLAN_STATE_METADATA = "backfill_assets/plans"
 ENDED_SHOWN = 5  # the table's last ended plans shown below its active ones
 
 
-def _root(state: PlanState, spec: TableSpec | None, scheme, graph: TableGraph | None) -> tuple:
+def _root(state: PlanState, spec: TableSpec | None, scheme: PartitionScheme | None,
+          graph: TableGraph | None) -> tuple[TableSpec | None, PartitionScheme | None, TableGraph | None]:
     """The plan's target's spec and scheme (this table's, unless the plan is another table's graph)."""
     if spec is not None and state.target == spec.name:
         return spec, scheme, graph
@@ -32,7 +34,7 @@ def _root(state: PlanState, spec: TableSpec | None, scheme, graph: TableGraph | 
     return None, None, None
 
 
-def plans_of_table(session: Session, table: str, spec: TableSpec | None = None, scheme=None,
+def plans_of_table(session: Session, table: str, spec: TableSpec | None = None, scheme: PartitionScheme | None = None,
                    graph: TableGraph | None = None) -> tuple[str, int]:
     """The markdown table of `table`'s plans (active first, then its last ended ones) and how many
     are active. Without the table's spec (definitions not loaded) the publish blockers are left out."""

@@ -1,7 +1,8 @@
 """The publish asset: what consumers read, copied from the audited target under the publish rule."""
 
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -16,9 +17,9 @@ from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
 
 
-def impact_metadata(impact: Impact) -> dict[str, object]:
+def impact_metadata(impact: Impact) -> dict[str, Any]:
     """An impact as materialization metadata: numeric deltas the UI plots, and its markdown table."""
-    return {k: dg.MetadataValue.md(v) if k == "impact" else v for k, v in impact.metadata().items()}
+    return {k: dg.MetadataValue.md(str(v)) if k == "impact" else v for k, v in impact.metadata().items()}
 
 
 def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition, target_key: dg.AssetKey,
@@ -40,7 +41,7 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                                    "the data being copied; frozen while a replay plan holds them.",
         required_resource_keys={warehouse_key},
     )
-    def published(context: dg.AssetExecutionContext):
+    def published(context: dg.AssetExecutionContext) -> Iterator[dg.AssetCheckEvaluation | dg.MaterializeResult[Any]]:
         keys = list(context.partition_keys)
         scheme = table_scheme(spec, partitions_def)
         graph = graph_of_run(context)
@@ -70,7 +71,7 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                 context.log_event(dg.AssetMaterialization(
                     asset_key=asset_key(other.publish_as), partition=key,
                     metadata={"plans": ", ".join(done.plans_published), "published_with": spec.publish_as}))
-        replaced = {"replaced_edited_partitions": dg.MetadataValue.int(len(done.replaced_edits)),
+        replaced: dict[str, Any] = {"replaced_edited_partitions": dg.MetadataValue.int(len(done.replaced_edits)),
                     "replaced_edits": ", ".join(sorted(done.replaced_edits)[:50])} if done.replaced_edits else {}
         yield dg.MaterializeResult(metadata={
             **replaced,

@@ -8,8 +8,9 @@ backfill runs ranges of `partitions_per_run` partitions (a backfill policy), lik
 """
 
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -50,14 +51,15 @@ class ReplayableTable:
         return table_scheme(self.spec, self.partitions_def)
 
 
-def _check_event(key: dg.AssetKey, result: GateResult, partition_key: str | None):
+def _check_event(key: dg.AssetKey, result: GateResult,
+                 partition_key: str | None) -> dg.AssetCheckResult | dg.AssetCheckEvaluation:
     """A yielded result in a one-partition run, else an evaluation logged for its partition."""
     metadata: dict[str, object] = {f"figure.{k}": dg.MetadataValue.float(v) for k, v in result.numbers.items()}
     metadata["detail"] = dg.MetadataValue.text(result.detail)
     metadata["figures"] = dg.MetadataValue.json({"expected": result.expected, "actual": result.actual,
                                                  "threshold": result.threshold,
                                                  "difference": result.difference})
-    common = dict(asset_key=key, check_name=result.gate, passed=result.passed, metadata=metadata,
+    common: dict[str, Any] = dict(asset_key=key, check_name=result.gate, passed=result.passed, metadata=metadata,
                   severity=dg.AssetCheckSeverity.ERROR, description=result.detail[:1000])
     if partition_key is None:
         return dg.AssetCheckResult(**common)
@@ -65,7 +67,7 @@ def _check_event(key: dg.AssetKey, result: GateResult, partition_key: str | None
 
 
 def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: TableSpec,
-                     scheme: PartitionScheme, permission: Permission) -> dict[str, object]:
+                     scheme: PartitionScheme, permission: Permission) -> dict[str, Any]:
     """What a plan's run changed against the snapshot taken before the plan's first write of each
     partition (`backfill diff` for these partitions): numeric deltas and a markdown table. A report
     on data already written and judged: if it cannot be computed the run still stands, and says so."""
@@ -131,7 +133,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                               fix="leave range_form out (select_sql then binds $partition)")
     if tags and RESERVED_TAG in tags:
         raise UsageError(f"tags of {spec.name} may not set {RESERVED_TAG}", fix="give the tag another name")
-    shared = dict(metadata=_team_metadata(metadata, spec), owners=list(owners or []),
+    shared: dict[str, Any] = dict(metadata=_team_metadata(metadata, spec), owners=list(owners or []),
                   kinds=set(kinds) if kinds is not None else {"sql"})
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
@@ -150,7 +152,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         op_tags={REPLAYABLE_OP_TAG: spec.name},
         required_resource_keys={warehouse_key},
     )
-    def target(context: dg.AssetExecutionContext):
+    def target(context: dg.AssetExecutionContext) -> Iterator[dg.MaterializeResult[Any] | dg.AssetCheckResult
+                                                              | dg.AssetCheckEvaluation]:
         keys = list(context.partition_keys)
         tags = dict(context.run.tags)
         actor = run_actor(context)

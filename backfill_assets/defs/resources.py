@@ -25,7 +25,8 @@ from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
 
 
-class WarehouseResource(dg.ConfigurableResource):
+# generic only to a type checker: a subscript here would put a pydantic `ConfigurableResource[...]` class in the MRO
+class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The warehouse runs write to: `url` (e.g. postgresql://...), else $BACKFILL_WAREHOUSE_URL,
     else the embedded DuckDB file in `home` (default $BACKFILL_HOME or ./.backfill).
 

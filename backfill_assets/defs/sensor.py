@@ -28,6 +28,7 @@ from backfill_assets.publish.notify import deliver_pending
 from backfill_assets.settings import whole_number
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START
+from backfill_assets.warehouse.engine import Session
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
 SENSOR_RELAY_BUDGET_SECONDS = 10.0  # a tick stays short; what is left waits for the next tick
@@ -46,7 +47,7 @@ def publish_run_tags(state: record.PlanState) -> dict[str, str]:
             ACTOR_TAG: "reopen-sensor"}
 
 
-def consumer_requests(session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
+def consumer_requests(session: Session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
     """After a plan's publish, a run of each consumer downstream of its tables (a pandas report,
     an extract), for the partitions that read them: once per publish (the run key)."""
     published = evidence_log.rows(session, state.plan_id, "published")
@@ -81,7 +82,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     f"and shows {spec.name}'s plans on the asset.",
         required_resource_keys={warehouse_key},
     )
-    def reopen(context: dg.SensorEvaluationContext):
+    def reopen(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
         requests, notes, table, active = [], [], "", 0
         scheme = table_scheme(spec, partitions_def)

@@ -7,6 +7,8 @@ A plan over daily_revenue covers monthly_revenue too: one approval, one run, one
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 
 from backfill_assets.defs.replayable import make_replayable_table
@@ -24,7 +26,7 @@ ORDERS = dg.AssetSpec(
 
 
 @dg.asset(deps=[MONTHLY_REVENUE.publish_as], group_name="revenue", kinds={"pandas"})
-def revenue_report(warehouse: WarehouseResource):
+def revenue_report(warehouse: WarehouseResource) -> dg.Output[Any]:
     """Net revenue per month and region as consumers see it: a plain pandas asset downstream of the
     published months, refreshed by the reopen sensor after a plan's publish."""
     import pandas as pd
@@ -42,7 +44,7 @@ def build_definitions(spec: TableSpec = DAILY_REVENUE, home: str = "", url: str 
     table = make_replayable_table(spec, PARTITIONS, group_name="revenue")
     daily = dg.define_asset_job("daily_revenue_incremental", selection=[table.target.key, table.publish.key],
                                 partitions_def=PARTITIONS)
-    assets: list = [ORDERS, *table.assets]
+    assets: list[dg.AssetSpec | dg.AssetsDefinition] = [ORDERS, *table.assets]
     sensors = [table.sensor]
     if monthly is not None:
         rollup = make_replayable_table(monthly, MONTHS, group_name="revenue")

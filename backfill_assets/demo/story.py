@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from cryptography.hazmat.primitives import serialization
@@ -30,12 +31,12 @@ from backfill_assets.errors import UsageError
 from backfill_assets.execution.runner import enable_event_batching, failure_messages
 from backfill_assets.home import Home
 from backfill_assets.impact import consumers_line
-from backfill_assets.permission import BACKFILL_TAG
 from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.statements import Statement
 from backfill_assets.table import code_identity_of
+from backfill_assets.tags import BACKFILL_TAG
 from backfill_assets.warehouse import open_warehouse
 
 MARKER = ".backfill-demo"
@@ -176,7 +177,7 @@ def _truth(home: Home) -> float:
             "FROM orders WHERE order_date BETWEEN ? AND ?", list(WINDOW)))
 
 
-def _sql(home: Home, statement: str, params: list | None = None) -> None:
+def _sql(home: Home, statement: str, params: list[Any] | None = None) -> None:
     with open_warehouse(home).session() as session:
         session.execute(statement, params or [])
 
@@ -276,7 +277,7 @@ def run_demo(home: Home, backfill: Callable[[Sequence[str]], int]) -> int:
     sensor = fixed.resolve_sensor_def("daily_revenue__reopen_publish")
     context = dg.build_sensor_context(instance=instance, definitions=fixed,
                                       resources={"warehouse": WarehouseResource(home=str(home.root))})
-    [request] = sensor.evaluate_tick(context).run_requests
+    [request] = sensor.evaluate_tick(context).run_requests or []
     published = _in_process(home, fixed, instance, ["published_revenue"], dict(request.tags))
     if not published.success:
         raise UsageError("the publish run failed: " + "; ".join(failure_messages(published)), fix=str(home.log_file))
@@ -284,12 +285,12 @@ def run_demo(home: Home, backfill: Callable[[Sequence[str]], int]) -> int:
     print(f"published_monthly_revenue 2026-01 in the same transaction: {month_before:,.2f} -> "
           f"{_month_revenue(home):,.2f}")
     # its next tick refreshes the consumers downstream of the graph (a plain pandas report)
-    for refresh in sensor.evaluate_tick(context).run_requests:
+    for refresh in sensor.evaluate_tick(context).run_requests or []:
         report = _in_process(home, fixed, instance, [k.to_user_string() for k in refresh.asset_selection or []],
                              dict(refresh.tags))
         [materialized] = report.get_asset_materialization_events()
         total = materialized.materialization.metadata["net_revenue"].value
-        print(f"the sensor refreshed {materialized.asset_key.to_user_string()} "
+        print(f"the sensor refreshed {materialized.materialization.asset_key.to_user_string()} "
               f"({'ok' if report.success else 'FAILED'}): it reads {total:,.2f} for January")
     run(*h, "status", PLAN_ID)
 

@@ -9,6 +9,7 @@ Dagster UI moves through the same phases on the same evidence as one launched by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from backfill_assets import lifecycle
@@ -114,9 +115,8 @@ def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | No
     # still published: the window passed, and what consumers read is checked against what was published
     if state.phase is Phase.PUBLISHED and spec is not None and scheme is not None:
         for table, table_scheme, keys in plan_tables(state, spec, scheme, graph):
-            state = lifecycle.publication_checked(
-                session, state, table.publish_as,
-                lambda t=table, s=table_scheme, k=keys: published_record.edited(session, t, s, list(k)), actor)
+            edits_now = partial(published_record.edited, session, table, table_scheme, list(keys))
+            state = lifecycle.publication_checked(session, state, table.publish_as, edits_now, actor)
             if state.phase is not Phase.PUBLISHED:
                 break
     return state

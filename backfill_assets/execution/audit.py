@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
@@ -202,13 +203,13 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
         window.update({k: spec.code_version for k in keys if k not in window})
     scenario = plan.approved.plan.scenario if plan is not None else None
     required = scenario.new_code_version if scenario is not None and scenario.kind == "logic_change" \
-        and spec.name == plan.target else None
+        and plan is not None and spec.name == plan.target else None
     versions = code_version_results(keys, window, required)
     changes = expectation_results(session, spec, scheme, plan, keys)
     cutover = cutover_of(plan.approved.plan, spec.name) if plan is not None else None
     if cutover is not None:
         changes = dual_run_results(session, spec, scheme, cutover, changes)
-    results: dict[str, list[GateResult]] = {}
+    results = {}
     for key in keys:
         f = figures[key]
         results[key] = [
@@ -231,7 +232,7 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
     return results
 
 
-def summary(table: str, results: Mapping[str, list[GateResult]], sha: str | None) -> dict:
+def summary(table: str, results: Mapping[str, list[GateResult]], sha: str | None) -> dict[str, Any]:
     """Counts, every failure in full, and a digest of all results (the evidence of a slice)."""
     failed = {k: [r.gate for r in rs if not r.passed] for k, rs in results.items()}
     failed = {k: g for k, g in failed.items() if g}

@@ -8,7 +8,7 @@ after a publish moves the plan to `repairing`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
@@ -40,7 +40,7 @@ class Reconciliation:
         return all(r is not None and all(g.passed for g in r)
                    for results in (self.results, *self.graph.values()) for r in results.values())
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         out = []
         for key, results in self.results.items():
             if results is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, record
@@ -94,7 +94,7 @@ SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
 
 
 def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate], *,
-                  published: bool = False) -> dict:
+                  published: bool = False) -> dict[str, Any]:
     """Who authorises the rollback: nobody needs to while consumers never saw the plan's data;
     after a publish, the plan's approvals if they still hold, else the signatures given.
     `published`: the plan copied partitions into the published table (it may since have gone

@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 
@@ -85,7 +86,7 @@ def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstance, plan_id: str | None,
-              keys: list[str], actor: str, run_config: dict, launcher: str | None = None,
+              keys: list[str], actor: str, run_config: dict[str, Any], launcher: str | None = None,
               assets: Sequence[str] | None = None) -> tuple[str, list[str]]:
     """One Dagster run of the target over `keys` (contiguous); returns its id and failures.
     `launcher`: the lease holder's label when this process is one of its workers; `assets`: what the
@@ -203,7 +204,7 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
                                                                  dg.DagsterRunStatus.STARTING])):
         pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-        if run_host != host or not (pid or "").isdigit() or int(pid) == os.getpid():
+        if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
         if not lease.pid_running(int(pid)):
             instance.report_run_failed(run, message=f"the backfill process (pid {pid}) died while the run "

@@ -20,6 +20,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
@@ -165,7 +166,7 @@ def append_approval_text(text: str, approval: Approval) -> str:
                         fix="add `granted: []` under approvals, as in the template")
 
 
-def _granted(text: str, source: str) -> list[dict]:
+def _granted(text: str, source: str) -> list[dict[str, Any]]:
     document = read_yaml_text(text, source)
     approvals = document.get("approvals")
     granted = approvals.get("granted") if isinstance(approvals, dict) else None

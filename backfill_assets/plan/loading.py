@@ -176,9 +176,9 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
     """Validate a parsed document; return the plan (when valid) and every problem found."""
     problems: list[PlanProblem] = []
     todo = _todo_paths(document)
-    for path in todo:
-        problems.append(PlanProblem(_dotted(path), "TODO", f"still a placeholder; {fix_for(_dotted(path))}"))
-        _without(document, path)
+    for todo_path in todo:
+        problems.append(PlanProblem(_dotted(todo_path), "TODO", f"still a placeholder; {fix_for(_dotted(todo_path))}"))
+        _without(document, todo_path)
     todo_paths = {_dotted(p) for p in todo}
     plan: Plan | None = None
     try:

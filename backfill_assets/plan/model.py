@@ -57,7 +57,7 @@ def _partition_key(value: Any) -> str:
             dt.date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
         except ValueError:
             raise ValueError(f"{value[:10]} is not a real date") from None
-    return value
+    return str(value)
 
 
 def _number(value: float | int) -> float:

@@ -53,7 +53,7 @@ def _refuse(source: str, problem: str, fix: str) -> PlanReadError:
 
 
 def _line(event: Any) -> int:
-    return event.start_mark.line + 1
+    return int(event.start_mark.line) + 1
 
 
 class _Frame:
@@ -85,6 +85,7 @@ class _Frame:
             self.key = None
 
     def path(self, last: str) -> str:
+        frame: _Frame | None
         steps, frame = [last], self
         while frame is not None and frame.step is not None:
             steps.append(frame.step)
@@ -110,7 +111,7 @@ class _PlanLoader(yaml.SafeLoader):
 
     def _plan_event(self, peek: bool = False) -> Any:
         try:
-            return self.peek_event() if peek else self.get_event()
+            return self.peek_event() if peek else self.get_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

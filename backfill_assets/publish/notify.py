@@ -6,7 +6,7 @@ Every notice is queued in the outbox inside the transaction that makes the chang
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backfill_assets.control import outbox
 from backfill_assets.errors import BackfillError
@@ -24,7 +24,7 @@ def recipients(plan: Plan) -> list[str]:
 
 
 def _notice(session: Session, plan: Plan, event: str, message: str, actor: str,
-            extra: dict | None = None) -> int:
+            extra: dict[str, Any] | None = None) -> int:
     body = {"plan_id": plan.plan_id, "window": [plan.window.start, plan.window.end],
             "target": plan.target, "downstream": [c.asset for c in plan.downstream], **(extra or {})}
     if plan.scenario is not None:  # an incident's id and link travel with every notice of its replay
@@ -41,11 +41,11 @@ def announce_freeze(session: Session, plan: Plan, actor: str) -> int:
                    f"{plan.target}; you keep the last good data", actor)
 
 
-def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict | None = None,
+def announce_reopen(session: Session, plan: Plan, actor: str, impact: dict[str, Any] | None = None,
                     cutover: Streak | None = None) -> int:
     """`impact`: what the owners will see change (`Impact.summary()`), in the notice's body;
     `cutover`: a cutover plan's dual-run streak, met (publish checked it in the same transaction)."""
-    extra: dict = {"impact": impact} if impact else {}
+    extra: dict[str, Any] = {"impact": impact} if impact else {}
     if cutover is not None:  # owners learn the new pipeline replaced the old, and on what evidence
         extra["cutover"] = cutover.to_json()
     if plan.expect is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 from backfill_assets.bounded import NotRegularFile, read_regular
 from backfill_assets.errors import AllowedSignersError, PrincipalError, SignatureError
@@ -190,6 +191,7 @@ def _parse_line(line: str, number: int, source: str) -> SignerEntry:
 
 def _split_unquoted(text: str, separators: str, where: str) -> list[str]:
     """Split on ``separators`` outside double quotes (option values may quote spaces and commas)."""
+    current: list[str]
     parts, current, quoted = [], [], False
     for ch in text:
         quoted = not quoted if ch == '"' else quoted
@@ -217,8 +219,8 @@ def _principals(field: str, where: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _options(field: str, where: str) -> dict[str, object]:
-    found: dict[str, object] = {}
+def _options(field: str, where: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}  # namespaces: tuple[str, ...]; valid_after, valid_before: datetime
     for option in _split_unquoted(field, ",", where):
         name, _, value = option.partition("=")
         name = name.lower()
@@ -253,7 +255,8 @@ def _timestamp(value: str, name: str, where: str) -> datetime:
     try:
         if not match:
             raise ValueError(value)
-        return datetime(*(int(g) for g in match.groups() if g is not None), tzinfo=UTC)
+        year, month, day, hour, minute, second = (int(g) if g is not None else 0 for g in match.groups())
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:
         raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is not a time",
                                   fix="write YYYYMMDD[HHMM[SS]][Z]; times are read as UTC") from None

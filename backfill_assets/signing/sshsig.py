@@ -29,7 +29,8 @@ from backfill_assets.errors import SignatureError
 NAMESPACE = "backfill-plan"
 MAX_SIGNATURE_TEXT = 64 * 1024
 HASH_ALGS = {"sha256": hashlib.sha256, "sha512": hashlib.sha512}
-ECDSA_HASHES = {"ecdsa-sha2-nistp256": hashes.SHA256, "ecdsa-sha2-nistp384": hashes.SHA384,
+ECDSA_HASHES: dict[str, type[hashes.SHA256 | hashes.SHA384 | hashes.SHA512]] = {
+                "ecdsa-sha2-nistp256": hashes.SHA256, "ecdsa-sha2-nistp384": hashes.SHA384,
                 "ecdsa-sha2-nistp521": hashes.SHA512}
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", *ECDSA_HASHES)
 SK_KEY_TYPES = ("sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
@@ -84,7 +85,7 @@ class _Reader:
         return self.data[self.pos - n : self.pos]
 
     def u32(self) -> int:
-        return struct.unpack(">I", self.take(4))[0]
+        return int(struct.unpack(">I", self.take(4))[0])
 
     def string(self) -> bytes:
         return self.take(self.u32())
@@ -236,7 +237,7 @@ def sign(message: bytes, private_key_path: str | Path, namespace: str = NAMESPAC
     else:
         r, s = decode_dss_signature(key.sign(data, ec.ECDSA(ECDSA_HASHES[key_type]())))
         sig = _string(key_type) + _string(_mpint(r) + _mpint(s))
-    fields = [base64.b64decode(key_b64), namespace, b"", hash_alg, sig]
+    fields: list[bytes | str] = [base64.b64decode(key_b64), namespace, b"", hash_alg, sig]
     return armor(_MAGIC + struct.pack(">I", 1) + b"".join(_string(f) for f in fields))
 
 

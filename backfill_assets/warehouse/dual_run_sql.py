@@ -21,7 +21,7 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
-from backfill_assets.warehouse.grouping import grouping
+from backfill_assets.warehouse.grouping import Grouping, grouping
 from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.key_compare import (
     key_text_sql,
@@ -70,7 +70,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     s_group = grouping(session.engine, scheme, f"s.{part}", keys)
     p_group = grouping(session.engine, scheme, f"p.{part}", keys)
 
-    def side(alias: str, table: str, group) -> str:
+    def side(alias: str, table: str, group: Grouping) -> str:
         picked = [f"{group.key_sql} AS pkey"]
         picked += [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
         picked += ["count(*) AS n"] + [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -39,10 +40,10 @@ class DuckDBSession(Session):
     def execute(self, sql: str, params: Params = ()) -> None:
         self._run(sql, params)
 
-    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         return self._run(sql, params).fetchall()
 
-    def _run(self, sql: str, params: Params):
+    def _run(self, sql: str, params: Params) -> duckdb.DuckDBPyConnection:
         try:
             return self.con.execute(sql, params if isinstance(params, dict) else list(params))
         except duckdb.Error as exc:
@@ -203,6 +204,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
             for declared in dict.fromkeys(types):
                 try:
                     found = cursor.execute(f"SELECT typeof(CAST(NULL AS {declared}))").fetchone()
+                    assert found is not None  # a SELECT without FROM returns one row
                     out[declared] = _normalised(str(found[0]))
                 except duckdb.Error:
                     out[declared] = _normalised(declared)  # unknown name: shows as a mismatch

@@ -57,10 +57,10 @@ class Session(ABC):
         """Run a statement; `?` placeholders with a sequence, `$name` ones with a mapping."""
 
     @abstractmethod
-    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run a query and return every row (callers only ever fetch aggregates)."""
 
-    def one(self, sql: str, params: Params = ()) -> tuple | None:
+    def one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         found = self.rows(sql, params)
         return found[0] if found else None
 

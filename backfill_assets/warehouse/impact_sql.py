@@ -10,6 +10,7 @@ the table's metric expressions per key.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
@@ -32,7 +33,7 @@ def row_hash_totals(session: Session, spec: TableSpec, scheme: PartitionScheme, 
 
 
 def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, before_source: str,
-                 keys: Sequence[str], top: int) -> list[tuple]:
+                 keys: Sequence[str], top: int) -> list[tuple[Any, ...]]:
     """One statement over partitions known to differ, in the engine, in four steps.
 
     1. Rows that differ: both sides' rows of these partitions, grouped by (partition, row hash);

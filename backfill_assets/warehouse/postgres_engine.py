@@ -41,8 +41,8 @@ def translate(sql: str) -> str:
     """For a statement with parameters: `?` -> `%s` and `$name` -> `%(name)s` outside literals and
     comments (`--` and `/* */`), and every `%` doubled, inside them too: psycopg reads `%` as a
     placeholder wherever it stands (`LIKE 'refund%'` would fail)."""
-    def swap(match: re.Match) -> str:
-        token = match.group(0)
+    def swap(match: re.Match[str]) -> str:
+        token: str = match.group(0)
         if token == "?":
             return "%s"
         if token == "%":
@@ -101,7 +101,7 @@ class PostgresSession(Session):
         super().__init__(engine)
         self.con = con
 
-    def _cursor_run(self, sql: str, params: Params, fetch: bool) -> list[tuple]:
+    def _cursor_run(self, sql: str, params: Params, fetch: bool) -> list[tuple[Any, ...]]:
         import psycopg
 
         try:
@@ -118,7 +118,7 @@ class PostgresSession(Session):
     def execute(self, sql: str, params: Params = ()) -> None:
         self._cursor_run(sql, params, False)
 
-    def rows(self, sql: str, params: Params = ()) -> list[tuple]:
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         return self._cursor_run(sql, params, True)
 
     def _begin(self) -> None:

@@ -42,11 +42,12 @@ def next_id(session: Session) -> int:
     return int(session.scalar(f"SELECT {session.engine.next_value_sql(IDS)}"))
 
 
-def rows_in(session: Session, select: str, column: str, values: Sequence[Any], chunk: int = 500) -> list[tuple]:
+def rows_in(session: Session, select: str, column: str, values: Sequence[Any],
+            chunk: int = 500) -> list[tuple[Any, ...]]:
     """`select` (a statement ending in WHERE) for the rows whose `column` is one of `values`, a
     portable `IN` list a chunk (a parameter a value: engines limit their number; an `IN` list of a
     key column is an index lookup where a bound array may be a scan)."""
-    found: list[tuple] = []
+    found: list[tuple[Any, ...]] = []
     for i in range(0, len(values), chunk):
         part = list(values[i:i + chunk])
         found += session.rows(f"{select} {column} IN ({', '.join('?' for _ in part)})", part)

@@ -16,7 +16,7 @@ COLUMNS = ("seq", "recorded_at", "plan_id", "kind", "actor", "payload", "prev_ha
 _ROW = ", ".join(COLUMNS)
 
 
-def last_row(session: Session) -> tuple | None:
+def last_row(session: Session) -> tuple[Any, ...] | None:
     return session.one(f"SELECT {_ROW} FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
 
 
@@ -30,7 +30,7 @@ def insert(session: Session, seq: int, at: str, plan_id: str | None, kind: str, 
                     [seq, at, plan_id, kind, actor, payload, prev_hash, row_hash])
 
 
-def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[tuple]:
+def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[tuple[Any, ...]]:
     """Every row (of one plan, of one kind), in chain order."""
     query = f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE 1=1"
     params: list[Any] = []
@@ -43,18 +43,18 @@ def rows(session: Session, plan_id: str | None = None, kind: str | None = None) 
     return session.rows(query + " ORDER BY seq", params)
 
 
-def rows_by_seq(session: Session, seqs: Sequence[int]) -> list[tuple]:
+def rows_by_seq(session: Session, seqs: Sequence[int]) -> list[tuple[Any, ...]]:
     """The rows of these numbers that exist."""
     return rows_in(session, f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE", "seq", seqs, chunk=1000)
 
 
-def rows_after(session: Session, seq: int, limit: int) -> list[tuple]:
+def rows_after(session: Session, seq: int, limit: int) -> list[tuple[Any, ...]]:
     """Up to `limit` rows numbered above `seq`, in chain order."""
     return session.rows(f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE seq > ? ORDER BY seq LIMIT {int(limit)}",
                         [seq])
 
 
-def latest_of_plans(session: Session, kinds: Sequence[str], plan_ids: Sequence[str]) -> Iterator[tuple]:
+def latest_of_plans(session: Session, kinds: Sequence[str], plan_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     """The rows of `kinds` of these plans, each plan's newest first."""
     marks = ", ".join("?" for _ in kinds)
     for i in range(0, len(plan_ids), 500):
@@ -78,7 +78,8 @@ def last_seq_of_kind(session: Session, kind: str) -> int:
 
 def hash_at(session: Session, seq: int) -> str | None:
     """The keyed hash of row `seq` (None when there is no such row)."""
-    return session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [seq])
+    row_hash: str | None = session.scalar(f"SELECT row_hash FROM {SCHEMA}.evidence WHERE seq = ?", [seq])
+    return row_hash
 
 
 def head(session: Session) -> tuple[int, str] | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA
 
 
-def lease_row(session: Session, plan_id: str, *, hold: bool = False) -> tuple | None:
+def lease_row(session: Session, plan_id: str, *, hold: bool = False) -> tuple[Any, ...] | None:
     """(plan_id, holder, host, pid, acquired_at, heartbeat_at) of the plan's lease; with `hold`, its
     row is held for update until the transaction ends."""
     clause = session.lock_rows_clause(True) if hold else ""

@@ -7,6 +7,7 @@ Rows are returned as stored; `control/ledger.py` checks them against their seals
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session, bound_rows
 from backfill_assets.warehouse.state_store import IDS, SCHEMA
@@ -50,7 +51,8 @@ def insert_results(session: Session, seq: int, results: Sequence[Sequence[object
         [seq, *values])
 
 
-def latest_writes(session: Session, asset: str, keys: Sequence[str], plan_id: str | None = None) -> list[tuple]:
+def latest_writes(session: Session, asset: str, keys: Sequence[str],
+                  plan_id: str | None = None) -> list[tuple[Any, ...]]:
     """Per key, its latest write (of the plan, when given) joined to the latest result of each gate
     on it: (partition_key, write_id, plan_id, recorded_at, row_count, fingerprint, code_version,
     code_identity, evidence_seq, gate, passed, figures, checked_fingerprint, result evidence_seq),
@@ -76,7 +78,7 @@ def latest_writes(session: Session, asset: str, keys: Sequence[str], plan_id: st
         """, [asset, *listed, *params])
 
 
-def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tuple]:
+def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tuple[Any, ...]]:
     """(partition_key, code_version, evidence_seq) of the latest write of each partition the plan wrote."""
     return session.rows(
         f"""SELECT partition_key, code_version, evidence_seq FROM (
@@ -86,7 +88,7 @@ def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tup
             WHERE rk = 1""", [asset, plan_id])
 
 
-def fingerprints_of(session: Session, asset: str, plan_id: str, key: str) -> list[tuple]:
+def fingerprints_of(session: Session, asset: str, plan_id: str, key: str) -> list[tuple[Any, ...]]:
     """(fingerprint, evidence_seq) of every write of `key` under the plan, oldest first."""
     return session.rows(f"SELECT fingerprint, evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? "
                         "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
@@ -111,7 +113,8 @@ def count_keys_of_plan(session: Session, plan_id: str) -> int:
                               [plan_id]) or 0)
 
 
-def writers_since(session: Session, asset: str, keys: Sequence[str], plan_id: str, ended_phase: str) -> list[tuple]:
+def writers_since(session: Session, asset: str, keys: Sequence[str], plan_id: str,
+                  ended_phase: str) -> list[tuple[Any, ...]]:
     """(writer, partition) of every write of these partitions after the plan's first write, by others
     (`incremental runs` for plan-free writes) but plans now in `ended_phase`, by partition."""
     within, listed = session.engine.in_list_sql("partition_key", keys)
@@ -124,7 +127,7 @@ def writers_since(session: Session, asset: str, keys: Sequence[str], plan_id: st
             ORDER BY 2""", [asset, *listed, plan_id, plan_id, ended_phase])
 
 
-def failed_results(session: Session, plan_id: str) -> list[tuple]:
+def failed_results(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
     """(asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq) of every failing
     result recorded under the plan, oldest first."""
     return session.rows(f"SELECT asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq "
@@ -137,7 +140,7 @@ def write_seqs_of_plan(session: Session, plan_id: str) -> list[int | None]:
                                        [plan_id])]
 
 
-def code_runs(session: Session, plan_id: str) -> list[tuple]:
+def code_runs(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
     """(asset, code_version, code_identity, partitions, first, last recorded_at) the plan's writes ran."""
     return session.rows(f"SELECT asset, code_version, code_identity, count(DISTINCT partition_key), "
                         f"min(recorded_at), max(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ? "
@@ -146,7 +149,8 @@ def code_runs(session: Session, plan_id: str) -> list[tuple]:
 
 def watermark(session: Session, asset: str) -> str | None:
     """The partition the incremental runs of `asset` last wrote."""
-    return session.scalar(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
+    key: str | None = session.scalar(f"SELECT partition_key FROM {SCHEMA}.watermarks WHERE asset = ?", [asset])
+    return key
 
 
 def set_watermark(session: Session, asset: str, key: str, at: str) -> None:

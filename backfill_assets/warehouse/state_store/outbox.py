@@ -3,6 +3,8 @@ notice whose delivery failed)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA
 
@@ -25,7 +27,7 @@ def insert(session: Session, notice_id: int, plan_id: str, event: str, recipient
                     [notice_id, plan_id, event, recipients, message, body, webhook_url, at])
 
 
-def due(session: Session, now: float) -> list[tuple]:
+def due(session: Session, now: float) -> list[tuple[Any, ...]]:
     """(notice_id, webhook_url, body, attempts) of each undelivered webhook notice whose next attempt
     is due at `now`, in order."""
     retries = _has_retries(session)
@@ -50,7 +52,7 @@ def retry_at(session: Session, notice_id: int, next_attempt_at: float, attempted
                     [notice_id, next_attempt_at, attempted_at])
 
 
-def notice_rows(session: Session, plan_id: str | None = None) -> list[tuple]:
+def notice_rows(session: Session, plan_id: str | None = None) -> list[tuple[Any, ...]]:
     """(notice_id, plan_id, event, recipients, message, has a webhook, attempts, last_error,
     delivered_at, recorded_at, next_attempt_at) of every notice (of one plan), oldest first."""
     retries = _has_retries(session)
@@ -63,7 +65,7 @@ def notice_rows(session: Session, plan_id: str | None = None) -> list[tuple]:
         f"{where} ORDER BY o.notice_id", [plan_id] if plan_id else [])
 
 
-def last_of_event(session: Session, plan_id: str, events: tuple[str, ...]) -> tuple | None:
+def last_of_event(session: Session, plan_id: str, events: tuple[str, ...]) -> tuple[Any, ...] | None:
     """(recorded_at, recipients) of the plan's last notice of one of `events`."""
     marks = ", ".join("?" for _ in events)
     return session.one(f"SELECT recorded_at, recipients FROM {SCHEMA}.outbox WHERE plan_id = ? "

@@ -7,6 +7,7 @@ Rows are returned as stored; `control/record.py` verifies them against the evide
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA, next_id
@@ -18,14 +19,14 @@ _PLAN = ", ".join(PLAN_COLUMNS)
 
 # --- plans ----------------------------------------------------------------------------------------
 
-def plan_row(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> tuple | None:
+def plan_row(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> tuple[Any, ...] | None:
     """The plan's row; with `lock` held (shared) until the transaction ends, `exclusive` for the
     one about to change it."""
     clause = session.lock_rows_clause(exclusive) if lock or exclusive else ""
     return session.one(f"SELECT {_PLAN} FROM {SCHEMA}.plans WHERE plan_id = ?{clause}", [plan_id])
 
 
-def plan_rows(session: Session) -> list[tuple]:
+def plan_rows(session: Session) -> list[tuple[Any, ...]]:
     """Every plan's row, by id."""
     return session.rows(f"SELECT {_PLAN} FROM {SCHEMA}.plans ORDER BY plan_id")
 
@@ -60,7 +61,7 @@ def set_hold(session: Session, plan_id: str, hold: str | None, at: str) -> None:
 
 # --- versions -------------------------------------------------------------------------------------
 
-def version_row(session: Session, sha: str) -> tuple | None:
+def version_row(session: Session, sha: str) -> tuple[Any, ...] | None:
     """(sha256, plan_id, content, partition_keys, source_file, evidence_seq) of a version."""
     return session.one(f"SELECT sha256, plan_id, content, partition_keys, source_file, evidence_seq "
                        f"FROM {SCHEMA}.plan_versions WHERE sha256 = ?", [sha])
@@ -72,8 +73,9 @@ def version_shas(session: Session) -> set[str]:
 
 def latest_version_sha(session: Session, plan_id: str) -> str | None:
     """The sha256 of the plan's version recorded last."""
-    return session.scalar(f"SELECT sha256 FROM {SCHEMA}.plan_versions WHERE plan_id = ? "
-                          "ORDER BY recorded_at DESC LIMIT 1", [plan_id])
+    sha: str | None = session.scalar(f"SELECT sha256 FROM {SCHEMA}.plan_versions WHERE plan_id = ? "
+                                     "ORDER BY recorded_at DESC LIMIT 1", [plan_id])
+    return sha
 
 
 def insert_version(session: Session, sha: str, plan_id: str, content: str, keys_text: str,
@@ -82,7 +84,7 @@ def insert_version(session: Session, sha: str, plan_id: str, content: str, keys_
                     [sha, plan_id, content, keys_text, source_file, at, seq])
 
 
-def unsealed_versions(session: Session) -> list[tuple]:
+def unsealed_versions(session: Session) -> list[tuple[Any, ...]]:
     """(sha256, plan_id, partition_keys) of every version no chain row seals (schema 2's)."""
     return session.rows(f"SELECT sha256, plan_id, partition_keys FROM {SCHEMA}.plan_versions "
                         "WHERE evidence_seq IS NULL ORDER BY sha256")
@@ -94,7 +96,7 @@ def seal_version(session: Session, sha: str, seq: int) -> None:
 
 # --- approvals ------------------------------------------------------------------------------------
 
-def approval_rows(session: Session, sha: str) -> list[tuple]:
+def approval_rows(session: Session, sha: str) -> list[tuple[Any, ...]]:
     """(principal, statement, signature, key_fingerprint, trust_version, actor, approved_at) of each
     approval of a version, in the order recorded."""
     return session.rows(

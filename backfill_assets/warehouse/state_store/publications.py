@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session, bound_rows
 from backfill_assets.warehouse.state_store import IDS, SCHEMA
 
 
-def latest(session: Session, asset: str, keys: Sequence[str]) -> list[tuple]:
+def latest(session: Session, asset: str, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     """(partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq) of the last
     publication of each of `keys` of the published table `asset` that has one."""
     within, listed = session.engine.in_list_sql("partition_key", keys)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA, rows_in
@@ -25,12 +26,12 @@ def _columns(table: str) -> str:
     return ", ".join(SEALED[table])  # `table` is always one of SEALED's, never a name from outside
 
 
-def rows_of_seq(session: Session, table: str, seq: int) -> list[tuple]:
+def rows_of_seq(session: Session, table: str, seq: int) -> list[tuple[Any, ...]]:
     """The sealed columns of the rows of `table` that carry `seq`."""
     return session.rows(f"SELECT {_columns(table)} FROM {SCHEMA}.{table} WHERE evidence_seq = ?", [seq])
 
 
-def rows_of_seqs(session: Session, table: str, seqs: Sequence[int]) -> list[tuple]:
+def rows_of_seqs(session: Session, table: str, seqs: Sequence[int]) -> list[tuple[Any, ...]]:
     """The sealed columns, then `evidence_seq`, of the rows of `table` that carry any of `seqs`."""
     return rows_in(session, f"SELECT {_columns(table)}, evidence_seq FROM {SCHEMA}.{table} WHERE", "evidence_seq",
                    seqs)
@@ -48,7 +49,7 @@ def count_rows(session: Session, table: str, *, unsealed: bool = False) -> int:
     return int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.{table}{where}") or 0)
 
 
-def unsealed_rows(session: Session, table: str) -> list[tuple]:
+def unsealed_rows(session: Session, table: str) -> list[tuple[Any, ...]]:
     """The sealed columns of the rows of `table` that carry no seal (written before seals existed)."""
     return session.rows(f"SELECT {_columns(table)} FROM {SCHEMA}.{table} WHERE evidence_seq IS NULL")
 

@@ -4,14 +4,16 @@ fingerprint and the table its rows were copied to). The rows are `warehouse/snap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session, bound_rows
 from backfill_assets.warehouse.state_store import SCHEMA
 
 
-def records(session: Session, plan_id: str, table: str, keys: Sequence[str] | None = None) -> list[tuple]:
+def records(session: Session, plan_id: str, table: str, keys: Sequence[str] | None = None) -> list[tuple[Any, ...]]:
     """(partition_key, row_count, fingerprint, evidence_seq) of the plan's snapshots of `table`
     (only of `keys`, when given)."""
+    params: list[Any]
     only, params = "", []
     if keys is not None:
         within, params = session.engine.in_list_sql("partition_key", keys)

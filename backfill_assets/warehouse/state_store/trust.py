@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA
@@ -12,7 +13,7 @@ COLUMNS = ("version", "warehouse_id", "signers_text", "signers_sha256", "policy_
 _ROW = ", ".join(COLUMNS)
 
 
-def roots_and_pins(session: Session) -> tuple[list[tuple], int, int | None]:
+def roots_and_pins(session: Session) -> tuple[list[tuple[Any, ...]], int, int | None]:
     """Every pinned root (COLUMNS), oldest first, with how many pins the chain recorded and the
     number of its last pin, read in one statement."""
     found = session.rows(
