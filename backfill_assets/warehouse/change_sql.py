@@ -114,10 +114,9 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     same_key = engine.keys_match_sql("o", "n", bkeys, spec.key_types)
     metric_cols = ", ".join(f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics))
     moved_count = [engine.count_where_sql(f"x{i}") for i in range(len(values))]
-    worst = engine.aggregate_where_sql(
-        "string_agg", f"CASE WHEN status = 'changed' THEN '(' || keytext || '):' || {shown} "
-                      "ELSE '(' || keytext || ') ' || status END",
-        f"rk <= {WORST_KEYS}", rest=", '; ' ORDER BY rk")
+    worst = engine.joined_text_where_sql(
+        f"CASE WHEN status = 'changed' THEN '(' || keytext || '):' || {shown} "
+        "ELSE '(' || keytext || ') ' || status END", "'; '", "rk", f"rk <= {WORST_KEYS}")
     sql = f"""
     WITH u AS ({scan('b')} UNION ALL {scan('a')}),
     d AS (SELECT {PKEY}, {HASH} FROM u GROUP BY {PKEY}, {HASH} HAVING sum({SIDE}) <> 0),

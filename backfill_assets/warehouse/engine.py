@@ -305,6 +305,11 @@ class Engine(ABC):
         value = "1" if argument == "*" else argument
         return f"{function}(CASE WHEN {condition} THEN {value} END{rest})"
 
+    def joined_text_where_sql(self, argument: str, separator: str, order_by: str, condition: str) -> str:
+        """The group's texts `argument` for which `condition` holds, joined by the literal
+        `separator` in the order of `order_by`. Portably SQL:2016's LISTAGG ... WITHIN GROUP."""
+        return f"LISTAGG(CASE WHEN {condition} THEN {argument} END, {separator}) WITHIN GROUP (ORDER BY {order_by})"
+
     def count_where_sql(self, condition: str) -> str:
         """The number of the group's rows for which `condition` holds."""
         return self.aggregate_where_sql("count", "*", condition)

@@ -50,8 +50,7 @@ def worst_keys_sql(engine: Engine, new: str, old: str, metric_text: str, missing
                    limit: int) -> str:
     """An aggregate over joined rows ranked `rk`: the `limit` worst differing key groups as text,
     a group on one side only saying which (`missing_new` when the new side lacks it)."""
-    return engine.aggregate_where_sql(
-        "string_agg", f"CASE WHEN {new}n IS NULL THEN '(' || keytext || ') {missing_new}' "
-                      f"WHEN {old}n IS NULL THEN '(' || keytext || ') {missing_old}' "
-                      f"ELSE '(' || keytext || '):' || {metric_text} END",
-        f"anybad AND rk <= {int(limit)}", rest=", '; ' ORDER BY rk")
+    return engine.joined_text_where_sql(
+        f"CASE WHEN {new}n IS NULL THEN '(' || keytext || ') {missing_new}' "
+        f"WHEN {old}n IS NULL THEN '(' || keytext || ') {missing_old}' "
+        f"ELSE '(' || keytext || '):' || {metric_text} END", "'; '", "rk", f"anybad AND rk <= {int(limit)}")

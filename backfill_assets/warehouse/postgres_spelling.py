@@ -1,8 +1,8 @@
 """How DuckDB and PostgreSQL both spell what SQL has no one portable spelling for.
 
 DuckDB's dialect follows PostgreSQL's for all of these (sequences, `ON CONFLICT ... excluded`,
-`RETURNING`, `= ANY(?)` with a bound list, `VALUES ... AS v(...)`, `FILTER (WHERE ...)`), so both
-engines take them from here; an engine that spells one differently overrides it in its module.
+`RETURNING`, `= ANY(?)` with a bound list, `VALUES ... AS v(...)`, `FILTER (WHERE ...)`,
+`string_agg`), so both engines take them from here; an engine that spells one differently overrides it in its module.
 """
 
 from __future__ import annotations
@@ -37,3 +37,6 @@ class PostgresSpelling:
 
     def aggregate_where_sql(self, function: str, argument: str, condition: str, rest: str = "") -> str:
         return f"{function}({argument}{rest}) FILTER (WHERE {condition})"
+
+    def joined_text_where_sql(self, argument: str, separator: str, order_by: str, condition: str) -> str:
+        return f"string_agg({argument}, {separator} ORDER BY {order_by}) FILTER (WHERE {condition})"
