@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from backfill_assets.warehouse.identifiers import checked
+from backfill_assets.identifiers import checked
 
 SNAPSHOT_SCHEMA = "backfill_snapshots"
 
