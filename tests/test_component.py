@@ -10,11 +10,11 @@ import yaml
 from pydantic import ValidationError
 
 from backfill_assets.defs.component import ReplayableTableComponent
-from backfill_assets.defs.replayable import find_tables
 from backfill_assets.demo.definitions import build_definitions
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.errors import IdentifierError
 from backfill_assets.gates.results import GATE_NAMES
+from backfill_assets.graph import find_tables
 
 ATTRIBUTES = {
     "name": "daily_revenue", "source": "orders", "publish_as": "published_revenue",
@@ -46,8 +46,8 @@ def test_the_component_builds_exactly_what_the_factory_builds():
 
 
 def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_mapping():
-    from backfill_assets.defs.graph import TableGraph
     from backfill_assets.demo.revenue import MONTHLY_REVENUE
+    from backfill_assets.graph import TableGraph
 
     rollup = {"name": "monthly_revenue", "source": "daily_revenue", "publish_as": "published_monthly_revenue",
               "partitions": {"cadence": "monthly", "start": "2026-01-01"}, "select_sql": MONTHLY_REVENUE.select_sql,

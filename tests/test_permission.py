@@ -203,7 +203,7 @@ def test_business_keys_and_metrics_are_checked_against_the_loaded_table(world, c
 def test_the_run_uses_the_spec_of_the_definitions_it_loaded(world):
     # building the buggy definitions first must not leak into the fixed ones (no global registry)
     world.defs(BUGGY)
-    from backfill_assets.defs.replayable import find_tables
+    from backfill_assets.graph import find_tables
 
     tables = find_tables(world.defs(FIXED))
     assert tables["daily_revenue"][0].code_version == FIXED.code_version

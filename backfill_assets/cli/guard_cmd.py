@@ -34,7 +34,7 @@ def _fit_problems(plan, defs: str | None) -> tuple[list, str | None, str | None]
     """Problems fitting the plan to its table, a note why it was not checked, and the table's code
     identity (what signatures must bind)."""
     try:
-        from backfill_assets.defs.loading import load_defs
+        from backfill_assets.loaded_defs import load_defs
         from backfill_assets.plan.fit import fit
 
         table = load_defs(defs).table(plan.target)

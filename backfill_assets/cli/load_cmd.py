@@ -55,9 +55,9 @@ def _per_run(args: argparse.Namespace, loaded, target: str) -> int:
 def cmd_load(args: argparse.Namespace) -> int:
     from backfill_assets.control import ledger, record
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.runner import Progress, enable_event_batching, fail_dead_runs, run_range
     from backfill_assets.execution.stages import Stage, slices_of
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.permission import history
 
     home = home_of(args)

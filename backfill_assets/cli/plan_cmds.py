@@ -133,7 +133,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def _table_for(plan_target: str, defs: str | None, *, required: bool):
     """The loaded table of the plan's target, or None (with why) when definitions cannot be found."""
-    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.loaded_defs import load_defs
 
     try:
         return load_defs(defs).table(plan_target), None
@@ -168,7 +168,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def graph_lines(table, members: dict[str, list[str]]) -> list[str]:
     """What the plan writes beyond its target, and which consumers read it, for people to see
     before anyone signs."""
-    from backfill_assets.defs.graph import Member
+    from backfill_assets.graph import Member
 
     if table.graph is None:
         return []
@@ -316,8 +316,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_close(args: argparse.Namespace) -> int:
     from backfill_assets import lifecycle
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.plan.phases import Phase
     from backfill_assets.status import plan_status
 

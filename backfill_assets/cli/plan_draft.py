@@ -52,7 +52,7 @@ def prefill(text: str, table, start: str | None, end: str | None) -> tuple[str, 
         filled.append(f"execution.proof_partitions [{keys[0]}]")
     if table.graph is None:
         return text, filled
-    from backfill_assets.defs.graph import asset_key
+    from backfill_assets.graph import asset_key
 
     members = table.graph.derive(spec.name, keys)
     if len(members) > 1:

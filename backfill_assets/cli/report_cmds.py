@@ -66,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.reconcile import reconcile
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with writing(args) as session:
@@ -86,11 +86,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
     from backfill_assets.execution.runner import enable_event_batching, failure_messages
     from backfill_assets.impact import consumers_line
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.plan.phases import Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
@@ -206,8 +206,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _tables_if_found():
     """The loaded definitions, when they can be found: then status also checks the published table
     against what was published. A status without them still answers."""
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.errors import BackfillError
+    from backfill_assets.loaded_defs import load_defs
 
     try:
         return load_defs(None)
@@ -248,8 +248,8 @@ def _fail_dead_runs(home) -> list[str]:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.impact import plan_impact
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with reading(args) as session:

@@ -101,7 +101,6 @@ def _refuse_phase(args: argparse.Namespace, state, stage) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance, proof_verdict
     from backfill_assets.execution.runner import (
         enable_event_batching,
@@ -110,6 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_range,
         worker_run,
     )
+    from backfill_assets.loaded_defs import load_defs
 
     if args.proof and partition_args.given(args):
         raise UsageError("--proof runs the proof partitions; it takes no --partition(s)",
@@ -257,8 +257,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from backfill_assets.control.authority import rollback_statement
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.rollback import rollback
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with writing(args) as session:

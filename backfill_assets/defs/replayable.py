@@ -15,7 +15,6 @@ import dagster as dg
 
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
-from backfill_assets.defs.graph import SPEC_METADATA, graph_of_run, tables_of_graph
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
@@ -23,6 +22,7 @@ from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
+from backfill_assets.graph import SPEC_METADATA, graph_of_run
 from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, permit
@@ -208,9 +208,4 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
     return ReplayableTable(spec, partitions_def, target, publish, sensor)
 
 
-def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
-    """The replayable tables of loaded definitions, from the spec each target carries."""
-    return tables_of_graph(definitions.resolve_asset_graph())
-
-
-__all__ = ["PLAN_TAG", "ReplayableTable", "find_tables", "make_replayable_table"]
+__all__ = ["PLAN_TAG", "ReplayableTable", "make_replayable_table"]

@@ -16,12 +16,12 @@ import hashlib
 import dagster as dg
 
 from backfill_assets.control import evidence_log, record
-from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.defs.plan_state import observation, plans_of_table
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import table_scheme
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
+from backfill_assets.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.publish.notify import deliver_pending

@@ -18,7 +18,7 @@ from backfill_assets.plan.model import Plan
 from backfill_assets.table import TableSpec
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass(frozen=True)

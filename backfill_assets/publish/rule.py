@@ -39,7 +39,7 @@ from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerpri
 from backfill_assets.warehouse.writes import copy_partitions, ensure_table
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass
