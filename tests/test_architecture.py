@@ -483,10 +483,19 @@ def test_the_phase_write_finder_sees_every_spelling() -> None:
 
 
 def test_only_the_relay_delivers_notices() -> None:
-    # the sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, sensor)
+    # the reopen sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, relay sensor)
     relay = f"{PACKAGE}.publish.notify"
     calls = [call for module, path in MODULES.items() if module != relay
              for call in calls_to(module, path.read_text(encoding="utf-8"),
                                   frozenset({f"{PACKAGE}.control.outbox.relay"}))]
     assert not calls, ("notices are delivered only through publish.notify.deliver_pending (the relay); "
                        "these call the outbox's delivery themselves:\n  " + "\n  ".join(calls))
+
+
+def test_the_relay_has_two_hosts() -> None:
+    # the CLI after its command, and the relay sensor on its ticks; the reopen sensor requests runs
+    # and reports, and delivers nothing
+    deliver = frozenset({f"{PACKAGE}.publish.notify.deliver_pending"})
+    hosts = sorted({call.partition(":")[0] for module, path in MODULES.items()
+                    for call in calls_to(module, path.read_text(encoding="utf-8"), deliver)})
+    assert hosts == [f"{PACKAGE}.cli", f"{PACKAGE}.defs.relay"], f"the relay is hosted by {hosts}"

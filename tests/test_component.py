@@ -38,6 +38,7 @@ def test_the_component_builds_exactly_what_the_factory_builds():
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {"daily_revenue", "published_revenue"}
     assert sorted(c.name for c in graph.asset_check_keys) == sorted(GATE_NAMES)
     assert defs.resolve_sensor_def("daily_revenue__reopen_publish") is not None
+    assert defs.resolve_sensor_def("backfill_notice_relay") is not None
     # the spec the CLI reads from the loaded definitions is the one the component declared
     [(spec, partitions)] = find_tables(defs).values()
     [(factory_spec, factory_partitions)] = find_tables(build_definitions()).values()
@@ -59,6 +60,10 @@ def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_ma
     context = dg.ComponentTree.for_test().load_context
     days = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(ATTRIBUTES)).build_defs(context)
     plain = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(rollup)).build_defs(context)
+    # two tables of one warehouse share their notice relay: a project of both loads, with one relay
+    both = dg.Definitions.merge(days, plain)
+    assert both.resolve_sensor_def("backfill_notice_relay") is days.resolve_sensor_def("backfill_notice_relay")
+    assert both.resolve_sensor_def("monthly_revenue__reopen_publish") is not None
     # each month reads its own days and the month before's last: an end offset of one partition
     shifted = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(
         {**rollup, "source_partition_mapping": {"time_window": {"start_offset": -1, "end_offset": 0}}}))

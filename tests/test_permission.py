@@ -26,6 +26,7 @@ def test_definitions_load_with_stable_asset_and_check_keys():
         f"{table}:{name}" for table in ("daily_revenue", "monthly_revenue") for name in GATE_NAMES)
     assert demo_defs.resolve_sensor_def("daily_revenue__reopen_publish") is not None
     assert demo_defs.resolve_sensor_def("monthly_revenue__reopen_publish") is not None
+    assert demo_defs.resolve_sensor_def("backfill_notice_relay") is not None
 
 
 def test_ui_materialize_of_an_old_partition_is_refused_whatever_its_tags(world):
