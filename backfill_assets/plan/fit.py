@@ -63,7 +63,7 @@ def _expect_problems(plan: Plan, spec: TableSpec, keys: list[str]) -> list[PlanP
 
 def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None, *,
         drafting: bool = False) -> Fit:
-    """`graph`: the loaded definitions' tables (`defs.graph.TableGraph`); without it a plan that
+    """`graph`: the loaded definitions' tables (`graph.TableGraph`); without it a plan that
     lists a graph cannot be checked, and does not fit. `drafting`: also what people get wrong while
     writing it (a `downstream` name that is no asset); the decisions of runs do not re-judge that,
     so a consumer renamed later does not stop a replay."""
