@@ -34,7 +34,7 @@ from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.loading import LoadedTable
+    from backfill_assets.loaded_defs import LoadedTable
 
 
 @dataclass(frozen=True)

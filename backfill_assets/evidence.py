@@ -15,15 +15,16 @@ from typing import Any
 import yaml
 
 from backfill_assets.control import evidence_log, integrity, ledger, record
+from backfill_assets.control.ledger import comparisons
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.errors import BackfillError, EvidenceChainBroken
-from backfill_assets.gates.cutover import comparisons, cutover_of, streak
+from backfill_assets.gates.cutover import cutover_of, streak
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED
+from backfill_assets.identifiers import table_for_asset
 from backfill_assets.plan.model import Plan
 from backfill_assets.signing.statements import Statement, stamp
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.identifiers import table_for_asset
 
 
 class ChainNotVerified(BackfillError):

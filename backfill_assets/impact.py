@@ -19,11 +19,11 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.gates.expectation import Expectation
 from backfill_assets.gates.results import as_number
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.impact_sql import changed_rows, row_hash_totals
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 

@@ -34,7 +34,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import rows_per_partition
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 

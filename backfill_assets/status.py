@@ -22,7 +22,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import plans as plan_store
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass(frozen=True)

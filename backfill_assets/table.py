@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
 from backfill_assets.errors import IdentifierError
-from backfill_assets.warehouse.ddl import create_table_sql
-from backfill_assets.warehouse.identifiers import quote, table_for_asset, validated
+from backfill_assets.identifiers import quote, table_for_asset, validated
 
 _TYPE = re.compile(r"^[A-Z]+( [A-Z]+)*( ?\(\d+(, ?\d+)?\))?(\[\])?$")
 
@@ -174,10 +173,6 @@ class TableSpec:
                 return metric
         raise IdentifierError(f"table {self.name} declares no metric {name!r}",
                               fix=f"use one of: {', '.join(m.name for m in self.metrics)}")
-
-    def create_sql(self, table: str | None = None) -> str:
-        """The statement that creates the contract's table (its own name when `table` is None)."""
-        return create_table_sql(table or self.table, [(c.name, c.type) for c in self.contract])
 
     @cached_property
     def code_identity(self) -> str:

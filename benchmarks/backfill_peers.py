@@ -598,7 +598,7 @@ def print_table(summary: dict[str, Any], skipped: dict[str, str], per_run: int) 
 #: (label, path fragment, function): cumulative seconds of each, overlapping; the label says which
 COST_CENTRES = (
     ("imports (all modules)", "<frozen importlib._bootstrap>", "_find_and_load"),
-    ("loading the definitions", "backfill_assets/defs/loading.py", "load_defs"),
+    ("loading the definitions", "backfill_assets/loaded_defs.py", "load_defs"),
     ("the Dagster instance", "backfill_assets/dagster_setup.py", "instance_for"),
     ("Dagster: execute_in_process (all runs)", "dagster/_core/definitions/job_definition.py", "execute_in_process"),
     ("our target's body (write, gates, impact)", "backfill_assets/defs/replayable.py", "target"),

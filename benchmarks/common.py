@@ -61,10 +61,11 @@ from backfill_assets.demo.revenue import DAILY_REVENUE, DAILY_REVENUE_V1  # noqa
 from backfill_assets.demo.sample import generate_orders  # noqa: E402
 from backfill_assets.gates.results import GATE_NAMES  # noqa: E402
 from backfill_assets.home import Home  # noqa: E402
+from backfill_assets.identifiers import quote  # noqa: E402
 from backfill_assets.partitions import PartitionScheme, scheme_for  # noqa: E402
 from backfill_assets.warehouse import open_warehouse  # noqa: E402
+from backfill_assets.warehouse.ddl import create_sql  # noqa: E402
 from backfill_assets.warehouse.engine import Session  # noqa: E402
-from backfill_assets.warehouse.identifiers import quote  # noqa: E402
 from backfill_assets.warehouse.partition_sql import predicate  # noqa: E402
 from tests.plans import complete_plan, write_plan  # noqa: E402
 from tests.world import make_keys, signers_text  # noqa: E402
@@ -239,7 +240,7 @@ def seed_warehouse(session: Session, days: int, rows_per_day: int) -> None:
     spec = DAILY_REVENUE_V1
     end = START + dt.timedelta(days=days - 1)
     with session.transaction():
-        session.execute(spec.create_sql())
+        session.execute(create_sql(spec))
         session.execute(f"DELETE FROM {quote(spec.table)}")
         # the old numbers for every day at once: the buggy select without its one-day filter
         select = spec.select_sql.replace("WHERE order_date = $partition", "WHERE order_date BETWEEN ? AND ?")

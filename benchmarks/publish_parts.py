@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 
 from backfill_assets import impact  # noqa: E402
-from backfill_assets.defs.loading import load_defs  # noqa: E402
+from backfill_assets.loaded_defs import load_defs  # noqa: E402
 from backfill_assets.publish import rule  # noqa: E402
 from backfill_assets.warehouse import open_warehouse  # noqa: E402
 

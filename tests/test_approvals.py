@@ -475,7 +475,7 @@ def test_a_dead_webhook_keeps_the_notice_until_a_later_relay_delivers_it(world, 
     with serving(port) as hook:
         assert relay(world.warehouse()) == []  # backing off: retried once its next attempt is due
         world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")  # that time passes
-        delivered = relay(world.warehouse())  # what the CLI after a command and the sensor's tick run
+        delivered = relay(world.warehouse())  # what the CLI after a command and the relay sensor's tick run
         assert [(d.notice_id, d.ok) for d in delivered] == [(notice_id, True)]
         assert [b["notice_id"] for b in hook.bodies] == [notice_id]
     [(_, _, attempts, last_error, delivered_at, _)] = notices(world, "fix")

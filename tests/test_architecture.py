@@ -6,8 +6,9 @@ hold, only the relay delivers notices.
 
 Read from the source with `ast`, so the test needs no import of the package (a circle can hide
 behind an import that Python has already cached). Imports inside functions count: a lazy import
-only delays a circle to the first call. Only imports under `if TYPE_CHECKING:` are left out,
-because they never run.
+only delays a circle to the first call. The circle test leaves out imports under
+`if TYPE_CHECKING:`, because they never run; the floors count them, because a type name taken from
+a floor above is knowledge of it.
 """
 
 from __future__ import annotations
@@ -45,17 +46,18 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement under node, at any depth, but those that only a type checker runs."""
+def _import_nodes(node: ast.AST, types: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under node, at any depth, but (unless `types`) those that only a type
+    checker runs."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
+        if not types and isinstance(child, ast.If) and _is_type_checking(child.test):
             kept: list[ast.stmt] = child.orelse
         else:
             kept = [child]  # type: ignore[list-item]
         for statement in kept:
             if isinstance(statement, ast.Import | ast.ImportFrom):
                 yield statement
-            yield from _import_nodes(statement)
+            yield from _import_nodes(statement, types)
 
 
 def _imported_from(node: ast.ImportFrom, package: str) -> str:
@@ -76,11 +78,11 @@ def _owning_module(name: str) -> str | None:
     return name or None
 
 
-def _imports_of(module: str) -> set[str]:
+def _imports_of(module: str, types: bool = False) -> set[str]:
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), types):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -94,6 +96,8 @@ def _imports_of(module: str) -> set[str]:
 
 
 GRAPH = {module: _imports_of(module) for module in MODULES}
+# the same with the imports only a type checker runs: a type name taken from a layer is knowledge of it
+TYPED_GRAPH = {module: _imports_of(module, types=True) for module in MODULES}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -186,6 +190,90 @@ def test_only_the_cli_imports_the_cli() -> None:
     users = sorted(f"{module} -> {target}" for module, targets in GRAPH.items() if _layer(module) != "cli"
                    for target in targets if _layer(target) == "cli")
     assert not users, "the CLI is the top floor; these import it:\n  " + "\n  ".join(users)
+
+
+# --- the floors ----------------------------------------------------------------------------------
+# The package's layers, top to bottom. A module imports only from its own floor or a lower one,
+# type names too (a type taken from a floor above is knowledge of it), lazy imports too. Every
+# top-level module or package of backfill_assets stands on exactly one floor: a new one is placed
+# here, deliberately. Modules on one floor are peers (the circle test keeps them from importing
+# each other both ways).
+FACE = "__init__"  # backfill_assets/__init__.py
+LAYERS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("cli",), "the `backfill` command: arguments in, the floors below called; nothing imports it"),
+    (("demo",), "the demo pipeline and its story: a team's code, using the library as any team would"),
+    ((FACE,), "the package's face: the names a team imports, handed on from defs/ and table"),
+    (("defs",), "the Dagster definitions: assets, checks, sensors, the run coordinator host the floors below"),
+    (("status",), "one answer about a plan's state, for the CLI and the plans shown on the target asset"),
+    (("execution", "approving"), "the acts on a plan: running, judging, advancing, rolling back; approving"),
+    (("publish",), "write-audit-publish: the publish rule, what consumers see, the notices to their owners"),
+    (("permission", "evidence", "impact", "lifecycle"),
+     "what the record allows and tells: a write's permission, the evidence, an impact, a phase move"),
+    (("control",), "the control record: plans, ledger, evidence chain, outbox, leases, and what they decide"),
+    (("gates",), "the reconciliation gates: names, thresholds, verdicts on the warehouse's figures"),
+    (("plan",), "the replay plan: model, loading, identity, the plan file's signatures, fit, phases"),
+    (("trust",), "the team's policy and the trust root that counts signatures under it"),
+    (("loaded_defs",), "finding a team's Dagster definitions from the CLI (`--defs`) and their tables"),
+    (("graph", "warehouse", "dagster_setup"),
+     "the doors to the outside: the asset graph Dagster holds, the warehouse engine, the Dagster instance"),
+    (("table", "signing", "terminal", "yaml_document"),
+     "values and readers the floors above share: a table's declaration, signatures, output, strict YAML"),
+    (("identifiers", "bounded", "environment", "settings", "partitions", "home"),
+     "checks of what users and the machine give: identifiers, files, the machine, settings, partitions, homes"),
+    (("faults", "errors", "dagster_storage", "tags"),
+     "the ground, importing nothing of the package: errors, crash points, run tag names, the storage we extend"),
+)
+FLOOR = {name: index for index, (names, _) in enumerate(LAYERS) for name in names}
+
+
+def _floor_name(module: str) -> str:
+    return _layer(module) or FACE
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of `graph` from a floor to a higher one, named with both floors."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = _floor_name(module)
+        for target in sorted(targets):
+            there = _floor_name(target)
+            if here in FLOOR and there in FLOOR and FLOOR[there] < FLOOR[here]:
+                found.append(f"{module} (floor {FLOOR[here] + 1}, {here}) imports {target} "
+                             f"(floor {FLOOR[there] + 1}, {there}: above it)")
+    return found
+
+
+def test_the_floors_are_declared_once() -> None:
+    names = [name for names, _ in LAYERS for name in names]
+    assert len(names) == len(set(names)), "a name stands on two floors"
+
+
+def test_every_module_stands_on_a_declared_floor() -> None:
+    unplaced = sorted(m for m in MODULES if _floor_name(m) not in FLOOR)
+    assert not unplaced, ("place these on a floor of LAYERS (a new top-level module or package is placed "
+                          "deliberately):\n  " + "\n  ".join(unplaced))
+    gone = sorted(name for name in FLOOR if not any(_floor_name(m) == name for m in MODULES))
+    assert not gone, f"LAYERS names {gone}, which no module of the package is"
+
+
+def test_every_import_runs_down_the_floors() -> None:
+    upward = upward_imports(TYPED_GRAPH)
+    assert not upward, ("imports that run back up the layers (move the code to the floor it belongs to; a lazy "
+                        "or type-only import still counts):\n  " + "\n  ".join(upward))
+
+
+def test_the_floor_finder_sees_an_import_up() -> None:
+    graph = {"backfill_assets.table": {"backfill_assets.warehouse.ddl"},
+             "backfill_assets.warehouse.ddl": {"backfill_assets.table", "backfill_assets.errors"},
+             "backfill_assets.defs.sensor": {"backfill_assets.publish.notify", "backfill_assets"}}
+    assert upward_imports(graph) == [
+        "backfill_assets.defs.sensor (floor 4, defs) imports backfill_assets (floor 3, __init__: above it)",
+        f"backfill_assets.table (floor {FLOOR['table'] + 1}, table) imports backfill_assets.warehouse.ddl "
+        f"(floor {FLOOR['warehouse'] + 1}, warehouse: above it)"]
+    # a type name counts here, though the circle test leaves it out
+    source = "if TYPE_CHECKING:\n    from backfill_assets.defs.replayable import ReplayableTable\n"
+    assert [n.module for n in _import_nodes(ast.parse(source), types=True)] == ["backfill_assets.defs.replayable"]
+    assert list(_import_nodes(ast.parse(source))) == []
 
 
 # --- all SQL behind the seam ---------------------------------------------------------------------
@@ -395,10 +483,19 @@ def test_the_phase_write_finder_sees_every_spelling() -> None:
 
 
 def test_only_the_relay_delivers_notices() -> None:
-    # the sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, sensor)
+    # the reopen sensor requests and reports: delivery is the relay's, whoever hosts it (CLI, relay sensor)
     relay = f"{PACKAGE}.publish.notify"
     calls = [call for module, path in MODULES.items() if module != relay
              for call in calls_to(module, path.read_text(encoding="utf-8"),
                                   frozenset({f"{PACKAGE}.control.outbox.relay"}))]
     assert not calls, ("notices are delivered only through publish.notify.deliver_pending (the relay); "
                        "these call the outbox's delivery themselves:\n  " + "\n  ".join(calls))
+
+
+def test_the_relay_has_two_hosts() -> None:
+    # the CLI after its command, and the relay sensor on its ticks; the reopen sensor requests runs
+    # and reports, and delivers nothing
+    deliver = frozenset({f"{PACKAGE}.publish.notify.deliver_pending"})
+    hosts = sorted({call.partition(":")[0] for module, path in MODULES.items()
+                    for call in calls_to(module, path.read_text(encoding="utf-8"), deliver)})
+    assert hosts == [f"{PACKAGE}.cli", f"{PACKAGE}.defs.relay"], f"the relay is hosted by {hosts}"

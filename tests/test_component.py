@@ -10,11 +10,11 @@ import yaml
 from pydantic import ValidationError
 
 from backfill_assets.defs.component import ReplayableTableComponent
-from backfill_assets.defs.replayable import find_tables
 from backfill_assets.demo.definitions import build_definitions
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.errors import IdentifierError
 from backfill_assets.gates.results import GATE_NAMES
+from backfill_assets.graph import find_tables
 
 ATTRIBUTES = {
     "name": "daily_revenue", "source": "orders", "publish_as": "published_revenue",
@@ -38,6 +38,7 @@ def test_the_component_builds_exactly_what_the_factory_builds():
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {"daily_revenue", "published_revenue"}
     assert sorted(c.name for c in graph.asset_check_keys) == sorted(GATE_NAMES)
     assert defs.resolve_sensor_def("daily_revenue__reopen_publish") is not None
+    assert defs.resolve_sensor_def("backfill_notice_relay") is not None
     # the spec the CLI reads from the loaded definitions is the one the component declared
     [(spec, partitions)] = find_tables(defs).values()
     [(factory_spec, factory_partitions)] = find_tables(build_definitions()).values()
@@ -46,8 +47,8 @@ def test_the_component_builds_exactly_what_the_factory_builds():
 
 
 def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_mapping():
-    from backfill_assets.defs.graph import TableGraph
     from backfill_assets.demo.revenue import MONTHLY_REVENUE
+    from backfill_assets.graph import TableGraph
 
     rollup = {"name": "monthly_revenue", "source": "daily_revenue", "publish_as": "published_monthly_revenue",
               "partitions": {"cadence": "monthly", "start": "2026-01-01"}, "select_sql": MONTHLY_REVENUE.select_sql,
@@ -59,6 +60,10 @@ def test_a_rollup_declared_in_yaml_joins_its_sources_graph_with_its_partition_ma
     context = dg.ComponentTree.for_test().load_context
     days = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(ATTRIBUTES)).build_defs(context)
     plain = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(rollup)).build_defs(context)
+    # two tables of one warehouse share their notice relay: a project of both loads, with one relay
+    both = dg.Definitions.merge(days, plain)
+    assert both.resolve_sensor_def("backfill_notice_relay") is days.resolve_sensor_def("backfill_notice_relay")
+    assert both.resolve_sensor_def("monthly_revenue__reopen_publish") is not None
     # each month reads its own days and the month before's last: an end offset of one partition
     shifted = ReplayableTableComponent.resolve_from_yaml(yaml.safe_dump(
         {**rollup, "source_partition_mapping": {"time_window": {"start_offset": -1, "end_offset": 0}}}))

@@ -16,6 +16,7 @@ from backfill_assets.errors import IdentifierError
 from backfill_assets.impact import compare, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec
+from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.snapshots import snapshot_table
 from tests.world import BUGGY, FIXED, World, keys
 
@@ -221,7 +222,7 @@ def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(engine):
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
     with engine.session() as session:
         for table, rows in (("store_sales_before", BEFORE_ROWS), ("store_sales", AFTER_ROWS)):
-            session.execute(DIFF_SPEC.create_sql(table))
+            session.execute(create_sql(DIFF_SPEC, table))
             for row in rows:
                 session.execute(f"INSERT INTO {table} VALUES (CAST(? AS DATE), ?, ?, CAST(? AS DECIMAL(18,2)))",
                                 list(row))
@@ -252,7 +253,7 @@ def test_compare_hashes_rows_whose_columns_postgresql_cannot_hash(engine):
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
     with engine.session() as session:
         for table in ("store_sales_before", "store_sales"):
-            session.execute(spec.create_sql(table))
+            session.execute(create_sql(spec, table))
             for store, amount in ((1, "10.00"), (2, "20.00")):
                 cells = ", ".join(f"CAST({values[c]} AS {t})" for c, t in extra.items())
                 session.execute(f"INSERT INTO {table} VALUES (DATE '2026-01-01', 'north', {store}, {amount}, {cells})")
@@ -265,7 +266,7 @@ def test_a_consumer_impact_computed_before_the_lock_is_known_stale_once_either_t
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
     with engine.session() as session:
         for table, rows in ((DIFF_SPEC.publish_table, BEFORE_ROWS), (DIFF_SPEC.table, AFTER_ROWS)):
-            session.execute(DIFF_SPEC.create_sql(table))
+            session.execute(create_sql(DIFF_SPEC, table))
             for row in rows:
                 session.execute(f"INSERT INTO {table} VALUES (CAST(? AS DATE), ?, ?, CAST(? AS DECIMAL(18,2)))",
                                 list(row))

@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from backfill_assets.home import Home
+from backfill_assets.identifiers import quote
 from backfill_assets.permission import PLAN_TAG
 from backfill_assets.tags import PID_TAG
+from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.fingerprints import Fingerprint
-from backfill_assets.warehouse.identifiers import quote
 from tests.world import BUGGY, FIXED, keys
 
 DAYS = keys(1, 8)
@@ -36,7 +37,7 @@ def clean_fingerprints(world) -> dict[str, Fingerprint]:
     """What the fixed SQL yields per day, computed beside the target, never through the write path."""
     cols = ", ".join(quote(c) for c in FIXED.columns)
     with world.warehouse().session() as session:
-        session.execute(FIXED.create_sql("expected_revenue"))
+        session.execute(create_sql(FIXED, "expected_revenue"))
         for key in DAYS:
             session.execute(f"INSERT INTO expected_revenue ({cols}) "
                             f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",

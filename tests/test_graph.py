@@ -14,12 +14,12 @@ import dagster as dg
 import pytest
 import yaml
 
-from backfill_assets.defs.graph import TableGraph
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.demo.definitions import build_definitions
 from backfill_assets.demo.revenue import MONTHLY_REVENUE
 from backfill_assets.demo.sample import generate_orders
+from backfill_assets.graph import TableGraph
 from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.table import Column, Metric, TableSpec
 from tests.plans import complete_plan, write_plan

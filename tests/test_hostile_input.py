@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from backfill_assets.errors import BackfillError, PlanProblem
 from backfill_assets.plan.loading import collect_problems
-from backfill_assets.plan.yaml_document import read_yaml_text
+from backfill_assets.yaml_document import read_yaml_text
 from tests.conftest import BIN, ROOT
 from tests.plans import complete_plan, write_plan
 

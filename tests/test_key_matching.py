@@ -18,6 +18,7 @@ import pytest
 from backfill_assets.gates.results import Thresholds, Tolerance
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec
+from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.gate_sql import slice_figures
 
 PACKAGE = Path(__file__).resolve().parents[1] / "backfill_assets"
@@ -71,7 +72,7 @@ def test_the_per_key_gate_matches_source_keys_of_other_types_and_null_keys_on_ea
     rows = [(1, "north", "10.00"), (1, None, "5.00"), (2, "south", "7.50"), (2, None, "1.25")]
     with engine.session() as session:
         session.execute("CREATE TABLE store_sales (day DATE, store INTEGER, region TEXT, amount DECIMAL(18,2))")
-        session.execute(spec.create_sql())
+        session.execute(create_sql(spec))
         for store, region, amount in rows:
             for table in ("store_sales", "sales_by_store"):
                 session.execute(f"INSERT INTO {table} VALUES (DATE '2026-01-01', ?, ?, CAST(? AS DECIMAL(18,2)))",
@@ -102,7 +103,7 @@ def test_a_source_key_the_target_type_cannot_hold_is_a_missing_group_on_each_eng
                      metrics=(Metric("amount", "sum(amount)", "sum(amount)"),), publish_as="by_key_published")
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), ("2026-01-01",), "days")
     with engine.session() as session:
-        session.execute(spec.create_sql())
+        session.execute(create_sql(spec))
         session.execute(f"CREATE TABLE key_source (day DATE, k {source_type}, amount DECIMAL(18,2))")
         session.execute(f"INSERT INTO by_key VALUES (DATE '2026-01-01', CAST(? AS {target_type}), 1)", [target_key])
         session.execute(f"INSERT INTO key_source VALUES (DATE '2026-01-01', CAST(? AS {source_type}), 1)",

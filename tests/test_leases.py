@@ -80,9 +80,9 @@ def test_a_runner_whose_lease_was_taken_over_stops_before_its_next_slice(engine_
     """On PostgreSQL (on DuckDB the runner's open file keeps any other process out): the runner
     writes its first slice, another host takes the lease over meanwhile, the runner stops."""
     from backfill_assets.control import record
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.runner import execute, run_range
     from backfill_assets.execution.stages import window_stage
+    from backfill_assets.loaded_defs import load_defs
 
     world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=1)

@@ -206,3 +206,33 @@ def test_notices_lists_each_delivery_and_status_counts_the_undelivered(world, ru
     assert [o.ok for o in outbox.relay(world.warehouse())] == [True]
     assert "delivery: delivered at 20" in run_cli("notices", "hooked").out
     assert json.loads(run_cli("status", "hooked", "--json").out)["undelivered_notices"] == 0
+
+
+def _tick(world, sensor: str):
+    import dagster as dg
+
+    from backfill_assets.defs.resources import WarehouseResource
+
+    defs = world.defs()
+    context = dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                      resources={"warehouse": WarehouseResource(home=str(world.home))})
+    return defs.resolve_sensor_def(sensor).evaluate_tick(context)
+
+
+def test_the_relay_sensor_delivers_a_pending_notice_and_the_reopen_sensor_does_not(world, receiver):
+    url, server = receiver
+    server.failures = 1
+    queue(world, url, 1)
+    [(notice_id,)] = world.sql("SELECT notice_id FROM backfill_control.outbox")
+    reopen = _tick(world, "daily_revenue__reopen_publish")
+    assert not reopen.run_requests and server.posts == []  # it requests and reports, and delivers nothing
+    failed = _tick(world, "backfill_notice_relay")
+    assert failed.skip_message == f"notice {notice_id} failed (HTTP 500), retried with backoff"
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")  # the backoff passes
+    _tick(world, "daily_revenue__reopen_publish")
+    assert len(server.posts) == 1
+    delivered = _tick(world, "backfill_notice_relay")
+    assert delivered.skip_message == f"delivered notice(s) {notice_id}"
+    assert [post["notice_id"] for post in server.posts] == [notice_id, notice_id]
+    assert world.sql("SELECT attempts, delivered_at IS NOT NULL FROM backfill_control.outbox") == [(2, True)]
+    assert _tick(world, "backfill_notice_relay").skip_message == "no notice due"  # delivered once, not again

@@ -353,7 +353,7 @@ def the_whole_lifecycle(lab: Lab) -> None:
     after_run = lab.fingerprints(spec.table, history)
     for key in history:  # the window changed, nothing outside it did
         assert (after_run[key] != target_before[key]) == (key in window), key
-    assert lab.fingerprints(spec.publish_table, history) == published_before  # publish is paused
+    assert lab.fingerprints(spec.publish_table, history) == published_before  # publish is frozen
 
     # a double-loaded source in one partition: reconcile fails naming exactly that partition
     lab.run_sql(case.break_sql)

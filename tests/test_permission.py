@@ -26,6 +26,7 @@ def test_definitions_load_with_stable_asset_and_check_keys():
         f"{table}:{name}" for table in ("daily_revenue", "monthly_revenue") for name in GATE_NAMES)
     assert demo_defs.resolve_sensor_def("daily_revenue__reopen_publish") is not None
     assert demo_defs.resolve_sensor_def("monthly_revenue__reopen_publish") is not None
+    assert demo_defs.resolve_sensor_def("backfill_notice_relay") is not None
 
 
 def test_ui_materialize_of_an_old_partition_is_refused_whatever_its_tags(world):
@@ -203,7 +204,7 @@ def test_business_keys_and_metrics_are_checked_against_the_loaded_table(world, c
 def test_the_run_uses_the_spec_of_the_definitions_it_loaded(world):
     # building the buggy definitions first must not leak into the fixed ones (no global registry)
     world.defs(BUGGY)
-    from backfill_assets.defs.replayable import find_tables
+    from backfill_assets.graph import find_tables
 
     tables = find_tables(world.defs(FIXED))
     assert tables["daily_revenue"][0].code_version == FIXED.code_version

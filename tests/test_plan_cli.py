@@ -17,7 +17,7 @@ import yaml
 from backfill_assets.plan.identity import canonical_text, plan_from_canonical, plan_sha256
 from backfill_assets.plan.loading import collect_problems, load_plan
 from backfill_assets.plan.model import Duplicates, Execution, Plan
-from backfill_assets.plan.yaml_document import read_yaml_text
+from backfill_assets.yaml_document import read_yaml_text
 from tests.conftest import ROOT
 from tests.plans import complete_plan, edited, write_plan
 

@@ -20,13 +20,18 @@ from tests.world import BUGGY, FIXED, failure_text, keys
 # the fix is not right yet: the buggy transform under the corrected metric definitions
 UNFIXED = dataclasses.replace(FIXED, select_sql=BUGGY_SELECT)
 SENSOR = "daily_revenue__reopen_publish"
+RELAY = "backfill_notice_relay"
 
 
-def evaluate_sensor(world):
+def evaluate_sensor(world, name: str = SENSOR):
     defs = world.defs()
     context = dg.build_sensor_context(instance=world.instance, definitions=defs,
                                       resources={"warehouse": WarehouseResource(home=str(world.home))})
-    return defs.resolve_sensor_def(SENSOR).evaluate_tick(context)
+    return defs.resolve_sensor_def(name).evaluate_tick(context)
+
+
+def evaluate_relay(world):
+    return evaluate_sensor(world, RELAY)
 
 
 def reconciled_plan(world, **kwargs):
@@ -193,15 +198,19 @@ def test_owners_are_notified_on_pause_and_reopen_after_each_commit(world, webhoo
     assert world.cli("run", "fix", "--proof") == 0
     [request] = evaluate_sensor(world).run_requests  # a one-day window: proven is reconciled
     assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
-    evaluate_sensor(world)  # the relay after the sensor's tick delivers what the publish run queued
+    evaluate_sensor(world)  # the reopen sensor requests and reports: it delivers nothing
+    assert [r["event"] for r in received] == ["frozen"]
+    relayed = evaluate_relay(world)  # the relay sensor delivers what the publish run queued
     assert [r["event"] for r in received] == ["frozen", "reopened"]
+    assert relayed.skip_message == f"delivered notice(s) {received[1]['notice_id']}"
     outbox = world.sql("SELECT event, delivered_at IS NOT NULL, last_error FROM backfill_control.outbox "
                        "ORDER BY notice_id")
     assert outbox == [("frozen", True, None), ("reopened", True, None)]
+    assert evaluate_relay(world).skip_message == "no notice due"  # delivered once, not again
 
 
-def test_a_relay_that_finds_the_warehouse_busy_changes_nothing_the_tick_decided(world, monkeypatch):
-    from backfill_assets.defs import sensor
+def test_a_relay_that_finds_the_warehouse_busy_leaves_the_notice_to_the_next(world, monkeypatch):
+    from backfill_assets.defs import relay
     from tests.test_warehouse_faults import _hold_the_warehouse
 
     holding: list = []  # armed: a receiver that, while answering, has another process take the warehouse
@@ -228,20 +237,20 @@ def test_a_relay_that_finds_the_warehouse_busy_changes_nothing_the_tick_decided(
         assert world.cli("run", "fix", "--proof") == 0
         [request] = evaluate_sensor(world).run_requests
         assert world.materialize(keys(2, 2), tags=dict(request.tags), target=False, publish=True).success
-        monkeypatch.setattr(sensor, "SENSOR_LOCK_WAIT_SECONDS", 0.5)  # a setting, kept short for the test
+        monkeypatch.setattr(relay, "LOCK_WAIT_SECONDS", 0.5)  # a setting, kept short for the test
         holding.append("armed")
         try:
-            tick = evaluate_sensor(world)  # its relay delivers "reopened", then cannot record it
+            tick = evaluate_relay(world)  # it delivers "reopened", then cannot record it
         finally:
             for release in holding[1:]:
                 release()
         assert len(holding) == 2, "the relay never reached the receiver"
-        assert tick.asset_events, tick.skip_message  # not "warehouse busy": the tick's report stands
-        [observation] = tick.asset_events
-        assert "| fix | published |" in observation.metadata["backfill_assets/plans"].value
+        assert tick.skip_message.startswith("notices wait for the next relay: "), tick.skip_message
         # not recorded as delivered, so the next relay delivers it again: at least once
-        assert world.sql("SELECT event FROM backfill_control.outbox WHERE delivered_at IS NULL") == [("reopened",)]
-        evaluate_sensor(world)
+        [(notice_id, event)] = world.sql("SELECT notice_id, event FROM backfill_control.outbox "
+                                         "WHERE delivered_at IS NULL")
+        assert event == "reopened"
+        assert evaluate_relay(world).skip_message == f"delivered notice(s) {notice_id}"
         assert world.sql("SELECT event FROM backfill_control.outbox WHERE delivered_at IS NULL") == []
     finally:
         server.shutdown()

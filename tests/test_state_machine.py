@@ -30,8 +30,9 @@ from hypothesis.stateful import (
 
 from backfill_assets.control import evidence_log
 from backfill_assets.demo.sample import generate_orders
+from backfill_assets.identifiers import quote
+from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
-from backfill_assets.warehouse.identifiers import quote
 from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, pin_trust_root, signers_text
 
 DAYS = keys(1, 5)       # the warehouse
@@ -58,7 +59,7 @@ def build_template(root: Path, instance: dg.DagsterInstance, ssh_keys: dict[str,
     history = world.fingerprints("daily_revenue", DAYS)
     cols = ", ".join(quote(c) for c in FIXED.columns)
     with world.warehouse().session() as session:
-        session.execute(FIXED.create_sql("expected_revenue"))
+        session.execute(create_sql(FIXED, "expected_revenue"))
         for key in DAYS:
             session.execute(f"INSERT INTO expected_revenue ({cols}) "
                             f"SELECT {cols} FROM ({FIXED.select_sql}) AS s",

@@ -34,7 +34,7 @@ def team_definitions(database: str) -> dg.Definitions:
                                   tags={"domain": "revenue"}, kinds=["duckdb"],
                                   metadata={"dashboard": "https://bi.example/revenue"},
                                   publish_description="Revenue as finance reads it.")
-    return dg.Definitions(assets=[ORDERS, *table.assets, revenue_by_region], sensors=[table.sensor],
+    return dg.Definitions(assets=[ORDERS, *table.assets, revenue_by_region], sensors=table.sensors,
                           resources={"duckdb": DuckDBResource(database=database),
                                      "io_manager": DuckDBPandasIOManager(database=database)})
 
@@ -64,6 +64,11 @@ def test_a_pandas_consumer_reads_published_partitions_through_the_teams_duckdb_r
     got = sorted((str(r.order_date)[:10], r.region, Decimal(str(r.net_revenue))) for r in frame.itertuples())
     assert got == [(str(d), r, n) for d, r, n in expected]
     assert team.rows("daily_revenue", keys(1, 1)[0]) == 0  # outside the run: neither written nor loaded
+    # the notice relay of the team's resource key relays through that resource
+    context = dg.build_sensor_context(instance=team.instance, definitions=defs,
+                                      resources={"duckdb": DuckDBResource(database=str(team.warehouse_path))})
+    assert defs.resolve_sensor_def("backfill_notice_relay__duckdb").evaluate_tick(context).skip_message == \
+        "no notice due"
 
 
 def test_the_factory_passes_the_teams_metadata_tags_owners_and_kinds_to_both_assets():

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backfill_assets.errors import PlanReadError
-from backfill_assets.plan.yaml_document import (
+from backfill_assets.yaml_document import (
     MAX_DEPTH,
     MAX_NODES,
     MAX_PLAN_BYTES,

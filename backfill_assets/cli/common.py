@@ -31,7 +31,7 @@ from backfill_assets.warehouse.engine import Session
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 def home_of(args: argparse.Namespace) -> Home:

@@ -40,7 +40,7 @@ def _fit_problems(plan: Plan, defs: str | None) -> tuple[list[PlanProblem], str 
     """Problems fitting the plan to its table, a note why it was not checked, and the table's code
     identity (what signatures must bind)."""
     try:
-        from backfill_assets.defs.loading import load_defs
+        from backfill_assets.loaded_defs import load_defs
         from backfill_assets.plan.fit import fit
 
         table = load_defs(defs).table(plan.target)

@@ -20,7 +20,7 @@ from backfill_assets.cli.common import actor, add_defs, add_home, home_of, writi
 from backfill_assets.errors import PlanRefused, UsageError
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.loading import LoadedDefs
+    from backfill_assets.loaded_defs import LoadedDefs
     from backfill_assets.partitions import PartitionScheme
 
 
@@ -61,9 +61,9 @@ def _per_run(args: argparse.Namespace, loaded: LoadedDefs, target: str) -> int:
 def cmd_load(args: argparse.Namespace) -> int:
     from backfill_assets.control import ledger, record
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.runner import Progress, enable_event_batching, fail_dead_runs, run_range
     from backfill_assets.execution.stages import Stage, runs_of
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.permission import history
 
     home = home_of(args)

@@ -40,7 +40,7 @@ def cmd_notices(args: argparse.Namespace) -> int:
         print(f"  delivery: {n.delivery}")
     undelivered = sum(1 for n in found if n.undelivered)
     if undelivered:
-        print(f"{undelivered} undelivered: each relay retries them (the sensor's ticks, the next command)")
+        print(f"{undelivered} undelivered: each relay retries them (the relay sensor's ticks, the next command)")
     return 0
 
 

@@ -30,7 +30,7 @@ from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_
 
 if TYPE_CHECKING:
     from backfill_assets.control.record import PlanState
-    from backfill_assets.defs.loading import LoadedTable
+    from backfill_assets.loaded_defs import LoadedTable
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,7 +139,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def _table_for(plan_target: str, defs: str | None, *, required: bool) -> tuple[LoadedTable | None, str | None]:
     """The loaded table of the plan's target, or None (with why) when definitions cannot be found."""
-    from backfill_assets.defs.loading import load_defs
+    from backfill_assets.loaded_defs import load_defs
 
     try:
         return load_defs(defs).table(plan_target), None
@@ -174,7 +174,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def graph_lines(table: LoadedTable, members: dict[str, list[str]]) -> list[str]:
     """What the plan writes beyond its target, and which consumers read it, for people to see
     before anyone signs."""
-    from backfill_assets.defs.graph import Member
+    from backfill_assets.graph import Member
 
     if table.graph is None:
         return []
@@ -324,8 +324,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_close(args: argparse.Namespace) -> int:
     from backfill_assets import lifecycle
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.plan.phases import Phase
     from backfill_assets.status import plan_status
 

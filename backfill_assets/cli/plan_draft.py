@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from backfill_assets.errors import WindowError
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.loading import LoadedTable
+    from backfill_assets.loaded_defs import LoadedTable
 
 
 def _value(text: str) -> str:
@@ -56,7 +56,7 @@ def prefill(text: str, table: LoadedTable, start: str | None, end: str | None) -
         filled.append(f"execution.proof_partitions [{keys[0]}]")
     if table.graph is None:
         return text, filled
-    from backfill_assets.defs.graph import asset_key
+    from backfill_assets.graph import asset_key
 
     members = table.graph.derive(spec.name, keys)
     if len(members) > 1:

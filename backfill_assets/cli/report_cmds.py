@@ -27,9 +27,9 @@ from backfill_assets.cli.partition_args import given as partition_args_given
 from backfill_assets.errors import PublishBlocked, UsageError
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
-    from backfill_assets.defs.loading import LoadedDefs
+    from backfill_assets.graph import TableGraph
     from backfill_assets.home import Home
+    from backfill_assets.loaded_defs import LoadedDefs
     from backfill_assets.partitions import PartitionScheme
     from backfill_assets.table import TableSpec
 
@@ -74,8 +74,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.reconcile import reconcile
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with writing(args) as session:
@@ -94,11 +94,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
     from backfill_assets.execution.runner import enable_event_batching, failure_messages
     from backfill_assets.impact import consumers_line
+    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.plan.phases import Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
@@ -214,8 +214,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _tables_if_found() -> LoadedDefs | None:
     """The loaded definitions, when they can be found: then status also checks the published table
     against what was published. A status without them still answers."""
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.errors import BackfillError
+    from backfill_assets.loaded_defs import load_defs
 
     try:
         return load_defs(None)
@@ -257,8 +257,8 @@ def _fail_dead_runs(home: Home) -> list[str]:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.impact import plan_impact
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with reading(args) as session:

@@ -26,8 +26,8 @@ from backfill_assets.errors import PlanRefused, UsageError
 from backfill_assets.plan.phases import PAST_PROOF, Hold, Phase
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.loading import LoadedDefs
     from backfill_assets.execution.stages import Stage
+    from backfill_assets.loaded_defs import LoadedDefs
     from backfill_assets.warehouse.engine import Session
 
 
@@ -107,7 +107,6 @@ def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stag
 
 def cmd_run(args: argparse.Namespace) -> int:
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.advance import advance, proof_verdict
     from backfill_assets.execution.runner import (
         enable_event_batching,
@@ -116,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_range,
         worker_run,
     )
+    from backfill_assets.loaded_defs import load_defs
 
     if args.proof and partition_args.given(args):
         raise UsageError("--proof runs the proof partitions; it takes no --partition(s)",
@@ -263,8 +263,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from backfill_assets.control.authority import rollback_statement
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.execution.rollback import rollback
+    from backfill_assets.loaded_defs import load_defs
 
     loaded = load_defs(args.defs)
     with writing(args) as session:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.gates.results import GateResult
+from backfill_assets.gates.cutover import MATCHED, Comparison
+from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GateResult
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.state_store import ledger as store
@@ -101,6 +102,23 @@ def latest(session: Session, asset: str, keys: Sequence[str],
             gate_seals.append(gseq)
     seals.verify(session, "writes", write_seals, f" of {asset}")
     seals.verify(session, "gate_results", gate_seals, f" of {asset}")
+    return out
+
+
+def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Comparison]:
+    """The dual run of each partition's latest write, from `latest` entries (a cutover's streak is
+    counted over them): only a result that checked that write's own bytes counts (the publish rule
+    trusts no other)."""
+    out = {}
+    for key, entry in latest.items():
+        if entry is None or CHANGES_AS_EXPECTED not in entry.gates:
+            continue
+        _, figures = entry.gates[CHANGES_AS_EXPECTED]
+        matched = (figures.get("numbers") or {}).get(MATCHED)
+        if matched is None or entry.checked.get(CHANGES_AS_EXPECTED) != entry.fingerprint.digest:
+            continue
+        dual = (figures.get("actual") or {}).get("dual_run") or {}
+        out[key] = Comparison(key, bool(matched), str(dual.get("worst") or ""), dual.get("published_fingerprint"))
     return out
 
 

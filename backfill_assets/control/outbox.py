@@ -7,7 +7,7 @@ webhook never holds the warehouse lock. Each delivery has a total deadline and e
 budget, so a receiver that trickles its answer cannot hang a command or a sensor tick.
 
 A notice is never dropped: a failed delivery is retried with backoff (its next attempt time is
-kept in `outbox_retries`) by every later relay (the CLI after its command, the reopen sensor on
+kept in `outbox_retries`) by every later relay (the CLI after its command, the relay sensor on
 each tick) until it is delivered. Delivery is at least once; receivers deduplicate on
 `notice_id`. Notices without a webhook are read with `backfill notices`.
 """

@@ -130,5 +130,5 @@ class ReplayableTableComponent(dg.Component, dg.Model, dg.Resolvable):
                                       warehouse_key=self.warehouse_key, metadata=self.metadata, tags=self.tags,
                                       owners=self.owners, kinds=self.kinds,
                                       publish_description=self.publish_description)
-        return dg.Definitions(assets=list(table.assets), sensors=[table.sensor],
+        return dg.Definitions(assets=list(table.assets), sensors=table.sensors,
                               resources=backfill_resources(self.home, self.warehouse_url) if own else {})

@@ -92,7 +92,7 @@ def table_of_workspace(workspace: Any, target: str) -> tuple[TableSpec, Any] | N
     """The spec and partitions definition of `target` as the run's code location declares them,
     read through the workspace's asset graph (a Dagster internal, kept to this function; a test of
     the coordinator fails when an upgrade moves it). None when it cannot be read."""
-    from backfill_assets.defs.graph import SPEC_METADATA
+    from backfill_assets.graph import SPEC_METADATA
 
     try:
         node = workspace.asset_graph.get(AssetKey(target.split("/")))

@@ -13,7 +13,7 @@ import dagster as dg
 
 from backfill_assets.control import record
 from backfill_assets.control.record import PlanState
-from backfill_assets.defs.graph import TableGraph, asset_key
+from backfill_assets.graph import TableGraph, asset_key
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import ACTIVE, ENDED, Phase
 from backfill_assets.status import markdown, plan_status

@@ -7,11 +7,11 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets.dagster_storage import with_targets
-from backfill_assets.defs.graph import asset_key, graph_of_run
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.errors import BackfillError
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+from backfill_assets.graph import asset_key, graph_of_run
 from backfill_assets.impact import Impact
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec

@@ -16,14 +16,15 @@ import dagster as dg
 
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
-from backfill_assets.defs.graph import SPEC_METADATA, graph_of_run, tables_of_graph
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
+from backfill_assets.defs.relay import make_notice_relay
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
+from backfill_assets.graph import SPEC_METADATA, graph_of_run
 from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, permit
@@ -40,11 +41,17 @@ class ReplayableTable:
     partitions_def: dg.PartitionsDefinition
     target: dg.AssetsDefinition
     publish: dg.AssetsDefinition
-    sensor: dg.SensorDefinition
+    sensor: dg.SensorDefinition  # the reopen sensor: moves plans forward, requests publish runs
+    relay: dg.SensorDefinition  # delivers notices; one per warehouse key, shared by its tables
 
     @property
     def assets(self) -> list[dg.AssetsDefinition]:
         return [self.target, self.publish]
+
+    @property
+    def sensors(self) -> list[dg.SensorDefinition]:
+        """The reopen sensor and the notice relay: register both (`Definitions(sensors=...)`)."""
+        return [self.sensor, self.relay]
 
     def scheme(self) -> PartitionScheme:
         """Built afresh each time: a time-window definition gains a key every period."""
@@ -124,7 +131,10 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
     `backfill_resources()`) or the team's dagster-duckdb `DuckDBResource`. `metadata`, `tags`,
     `owners` and `kinds` go on the target and the published asset (the target's description is
     `spec.description`); both carry `partition_expr` and `schema` for dagster-duckdb's IO managers
-    (the team's metadata wins, e.g. `{"schema": "public"}` on PostgreSQL)."""
+    (the team's metadata wins, e.g. `{"schema": "public"}` on PostgreSQL).
+
+    Register `table.sensors`: the reopen sensor and the notice relay of `warehouse_key`'s warehouse
+    (the same object for every table of that key)."""
     key = dg.AssetKey(spec.name.split("/"))
     # built once here to refuse an unsupported partitioning when the definitions load
     table_scheme(spec, partitions_def)
@@ -208,12 +218,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                                  warehouse_key=warehouse_key, description=publish_description,
                                  tags=dict(tags or {}), **shared)
     sensor = make_reopen_sensor(spec, partitions_def, publish.key, warehouse_key)
-    return ReplayableTable(spec, partitions_def, target, publish, sensor)
+    return ReplayableTable(spec, partitions_def, target, publish, sensor, make_notice_relay(warehouse_key))
 
 
-def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
-    """The replayable tables of loaded definitions, from the spec each target carries."""
-    return tables_of_graph(definitions.resolve_asset_graph())
-
-
-__all__ = ["PLAN_TAG", "ReplayableTable", "find_tables", "make_replayable_table"]
+__all__ = ["PLAN_TAG", "ReplayableTable", "make_replayable_table"]

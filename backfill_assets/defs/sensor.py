@@ -1,9 +1,6 @@
 """The reopen sensor: moves a table's plans forward on evidence, requests their publish run and
 keeps the plan-state entry on the target current in the Dagster UI. It requests and reports; it
-does not deliver notices: the relay does (`publish.notify.deliver_pending`). The sensor only hosts
-the relay after its tick's decisions are made, because a deployment driven from the Dagster UI
-alone has no other process to deliver a notice a publish run queued, or retry a failed one; the
-relay never changes what the tick requests or reports, even when it finds the warehouse busy.
+does not deliver notices: the relay sensor does (`defs.relay`, over `publish.notify.deliver_pending`).
 
 It runs every 30 seconds, or every BACKFILL_REOPEN_INTERVAL_SECONDS (a whole number, 1..3600).
 A plan whose window reconciled gets one publish run per reconciliation, only when the publish
@@ -16,22 +13,20 @@ import hashlib
 import dagster as dg
 
 from backfill_assets.control import evidence_log, record
-from backfill_assets.defs.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.defs.plan_state import observation, plans_of_table
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import table_scheme
 from backfill_assets.errors import LockWaitTimeout
 from backfill_assets.execution.advance import advance
+from backfill_assets.graph import Member, TableGraph, asset_key, graph_of_repository
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
-from backfill_assets.publish.notify import deliver_pending
 from backfill_assets.settings import whole_number
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START
 from backfill_assets.warehouse.engine import Session
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
-SENSOR_RELAY_BUDGET_SECONDS = 10.0  # a tick stays short; what is left waits for the next tick
 INTERVAL_ENV = "BACKFILL_REOPEN_INTERVAL_SECONDS"
 DEFAULT_INTERVAL_SECONDS = 30
 MAX_CONSUMER_RUNS = 100  # partitions of one consumer requested after a publish
@@ -117,11 +112,6 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         decided = dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor,
                                   skip_reason=None if requests or events else
                                   ("; ".join(notes) or f"no active plan for {spec.name}"))
-        # decided and reported: now, and only now, the relay (the tick's connection is closed)
-        waiting = deliver_pending(warehouse.warehouse(), wait_seconds=SENSOR_LOCK_WAIT_SECONDS,
-                                  budget=SENSOR_RELAY_BUDGET_SECONDS)
-        if waiting:
-            context.log.warning(f"notices wait for the next relay: {waiting}")
         return decided
 
     return reopen

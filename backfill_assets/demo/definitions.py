@@ -45,11 +45,11 @@ def build_definitions(spec: TableSpec = DAILY_REVENUE, home: str = "", url: str 
     daily = dg.define_asset_job("daily_revenue_incremental", selection=[table.target.key, table.publish.key],
                                 partitions_def=PARTITIONS)
     assets: list[dg.AssetSpec | dg.AssetsDefinition] = [ORDERS, *table.assets]
-    sensors = [table.sensor]
+    sensors = table.sensors
     if monthly is not None:
         rollup = make_replayable_table(monthly, MONTHS, group_name="revenue")
         assets += [*rollup.assets, revenue_report]
-        sensors.append(rollup.sensor)
+        sensors.append(rollup.sensor)  # its relay is the daily table's: one per warehouse
     return dg.Definitions(
         assets=assets,
         sensors=sensors,

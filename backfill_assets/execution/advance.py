@@ -23,7 +23,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 def plan_tables(state: PlanState, spec: TableSpec, scheme: PartitionScheme,

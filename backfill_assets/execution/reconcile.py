@@ -21,7 +21,7 @@ from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 SHORT = dict(zip(GATE_NAMES, ("rows", "dupes", "metrics", "contract", "version", "source", "same",
                                  "expect"),

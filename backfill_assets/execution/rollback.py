@@ -36,7 +36,7 @@ from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_lik
 from backfill_assets.warehouse.state_store import ledger as ledger_store
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass

@@ -21,8 +21,8 @@ import dagster as dg
 
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
-from backfill_assets.defs.loading import LoadedDefs, LoadedTable
 from backfill_assets.execution.stages import Stage
+from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
 from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, cli_run_tags
 from backfill_assets.warehouse import Warehouse
@@ -182,8 +182,8 @@ def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, 
 
     from backfill_assets import terminal
     from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.defs.loading import load_defs
     from backfill_assets.home import HOME_ENV, WAREHOUSE_URL_ENV, Home
+    from backfill_assets.loaded_defs import load_defs
 
     os.environ[HOME_ENV] = home_root
     if warehouse_url:

@@ -5,8 +5,8 @@ The comparison of a partition is recorded as `dual_run.*` figures of its `change
 result, never as a verdict of its own: a gate is what every partition must pass before publish,
 and a dual run is judged as a streak, so a mismatch early in the window is allowed once
 `shadow_days` partitions after it matched (see README, "Cutover"). Recorded there, it is sealed by
-the evidence chain with the other results, and the streak is read back from the sealed record by
-publish, `status`, the evidence and the reopen notice alike.
+the evidence chain with the other results, and the streak is read back from the sealed record
+(`control.ledger.comparisons`) by publish, `status`, the evidence and the reopen notice alike.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backfill_assets.gates.results import CHANGES_AS_EXPECTED
-
 if TYPE_CHECKING:
-    from backfill_assets.control.ledger import LatestWrite
     from backfill_assets.plan.model import Plan, Scenario
 
 MATCHED = "dual_run.matched"
@@ -72,22 +69,6 @@ class Streak:
         return {"streak": self.count, "needed": self.needed, "met": self.met, "compared": self.compared,
                 "partitions": self.partitions, "mismatches": dict(self.mismatches),
                 "reset_at": self.broken_by[0] if self.broken_by else None}
-
-
-def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Comparison]:
-    """The dual run of each partition's latest write, from `ledger.latest` entries: only a result
-    that checked that write's own bytes counts (the publish rule trusts no other)."""
-    out = {}
-    for key, entry in latest.items():
-        if entry is None or CHANGES_AS_EXPECTED not in entry.gates:
-            continue
-        _, figures = entry.gates[CHANGES_AS_EXPECTED]
-        matched = (figures.get("numbers") or {}).get(MATCHED)
-        if matched is None or entry.checked.get(CHANGES_AS_EXPECTED) != entry.fingerprint.digest:
-            continue
-        dual = (figures.get("actual") or {}).get("dual_run") or {}
-        out[key] = Comparison(key, bool(matched), str(dual.get("worst") or ""), dual.get("published_fingerprint"))
-    return out
 
 
 def streak(keys: Sequence[str], found: Mapping[str, Comparison], needed: int,

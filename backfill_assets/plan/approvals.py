@@ -25,12 +25,12 @@ from typing import Any
 from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
-from backfill_assets.plan.yaml_document import read_yaml_text
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.statements import PLAN_APPROVAL, Statement, stamp
 from backfill_assets.trust.policy import POLICY_FILE, Policy
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, Void, tally
+from backfill_assets.yaml_document import read_yaml_text
 
 SIGNERS_ENV = "BACKFILL_ALLOWED_SIGNERS"
 POLICY_ENV = "BACKFILL_POLICY"

@@ -18,7 +18,7 @@ from backfill_assets.plan.model import Plan
 from backfill_assets.table import TableSpec
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _expect_problems(plan: Plan, spec: TableSpec, keys: list[str]) -> list[PlanP
 
 def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None = None, *,
         drafting: bool = False) -> Fit:
-    """`graph`: the loaded definitions' tables (`defs.graph.TableGraph`); without it a plan that
+    """`graph`: the loaded definitions' tables (`graph.TableGraph`); without it a plan that
     lists a graph cannot be checked, and does not fit. `drafting`: also what people get wrong while
     writing it (a `downstream` name that is no asset); the decisions of runs do not re-judge that,
     so a consumer renamed later does not stop a replay."""

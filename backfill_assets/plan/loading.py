@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from backfill_assets.errors import PlanInvalidError, PlanProblem
 from backfill_assets.plan.model import RENAMED, Plan
-from backfill_assets.plan.yaml_document import read_yaml_file
 from backfill_assets.settings import whole_number
+from backfill_assets.yaml_document import read_yaml_file
 
 MISSING = "<missing>"
 MAX_WINDOW_ENV = "BACKFILL_MAX_WINDOW_PARTITIONS"

@@ -6,6 +6,7 @@ Every notice is queued in the outbox inside the transaction that makes the chang
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backfill_assets.control import outbox
@@ -66,14 +67,39 @@ def announce_end(session: Session, plan: Plan, actor: str, how: str) -> int:
                    f"{plan.window.start}..{plan.window.end} is no longer frozen by it", actor)
 
 
-def deliver_pending(warehouse: Warehouse, *, wait_seconds: float, budget: float | None = None) -> str | None:
+@dataclass(frozen=True)
+class Relayed:
+    """What one relay did: each delivery it attempted, or why it could attempt none now."""
+
+    deliveries: tuple[outbox.Delivery, ...] = ()
+    waiting: str | None = None  # the warehouse busy (or unreadable): the notices wait for the next relay
+
+    @property
+    def delivered(self) -> list[int]:
+        return [d.notice_id for d in self.deliveries if d.ok]
+
+    @property
+    def failed(self) -> list[outbox.Delivery]:
+        return [d for d in self.deliveries if not d.ok]
+
+    def line(self) -> str:
+        """One line: the notices delivered, each that failed and why, or why the relay waits."""
+        if self.waiting is not None:
+            return f"notices wait for the next relay: {self.waiting}"
+        if not self.deliveries:
+            return "no notice due"
+        parts = [f"delivered notice(s) {', '.join(map(str, self.delivered))}"] if self.delivered else []
+        parts += [f"notice {d.notice_id} failed ({d.detail}), retried with backoff" for d in self.failed]
+        return "; ".join(parts)
+
+
+def deliver_pending(warehouse: Warehouse, *, wait_seconds: float, budget: float | None = None) -> Relayed:
     """The relay: deliver the webhook notices that are due, after the commits that queued them. Its
-    hosts are the CLI (after each command) and the reopen sensor (after its tick's decisions: a
-    deployment driven from the Dagster UI alone has no other process to retry a failed delivery).
+    hosts are the CLI (after each command) and the relay sensor (`defs.relay`, every 30 seconds: a
+    deployment driven from the Dagster UI alone has no other process to deliver or retry a notice).
     Never raises a BackfillError, so a host's own outcome never depends on delivery: a warehouse
-    busy now (or unreadable) leaves the notices in the outbox for the next relay; returns why."""
+    busy now (or unreadable) leaves the notices in the outbox for the next relay, and says why."""
     try:
-        outbox.relay(warehouse, wait_seconds=wait_seconds, budget=budget)
+        return Relayed(tuple(outbox.relay(warehouse, wait_seconds=wait_seconds, budget=budget)))
     except BackfillError as exc:
-        return exc.message
-    return None
+        return Relayed(waiting=exc.message)

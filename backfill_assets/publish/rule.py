@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
+from backfill_assets.control.ledger import comparisons
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import PublishBlocked
-from backfill_assets.gates.cutover import Streak, comparisons, cutover_of, streak
+from backfill_assets.gates.cutover import Streak, cutover_of, streak
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
@@ -38,7 +39,7 @@ from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerpri
 from backfill_assets.warehouse.writes import copy_partitions, ensure_table
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.graph import TableGraph
+    from backfill_assets.graph import TableGraph
 
 
 @dataclass

@@ -32,8 +32,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, S
 
 from backfill_assets.bounded import read_bounded
 from backfill_assets.errors import PolicyError, PrincipalError
-from backfill_assets.plan.yaml_document import read_yaml_text
 from backfill_assets.signing.principals import canonical_principal
+from backfill_assets.yaml_document import read_yaml_text
 
 POLICY_FILE = "policy.yaml"
 MAX_POLICY_BYTES = 64 * 1024

@@ -21,12 +21,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import column_types
 from backfill_assets.warehouse.grouping import grouping
-from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 
 

@@ -1,10 +1,11 @@
-"""The statement that creates a table of a contract: below the table spec, which names it."""
+"""The statement that creates a table of a contract: above the table spec, whose contract it reads."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.identifiers import quote
+from backfill_assets.table import TableSpec
 
 
 def create_table_sql(table: str, columns: Iterable[tuple[str, str]]) -> str:
@@ -13,3 +14,8 @@ def create_table_sql(table: str, columns: Iterable[tuple[str, str]]) -> str:
     # publish, rather than the write failing half-way through a window
     cols = ", ".join(f"{quote(name)} {kind}" for name, kind in columns)
     return f"CREATE TABLE IF NOT EXISTS {quote(table)} ({cols})"
+
+
+def create_sql(spec: TableSpec, table: str | None = None) -> str:
+    """The statement that creates the contract's table (its own name when `table` is None)."""
+    return create_table_sql(table or spec.table, [(c.name, c.type) for c in spec.contract])

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from backfill_assets.identifiers import quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
 from backfill_assets.warehouse.grouping import Grouping, grouping
-from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.key_compare import (
     key_text_sql,
     metric_differs_sql,

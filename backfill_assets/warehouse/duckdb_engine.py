@@ -25,10 +25,10 @@ from typing import Any
 import duckdb
 
 from backfill_assets.errors import WarehouseError
+from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
-from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from backfill_assets.warehouse.identifiers import quote
+from backfill_assets.identifiers import quote
 
 if TYPE_CHECKING:
     from backfill_assets.home import Home

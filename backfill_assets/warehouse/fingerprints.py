@@ -23,11 +23,11 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.warehouse import legacy_fingerprints as legacy
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import grouping
-from backfill_assets.warehouse.identifiers import qualified, quote
 
 ALGORITHM = "sha256"
 PREFIX = "sha256:"

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.warehouse.engine import Engine, Session, bound_rows
-from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.partition_sql import many_predicate
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from backfill_assets.identifiers import quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import grouping
-from backfill_assets.warehouse.identifiers import quote
 
 
 def row_hash_totals(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str,

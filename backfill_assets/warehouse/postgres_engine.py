@@ -139,7 +139,7 @@ class PostgresSession(Session):
         self.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [name])
 
     def hold_table(self, table: str) -> None:
-        from backfill_assets.warehouse.identifiers import quote
+        from backfill_assets.identifiers import quote
 
         self.execute(f"LOCK TABLE {quote(table)} IN SHARE MODE")
 
@@ -227,7 +227,7 @@ class PostgresEngine(PostgresSpelling, Engine):
         return f"ARRAY[CAST({left} AS {kind})] = ARRAY[CAST({right} AS {kind})]"
 
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
-        from backfill_assets.warehouse.identifiers import quote
+        from backfill_assets.identifiers import quote
 
         prefix = f"{alias}." if alias else ""
         # of the row's text: hash_record_extended has no hash for JSON, XML, POINT or MONEY columns

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from backfill_assets.warehouse.identifiers import validated
+from backfill_assets.identifiers import validated
 
 SNAPSHOT_SCHEMA = "backfill_snapshots"
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from backfill_assets.errors import RollbackRefused
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
-from backfill_assets.warehouse.identifiers import qualified, quote
 from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
 

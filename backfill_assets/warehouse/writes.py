@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from backfill_assets.errors import WriteRefused
+from backfill_assets.identifiers import quote
 from backfill_assets.partitions import PartitionScheme, rename_partition_params
 from backfill_assets.table import TableSpec
+from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql, fingerprints
 from backfill_assets.warehouse.grouping import rows_per_partition
-from backfill_assets.warehouse.identifiers import quote
 from backfill_assets.warehouse.partition_sql import inside_sql, many_predicate
 
 MODES = ("overwrite", "merge", "replay")
@@ -32,7 +33,7 @@ SLOT, LO, HI = "backfill_stage_slot", "backfill_stage_lo", "backfill_stage_hi"
 
 
 def ensure_table(session: Session, spec: TableSpec, table: str | None = None) -> None:
-    session.execute(spec.create_sql(table))
+    session.execute(create_sql(spec, table))
 
 
 def copy_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str, target: str,

@@ -64,6 +64,11 @@ def tables_of_graph(asset_graph: AssetGraph) -> dict[str, tuple[TableSpec, dg.Pa
     return found
 
 
+def find_tables(definitions: dg.Definitions) -> dict[str, tuple[TableSpec, dg.PartitionsDefinition]]:
+    """The replayable tables of loaded definitions, from the spec each target carries."""
+    return tables_of_graph(definitions.resolve_asset_graph())
+
+
 def asset_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(name.split("/"))
 

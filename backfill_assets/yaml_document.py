@@ -1,4 +1,4 @@
-"""A bounded, strict YAML reader for plan files.
+"""A bounded, strict YAML reader for the files a team writes: plans and the trust policy.
 
 ``yaml.safe_load`` trusts its input too much for a file that gates production writes: alias bombs
 expand into millions of nodes, duplicate keys silently override each other, ``2026-02-30`` escapes

@@ -24,8 +24,8 @@ import dagster as dg
 import yaml
 
 from backfill_assets.bounded import read_bounded, refuse_non_regular
-from backfill_assets.defs.graph import TableGraph
 from backfill_assets.errors import BackfillError, UsageError
+from backfill_assets.graph import TableGraph, find_tables
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec
 
@@ -194,8 +194,6 @@ def _load(reference: str | None) -> LoadedDefs:
             definitions.append((_definitions_in(module, None, name), name))
     tables: dict[str, LoadedTable] = {}
     for defs, _source in definitions:
-        from backfill_assets.defs.replayable import find_tables
-
         for name, (spec, partitions_def) in find_tables(defs).items():
             tables[name] = LoadedTable(spec, partitions_def)
     source = " + ".join(s for _, s in definitions)
