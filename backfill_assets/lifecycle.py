@@ -86,7 +86,7 @@ def proof_judged(session: Session, state: PlanState, judge: Judge, actor: str) -
         evidence_log.append(session, plan_id=state.plan_id, kind="proof", actor=actor, payload={
             "passed": True, "partitions": list(state.proof_keys), "sha256": state.approved_sha256})
         return record.transition(session, state.plan_id, Phase.PROVEN, actor,
-                                 note="proof slice idempotent and gates passed")
+                                 note="proof idempotent and gates passed")
 
 
 def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:

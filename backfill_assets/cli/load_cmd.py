@@ -95,7 +95,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     progress = Progress(len(keys), stage.name, output.write, output.terminal_is_tty())
     runs, halted = 0, None
     fail_dead_runs(instance)
-    part: Sequence[str]  # a slice, then the halted run's keys
+    part: Sequence[str]  # a run's keys, then the halted run's
     with output.dagster_output(home) as log:
         for part in stage.runs:
             _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),

@@ -81,23 +81,25 @@ def record_results(session: Session, *, plan_id: str | None, asset: str,
 
 
 def latest(session: Session, asset: str, keys: Sequence[str],
-           plan_id: str | None = None) -> dict[str, LatestWrite | None]:
+           plan_id: str | None = None, figures: bool = True) -> dict[str, LatestWrite | None]:
     """The latest write per key (of the plan, when given) and the latest result of each gate on it,
-    each checked against the seal of the chain row that recorded it (ForgedRecord otherwise)."""
+    each checked against the seal of the chain row that recorded it (ForgedRecord otherwise; the
+    seal covers the figures whether they are read or not). Without `figures` each gate's figures
+    are left empty: a window's verdict reads thousands of results and needs only their outcome."""
     keys = list(dict.fromkeys(keys))
     out: dict[str, LatestWrite | None] = {k: None for k in keys}
     if not keys:
         return out
-    rows = store.latest_writes(session, asset, keys, plan_id)
+    rows = store.latest_writes(session, asset, keys, plan_id, figures)
     write_seals, gate_seals = [], []
-    for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, figures, checked, gseq in rows:
+    for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, text, checked, gseq in rows:
         entry = out.get(key)
         if entry is None:
             entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version, identity)
             out[key] = entry
             write_seals.append(wseq)
         if gate is not None:
-            entry.gates[gate] = (bool(passed), json.loads(figures))
+            entry.gates[gate] = (bool(passed), json.loads(text) if text is not None else {})
             entry.checked[gate] = checked
             gate_seals.append(gseq)
     seals.verify(session, "writes", write_seals, f" of {asset}")

@@ -51,6 +51,9 @@ def of_seq(session: Session, table: str, seq: int, expected: int) -> str:
     return digest(table, rows)
 
 
+SEQS_AT_ONCE = 20  # a run's write transactions seal up to 50 partitions' rows each
+
+
 def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
     """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
     row of a decision that carries no seal)."""
@@ -61,16 +64,19 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                            fix=evidence_log.FORGED_FIX)
     if not wanted or not evidence_log.can_verify(session):
         return
-    found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in wanted}
-    for row in store.rows_of_seqs(session, table, wanted):
-        found[int(row[-1])].append(row[:-1])
-    chain = evidence_log.by_seq(session, wanted)
-    for seq in wanted:
-        sealed = chain[seq].payload.get("seals", {}).get(table)
-        if sealed != digest(table, found[seq]):
-            raise ForgedRecord(
-                f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ from "
-                "what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
+    # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
+    for i in range(0, len(wanted), SEQS_AT_ONCE):
+        part = wanted[i:i + SEQS_AT_ONCE]
+        found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in part}
+        for row in store.rows_of_seqs(session, table, part):
+            found[int(row[-1])].append(row[:-1])
+        chain = evidence_log.by_seq(session, part)
+        for seq in part:
+            sealed = chain[seq].payload.get("seals", {}).get(table)
+            if sealed != digest(table, found[seq]):
+                raise ForgedRecord(
+                    f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
+                    "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
 
 
 def verify_all(session: Session) -> int:

@@ -57,7 +57,7 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
         elif prints[-1] != prints[-2]:
             blockers.append(f"{key}: fingerprints differ between the last two runs "
                             f"({prints[-2][-12:]} vs {prints[-1][-12:]}); the write is not idempotent")
-    latest = ledger.latest(session, state.target, list(state.proof_keys), state.plan_id)
+    latest = ledger.latest(session, state.target, list(state.proof_keys), state.plan_id, figures=False)
     failed = {k: e.failed or ["not evaluated"] for k, e in latest.items() if e is not None and not e.passed}
     blockers += [f"{k}: gates failed: {', '.join(g)}" for k, g in failed.items()]
     return Verdict(not blockers, blockers, failed)
@@ -65,7 +65,7 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
 
 def _table_verdict(session: Session, state: PlanState, asset: str,
                    keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    latest = ledger.latest(session, asset, keys, state.plan_id)
+    latest = ledger.latest(session, asset, keys, state.plan_id, figures=False)
     missing = [k for k, e in latest.items() if e is None]
     failed: dict[str, list[str]] = {}
     for key, entry in latest.items():

@@ -52,11 +52,12 @@ def insert_results(session: Session, seq: int, results: Sequence[Sequence[object
 
 
 def latest_writes(session: Session, asset: str, keys: Sequence[str],
-                  plan_id: str | None = None) -> list[tuple[Any, ...]]:
+                  plan_id: str | None = None, figures: bool = True) -> list[tuple[Any, ...]]:
     """Per key, its latest write (of the plan, when given) joined to the latest result of each gate
     on it: (partition_key, write_id, plan_id, recorded_at, row_count, fingerprint, code_version,
     code_identity, evidence_seq, gate, passed, figures, checked_fingerprint, result evidence_seq),
-    one row per gate (one with gate NULL for a write no gate judged yet)."""
+    one row per gate (one with gate NULL for a write no gate judged yet). Without `figures`, that
+    column is NULL: a verdict over a whole window needs only which gates passed."""
     within, listed = session.engine.in_list_sql("partition_key", keys)
     plan_filter, params = ("AND plan_id = ?", [plan_id]) if plan_id is not None else ("", [])
     return session.rows(
@@ -71,7 +72,7 @@ def latest_writes(session: Session, asset: str, keys: Sequence[str],
                    row_number() OVER (PARTITION BY write_id, gate ORDER BY result_id DESC) AS rk
             FROM {SCHEMA}.gate_results WHERE write_id IN (SELECT write_id FROM w WHERE rk = 1))
         SELECT w.partition_key, w.write_id, w.plan_id, w.recorded_at, w.row_count, w.fingerprint,
-               w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, g.figures,
+               w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, {"g.figures" if figures else "NULL"},
                g.checked_fingerprint, g.evidence_seq
         FROM w LEFT JOIN g ON g.write_id = w.write_id AND g.rk = 1
         WHERE w.rk = 1 ORDER BY w.partition_key, g.gate
