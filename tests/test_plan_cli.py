@@ -651,3 +651,16 @@ def test_any_change_of_meaning_changes_the_hash():
     for name, change in CHANGES_OF_MEANING.items():
         hashes[name] = sha_of(edited(complete_plan(), **change))
     assert len(set(hashes.values())) == len(hashes), hashes
+
+
+@pytest.mark.parametrize("spelling", ["gates", "checks"])
+def test_a_metric_listed_twice_is_refused_in_either_spelling(spelling):
+    document = complete_plan()
+    metrics = document["gates"]["metrics"]
+    document["gates"]["metrics"] = [*metrics, {**metrics[0], "tolerance_abs": 5}]  # the looser one would win
+    if spelling == "checks":
+        document = _old_spelling(document)
+    plan, problems = collect_problems(document)
+    assert plan is None
+    assert [(p.key, p.value, p.fix) for p in problems] == [
+        ("gates.metrics.name", metrics[0]["name"], "listed twice; keep one")]

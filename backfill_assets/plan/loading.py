@@ -270,7 +270,8 @@ def _rule_problems(document: dict[str, Any], today: dt.date | None = None) -> li
     expect = _block(document, "expect")
     problems += _outside_window("execution.proof_partitions", _block(document, "execution").get("proof_partitions"),
                                 first, last)
-    problems += _listed_twice("gates.metrics.name", _block(document, "checks").get("metrics"))
+    gates = _block(document, "gates") or _block(document, "checks")  # checks: its spelling before 0.3
+    problems += _listed_twice("gates.metrics.name", gates.get("metrics"))
     problems += _listed_twice("expect.changes.name", expect.get("changes"))
     problems += _outside_window("expect.partitions", expect.get("partitions"), first, last)
     return problems
