@@ -68,16 +68,21 @@ def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str,
 
 
 def _locked(session: Session, state: PlanState) -> PlanState:
-    """The plan's row, held exclusively until the caller's transaction ends: a writer holds it
-    shared for each of its transactions, so no write of the plan is half-way while a verdict is read
+    """The plan's row, held exclusively until the caller's transaction ends: a run's write
+    transaction holds it shared, so none of the plan's writes is half-way while a verdict is read
     under it, and no other move can land between the verdict and the move it makes."""
     return record.require(session, state.plan_id, exclusive=True)
 
 
+# Each verdict is read twice when it would move the plan: first without the lock, so a verdict that
+# moves nothing (a window still being written, the sensor's usual tick) never waits for a run's
+# open write or makes one wait; then again under the lock, and only that reading decides.
+
+
 def proof_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:
     """The proof's verdict: a passed proof is recorded and the plan is proven; a failed one stays in
-    proving (the proof runs again). `judge` reads the verdict inside the move's transaction."""
-    if state.phase is not Phase.PROVING:
+    proving (the proof runs again). `judge` reads the verdict; the move's reading is under the lock."""
+    if state.phase is not Phase.PROVING or not judge(state).passed:
         return state
     with session.transaction():
         state = _locked(session, state)
@@ -89,25 +94,27 @@ def proof_judged(session: Session, state: PlanState, judge: Judge, actor: str) -
                                  note="proof idempotent and gates passed")
 
 
+def _window_moves(state: PlanState, verdict: Judged) -> bool:
+    if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
+        return not verdict.passed
+    return state.phase in WINDOW_JUDGED and verdict.passed
+
+
 def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:
-    """The whole window's verdict, read by `judge` inside the move's transaction. A window that
-    passed reconciles a plan writing it; one that no longer passes sends a reconciled plan back to
-    running and a published one to repairing."""
-    if state.phase not in WINDOW_JUDGED:
+    """The whole window's verdict, read by `judge`; the move's reading is under the lock. A window
+    that passed reconciles a plan writing it; one that no longer passes sends a reconciled plan back
+    to running and a published one to repairing."""
+    if state.phase not in WINDOW_JUDGED or not _window_moves(state, judge(state)):
         return state
     with session.transaction():
         state = _locked(session, state)
-        if state.phase not in WINDOW_JUDGED:
-            return state
         verdict = judge(state)
+        if not _window_moves(state, verdict):
+            return state
         if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
-            if verdict.passed:
-                return state
             back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
             return record.transition(session, state.plan_id, back, actor,
                                      note="no longer reconciled: " + verdict.blockers[0])
-        if not verdict.passed:
-            return state
         if state.phase is Phase.PROVEN:
             state = record.transition(session, state.plan_id, Phase.RUNNING, actor,
                                       note="window already written by the proof")
@@ -124,9 +131,9 @@ def publication_checked(session: Session, state: PlanState, published_as: str,
                         edits_now: Callable[[], Mapping[str, tuple[Fingerprint, Fingerprint]]],
                         actor: str) -> PlanState:
     """What consumers read of a published plan's table (`published_as`), against what was published:
-    `edits_now` reads, inside the move's transaction, partition -> (now, published) of every edit.
-    An edit sends the plan to repairing, so the next publish puts the checked bytes back."""
-    if state.phase is not Phase.PUBLISHED:
+    `edits_now` reads partition -> (now, published) of every edit (the move's reading under the
+    lock). An edit sends the plan to repairing, so the next publish puts the checked bytes back."""
+    if state.phase is not Phase.PUBLISHED or not edits_now():
         return state
     with session.transaction():
         state = _locked(session, state)

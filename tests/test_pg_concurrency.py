@@ -119,3 +119,26 @@ def test_a_window_verdict_is_read_with_no_write_of_the_plan_half_way(engine_worl
     with world.warehouse().session() as session:
         verdict = window_verdict(session, record.require(session, "fix"))
     assert not verdict.passed and "2026-01-03" in verdict.failed
+
+
+def test_a_verdict_that_moves_nothing_never_waits_for_an_open_write(engine_world):
+    """The reopen sensor judges each active plan on every tick with a short lock wait: while a run
+    of the plan holds a write open and the window is not all written, the verdict moves nothing, so
+    it is read without the plan's lock and the tick goes on (it had waited, timed out and skipped
+    the whole tick, every tick of a backfill)."""
+    from backfill_assets.control import record
+    from backfill_assets.execution.advance import advance
+
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.plan_run("fix", ["2026-01-01"]).success
+    assert world.phase() == "running"
+    with world.warehouse().session() as writer, writer.transaction():
+        permission = permit(writer, FIXED, world.scheme, ["2026-01-03"], {PLAN_TAG: "fix"})
+        write_partitions(writer, FIXED, world.scheme, permission, run_id=None, actor="a run")
+        started = time.monotonic()
+        with world.warehouse().session(wait_seconds=2.0) as sensor:  # the sensor's session, shorter
+            assert advance(sensor, record.require(sensor, "fix"), "reopen-sensor").phase.value == "running"
+        assert time.monotonic() - started < 1.5
