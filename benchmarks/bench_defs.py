@@ -28,5 +28,5 @@ ORDERS = dg.AssetSpec("orders", partitions_def=PARTITIONS, group_name="revenue",
                       description="Generated order events per day.")
 
 table = make_replayable_table(DAILY_REVENUE, PARTITIONS, group_name="revenue", partitions_per_run=PER_RUN)
-defs = dg.Definitions(assets=[ORDERS, *table.assets], sensors=[table.sensor], resources=backfill_resources(),
+defs = dg.Definitions(assets=[ORDERS, *table.assets], sensors=table.sensors, resources=backfill_resources(),
                       executor=EXECUTOR)

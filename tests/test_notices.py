@@ -236,3 +236,25 @@ def test_the_relay_sensor_delivers_a_pending_notice_and_the_reopen_sensor_does_n
     assert [post["notice_id"] for post in server.posts] == [notice_id, notice_id]
     assert world.sql("SELECT attempts, delivered_at IS NOT NULL FROM backfill_control.outbox") == [(2, True)]
     assert _tick(world, "backfill_notice_relay").skip_message == "no notice due"  # delivered once, not again
+
+
+def test_definitions_without_the_relay_are_told_so_by_the_reopen_sensor(world):
+    """A 0.2 project registered `sensors=[table.sensor]`, whose ticks delivered notices; the reopen
+    sensor no longer does, so it says on every tick that the relay is missing (not silence)."""
+    import dagster as dg
+
+    from backfill_assets.defs.relay import relay_name
+    from backfill_assets.defs.resources import WarehouseResource
+
+    full = world.defs()
+    [reopen] = [s for s in full.sensors if s.name == "daily_revenue__reopen_publish"]
+    old_style = dg.Definitions(assets=full.assets, sensors=[reopen], resources=full.resources)
+    resources = {"warehouse": WarehouseResource(home=str(world.home))}
+    first = old_style.resolve_sensor_def(reopen.name).evaluate_tick(
+        dg.build_sensor_context(instance=world.instance, definitions=old_style, resources=resources))
+    # the first tick records the plans' state on the asset (no skip message); the next one skips
+    context = dg.build_sensor_context(instance=world.instance, definitions=old_style, cursor=first.cursor,
+                                      resources=resources)
+    tick = old_style.resolve_sensor_def(reopen.name).evaluate_tick(context)
+    assert f"no notice relay: register `sensors=table.sensors` ({relay_name()})" in tick.skip_message
+    assert "no notice relay" not in _tick(world, "daily_revenue__reopen_publish").skip_message

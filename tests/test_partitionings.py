@@ -182,7 +182,7 @@ def definitions(name: str, home: str) -> dg.Definitions:
     """The team's definitions of one case, as its defs.py builds them."""
     case = {**CASES, **UNSUPPORTED}[name]
     table = make_replayable_table(case.spec, case.partitions_def)
-    return dg.Definitions(assets=[dg.AssetSpec(case.spec.source), *table.assets], sensors=[table.sensor],
+    return dg.Definitions(assets=[dg.AssetSpec(case.spec.source), *table.assets], sensors=table.sensors,
                           resources=backfill_resources(home=home))
 
 

@@ -664,3 +664,14 @@ def test_a_metric_listed_twice_is_refused_in_either_spelling(spelling):
     assert plan is None
     assert [(p.key, p.value, p.fix) for p in problems] == [
         ("gates.metrics.name", metrics[0]["name"], "listed twice; keep one")]
+
+
+def test_problems_of_a_plan_in_the_old_spelling_name_its_own_keys_once():
+    document = _old_spelling(complete_plan())
+    document["checks"]["bogus"] = 1
+    document["checks"]["duplicates"]["max_rows"] = "TODO"
+    document["publish"]["pause"] = False
+    plan, problems = collect_problems(document)
+    assert plan is None
+    assert sorted((p.key, p.value) for p in problems) == [
+        ("checks.bogus", 1), ("checks.duplicates.max_rows", "TODO"), ("publish.pause", False)]

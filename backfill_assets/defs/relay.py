@@ -26,10 +26,14 @@ def relay_name(warehouse_key: str = DEFAULT_KEY) -> str:
     return RELAY_NAME if warehouse_key == DEFAULT_KEY else f"{RELAY_NAME}__{warehouse_key}"
 
 
-@functools.cache
 def make_notice_relay(warehouse_key: str = DEFAULT_KEY) -> dg.SensorDefinition:
     """The relay of the warehouse behind `warehouse_key`: one object per key, so the tables that
     share a warehouse share their relay (Dagster refuses two sensors of one name)."""
+    return _relay_of(warehouse_key)  # cached on the key alone, however the caller spelled the call
+
+
+@functools.cache
+def _relay_of(warehouse_key: str) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=relay_name(warehouse_key),

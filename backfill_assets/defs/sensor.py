@@ -14,6 +14,7 @@ import dagster as dg
 
 from backfill_assets.control import evidence_log, record
 from backfill_assets.defs.plan_state import observation, plans_of_table
+from backfill_assets.defs.relay import relay_name
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import table_scheme
 from backfill_assets.errors import LockWaitTimeout
@@ -109,6 +110,12 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         events = []
         if cursor != context.cursor:  # an observation only when the plans' state changed
             events.append(observation(spec.name, table, active, "reopen-sensor"))
+        repository = context.repository_def
+        if repository is not None and not repository.has_sensor_def(relay_name(warehouse_key)):
+            # definitions written for 0.2 registered `[table.sensor]` alone, which delivered notices
+            notes.append(f"no notice relay: register `sensors=table.sensors` ({relay_name(warehouse_key)}); "
+                         "until then notices wait for the next `backfill` command")
+            context.log.warning(notes[-1])
         decided = dg.SensorResult(run_requests=requests, asset_events=events, cursor=cursor,
                                   skip_reason=None if requests or events else
                                   ("; ".join(notes) or f"no active plan for {spec.name}"))

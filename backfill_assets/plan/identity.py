@@ -17,18 +17,19 @@ from typing import Any
 from backfill_assets.plan.model import RENAMED, Plan
 
 
+def _respelled(content: dict[str, Any], source: str, target: str) -> None:
+    """Move the value at dotted path `source` to `target` (same parent), in place."""
+    *parents, source_key = source.split(".")
+    node = content
+    for part in parents:
+        node = node[part]
+    node[target.split(".")[-1]] = node.pop(source_key)
+
+
 def canonical_content(plan: Plan) -> dict[str, Any]:
     content = plan.model_dump(mode="json", exclude_defaults=True)
     for old, new in RENAMED.items():  # the identity keeps the spelling it was released with
-        *old_parents, old_key = old.split(".")
-        *new_parents, new_key = new.split(".")
-        source = content
-        for part in new_parents:
-            source = source[part]
-        target = content
-        for part in old_parents:
-            target = target[part]
-        target[old_key] = source.pop(new_key)
+        _respelled(content, new, old)
     approvals = content.get("approvals", {})
     approvals.pop("granted", None)
     return content
@@ -44,5 +45,10 @@ def plan_sha256(plan: Plan) -> str:
 
 
 def plan_from_canonical(text: str) -> Plan:
-    """The plan of record read back: defaults are filled in by the model of this release."""
-    return Plan.model_validate(json.loads(text))
+    """The plan of record read back: defaults are filled in by the model of this release. The record
+    holds the released spelling for good, so it is renamed here, not by the model's one-release
+    reading of old plan files."""
+    content = json.loads(text)
+    for old, new in RENAMED.items():
+        _respelled(content, old, new)
+    return Plan.model_validate(content)

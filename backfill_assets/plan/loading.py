@@ -172,6 +172,27 @@ def _value_at(document: Any, loc: tuple[Any, ...]) -> Any:
     return node
 
 
+def _old_spellings_used(document: dict[str, Any]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """New path -> old path of each renamed key the document spells the old way (and not the new)."""
+    used = {}
+    for old, new in RENAMED.items():
+        *parents, old_key = old.split(".")
+        node: Any = document
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and old_key in node and new.split(".")[-1] not in node:
+            used[tuple(new.split("."))] = tuple(old.split("."))
+    return used
+
+
+def _as_given(loc: tuple[Any, ...], given_as: dict[tuple[str, ...], tuple[str, ...]]) -> tuple[Any, ...]:
+    """A problem's location in the document's own spelling, so it names the key the file has."""
+    for new, old in given_as.items():
+        if loc[:len(new)] == new:
+            return old + loc[len(new):]
+    return loc
+
+
 def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanProblem]]:
     """Validate a parsed document; return the plan (when valid) and every problem found."""
     problems: list[PlanProblem] = []
@@ -180,12 +201,13 @@ def collect_problems(document: dict[str, Any]) -> tuple[Plan | None, list[PlanPr
         problems.append(PlanProblem(_dotted(todo_path), "TODO", f"still a placeholder; {fix_for(_dotted(todo_path))}"))
         _without(document, todo_path)
     todo_paths = {_dotted(p) for p in todo}
+    given_as = _old_spellings_used(document)
     plan: Plan | None = None
     try:
         plan = Plan.model_validate(document)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            loc = tuple(error["loc"])
+            loc = _as_given(tuple(error["loc"]), given_as)
             path = _dotted(loc)
             if any(path == t or path.startswith(t + ".") for t in todo_paths):
                 continue

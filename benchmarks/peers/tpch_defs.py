@@ -60,7 +60,7 @@ RELEASED = replace(DAILY_PRICING, select_sql=tpch.select_sql(WHERE, disc=tpch.BU
 
 def build(spec: TableSpec = DAILY_PRICING, home: str = "") -> dg.Definitions:
     table = make_replayable_table(spec, PARTITIONS, group_name="tpch", partitions_per_run=PER_RUN)
-    return dg.Definitions(assets=[LINEITEM, *table.assets], sensors=[table.sensor],
+    return dg.Definitions(assets=[LINEITEM, *table.assets], sensors=table.sensors,
                           resources=backfill_resources(home), executor=dg.in_process_executor)
 
 
