@@ -655,25 +655,31 @@ def _short(path: str) -> str:
     return path
 
 
-def profile_run(work: Path, ctx: Context, profiler: str) -> dict[str, Any]:
-    """One round of this project up to its proof, then `backfill run` under the profiler."""
+PROFILED_STEPS = {"run": ("run",), "reconcile": ("reconcile",), "publish": ("publish",)}
+
+
+def profile_run(work: Path, ctx: Context, profiler: str, step: str = "run") -> dict[str, Any]:
+    """One round of this project up to `step` (its proof, and the steps before it), then that
+    step's command under the profiler."""
     ph = prepare_project(work, ctx.db2, ctx.days, ctx.per_run)
     ph.backfill("run", PLAN_ID, "--proof", what="run --proof")
-    out: dict[str, Any] = {"profiler": profiler, "partitions": len(ctx.days) - 1}
-    command = [str(BACKFILL), "--home", str(ph.home), "run", PLAN_ID]
+    for before in STEPS[1:STEPS.index(step)]:
+        ph.backfill(before, PLAN_ID, what=before)
+    out: dict[str, Any] = {"profiler": profiler, "partitions": len(ctx.days) - 1, "step": step}
+    command = [str(BACKFILL), "--home", str(ph.home), *PROFILED_STEPS[step], PLAN_ID]
     if profiler == "pyinstrument":
         text = work / "pyinstrument.txt"
         env = {**ph.env, "PYTHONPATH": str(PYINSTRUMENT)}
         done = child([PROJECT_PY, "-m", "pyinstrument", "--renderer", "text", "--outfile", str(text),
                       "-p", "time=percent_of_total", "--no-color", "--unicode", *command], ph.log, env=env,
-                     what="backfill run (pyinstrument)")
+                     what=f"backfill {step} (pyinstrument)")
         out.update(wall=done.seconds, text=text.read_text(errors="replace"))
         return out
     import pstats
 
-    dump = work / "backfill-run.prof"
+    dump = work / f"backfill-{step}.prof"
     done = child([PROJECT_PY, "-m", "cProfile", "-o", str(dump), *command], ph.log, env=ph.env,
-                 what="backfill run (cProfile)")
+                 what=f"backfill {step} (cProfile)")
     stats = pstats.Stats(str(dump))
     rows = []
     for (path, line, func), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
@@ -697,7 +703,8 @@ def profile_run(work: Path, ctx: Context, profiler: str) -> dict[str, Any]:
 
 
 def print_profile(prof: dict[str, Any]) -> None:
-    say(f"\n## Profile: one `backfill run` of {prof['partitions']} partitions under {prof['profiler']} "
+    say(f"\n## Profile: one `backfill {prof.get('step', 'run')}` of {prof['partitions']} partitions under "
+        f"{prof['profiler']} "
         f"({fmt(prof['wall'])} s wall under the profiler)")
     if prof["profiler"] == "pyinstrument":
         lines = prof["text"].splitlines()
@@ -732,6 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also profile one `backfill run` (one round)")
     parser.add_argument("--profile-only", action="store_true", help="only the profile, no rounds")
     parser.add_argument("--profiler", choices=("cprofile", "pyinstrument"), default="cprofile")
+    parser.add_argument("--profile-step", choices=tuple(PROFILED_STEPS), default="run",
+                        help="the command profiled (the steps before it run unprofiled)")
     parser.add_argument("--no-setup", action="store_true", help="never run benchmarks/peers/setup.sh")
     args = parser.parse_args(argv)
 
@@ -812,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({os.cpu_count()} cores)\n")
             print_table(summary, skipped, args.per_run)
         if args.profile or args.profile_only:
-            prof = profile_run(work / "profile", ctx, args.profiler)
+            prof = profile_run(work / "profile", ctx, args.profiler, args.profile_step)
             results["profile"] = prof
             print_profile(prof)
             if not args.keep:
