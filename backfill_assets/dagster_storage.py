@@ -116,15 +116,31 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
                 yield conn
 
     def store_event_batch(self, events: Sequence[Any]) -> None:
-        """The events in one transaction: all stored, or none (Dagster then stores them one by one)."""
+        """The events in one transaction: all stored, or none (Dagster then stores them one by one).
+        Each asset's row of the asset index is written once for the batch, not once an event."""
         with self._engine().connect() as conn:
             with conn.begin():
                 self._batch.conn = conn
+                self._batch.asset_events = {}
                 try:
                     for event in events:
                         self.store_event(event)
+                    for kept in self._batch.asset_events.values():
+                        for event, event_id in last_writers(kept):
+                            super()._store_asset_event(conn, event, event_id)
                 finally:
                     self._batch.conn = None
+                    self._batch.asset_events = None
+
+    def _store_asset_event(self, conn: Any, event: Any, event_id: int) -> None:
+        # Dagster writes the asset's row of the asset index (its last materialization, last run,
+        # last event time) for every event: a failed INSERT, then an UPDATE with the whole event
+        # serialized again; in a batch only the last writer of each column counts (`last_writers`)
+        pending = getattr(self._batch, "asset_events", None)
+        if pending is None or not (event.dagster_event and event.dagster_event.asset_key):
+            super()._store_asset_event(conn, event, event_id)
+            return
+        pending.setdefault(event.dagster_event.asset_key, []).append((event, event_id))
 
     def has_table(self, table_name: str) -> bool:
         # Dagster asks before every check evaluation, with a new engine each time; a table that
@@ -158,6 +174,32 @@ class FileComputeLogManager(LocalComputeLogManager):
             yield CapturedLogContext(log_key)
         # as Dagster's: the UI knows the capture ended
         touch_file(self.complete_artifact_path(log_key))  # type: ignore[no-untyped-call]  # untyped in Dagster
+
+
+# The asset index's columns each kind of asset event writes (Dagster's `_get_asset_entry_values`):
+# a materialization its last materialization, run and time; a planned materialization the run and
+# time; an observation the time.
+_COLUMNS_WRITTEN = {"ASSET_MATERIALIZATION": frozenset({"materialization", "run", "time"}),
+                    "ASSET_MATERIALIZATION_PLANNED": frozenset({"run", "time"}),
+                    "ASSET_OBSERVATION": frozenset({"time"})}
+
+
+def last_writers(events: Sequence[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """Of one asset's (event, storage id)s in storage order, those whose writes to the asset index
+    are not all overwritten by a later one, in order: writing just these leaves the row exactly as
+    writing every one would (tests/test_dagster_storage.py compares it with Dagster's own storage)."""
+    covered: set[str] = set()
+    kept = []
+    for event, event_id in reversed(events):
+        kind = event.dagster_event.event_type_value
+        written = _COLUMNS_WRITTEN.get(kind)
+        if written is None:  # a kind we do not know: written as Dagster would, in its place
+            kept.append((event, event_id))
+            continue
+        if not written <= covered:
+            kept.append((event, event_id))
+            covered |= written
+    return kept[::-1]
 
 
 def _pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 import dagster as dg
+import sqlalchemy as db
 
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.dagster_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
@@ -157,3 +158,54 @@ def test_many_readers_at_once_never_wait_on_the_pool(world):
     finally:
         for conn in opened:
             conn.close()
+
+
+def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(world, tmp_path):
+    """The pooled event log writes each asset's row of the asset index once a batch (the last
+    writer of each column) instead of once an event: the same events stored one by one by Dagster's
+    own sqlite event log leave the same rows. Fails when an upgrade changes what an event writes."""
+    from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
+    from dagster._core.storage.event_log.schema import AssetKeyTable
+    from dagster_shared.serdes import deserialize_value
+
+    instance = instance_for(Home(world.home))
+    try:
+        job = world.defs().resolve_implicit_global_asset_job_def()
+        for first, last in (("2026-01-01", "2026-01-03"), ("2026-01-04", "2026-01-06")):
+            assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("daily_revenue")],
+                                          tags={"dagster/asset_partition_range_start": first,
+                                                "dagster/asset_partition_range_end": last}).success
+        ours = instance.event_log_storage
+        with ours.index_connection() as conn:
+            stored = conn.execute(db.text("SELECT id, event FROM event_logs ORDER BY id")).fetchall()
+            rows = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
+    finally:
+        instance.dispose()
+    assert [i for i, _ in stored] == list(range(1, len(stored) + 1))  # replayed below under the same ids
+    stock = ConsolidatedSqliteEventLogStorage(str(tmp_path / "stock"))
+    for _, text in stored:
+        stock.store_event(deserialize_value(text))
+    with stock.index_connection() as conn:
+        expected = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
+    stock.dispose()
+    columns = [c.name for c in AssetKeyTable.columns]
+    assert len(rows) == len(expected) == 1  # daily_revenue
+    apart = ("id", "create_timestamp")  # the row's own id and the time it was created
+    assert {c: v for c, v in zip(columns, rows[0], strict=True) if c not in apart} == \
+        {c: v for c, v in zip(columns, expected[0], strict=True) if c not in apart}
+
+
+def test_only_the_last_writer_of_each_asset_index_column_is_kept():
+    from types import SimpleNamespace
+
+    from backfill_assets.dagster_storage import last_writers
+
+    def event(kind: str) -> SimpleNamespace:
+        return SimpleNamespace(dagster_event=SimpleNamespace(event_type_value=kind))
+
+    kinds = ["ASSET_MATERIALIZATION_PLANNED", "ASSET_MATERIALIZATION", "ASSET_MATERIALIZATION_PLANNED",
+             "ASSET_OBSERVATION", "ASSET_MATERIALIZATION", "ASSET_MATERIALIZATION_PLANNED", "ASSET_OBSERVATION",
+             "SOMETHING_NEW"]
+    kept = last_writers([(event(k), i) for i, k in enumerate(kinds)])
+    # the last materialization (4), the last planned after it (5), the last time (6), the unknown (7)
+    assert [i for _, i in kept] == [4, 5, 6, 7]
