@@ -122,15 +122,68 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
             with conn.begin():
                 self._batch.conn = conn
                 self._batch.asset_events = {}
+                self._batch.check_evaluations = []
                 try:
                     for event in events:
                         self.store_event(event)
                     for kept in self._batch.asset_events.values():
                         for event, event_id in last_writers(kept):
                             super()._store_asset_event(conn, event, event_id)
+                    self._update_check_executions(conn, self._batch.check_evaluations)
                 finally:
                     self._batch.conn = None
                     self._batch.asset_events = None
+                    self._batch.check_evaluations = None
+
+    def _update_asset_check_evaluation(self, event: Any, event_id: int | None) -> None:
+        # Dagster updates the check's execution row (made by the run's planned evaluation) with one
+        # UPDATE built and run per evaluation; a batch's go in one executemany per statement shape
+        pending = getattr(self._batch, "check_evaluations", None)
+        if pending is None:
+            super()._update_asset_check_evaluation(event, event_id)
+            return
+        pending.append((event, event_id))
+
+    def _update_check_executions(self, conn: Any, pending: Sequence[tuple[Any, int | None]]) -> None:
+        """What Dagster's `_update_asset_check_evaluation` writes for each evaluation, as one UPDATE
+        executed for all of them (one for those without a partition); when any row was missing
+        (no planned evaluation made it), each evaluation is written again Dagster's way, in order,
+        which updates what is there and inserts what is not."""
+        from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+        from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as table
+        from dagster_shared.serdes import serialize_value
+
+        groups: dict[bool, list[tuple[Any, int | None, dict[str, Any]]]] = {True: [], False: []}
+        for event, event_id in pending:
+            evaluation = event.dagster_event.event_specific_data
+            target = evaluation.target_materialization_data
+            groups[evaluation.partition is None].append((event, event_id, {
+                "w_asset_key": evaluation.asset_key.to_string(), "w_check_name": evaluation.check_name,
+                "w_run_id": event.run_id, "w_partition": evaluation.partition,
+                "v_status": (AssetCheckExecutionRecordStatus.SUCCEEDED.value if evaluation.passed
+                             else AssetCheckExecutionRecordStatus.FAILED.value),
+                "v_event": serialize_value(event),
+                "v_timestamp": self._event_insert_timestamp(event),  # type: ignore[no-untyped-call]  # untyped in Dagster
+                "v_storage_id": event_id, "v_materialization": target.storage_id if target else None,
+                "v_partition": evaluation.partition}))
+        for unpartitioned, group in groups.items():
+            if not group:
+                continue
+            statement = table.update().where(db.and_(
+                table.c.asset_key == db.bindparam("w_asset_key"),
+                table.c.check_name == db.bindparam("w_check_name"),
+                table.c.run_id == db.bindparam("w_run_id"),
+                table.c.partition.is_(None) if unpartitioned else table.c.partition == db.bindparam("w_partition"),
+            )).values(
+                execution_status=db.bindparam("v_status"), evaluation_event=db.bindparam("v_event"),
+                evaluation_event_timestamp=db.bindparam("v_timestamp"),
+                evaluation_event_storage_id=db.bindparam("v_storage_id"),
+                materialization_event_storage_id=db.bindparam("v_materialization"),
+                partition=db.bindparam("v_partition"))
+            updated = conn.execute(statement, [params for _, _, params in group]).rowcount
+            if updated != len(group):
+                for event, event_id, _ in group:
+                    super()._update_asset_check_evaluation(event, event_id)
 
     def _store_asset_event(self, conn: Any, event: Any, event_id: int) -> None:
         # Dagster writes the asset's row of the asset index (its last materialization, last run,

@@ -162,10 +162,11 @@ def test_many_readers_at_once_never_wait_on_the_pool(world):
 
 def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(world, tmp_path):
     """The pooled event log writes each asset's row of the asset index once a batch (the last
-    writer of each column) instead of once an event: the same events stored one by one by Dagster's
-    own sqlite event log leave the same rows. Fails when an upgrade changes what an event writes."""
+    writer of each column) instead of once an event, and a batch's check evaluations in one UPDATE
+    executed for all: the same events stored one by one by Dagster's own sqlite event log leave the
+    same rows in both tables. Fails when an upgrade changes what an event writes."""
     from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
-    from dagster._core.storage.event_log.schema import AssetKeyTable
+    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, AssetKeyTable
     from dagster_shared.serdes import deserialize_value
 
     instance = instance_for(Home(world.home))
@@ -179,6 +180,8 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
         with ours.index_connection() as conn:
             stored = conn.execute(db.text("SELECT id, event FROM event_logs ORDER BY id")).fetchall()
             rows = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
+            checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
+                                                     .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
     finally:
         instance.dispose()
     assert [i for i, _ in stored] == list(range(1, len(stored) + 1))  # replayed below under the same ids
@@ -187,12 +190,22 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
         stock.store_event(deserialize_value(text))
     with stock.index_connection() as conn:
         expected = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
+        expected_checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
+                                                          .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
     stock.dispose()
     columns = [c.name for c in AssetKeyTable.columns]
     assert len(rows) == len(expected) == 1  # daily_revenue
     apart = ("id", "create_timestamp")  # the row's own id and the time it was created
     assert {c: v for c, v in zip(columns, rows[0], strict=True) if c not in apart} == \
         {c: v for c, v in zip(columns, expected[0], strict=True) if c not in apart}
+    check_columns = [c.name for c in AssetCheckExecutionsTable.columns]
+
+    def kept(row: tuple) -> dict:
+        return {c: v for c, v in zip(check_columns, row, strict=True) if c not in apart}
+
+    assert len(checks) == len(expected_checks) == 2 * 3 * len(GATE_NAMES)  # two runs of three days
+    assert [kept(r) for r in checks] == [kept(r) for r in expected_checks]
+    assert {kept(r)["execution_status"] for r in checks} == {"SUCCEEDED"}
 
 
 def test_only_the_last_writer_of_each_asset_index_column_is_kept():
