@@ -5,7 +5,11 @@ fsync: with a check evaluation per gate per partition that is most of a backfill
 laptop (benchmarks/scale.py). This subclass of `ConsolidatedSqliteEventLogStorage` keeps one pooled
 engine per process, in WAL mode with `synchronous=NORMAL` (a crash of the process loses nothing;
 a power cut can lose the last events, never corrupt the file), and stores a batch of events in
-one transaction (Dagster's base class stores a batch one event at a time).
+one transaction (Dagster's base class stores a batch one event at a time). Inside a batch, each
+asset's row of the asset index is written once, by the last writer of each of its columns, instead
+of once an event (a failed INSERT, then an UPDATE with the event serialized again), and the check
+evaluations update their execution rows with one UPDATE executed for all; the rows are those
+Dagster's own storage leaves (a test compares them).
 
 `log_check_evaluations` sends a range run's per-partition gate results to the instance as one
 batch (Dagster batches only materializations): the UI shows exactly the same check executions,
