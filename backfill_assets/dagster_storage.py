@@ -150,16 +150,26 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
 
     def _update_check_executions(self, conn: Any, pending: Sequence[tuple[Any, int | None]]) -> None:
         """What Dagster's `_update_asset_check_evaluation` writes for each evaluation, as one UPDATE
-        executed for all of them (one for those without a partition); when any row was missing
-        (no planned evaluation made it), each evaluation is written again Dagster's way, in order,
-        which updates what is there and inserts what is not."""
+        executed for all of them (one for those without a partition). An evaluation whose execution
+        row does not exist (no planned evaluation made it) is written Dagster's way, which inserts
+        it; so is any whose row the UPDATE did not find after all."""
         from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
         from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as table
         from dagster_shared.serdes import serialize_value
 
+        if not pending:
+            return
+        runs = sorted({event.run_id for event, _ in pending})
+        existing = {tuple(row) for row in conn.execute(
+            db.select(table.c.asset_key, table.c.check_name, table.c.run_id, table.c.partition)
+            .where(table.c.run_id.in_(runs))).fetchall()}
         groups: dict[bool, list[tuple[Any, int | None, dict[str, Any]]]] = {True: [], False: []}
         for event, event_id in pending:
             evaluation = event.dagster_event.event_specific_data
+            key = (evaluation.asset_key.to_string(), evaluation.check_name, event.run_id, evaluation.partition)
+            if key not in existing:  # inserted Dagster's way; a later evaluation of it updates it
+                super()._update_asset_check_evaluation(event, event_id)
+                continue
             target = evaluation.target_materialization_data
             groups[evaluation.partition is None].append((event, event_id, {
                 "w_asset_key": evaluation.asset_key.to_string(), "w_check_name": evaluation.check_name,
