@@ -121,15 +121,17 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
 
     def store_event_batch(self, events: Sequence[Any]) -> None:
         """The events in one transaction: all stored, or none (Dagster then stores them one by one).
-        Each asset's row of the asset index is written once for the batch, not once an event."""
+        Their rows of the event log go in one INSERT executed for all, each event serialized once;
+        each asset's row of the asset index is written once for the batch, not once an event."""
         with self._engine().connect() as conn:
             with conn.begin():
                 self._batch.conn = conn
                 self._batch.asset_events = {}
                 self._batch.check_evaluations = []
+                self._batch.serialized = {}
                 try:
-                    for event in events:
-                        self.store_event(event)
+                    for event, event_id in zip(events, self._insert_events(conn, events), strict=True):
+                        self._index_event(event, event_id)
                     for kept in self._batch.asset_events.values():
                         for event, event_id in last_writers(kept):
                             super()._store_asset_event(conn, event, event_id)
@@ -138,6 +140,76 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
                     self._batch.conn = None
                     self._batch.asset_events = None
                     self._batch.check_evaluations = None
+                    self._batch.serialized = None
+
+    def _insert_events(self, conn: Any, events: Sequence[Any]) -> list[int]:
+        """The events' rows of the event log (Dagster's `_event_to_row`), inserted by one statement
+        executed for all of them, and their ids in the events' order."""
+        from dagster._core.storage.event_log.schema import SqlEventLogStorageTable as table
+
+        rows = [self._event_to_row(event) for event in events]
+        inserted = conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)
+        return [int(row[0]) for row in inserted.fetchall()]
+
+    def _index_event(self, event: Any, event_id: int) -> None:
+        """What Dagster's `SqlEventLogStorage.store_event` does with an event once its row is
+        inserted (tests/test_dagster_storage.py pins that method's source, so an upgrade that changes
+        it fails there)."""
+        from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS
+
+        if event.is_dagster_event and event.dagster_event_type in ASSET_EVENTS and event.dagster_event.asset_key:
+            with self.index_transaction() as conn:
+                self._store_asset_event_tags(conn, [event], [event_id])
+                self._store_asset_event(conn, event, event_id)
+        if event.is_dagster_event and event.dagster_event_type in ASSET_CHECK_EVENTS:
+            self.store_asset_check_event(event, event_id)
+
+    def _serialized(self, event: Any) -> str:
+        """The event's JSON, made once a batch: its event log row, its check execution row and
+        each partition's row of a planned check all hold the same text."""
+        from dagster_shared.serdes import serialize_value
+
+        made: dict[int, tuple[Any, str]] | None = getattr(self._batch, "serialized", None)
+        if made is None:
+            return serialize_value(event)
+        kept = made.get(id(event))
+        if kept is None or kept[0] is not event:  # keyed by id: the event is kept alive beside its text
+            kept = (event, serialize_value(event))
+            made[id(event)] = kept
+        return kept[1]
+
+    def _event_to_row(self, event: Any) -> dict[str, Any]:
+        # Dagster's `_event_to_row` (its source pinned by the test), the event's text made once a batch
+        dagster_event_type = asset_key = partition = None
+        step_key = event.step_key
+        if event.is_dagster_event:
+            dagster_event = event.get_dagster_event()
+            dagster_event_type = dagster_event.event_type_value
+            step_key = dagster_event.step_key
+            if dagster_event.asset_key:
+                asset_key = dagster_event.asset_key.to_string()
+            if dagster_event.partition:
+                partition = dagster_event.partition
+        return {"run_id": event.run_id, "event": self._serialized(event), "dagster_event_type": dagster_event_type,
+                "timestamp": self._event_insert_timestamp(event),  # type: ignore[no-untyped-call]  # untyped in Dagster
+                "step_key": step_key, "asset_key": asset_key, "partition": partition}
+
+    def _store_asset_check_evaluation_planned(self, event: Any, event_id: int | None) -> None:
+        # Dagster serializes the planned event again for each partition of the run, in a statement
+        # compiled anew for each run's partitions; the same rows, one text, one cached statement
+        from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+        from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as table
+
+        planned = event.dagster_event.event_specific_data
+        keys = planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
+        text = self._serialized(event)
+        timestamp = self._event_insert_timestamp(event)  # type: ignore[no-untyped-call]  # untyped in Dagster
+        with self.index_connection() as conn:  # type: ignore[no-untyped-call]  # untyped in Dagster
+            conn.execute(table.insert(), [
+                dict(asset_key=planned.asset_key.to_string(), check_name=planned.check_name, partition=key,
+                     run_id=event.run_id, execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                     evaluation_event=text, evaluation_event_timestamp=timestamp, evaluation_event_storage_id=event_id)
+                for key in keys])
 
     def _update_asset_check_evaluation(self, event: Any, event_id: int | None) -> None:
         # Dagster updates the check's execution row (made by the run's planned evaluation) with one
@@ -155,7 +227,6 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
         it; so is any whose row the UPDATE did not find after all."""
         from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
         from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as table
-        from dagster_shared.serdes import serialize_value
 
         if not pending:
             return
@@ -176,7 +247,7 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
                 "w_run_id": event.run_id, "w_partition": evaluation.partition,
                 "v_status": (AssetCheckExecutionRecordStatus.SUCCEEDED.value if evaluation.passed
                              else AssetCheckExecutionRecordStatus.FAILED.value),
-                "v_event": serialize_value(event),
+                "v_event": self._serialized(event),
                 "v_timestamp": self._event_insert_timestamp(event),  # type: ignore[no-untyped-call]  # untyped in Dagster
                 "v_storage_id": event_id, "v_materialization": target.storage_id if target else None,
                 "v_partition": evaluation.partition}))

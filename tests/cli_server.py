@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +143,60 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
+class Forked:
+    """A command the server forked, running: what the tests use of `subprocess.Popen` (`pid`,
+    `poll`, `wait`, `communicate`, `kill`, `returncode`; output as text once it has ended)."""
+
+    def __init__(self, argv: list[str], pid: int, conn: socket.socket, reader, out, err) -> None:
+        self.args, self.pid, self.returncode = argv, pid, None
+        self._conn, self._reader, self._out, self._err = conn, reader, out, err
+
+    def _ended(self, line: str) -> int:
+        if not line:
+            raise RuntimeError(f"the CLI server lost command {self.args} (pid {self.pid})")
+        self.returncode = int(line)
+        self._reader.close()
+        self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._conn], [], [], 0)
+            if ready:
+                self._ended(self._reader.readline())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                self._ended(self._reader.readline())
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        texts = []
+        for file in (self._out, self._err):
+            file.seek(0)
+            texts.append(_text(file.read()))
+            file.close()
+        return texts[0], texts[1]
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended meanwhile: the server reports its exit
+
+
 @dataclass
 class Server:
     """One server per test worker, started on first use."""
@@ -165,28 +219,21 @@ class Server:
 
     def run(self, argv: list[str], env: dict[str, str], cwd: Path,
             timeout: float) -> subprocess.CompletedProcess:
+        command = self.start(argv, env, cwd)
+        out, err = command.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(argv, command.returncode, out, err)
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: Path) -> Forked:
+        """The command forked and running; its output goes to files read when it has ended."""
         if self.process is None or self.process.poll() is not None:
             self._start()
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(self.path)
-            request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode() + b"\n"
-            socket.send_fds(conn, [request], [out.fileno(), err.fileno()])
-            reader = conn.makefile("r")
-            pid = int(reader.readline())
-            conn.settimeout(timeout)
-            started = time.monotonic()
-            try:
-                line = reader.readline()
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(argv, time.monotonic() - started) from None
-            if not line:
-                raise RuntimeError(f"the CLI server lost command {argv} (pid {pid})")
-            code = int(line)
-            out.seek(0)
-            err.seek(0)
-            return subprocess.CompletedProcess(argv, code, _text(out.read()), _text(err.read()))
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode() + b"\n"
+        socket.send_fds(conn, [request], [out.fileno(), err.fileno()])
+        reader = conn.makefile("r")
+        return Forked(argv, int(reader.readline()), conn, reader, out, err)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -120,16 +120,20 @@ def environment(world, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @pytest.fixture
-def spawn(world):
-    """Start the `backfill` console script (or `command`) in the background, as the `cli` fixture runs
-    it; whatever still runs when the test ends is killed."""
-    started: list[subprocess.Popen] = []
+def spawn(world, cli_server):
+    """Start a `backfill` command in the background, as the `cli` fixture runs it (a child of the
+    worker's CLI server), or `command` as it is; whatever still runs when the test ends is killed."""
+    started: list = []
 
     def start(*args: str, env: dict[str, str] | None = None, command: list[str] | None = None,
-              **popen) -> subprocess.Popen:
-        process = subprocess.Popen(command or [str(BIN / "backfill"), "--home", str(world.home), *args],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=environment(world, env), cwd=world.root, **popen)
+              **popen):
+        if command is None and not popen:
+            process = cli_server.start([str(BIN / "backfill"), "--home", str(world.home), *args],
+                                       environment(world, env), world.root)
+        else:
+            process = subprocess.Popen(command or [str(BIN / "backfill"), "--home", str(world.home), *args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env=environment(world, env), cwd=world.root, **popen)
         started.append(process)
         return process
 
@@ -140,7 +144,7 @@ def spawn(world):
             process.wait()
 
 
-def finish(process: subprocess.Popen) -> Result:
+def finish(process) -> Result:
     out, err = process.communicate(timeout=240)
     return Result(process.returncode, out, err)
 

@@ -161,12 +161,18 @@ def test_many_readers_at_once_never_wait_on_the_pool(world):
 
 
 def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(world, tmp_path):
-    """The pooled event log writes each asset's row of the asset index once a batch (the last
+    """The pooled event log inserts a batch's rows of the event log with one statement, serializes
+    each event once, writes each asset's row of the asset index once a batch (the last
     writer of each column) instead of once an event, and a batch's check evaluations in one UPDATE
     executed for all: the same events stored one by one by Dagster's own sqlite event log leave the
     same rows in both tables. Fails when an upgrade changes what an event writes."""
     from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, AssetKeyTable
+    from dagster._core.storage.event_log.schema import (
+        AssetCheckExecutionsTable,
+        AssetEventTagsTable,
+        AssetKeyTable,
+        SqlEventLogStorageTable,
+    )
     from dagster_shared.serdes import deserialize_value
 
     instance = instance_for(Home(world.home))
@@ -179,6 +185,9 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
         ours = instance.event_log_storage
         with ours.index_connection() as conn:
             stored = conn.execute(db.text("SELECT id, event FROM event_logs ORDER BY id")).fetchall()
+            events = [tuple(r) for r in conn.execute(SqlEventLogStorageTable.select()
+                                                     .order_by(SqlEventLogStorageTable.c.id)).fetchall()]
+            tags = sorted(tuple(r)[1:] for r in conn.execute(AssetEventTagsTable.select()).fetchall())
             rows = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
             checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
                                                      .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
@@ -189,10 +198,17 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
     for _, text in stored:
         stock.store_event(deserialize_value(text))
     with stock.index_connection() as conn:
+        expected_events = [tuple(r) for r in conn.execute(SqlEventLogStorageTable.select()
+                                                          .order_by(SqlEventLogStorageTable.c.id)).fetchall()]
+        expected_tags = sorted(tuple(r)[1:] for r in conn.execute(AssetEventTagsTable.select()).fetchall())
         expected = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
         expected_checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
                                                           .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
     stock.dispose()
+    # the event log's rows (one INSERT for a batch, each event serialized once) and their indexed tags
+    assert len(events) == len(expected_events) > 3 * len(GATE_NAMES)
+    assert events == expected_events
+    assert tags == expected_tags
     columns = [c.name for c in AssetKeyTable.columns]
     assert len(rows) == len(expected) == 1  # daily_revenue
     apart = ("id", "create_timestamp")  # the row's own id and the time it was created
@@ -206,6 +222,24 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
     assert len(checks) == len(expected_checks) == 2 * 3 * len(GATE_NAMES)  # two runs of three days
     assert [kept(r) for r in checks] == [kept(r) for r in expected_checks]
     assert {kept(r)["execution_status"] for r in checks} == {"SUCCEEDED"}
+
+    # a planned check no evaluation followed (a run that stopped) keeps its planned row: the same
+    planned = [deserialize_value(text) for _, text in stored
+               if '"ASSET_CHECK_EVALUATION_PLANNED"' in text]
+    assert planned
+    rows_of = {}
+    for name, store in (("ours", PooledSqliteEventLogStorage(str(tmp_path / "planned-ours"))),
+                        ("stock", ConsolidatedSqliteEventLogStorage(str(tmp_path / "planned-stock")))):
+        if name == "ours":
+            store.store_event_batch(planned)
+        else:
+            for event in planned:
+                store.store_event(event)
+        with store.index_connection() as conn:
+            rows_of[name] = [kept(tuple(r)) for r in conn.execute(AssetCheckExecutionsTable.select()
+                                                                  .order_by(AssetCheckExecutionsTable.c.id))]
+        store.dispose()
+    assert len(rows_of["ours"]) == 2 * 3 * len(GATE_NAMES) and rows_of["ours"] == rows_of["stock"]
 
 
 def test_only_the_last_writer_of_each_asset_index_column_is_kept():
@@ -222,3 +256,21 @@ def test_only_the_last_writer_of_each_asset_index_column_is_kept():
     kept = last_writers([(event(k), i) for i, k in enumerate(kinds)])
     # the last materialization (4), the last planned after it (5), the last time (6), the unknown (7)
     assert [i for _, i in kept] == [4, 5, 6, 7]
+
+
+# Dagster's methods the pooled event log's batch does the work of (`_insert_events`, `_index_event`,
+# `_event_to_row`, `_store_asset_check_evaluation_planned`): an upgrade that changes any of them
+# fails here, so what ours writes is re-read against theirs before the pin moves
+REPLICATED = {"store_event": "391ced414e9bfecb", "_event_to_row": "93d47fbe7edc4f70",
+              "_store_asset_check_evaluation_planned": "bbecef7ab5ce9d01"}
+
+
+def test_the_dagster_methods_a_batch_replicates_are_the_ones_it_was_written_against():
+    import hashlib
+    import inspect
+
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    found = {name: hashlib.sha256(inspect.getsource(getattr(SqlEventLogStorage, name)).encode()).hexdigest()[:16]
+             for name in REPLICATED}
+    assert found == REPLICATED, "Dagster changed a method dagster_storage.py replicates: re-read it, then update both"

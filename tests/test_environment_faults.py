@@ -124,8 +124,10 @@ def test_a_read_only_home_is_one_line_and_reading_commands_still_answer(world):
     _unchanged(world)
 
 
-@pytest.mark.parametrize("name", ['ho"me', "my home", "team's", "home#1", "c:home"])
-def test_quotes_and_marks_in_the_home_path_are_just_a_path(tmp_path, ssh_keys, monkeypatch, name):
+# every mark in one path (a world costs seconds to make): a double and a single quote (SQL, YAML),
+# spaces (shell words), `#` (a URL's fragment, a YAML comment) and `:` (a URL's scheme, a YAML key)
+def test_quotes_and_marks_in_the_home_path_are_just_a_path(tmp_path, ssh_keys, monkeypatch):
+    name = 'ho"me my team\'s home#1 c:home'
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.home import Home
     from tests.world import DEMO_DEFS, make_world

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
 import threading
 import time
 
@@ -57,7 +56,7 @@ def test_a_rollback_restores_a_partition_the_plan_wrote_while_it_waited(engine_w
     assert world.fingerprints("daily_revenue", keys(1, 4)) == history
 
 
-def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_world):
+def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_world, cli_server):
     world = engine_world
     first = world.plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     second = world.plan("second", start="2026-01-03", end="2026-01-06", proof=("2026-01-03",))
@@ -67,9 +66,8 @@ def test_two_overlapping_plans_approved_at_once_never_both_become_active(engine_
            "BACKFILL_DEFS": "backfill_assets.demo.daily", "PYTHONWARNINGS": "ignore"}
     with world.warehouse().session() as holder, holder.transaction():
         holder.lock("approve:daily_revenue")  # what an approval of this table holds in its transaction
-        started = [subprocess.Popen([str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(p),
-                                     "--by", "bob", "--key", str(world.keys["bob"])], env=env, cwd=world.root,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started = [cli_server.start([str(BIN / "backfill"), "--home", str(world.home), "plan", "approve", str(p),
+                                     "--by", "bob", "--key", str(world.keys["bob"])], env, world.root)
                    for p in (first, second)]
         wait_for_waiters(world, 2, ADVISORY)  # both approvals queue behind the table's turn
     results = [(p.wait(timeout=240), *p.communicate()) for p in started]
