@@ -26,7 +26,7 @@ def first_definition(table: str, rows: list[list[object]]) -> str:
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12),
                    st.sampled_from(["a", "a,", "a, b", '"', "\\", ",", " ", "é", "\u2028", "1"]),
                    st.decimals(allow_nan=False, allow_infinity=False), st.floats(allow_nan=False),
-                   st.datetimes(timezones=st.just(dt.timezone.utc)))
+                   st.datetimes(timezones=st.just(dt.UTC)))
 
 
 @settings(max_examples=300, deadline=None)
