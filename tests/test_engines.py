@@ -237,3 +237,16 @@ def test_a_rollback_waits_for_a_write_in_flight_of_one_of_its_partitions(engine_
     rollback.join(timeout=60)
     assert outcome["code"] == 0 and world.phase() == "rolled_back"
     assert world.fingerprints("daily_revenue", keys(1, 4)) == target
+
+
+def test_a_table_of_bound_rows_holds_them_as_given_on_each_engine(engine):
+    """The ledger's inserts read their rows from `rows_table_sql` (DuckDB: a list a column, unnested;
+    PostgreSQL: VALUES): texts with marks, integers past 32 bits, NULLs in any column, a column of
+    NULLs only, flags, and the rows in their given order."""
+    rows = [("b", 1, None, True, "é, 'x' \"y\""), ("a", None, None, False, ""), ("c", 2 ** 40, None, None, None),
+            ("a", 7, None, True, "\\n")]
+    with engine.session() as session:
+        sql, params = engine.rows_table_sql(rows, ("k", "n", "x", "ok", "t"), "v")
+        got = session.rows(f"SELECT k, CAST(n AS BIGINT), x, CAST(ok AS BOOLEAN), t FROM {sql}", params)
+    assert got == rows
+    assert engine.rows_table_sql([], ("k",), "v")[1] in ([], [[]])

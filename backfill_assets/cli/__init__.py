@@ -8,6 +8,7 @@ too, with the traceback in the log file (`--verbose` prints it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -18,7 +19,7 @@ from typing import NoReturn
 from backfill_assets import terminal as output
 from backfill_assets.cli import guard_cmd, plan_cmds
 from backfill_assets.errors import BackfillError
-from backfill_assets.warehouse import lock_wait
+from backfill_assets.warehouse import kept_open, lock_wait
 
 INTERNAL_ERROR = 3
 
@@ -72,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.set_verbose(args.verbose)
     lock_wait.set_reporter(lambda message: output.say(f"backfill: {message}"))
     try:
-        code = int(args.handler(args) or 0)
+        # a command's sessions share one open warehouse database, released before its notices
+        # leave; `run`, `load` and `demo` wait on runs and other processes, so theirs open and close
+        with kept_open() if getattr(args, "keep_open", True) else contextlib.nullcontext():
+            code = int(args.handler(args) or 0)
         _relay(args)
         return code
     except BackfillError as exc:

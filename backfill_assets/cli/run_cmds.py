@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(run)
     add_home(run)
-    run.set_defaults(handler=cmd_run, relay=True)
+    run.set_defaults(handler=cmd_run, relay=True, keep_open=False)
 
     for name, text in (("pause", "stop the plan before its next run; `backfill run` resumes"),
                        ("cancel", "end the plan's runs for good; then roll it back (or withdraw it)")):

@@ -60,9 +60,20 @@ class Warehouse:
         return self.engine.exists()
 
 
+@contextmanager
+def kept_open() -> Iterator[None]:
+    """Connections kept open between this process's sessions while it lasts (DuckDB: the database
+    stays loaded and the file locked, `duckdb_engine.kept_open`; PostgreSQL opens a connection
+    in a few milliseconds and keeps no file, so nothing changes there)."""
+    from backfill_assets.warehouse.duckdb_engine import kept_open as duckdb_kept_open
+
+    with duckdb_kept_open():
+        yield
+
+
 def open_warehouse(home: Home | None = None, url: str | None = None) -> Warehouse:
     home = home or resolve_home()
     return Warehouse(engine_for(url or home.warehouse_url), home)
 
 
-__all__ = ["SLICE_PARTITIONS", "Engine", "Session", "Warehouse", "engine_for", "open_warehouse"]
+__all__ = ["SLICE_PARTITIONS", "Engine", "Session", "Warehouse", "engine_for", "kept_open", "open_warehouse"]

@@ -298,6 +298,13 @@ class Engine(ABC):
                    else f"SELECT {', '.join(row)}" for i, row in enumerate(rows)]
         return f"({' UNION ALL '.join(selects)}) AS {alias}"
 
+    def rows_table_sql(self, rows: Sequence[Sequence[object]], columns: Sequence[str],
+                       alias: str) -> tuple[str, list[object]]:
+        """A derived table `alias(columns)` holding these rows of values, and the parameters it
+        binds (in the order they appear): portably `values_sql` of one `?` a value."""
+        return (self.values_sql(bound_rows(len(rows), len(columns)), columns, alias),
+                [v for row in rows for v in row])
+
     def aggregate_where_sql(self, function: str, argument: str, condition: str, rest: str = "") -> str:
         """`function(argument rest)` over the group's rows for which `condition` holds (`rest`: what
         follows the argument inside the call, e.g. a separator and ORDER BY). Portably the argument

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backfill_assets.warehouse.engine import Session, bound_rows
+from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import IDS, SCHEMA
 
 
@@ -19,11 +19,11 @@ def insert_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
     """One row per (partition, rows, fingerprint) written, in one statement, all sealed by chain row
     `seq`; returns each partition's write id."""
     engine = session.engine
-    values: list[object] = [v for row in written for v in row]
+    rows_sql, values = engine.rows_table_sql(written, ("k", "n", "d"), "v")
     insert = (f"INSERT INTO {SCHEMA}.writes (write_id, plan_id, asset, partition_key, mode, run_id, code_version, "
               f"row_count, fingerprint, recorded_at, impact, evidence_seq, code_identity) "
               f"SELECT {engine.next_value_sql(IDS)}, ?, ?, k, ?, ?, ?, CAST(n AS BIGINT), d, ?, NULL, ?, ? "
-              f"FROM {engine.values_sql(bound_rows(len(written), 3), ('k', 'n', 'd'), 'v')}")
+              f"FROM {rows_sql}")
     params = [plan_id, asset, mode, run_id, code_version, at, seq, code_identity, *values]
     returning = engine.returning_sql(insert, ("partition_key", "write_id"))
     if returning is not None:
@@ -42,12 +42,11 @@ RESULT_COLUMNS = ("write_id", "plan_id", "asset", "partition_key", "gate", "pass
 def insert_results(session: Session, seq: int, results: Sequence[Sequence[object]]) -> None:
     """Gate results (each in RESULT_COLUMNS order), in one statement, all sealed by chain row `seq`."""
     engine = session.engine
-    values = [v for row in results for v in row]
+    rows_sql, values = engine.rows_table_sql(results, ("w", "p", "a", "k", "g", "ok", "c", "f", "t"), "v")
     session.execute(
         f"INSERT INTO {SCHEMA}.gate_results (result_id, write_id, plan_id, asset, partition_key, gate, passed, "
         f"checked_fingerprint, figures, recorded_at, evidence_seq) SELECT {engine.next_value_sql(IDS)}, "
-        f"CAST(w AS BIGINT), p, a, k, g, CAST(ok AS BOOLEAN), c, f, t, CAST(? AS BIGINT) "
-        f"FROM {engine.values_sql(bound_rows(len(results), 9), ('w', 'p', 'a', 'k', 'g', 'ok', 'c', 'f', 't'), 'v')}",
+        f"CAST(w AS BIGINT), p, a, k, g, CAST(ok AS BOOLEAN), c, f, t, CAST(? AS BIGINT) FROM {rows_sql}",
         [seq, *values])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backfill_assets.warehouse.engine import Session, bound_rows
+from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import IDS, SCHEMA
 
 
@@ -28,8 +28,7 @@ def insert(session: Session, asset: str, at: str, seq: int,
     engine = session.engine
     for i in range(0, len(published), 1000):
         part = published[i:i + 1000]
-        values = [v for row in part for v in row]
-        rows = engine.values_sql(bound_rows(len(part), 5), ("k", "n", "d", "w", "p"), "v")
+        rows, values = engine.rows_table_sql(part, ("k", "n", "d", "w", "p"), "v")
         session.execute(
             f"INSERT INTO {SCHEMA}.publications (publish_id, asset, partition_key, row_count, fingerprint, write_id, "
             f"plan_id, recorded_at, evidence_seq) SELECT {engine.next_value_sql(IDS)}, ?, k, CAST(n AS BIGINT), d, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backfill_assets.warehouse.engine import Session, bound_rows
+from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import SCHEMA
 
 
@@ -25,8 +25,7 @@ def records(session: Session, plan_id: str, table: str, keys: Sequence[str] | No
 def insert(session: Session, plan_id: str, table: str, snapshot_table: str, at: str, seq: int,
            taken: Sequence[tuple[str, int, str]]) -> None:
     """One record per (partition, rows, fingerprint) taken, in one statement, sealed by chain row `seq`."""
-    values = [v for row in taken for v in row]
-    rows = session.engine.values_sql(bound_rows(len(taken), 3), ("k", "n", "d"), "v")
+    rows, values = session.engine.rows_table_sql(taken, ("k", "n", "d"), "v")
     session.execute(f"INSERT INTO {SCHEMA}.snapshots (plan_id, table_name, partition_key, row_count, fingerprint, "
                     f"snapshot_table, recorded_at, evidence_seq) SELECT ?, ?, k, CAST(n AS BIGINT), d, ?, ?, "
                     f"CAST(? AS BIGINT) FROM {rows}",
