@@ -74,10 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock_wait.set_reporter(lambda message: output.say(f"backfill: {message}"))
     try:
         # a command's sessions share one open warehouse database, released before its notices
-        # leave; `run`, `load` and `demo` wait on runs and other processes, so theirs open and close
+        # leave (the relay lets it go); `run`, `load` and `demo` wait on runs and other processes,
+        # so theirs open and close
         with kept_open() if getattr(args, "keep_open", True) else contextlib.nullcontext():
             code = int(args.handler(args) or 0)
-        _relay(args)
+            _relay(args)  # reads the outbox on the open database; lets it go before any delivery
         return code
     except BackfillError as exc:
         _relay(args)

@@ -23,7 +23,7 @@ from backfill_assets.control import evidence_log
 from backfill_assets.control.names import next_id
 from backfill_assets.control.webhook import post
 from backfill_assets.settings import number
-from backfill_assets.warehouse import Warehouse
+from backfill_assets.warehouse import Warehouse, release_kept
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import outbox as store
 
@@ -82,7 +82,10 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         if not store.has_outbox(session):
             return []
         pending = store.due(session, time.time())
-    # the connection (and with DuckDB the file lock) is released while receivers answer
+    # the connection (and with DuckDB the file lock) is released while receivers answer, also one
+    # the command kept open
+    if pending:
+        release_kept()
     ends = time.monotonic() + budget
     outcomes: list[Delivery] = []
     attempts: dict[int, int] = {}

@@ -71,9 +71,18 @@ def kept_open() -> Iterator[None]:
         yield
 
 
+def release_kept() -> None:
+    """Close what `kept_open` keeps, and keep nothing more until it ends: before a wait on
+    anything outside the warehouse."""
+    from backfill_assets.warehouse.duckdb_engine import release_kept as duckdb_release_kept
+
+    duckdb_release_kept()
+
+
 def open_warehouse(home: Home | None = None, url: str | None = None) -> Warehouse:
     home = home or resolve_home()
     return Warehouse(engine_for(url or home.warehouse_url), home)
 
 
-__all__ = ["SLICE_PARTITIONS", "Engine", "Session", "Warehouse", "engine_for", "kept_open", "open_warehouse"]
+__all__ = ["SLICE_PARTITIONS", "Engine", "Session", "Warehouse", "engine_for", "kept_open", "open_warehouse",
+           "release_kept"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import duckdb
 
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
 from backfill_assets.warehouse import lock_wait
@@ -93,10 +93,29 @@ class _Kept:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.depth = 0
+        self.released = False  # `release_kept` was called: none kept until the outermost use ends
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
+
+    def take_all(self) -> list[duckdb.DuckDBPyConnection]:
+        """This process's kept connections, no longer kept (the caller closes them; a forked
+        child never closes its parent's)."""
+        pid = os.getpid()
+        taken = [(key, con) for key, (con, _mode) in self.connections.items()]
+        self.connections.clear()
+        return [con for (owner, _path), con in taken if owner == pid]
 
 
 _kept = _Kept()
+
+
+def release_kept() -> None:
+    """Close the kept connections now, and keep none until the outermost `kept_open` ends: before
+    waiting on anything outside the warehouse (a notice's receiver), the file is never held."""
+    with _kept.lock:
+        closing = _kept.take_all()
+        _kept.released = bool(_kept.depth)
+    for con in closing:
+        con.close()
 
 
 @contextmanager
@@ -113,13 +132,11 @@ def kept_open() -> Iterator[None]:
     finally:
         with _kept.lock:
             _kept.depth -= 1
-            closing = list(_kept.connections.items()) if not _kept.depth else []
-            for key, _ in closing:
-                _kept.connections.pop(key)
-        pid = os.getpid()
-        for (owner, _path), (con, _mode) in closing:
-            if owner == pid:  # a forked child never closes its parent's connections
-                con.close()
+            closing = [] if _kept.depth else _kept.take_all()
+            if not _kept.depth:
+                _kept.released = False
+        for con in closing:
+            con.close()
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -152,21 +169,36 @@ class DuckDBEngine(PostgresSpelling, Engine):
     def session(self, *, read_only: bool = False,
                 wait_seconds: float | None = None) -> Iterator[DuckDBSession]:
         key = (os.getpid(), os.path.abspath(self.path))
+        wait, threads = lock_wait.seconds(wait_seconds), _threads()
         with _kept.lock:
-            kept = _kept.connections.get(key) if _kept.depth else None
+            keeping = bool(_kept.depth) and not _kept.released
+            kept = _kept.connections.get(key) if keeping else None
             if kept is not None and kept[1] and not read_only:  # kept read-only, wanted for writing
                 _kept.connections.pop(key)
                 kept[0].close()
                 kept = None
-        # with a connection kept, this one joins its open database in the kept mode: DuckDB opens a
-        # file in one mode a process (a session asked to read only still only reads)
-        mode = read_only if kept is None else kept[1]
-        con = self._connect(mode, lock_wait.seconds(wait_seconds), _threads())
+        if kept is not None:
+            # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
+            # session asked to read only still only reads)
+            mode = kept[1]
+            con = self._connect(mode, wait, threads)
+        elif keeping and read_only and self.path.exists():
+            # the command may write next: the database is loaded once, for writing, unless the file
+            # cannot be written (a read-only home), where it is opened for reading as asked
+            try:
+                con, mode = self._connect(False, wait, threads), False
+            except LockWaitTimeout:
+                raise
+            except WarehouseError:
+                con, mode = self._connect(True, wait, threads), True
+        else:
+            mode = read_only
+            con = self._connect(mode, wait, threads)
         try:
             yield DuckDBSession(self, con)
         finally:
             with _kept.lock:
-                keep = bool(_kept.depth) and key not in _kept.connections
+                keep = bool(_kept.depth) and not _kept.released and key not in _kept.connections
                 if keep:  # a fresh connection to the same open database: none of this session's state
                     _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
             con.close()
