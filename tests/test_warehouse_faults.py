@@ -122,3 +122,47 @@ def test_a_lock_wait_is_its_own_error_type_on_each_engine(engine_world):
                 session.rows("SELECT count(*) FROM backfill_control.plans")
     finally:
         release()
+
+
+def _other_process_opens(path) -> bool:
+    import subprocess
+    import sys
+
+    probe = ("import duckdb, sys\ntry:\n    duckdb.connect(sys.argv[1]).close()\nexcept duckdb.IOException:\n"
+             "    sys.exit(3)\n")
+    return subprocess.run([sys.executable, "-c", probe, str(path)], timeout=60).returncode == 0
+
+
+def test_a_kept_database_is_held_only_while_kept_and_never_after_release(tmp_path):
+    """`kept_open` keeps a command's DuckDB database loaded between its sessions (the file locked
+    meanwhile); `release_kept` (before a notice's receiver is waited on) and the end of the
+    outermost use let it go, and nothing is kept again until that end."""
+    from backfill_assets.warehouse import kept_open, release_kept
+    from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+
+    path = tmp_path / "w.duckdb"
+    engine = DuckDBEngine(path)
+    with engine.session() as session:
+        session.execute("CREATE TABLE t (a INTEGER)")
+    assert _other_process_opens(path)
+    with kept_open():
+        with engine.session(read_only=True) as session:  # read first: loaded once, for writing
+            assert session.rows("SELECT count(*) FROM t") == [(0,)]
+        assert not _other_process_opens(path)
+        with kept_open():  # nested: the outermost use decides
+            with engine.session() as session:
+                session.execute("INSERT INTO t VALUES (1)")
+        assert not _other_process_opens(path)
+        release_kept()
+        assert _other_process_opens(path)
+        with engine.session() as session:  # after a release, sessions open and close again
+            session.execute("INSERT INTO t VALUES (2)")
+        assert _other_process_opens(path)
+    assert _other_process_opens(path)
+    with engine.session(read_only=True) as session:
+        assert session.rows("SELECT count(*) FROM t") == [(2,)]
+
+
+def test_a_command_lets_the_warehouse_go_when_it_ends(world):
+    assert world.cli("status") == 0
+    assert _other_process_opens(world.warehouse_path)
