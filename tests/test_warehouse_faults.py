@@ -166,3 +166,23 @@ def test_a_kept_database_is_held_only_while_kept_and_never_after_release(tmp_pat
 def test_a_command_lets_the_warehouse_go_when_it_ends(world):
     assert world.cli("status") == 0
     assert _other_process_opens(world.warehouse_path)
+
+
+def test_reading_commands_read_beside_another_reader(world, monkeypatch, capfd):
+    """A reading command opens the warehouse to read, as asked, also now that writing commands keep
+    theirs open: another process reading it (a consumer's `duckdb -readonly`, a BI tool) never makes
+    it wait (found by review: a kept session opened for writing waited out the lock and failed)."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys\ncon = duckdb.connect(sys.argv[1], "
+                               "read_only=True)\nprint('ready', flush=True)\nsys.stdin.readline()\n",
+                               str(world.warehouse_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        monkeypatch.setenv("BACKFILL_LOCK_WAIT_SECONDS", "2")
+        for command in (("status",), ("approvers", "show"), ("evidence", "verify")):
+            capfd.readouterr()
+            assert world.cli(*command) == 0, (command, capfd.readouterr())
+    finally:
+        holder.communicate("\n", timeout=30)

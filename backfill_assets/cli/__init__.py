@@ -73,10 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.set_verbose(args.verbose)
     lock_wait.set_reporter(lambda message: output.say(f"backfill: {message}"))
     try:
-        # a command's sessions share one open warehouse database, released before its notices
-        # leave (the relay lets it go); `run`, `load` and `demo` wait on runs and other processes,
-        # so theirs open and close
-        with kept_open() if getattr(args, "keep_open", True) else contextlib.nullcontext():
+        # a short command that writes keeps its warehouse database open between its sessions (the
+        # relay lets it go before a receiver is waited on). Not the others: a reading command keeps
+        # to reading (other readers go on beside it, and it never rewrites the file), `reconcile`
+        # and the reports print whole windows (a pager would hold the file), and `run`, `load` and
+        # `demo` wait on runs and other processes
+        with kept_open() if getattr(args, "keep_open", False) else contextlib.nullcontext():
             code = int(args.handler(args) or 0)
             _relay(args)  # reads the outbox on the open database; lets it go before any delivery
         return code

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         else:
             cmd.add_argument("--valid-days", type=int, help="how long the signatures may be used")
         add_home(cmd)
-        cmd.set_defaults(handler=cmd_pin if name == "pin" else cmd_statement)
+        cmd.set_defaults(handler=cmd_pin if name == "pin" else cmd_statement,
+                         keep_open=name == "pin")
 
 
 def load_files(signers_path: str, policy_path: str | None, fallback: Policy | None = None

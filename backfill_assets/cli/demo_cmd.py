@@ -10,7 +10,7 @@ from backfill_assets.cli.common import add_home, home_of
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="the whole story on the embedded DuckDB (backfill_assets/demo)")
     add_home(demo)
-    demo.set_defaults(handler=cmd_demo, keep_open=False)
+    demo.set_defaults(handler=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     init.add_argument("--policy", help="the team's reviewed policy (default: policy.yaml beside allowed_signers, "
                                        "else the default policy: 2 approvers and the owner, 14 days)")
     add_home(init)
-    init.set_defaults(handler=cmd_init)
+    init.set_defaults(handler=cmd_init, keep_open=True)
 
 
 def _pin_first(session: Session, signers: AllowedSigners, policy: Policy) -> str:

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(load)
     add_home(load)
-    load.set_defaults(handler=cmd_load, relay=True, keep_open=False)
+    load.set_defaults(handler=cmd_load, relay=True)
 
 
 def _span(scheme: PartitionScheme, start: str, end: str, target: str) -> list[str]:

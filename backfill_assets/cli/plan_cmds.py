@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     approve.add_argument("--allowed-signers", help="must be the pinned one (kept for scripts; it changes nothing)")
     add_defs(approve)
     add_home(approve)
-    approve.set_defaults(handler=cmd_approve, relay=True)
+    approve.set_defaults(handler=cmd_approve, relay=True, keep_open=True)
 
     show = plan_sub.add_parser("show", help="partitions, what a signature binds, approvals counted and void")
     show.add_argument("plan_file")
@@ -80,14 +80,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     close.add_argument("--note", default="")
     add_defs(close)
     add_home(close)
-    close.set_defaults(handler=cmd_close)
+    close.set_defaults(handler=cmd_close, keep_open=True)
 
     withdraw = plan_sub.add_parser("withdraw",
                                    help="end a plan that wrote nothing (lifts its claim and publish freeze)")
     withdraw.add_argument("plan")
     withdraw.add_argument("--note", default="")
     add_home(withdraw)
-    withdraw.set_defaults(handler=cmd_withdraw, relay=True)
+    withdraw.set_defaults(handler=cmd_withdraw, relay=True, keep_open=True)
 
 
 def _add_root_options(parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pub.add_argument("plan")
     add_defs(pub)
     add_home(pub)
-    pub.set_defaults(handler=cmd_publish, relay=True)
+    pub.set_defaults(handler=cmd_publish, relay=True, keep_open=True)
 
     status = sub.add_parser("status", help="phase, partitions, gates, publish, what to do next")
     status.add_argument("plan", nargs="?", help="a plan file or id (default: every plan)")

@@ -41,14 +41,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
     add_defs(run)
     add_home(run)
-    run.set_defaults(handler=cmd_run, relay=True, keep_open=False)
+    run.set_defaults(handler=cmd_run, relay=True)
 
     for name, text in (("pause", "stop the plan before its next run; `backfill run` resumes"),
                        ("cancel", "end the plan's runs for good; then roll it back (or withdraw it)")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("plan")
         add_home(cmd)
-        cmd.set_defaults(handler=cmd_pause if name == "pause" else cmd_cancel)
+        cmd.set_defaults(handler=cmd_pause if name == "pause" else cmd_cancel, keep_open=True)
 
     rollback = sub.add_parser("rollback", help="restore every partition the plan wrote")
     rollback.add_argument("plan")
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_signature_options(rollback)  # a published plan whose approvals expired: approvers sign the rollback
     add_defs(rollback)
     add_home(rollback)
-    rollback.set_defaults(handler=cmd_rollback, relay=True)
+    rollback.set_defaults(handler=cmd_rollback, relay=True, keep_open=True)
 
 
 def _stages(args: argparse.Namespace, session: Session, state: record.PlanState, loaded: LoadedDefs) -> list[Stage]:

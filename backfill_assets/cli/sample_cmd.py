@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sample.add_argument("--force", action="store_true",
                         help="write into an `orders` table sample did not create (its rows for those days are deleted)")
     add_home(sample)
-    sample.set_defaults(handler=cmd_sample)
+    sample.set_defaults(handler=cmd_sample, keep_open=True)
 
 
 def cmd_sample(args: argparse.Namespace) -> int:

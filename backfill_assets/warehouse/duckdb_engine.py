@@ -122,9 +122,10 @@ def release_kept() -> None:
 def kept_open() -> Iterator[None]:
     """While this lasts, a session's end keeps a connection to its DuckDB database open, so the
     next session joins the database this process has loaded (~0.1 ms) instead of loading it again
-    (~15 ms, most of a short command's warehouse time). The file stays locked meanwhile: use it
-    only around work that waits for no other process and no person (the CLI's short commands; a
-    command's notices are relayed after it). Nested uses end with the outermost."""
+    (~15 ms, most of a short command's warehouse time). The file stays locked meanwhile, and a
+    session asked to read joins it for writing: use it only around work that writes anyway and
+    waits for no other process and no person, nor on a reader of a long output (the CLI's short
+    writing commands; the relay lets it go before a receiver). Nested uses end with the outermost."""
     with _kept.lock:
         _kept.depth += 1
     try:
