@@ -5,7 +5,9 @@ fsync: with a check evaluation per gate per partition that is most of a backfill
 laptop (benchmarks/scale.py). This subclass of `ConsolidatedSqliteEventLogStorage` keeps one pooled
 engine per process, in WAL mode with `synchronous=NORMAL` (a crash of the process loses nothing;
 a power cut can lose the last events, never corrupt the file), and stores a batch of events in
-one transaction (Dagster's base class stores a batch one event at a time). Inside a batch, each
+one transaction (Dagster's base class stores a batch one event at a time): their event log rows in
+one INSERT executed for all, each event serialized once for every row that holds it (Dagster
+serializes a planned check again for each partition of the run). Inside a batch, each
 asset's row of the asset index is written once, by the last writer of each of its columns, instead
 of once an event (a failed INSERT, then an UPDATE with the event serialized again), and the check
 evaluations update their execution rows with one UPDATE executed for all; the rows are those

@@ -40,6 +40,15 @@ LONG_TESTS = ("test_the_demo_tells_the_whole_story",
               "test_a_0_2_home_upgrades_in_place_and_keeps_its_approvers")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist 3.7+ hands out loadscope's modules by their number of tests, most first
+    # (`--loadscope-reorder`, on by default), which put the end-to-end UI module (few tests, ~140 s,
+    # mostly waiting on the daemon) last, alone on one worker for the suite's last minute: keep the
+    # order below instead
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         name = item.path.name
