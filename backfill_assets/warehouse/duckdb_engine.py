@@ -198,11 +198,15 @@ class DuckDBEngine(PostgresSpelling, Engine):
         try:
             yield DuckDBSession(self, con)
         finally:
-            with _kept.lock:
-                keep = bool(_kept.depth) and not _kept.released and key not in _kept.connections
-                if keep:  # a fresh connection to the same open database: none of this session's state
-                    _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
-            con.close()
+            try:
+                with _kept.lock:
+                    if _kept.depth and not _kept.released and key not in _kept.connections:
+                        # a fresh connection to the same open database: none of this session's state
+                        _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
+            except duckdb.Error:
+                pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
+            finally:
+                con.close()
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int) -> duckdb.DuckDBPyConnection:
         if read_only and not self.path.exists():
