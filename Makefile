@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-WORKERS ?= 4  # on 2 cores: the end-to-end worker waits on the daemon's ticks, others on subprocesses and PostgreSQL
+WORKERS ?= 3  # on 2 cores: one worker mostly waits (the end-to-end UI module, first); a fourth only contends (-n 4: 346 s and 622 CPU-s; -n 3: 316 s, 546)
 
 .PHONY: demo test ui lint bench screenshots clean
 

@@ -15,7 +15,7 @@ from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtur
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# The suite's tables hold a few rows and four workers share two cores: DuckDB's thread a core costs
+# The suite's tables hold a few rows and three workers share two cores: DuckDB's thread a core costs
 # more than it gives (~12% of the suite's CPU). Set here, so every subprocess inherits it too;
 # `BACKFILL_DUCKDB_THREADS=0 make test` measures the suite at DuckDB's default.
 os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
