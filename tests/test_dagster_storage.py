@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 
 import dagster as dg
-import sqlalchemy as db
 
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.dagster_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
@@ -160,19 +159,34 @@ def test_many_readers_at_once_never_wait_on_the_pool(world):
             conn.close()
 
 
-def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(world, tmp_path):
-    """The pooled event log inserts a batch's rows of the event log with one statement, serializes
-    each event once, writes each asset's row of the asset index once a batch (the last
-    writer of each column) instead of once an event, and a batch's check evaluations in one UPDATE
-    executed for all: the same events stored one by one by Dagster's own sqlite event log leave the
-    same rows in both tables. Fails when an upgrade changes what an event writes."""
-    from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
+def _tables_of(storage) -> dict[str, list[dict]]:
+    """The rows an event writes, per table, each without its own id and creation time (set by the
+    storage): the event log (in id order), the indexed tags, the asset index, the check executions."""
     from dagster._core.storage.event_log.schema import (
         AssetCheckExecutionsTable,
         AssetEventTagsTable,
         AssetKeyTable,
         SqlEventLogStorageTable,
     )
+
+    apart = {"create_timestamp"}
+    out = {}
+    with storage.index_connection() as conn:
+        for name, table, keep_id in (("events", SqlEventLogStorageTable, True), ("tags", AssetEventTagsTable, False),
+                                     ("assets", AssetKeyTable, False), ("checks", AssetCheckExecutionsTable, False)):
+            rows = conn.execute(table.select().order_by(table.c.id)).mappings().fetchall()
+            out[name] = [{c: v for c, v in row.items() if c not in apart and (keep_id or c != "id")} for row in rows]
+    out["tags"].sort(key=repr)  # their ids follow the order each storage wrote them in
+    return out
+
+
+def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(world, tmp_path):
+    """The pooled event log inserts a batch's rows of the event log with one statement, serializes
+    each event once, writes each asset's row of the asset index once a batch (the last writer of
+    each column) instead of once an event, and a batch's check evaluations in one UPDATE executed
+    for all: the same events stored one by one by Dagster's own sqlite event log leave the same rows
+    in every table. Fails when an upgrade changes what an event writes."""
+    from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
     from dagster_shared.serdes import deserialize_value
 
     instance = instance_for(Home(world.home))
@@ -182,64 +196,38 @@ def test_a_batch_leaves_the_asset_index_exactly_as_dagsters_own_storage_does(wor
             assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("daily_revenue")],
                                           tags={"dagster/asset_partition_range_start": first,
                                                 "dagster/asset_partition_range_end": last}).success
-        ours = instance.event_log_storage
-        with ours.index_connection() as conn:
-            stored = conn.execute(db.text("SELECT id, event FROM event_logs ORDER BY id")).fetchall()
-            events = [tuple(r) for r in conn.execute(SqlEventLogStorageTable.select()
-                                                     .order_by(SqlEventLogStorageTable.c.id)).fetchall()]
-            tags = sorted(tuple(r)[1:] for r in conn.execute(AssetEventTagsTable.select()).fetchall())
-            rows = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
-            checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
-                                                     .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
+        ours = _tables_of(instance.event_log_storage)
     finally:
         instance.dispose()
-    assert [i for i, _ in stored] == list(range(1, len(stored) + 1))  # replayed below under the same ids
-    stock = ConsolidatedSqliteEventLogStorage(str(tmp_path / "stock"))
-    for _, text in stored:
-        stock.store_event(deserialize_value(text))
-    with stock.index_connection() as conn:
-        expected_events = [tuple(r) for r in conn.execute(SqlEventLogStorageTable.select()
-                                                          .order_by(SqlEventLogStorageTable.c.id)).fetchall()]
-        expected_tags = sorted(tuple(r)[1:] for r in conn.execute(AssetEventTagsTable.select()).fetchall())
-        expected = sorted(tuple(r) for r in conn.execute(AssetKeyTable.select()).fetchall())
-        expected_checks = [tuple(r) for r in conn.execute(AssetCheckExecutionsTable.select()
-                                                          .order_by(AssetCheckExecutionsTable.c.id)).fetchall()]
-    stock.dispose()
+    ids = [row["id"] for row in ours["events"]]
+    assert ids == list(range(1, len(ids) + 1))  # replayed below under the same ids
+    stock_storage = ConsolidatedSqliteEventLogStorage(str(tmp_path / "stock"))
+    for row in ours["events"]:
+        stock_storage.store_event(deserialize_value(row["event"]))
+    stock = _tables_of(stock_storage)
+    stock_storage.dispose()
     # the event log's rows (one INSERT for a batch, each event serialized once) and their indexed tags
-    assert len(events) == len(expected_events) > 3 * len(GATE_NAMES)
-    assert events == expected_events
-    assert tags == expected_tags
-    columns = [c.name for c in AssetKeyTable.columns]
-    assert len(rows) == len(expected) == 1  # daily_revenue
-    apart = ("id", "create_timestamp")  # the row's own id and the time it was created
-    assert {c: v for c, v in zip(columns, rows[0], strict=True) if c not in apart} == \
-        {c: v for c, v in zip(columns, expected[0], strict=True) if c not in apart}
-    check_columns = [c.name for c in AssetCheckExecutionsTable.columns]
-
-    def kept(row: tuple) -> dict:
-        return {c: v for c, v in zip(check_columns, row, strict=True) if c not in apart}
-
-    assert len(checks) == len(expected_checks) == 2 * 3 * len(GATE_NAMES)  # two runs of three days
-    assert [kept(r) for r in checks] == [kept(r) for r in expected_checks]
-    assert {kept(r)["execution_status"] for r in checks} == {"SUCCEEDED"}
+    assert len(ours["events"]) == len(stock["events"]) > 3 * len(GATE_NAMES)
+    assert ours["events"] == stock["events"]
+    assert ours["tags"] == stock["tags"]
+    assert len(ours["assets"]) == 1 and ours["assets"] == stock["assets"]  # daily_revenue
+    assert len(ours["checks"]) == 2 * 3 * len(GATE_NAMES)  # two runs of three days
+    assert ours["checks"] == stock["checks"]
+    assert {row["execution_status"] for row in ours["checks"]} == {"SUCCEEDED"}
 
     # a planned check no evaluation followed (a run that stopped) keeps its planned row: the same
-    planned = [deserialize_value(text) for _, text in stored
-               if '"ASSET_CHECK_EVALUATION_PLANNED"' in text]
+    planned = [deserialize_value(row["event"]) for row in ours["events"]
+               if row["dagster_event_type"] == "ASSET_CHECK_EVALUATION_PLANNED"]
     assert planned
-    rows_of = {}
-    for name, store in (("ours", PooledSqliteEventLogStorage(str(tmp_path / "planned-ours"))),
-                        ("stock", ConsolidatedSqliteEventLogStorage(str(tmp_path / "planned-stock")))):
-        if name == "ours":
-            store.store_event_batch(planned)
-        else:
-            for event in planned:
-                store.store_event(event)
-        with store.index_connection() as conn:
-            rows_of[name] = [kept(tuple(r)) for r in conn.execute(AssetCheckExecutionsTable.select()
-                                                                  .order_by(AssetCheckExecutionsTable.c.id))]
-        store.dispose()
-    assert len(rows_of["ours"]) == 2 * 3 * len(GATE_NAMES) and rows_of["ours"] == rows_of["stock"]
+    alone = PooledSqliteEventLogStorage(str(tmp_path / "planned-ours"))
+    alone.store_event_batch(planned)
+    stock_alone = ConsolidatedSqliteEventLogStorage(str(tmp_path / "planned-stock"))
+    for event in planned:
+        stock_alone.store_event(event)
+    checks, expected = _tables_of(alone)["checks"], _tables_of(stock_alone)["checks"]
+    alone.dispose()
+    stock_alone.dispose()
+    assert len(checks) == 2 * 3 * len(GATE_NAMES) and checks == expected
 
 
 def test_only_the_last_writer_of_each_asset_index_column_is_kept():
