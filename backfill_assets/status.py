@@ -14,7 +14,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
 from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.phases import Hold, Phase
+from backfill_assets.plan.phases import WRITABLE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
@@ -124,10 +124,29 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                         blockers or (verdict.blockers if verdict else []), running, graph=members,
                         cutover=(("cut over: " if published_row is not None else "") + dual.line()
                                  if dual is not None else None))
-    step = next_step(status, state, session)
+    step = _resign_step(session, state, spec, graph) or next_step(status, state, session)
     if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
         step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
     return PlanStatus(**{**asdict(status), "next": step})
+
+
+def _resign_step(session: Session, state: PlanState, spec: TableSpec | None,
+                 graph: TableGraph | None) -> str | None:
+    """While the plan may still write or publish, a step only its signers can take when their
+    signatures no longer authorise the code loaded now (another release, an expiry): every run and
+    publish would be refused, so `run` or `publish` is never the hint."""
+    if spec is None or state.version is None or state.hold or not (
+            state.phase in WRITABLE or state.phase is Phase.RECONCILED):
+        return None
+    from backfill_assets.permission import code_identity
+
+    why = authority.refusal(session, state.version, code=code_identity(state, spec, graph))
+    if why is None:
+        return None
+    where = state.version.source_file or "PLAN_FILE"
+    return (f"sign it again for the code loaded now ({why}): `backfill plan approve {where} --by NAME "
+            f"--key ~/.ssh/id_ed25519` by the owner and the approvers (`backfill plan statement {where}` "
+            "shows what they sign), or roll it back, `backfill rollback " + state.plan_id + "`")
 
 
 def _publish_state(state: PlanState, blockers: list[str], published: str | None) -> str:

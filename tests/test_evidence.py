@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import Result
-from tests.world import keys
+from tests.world import FIXED, keys
 
 CHAIN = ("SELECT seq, recorded_at, plan_id, kind, actor, payload, prev_hash, row_hash "
          "FROM backfill_control.evidence ORDER BY seq")
@@ -270,6 +270,16 @@ def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfi
     assert [line.split(" (")[0] for line in history["code_versions"]] == ["daily_revenue code 2"]
     assert "8 partition(s) written" in history["code_versions"][0]
     assert document["history"]["repairs"] == [] and len(document["history"]["failures"]) == 2
+
+    # a release signed for and deployed mid-window: the file names both code versions written
+    from dataclasses import replace
+
+    newer = replace(FIXED, code_version="3")
+    world.approve_for(path, newer)
+    assert not world.plan_run("fix", ["2026-01-08"], spec=newer).success  # single_code_version fails it
+    versions = yaml.safe_load(backfill("evidence", "fix").out)["history"]["code_versions"]
+    assert [line.split(" (")[0] for line in versions] == ["daily_revenue code 2", "daily_revenue code 3"], versions
+    assert "1 partition(s) written" in versions[1]
 
 
 def test_a_key_folder_mounted_read_only_is_one_line_before_anything_commits(world):

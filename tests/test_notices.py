@@ -202,6 +202,10 @@ def test_notices_lists_each_delivery_and_status_counts_the_undelivered(world, ru
     status = run_cli("status", "hooked")
     assert "notices    1 sent; 1 undelivered (last error: HTTP 500): `backfill notices hooked`" in status.out
     assert json.loads(run_cli("status", "hooked", "--json").out)["undelivered_notices"] == 1
+    # a notice without a webhook is read with `backfill notices`: `status` says so, as text and JSON
+    assert "notices    1 sent; 1 without a webhook: `backfill notices quiet`" in run_cli("status", "quiet").out
+    assert json.loads(run_cli("status", "quiet", "--json").out)["notices"] == \
+        "1 sent; 1 without a webhook: `backfill notices quiet`"
     world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
     assert [o.ok for o in outbox.relay(world.warehouse())] == [True]
     assert "delivery: delivered at 20" in run_cli("notices", "hooked").out

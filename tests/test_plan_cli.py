@@ -145,6 +145,13 @@ def test_a_downstream_asset_the_graph_does_not_hold_is_one_line(tmp_path, run_cl
     assert ("downstream.1.asset = 'revenue_reprot': no such asset in the loaded definitions; name the asset key "
             "of a consumer (as the Dagster UI shows it)") in refused.err
     assert len([line for line in refused.err.splitlines() if "revenue_reprot" in line]) == 1
+    # a consumer the graph holds, left out: its owners would not be told, so the plan is refused
+    left_out = text.replace("  - asset: revenue_report\n", "  - asset: orders\n", 1)  # an asset, no consumer
+    assert left_out != text
+    path.write_text(left_out, encoding="utf-8")
+    missing = run_cli("plan", "validate", str(path), "--defs", GRAPH_DEFS)
+    assert missing.code == 1
+    assert "revenue_report reads" in missing.err and "add `- {asset: revenue_report, owners: [...]}`" in missing.err
 
 
 def test_plan_new_never_overwrites_and_refuses_values_that_would_inject_yaml(tmp_path, run_cli):

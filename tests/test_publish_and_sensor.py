@@ -329,3 +329,22 @@ def test_the_cli_records_the_plan_state_on_the_asset_when_it_changes_it(world):
     latest = plan_state_on_asset(world)[0]
     assert "| fix2 | published |" in latest["backfill_assets/plans"]
     assert latest["recorded_by"].startswith("backfill by ")
+
+
+def test_a_dagster_run_records_the_plan_state_it_changed_without_a_sensor_tick(world):
+    """A run launched from the UI (or any Dagster run) that moves the plan records its state on the
+    asset when it ends, as the CLI does: the UI never waits for the sensor's next tick."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    before = len(plan_state_on_asset(world))
+    assert world.plan_run("fix", ["2026-01-02"]).success
+    assert world.phase() == "proving"
+    states = plan_state_on_asset(world)
+    assert len(states) == before + 1
+    latest = states[0]
+    assert "| fix | proving |" in latest["backfill_assets/plans"], latest
+    assert latest["recorded_by"].startswith("run "), latest
+    # a write that fails a gate shows in the state the run records
+    world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, "
+                  "amount, status FROM orders WHERE order_date = '2026-01-02' LIMIT 2")
+    assert not world.plan_run("fix", ["2026-01-02"]).success
+    assert "| 0/4 passed, 1 failed |" in plan_state_on_asset(world)[0]["backfill_assets/plans"]

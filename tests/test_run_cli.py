@@ -237,3 +237,22 @@ def test_status_after_a_code_version_mix_names_what_fixes_it_not_the_same_rerun(
     assert not world.plan_run("ver", ["2026-01-04"], spec=newer).success
     assert run_cli("run", "ver", "--partitions", "2026-01-04").code == 0  # the demo's code: version 2
     assert json.loads(run_cli("status", "ver", "--json").out)["failed"] == {}
+
+
+def test_status_never_suggests_a_run_the_approvals_no_longer_authorise(world, run_cli):
+    """Signed for one release, the definitions loaded now are another: `status` names re-signing
+    (which works), not `backfill run --proof` (which the permission refuses)."""
+    from dataclasses import replace
+
+    from tests.world import FIXED
+
+    plan = world.plan("ver", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    world.approve_for(plan, replace(FIXED, code_version="9"))
+    assert world.phase("ver") == "approved"
+    refused = run_cli("run", "ver", "--proof")
+    assert refused.code != 0 and "the table changed" in refused.err, refused.err
+    hint = json.loads(run_cli("status", "ver", "--json").out)["next"]
+    assert "--proof" not in hint and "backfill plan approve" in hint and "code" in hint, hint
+    world.approve(plan)  # signed again for the code loaded now: the hint's command
+    assert json.loads(run_cli("status", "ver", "--json").out)["next"] == "run the proof: `backfill run ver --proof`"
+    assert run_cli("run", "ver", "--proof").code == 0

@@ -188,3 +188,30 @@ def test_a_resource_url_that_libpq_reads_as_another_database_or_server_is_refuse
     refused(f"postgresql://backfill@:{port_db}", f"postgresql://backfill@localhost:{port_db}")
     monkeypatch.delenv("PGHOST")
     assert world.rows("daily_revenue", first) == 0
+
+
+def test_the_cli_loads_and_replays_through_a_definitions_module_with_the_teams_duckdb_resource(team, run_cli):
+    """`--defs` names the team's own module: the CLI's runs write through their `DuckDBResource`."""
+    module = team.root / "team_defs.py"
+    module.write_text(
+        "import dagster as dg\nfrom dagster_duckdb import DuckDBResource\n"
+        "from backfill_assets.defs.replayable import make_replayable_table\n"
+        "from backfill_assets.demo.definitions import ORDERS, PARTITIONS\n"
+        "from backfill_assets.demo.revenue import DAILY_REVENUE\n"
+        "table = make_replayable_table(DAILY_REVENUE, PARTITIONS, warehouse_key='duckdb')\n"
+        "defs = dg.Definitions(assets=[ORDERS, *table.assets], sensors=table.sensors,\n"
+        f"                      resources={{'duckdb': DuckDBResource(database={str(team.warehouse_path)!r})}})\n",
+        encoding="utf-8")
+    first, last = keys(1, 3)[0], keys(1, 3)[-1]
+    loaded = run_cli("load", "daily_revenue", "--start", first, "--end", last, "--defs", str(module))
+    assert loaded.code == 0, loaded.err
+    assert [team.rows("published_revenue", k) for k in keys(1, 3)] == [5] * 3
+    plan = team.plan("fix", start=first, end=last, proof=(keys(2, 2)[0],))
+    for who in ("olivia", "alice", "bob"):
+        assert run_cli("plan", "approve", str(plan), "--by", who, "--key", str(team.keys[who]),
+                       "--defs", str(module)).code == 0
+    assert run_cli("run", "fix", "--proof", "--defs", str(module)).code == 0
+    done = run_cli("run", "fix", "--defs", str(module))
+    assert done.code == 0 and "plan fix is reconciled" in done.out, done.err
+    runs = team.instance.get_run_records()
+    assert runs and all(r.dagster_run.tags.get("backfill_assets/plan") in (None, "fix") for r in runs)

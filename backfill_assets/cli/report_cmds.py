@@ -176,7 +176,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
     dead = _fail_dead_runs(home_of(args))
     if args.json:
-        shown = [{**s.to_json(), "undelivered_notices": waiting[s.plan_id]} for s in statuses]
+        shown = [{**s.to_json(), "undelivered_notices": waiting[s.plan_id], "notices": told[s.plan_id]}
+                 for s in statuses]
         print(json.dumps(shown[0] if args.plan else shown, indent=2))
         return 0
     for run_id in dead:

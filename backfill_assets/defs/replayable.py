@@ -17,6 +17,7 @@ import dagster as dg
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
+from backfill_assets.defs.plan_state import observations
 from backfill_assets.defs.relay import make_notice_relay
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
@@ -29,7 +30,7 @@ from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, permit
 from backfill_assets.table import TableSpec
-from backfill_assets.tags import PLAN_TAG, REPLAYABLE_OP_TAG
+from backfill_assets.tags import LAUNCHER_TAG, PLAN_TAG, REPLAYABLE_OP_TAG
 from backfill_assets.warehouse.engine import Session
 
 DEFAULT_PARTITIONS_PER_RUN = 30
@@ -103,9 +104,14 @@ def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec) -> di
 
 
 # Above the asset's Materialize button, where a backfill dialog starts: Dagster's dialog itself has
-# no place for a word of ours, and a refused run otherwise says it only after the launch
+# no place for a word of ours, and a refused run otherwise says it only after the launch. The
+# Overview shows only definition metadata and the latest materialization's (ui-core's
+# AssetNodeOverview), so the plans' state, which changes without a materialization, is recorded as
+# an observation, and the description says where it is.
 PLAN_HINT = ("Backfills that rewrite written partitions need an approved replay plan (`backfill plan new`); "
-             "partitions never written load without one, gated and published as usual.")
+             "partitions never written load without one, gated and published as usual. "
+             "This table's plans and their state (phase, gates, publish, next step): the newest observation "
+             "in the Events tab, recorded whenever a command or a run changes a plan, or `backfill status`.")
 
 
 def _with_hint(description: str | None) -> str:
@@ -171,9 +177,9 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         try:
             warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
             with warehouse.session() as session:
+                graph = graph_of_run(context)
                 try:
-                    permission = permit(session, spec, scheme, keys, tags,
-                                        graph_of_run(context))
+                    permission = permit(session, spec, scheme, keys, tags, graph)
                     if permission.plan is not None:  # any run of a plan honours its lease
                         refuse_foreign_run(session, permission.plan.plan_id, tags, keys[0])
                 except PartitionRefused as exc:
@@ -182,8 +188,14 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 done = write_partitions(session, spec, scheme, permission, run_id=context.run_id, actor=actor)
                 writes, results = done.writes, done.results
                 impact = _impact_metadata(context, session, spec, scheme, permission)
+                # the plan's state as this run left it, on its tables' assets now, not at the sensor's
+                # next tick (`backfill run` records it once for all of its runs, when they end)
+                plan_state = (observations(session, permission.plan.assets, f"run {context.run_id}", graph)
+                              if permission.plan is not None and LAUNCHER_TAG not in tags else [])
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
+        for event in plan_state:
+            context.log_event(event)
         plan_id = permission.plan.plan_id if permission.plan else "incremental"
         single = len(writes) == 1
         failed = {k: [r.gate for r in rs if not r.passed] for k, rs in results.items()}
