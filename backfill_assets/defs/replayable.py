@@ -16,8 +16,8 @@ import dagster as dg
 
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
-from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.plan_state import observations
+from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.relay import make_notice_relay
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
