@@ -9,7 +9,10 @@ plan never needs, so every failure is one short ``PlanReadError`` line.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +223,26 @@ class _PlanLoader(yaml.SafeLoader):
         frame.lines[key] = line
 
 
+# Text parsed before, by its sha256: a command reads one plan several times (loading it, approving
+# it, mirroring signatures into it) and the pure-Python scanner takes ~7 ms a plan. A pickled copy,
+# so no caller shares a mutable result; refusals are never cached (they are raised again).
+_PARSED: OrderedDict[bytes, bytes] = OrderedDict()
+_PARSED_KEPT = 32
+
+
 def read_yaml_text(text: str, source: str) -> dict[str, Any]:
     """Parse plan text into a mapping with str keys; any refusal is a one-line PlanReadError."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    if digest in _PARSED:
+        return pickle.loads(_PARSED[digest])  # type: ignore[no-any-return]
+    document = _parse(text, source)
+    _PARSED[digest] = pickle.dumps(document)
+    while len(_PARSED) > _PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return document
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
     if len(text) > MAX_PLAN_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_PLAN_BYTES:
         raise _refuse(source, f"larger than {MAX_PLAN_BYTES // 1024} KB", "a plan is a short file")
     directive = _DIRECTIVE.search(text)

@@ -33,6 +33,7 @@ from backfill_assets.demo.sample import generate_orders
 from backfill_assets.identifiers import quote
 from backfill_assets.warehouse.ddl import create_sql
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
+from tests.conftest import _home_instance
 from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, pin_trust_root, signers_text
 
 DAYS = keys(1, 5)       # the warehouse
@@ -217,9 +218,12 @@ class PlanMachine(RuleBasedStateMachine):
 
 
 def test_any_sequence_of_runs_edits_and_rollbacks_keeps_partitions_whole_and_converges(
-        tmp_path, ssh_keys, monkeypatch):
+        tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    with dg.instance_for_test() as instance:
+    # one Dagster instance for every example, with the storage `backfill init` configures (the CLI's
+    # commands open it through DAGSTER_HOME): Dagster's test instance stores a run's events ~3x slower
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster-home" / "dagster"))
+    with _home_instance(tmp_path / "dagster-home", empty_dagster_storage) as instance:
         template = tmp_path / "template"
         history, clean = build_template(template, instance, ssh_keys)
         scratch = tmp_path / "examples"

@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from backfill_assets.control import record
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.plan_state import observations
@@ -25,7 +26,7 @@ from backfill_assets.defs.sensor import make_reopen_sensor
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
-from backfill_assets.graph import SPEC_METADATA, graph_of_run
+from backfill_assets.graph import SPEC_METADATA, TableGraph, graph_of_run
 from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, permit
@@ -118,6 +119,21 @@ def _with_hint(description: str | None) -> str:
     return f"{description.rstrip()}\n\n{PLAN_HINT}" if description else PLAN_HINT
 
 
+def _changed_plan_state(session: Session, permission: Permission, results: Mapping[str, Sequence[GateResult]],
+                        tags: Mapping[str, str], run_id: str, graph: TableGraph | None) -> list[dg.AssetObservation]:
+    """The plan's state as this run left it, for its tables' assets now rather than at the sensor's
+    next tick, when the run moved its phase or a gate failed (a passing run mid-window waits for the
+    tick: computing the state costs a run ~0.1 s). `backfill run` records it once for all of its
+    runs, when they end."""
+    plan = permission.plan
+    if plan is None or LAUNCHER_TAG in tags:
+        return []
+    moved = record.require(session, plan.plan_id).phase is not plan.phase
+    if not moved and all(r.passed for rs in results.values() for r in rs):
+        return []
+    return observations(session, plan.assets, f"run {run_id}", graph)
+
+
 def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefinition, *,
                           group_name: str | None = None,
                           partitions_per_run: int = DEFAULT_PARTITIONS_PER_RUN,
@@ -188,10 +204,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 done = write_partitions(session, spec, scheme, permission, run_id=context.run_id, actor=actor)
                 writes, results = done.writes, done.results
                 impact = _impact_metadata(context, session, spec, scheme, permission)
-                # the plan's state as this run left it, on its tables' assets now, not at the sensor's
-                # next tick (`backfill run` records it once for all of its runs, when they end)
-                plan_state = (observations(session, permission.plan.assets, f"run {context.run_id}", graph)
-                              if permission.plan is not None and LAUNCHER_TAG not in tags else [])
+                plan_state = _changed_plan_state(session, permission, results, tags, context.run_id, graph)
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
         for event in plan_state:
