@@ -27,10 +27,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	@# the type check (~18 s from a cold cache) runs beside the tests, whose first minute mostly waits
 	@# on the UI module's browser; its output follows theirs and either failing fails the target
-	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & checker=$$!; \
+	@log=$$(mktemp); $(BIN)/mypy > $$log 2>&1 & checker=$$!; \
+	  trap 'kill $$checker 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
 	  $(BIN)/pytest -q -n $(WORKERS) --dist loadscope; tests=$$?; \
-	  wait $$checker; typed=$$?; echo "mypy: $$(tail -1 $(VENV)/mypy.log)"; \
-	  [ $$typed -eq 0 ] || cat $(VENV)/mypy.log; [ $$tests -eq 0 ] && [ $$typed -eq 0 ]
+	  wait $$checker; typed=$$?; echo "mypy: $$(tail -n 1 $$log)"; \
+	  [ $$typed -eq 0 ] || cat $$log; rm -f $$log; [ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 ui: $(STAMP)
 	bash scripts/ui.sh

@@ -5,6 +5,7 @@ the control record and the data as they are now. Hints name the exact command to
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -14,7 +15,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import proof_verdict, window_verdict
 from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.phases import WRITABLE, Hold, Phase
+from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, WRITABLE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
@@ -124,18 +125,20 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                         blockers or (verdict.blockers if verdict else []), running, graph=members,
                         cutover=(("cut over: " if published_row is not None else "") + dual.line()
                                  if dual is not None else None))
-    step = _resign_step(session, state, spec, graph) or next_step(status, state, session)
+    seen = state.phase in SEEN_BY_CONSUMERS or any(r.kind == "published" for r in rows)
+    step = _resign_step(session, state, spec, graph, status, seen) or next_step(status, state, session)
     if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
         step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
     return PlanStatus(**{**asdict(status), "next": step})
 
 
-def _resign_step(session: Session, state: PlanState, spec: TableSpec | None,
-                 graph: TableGraph | None) -> str | None:
+def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, graph: TableGraph | None,
+                 status: PlanStatus, seen: bool) -> str | None:
     """While the plan may still write or publish, a step only its signers can take when their
     signatures no longer authorise the code loaded now (another release, an expiry): every run and
-    publish would be refused, so `run` or `publish` is never the hint."""
-    if spec is None or state.version is None or state.hold or not (
+    publish would be refused, so `run` or `publish` is never the hint. `seen`: consumers saw the
+    plan's data, so a rollback needs signatures too when the plan's own no longer hold."""
+    if spec is None or state.version is None or status.running or state.hold is Hold.CANCELLED or not (
             state.phase in WRITABLE or state.phase is Phase.RECONCILED):
         return None
     from backfill_assets.permission import code_identity
@@ -143,10 +146,23 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None,
     why = authority.refusal(session, state.version, code=code_identity(state, spec, graph))
     if why is None:
         return None
-    where = state.version.source_file or "PLAN_FILE"
-    return (f"sign it again for the code loaded now ({why}): `backfill plan approve {where} --by NAME "
-            f"--key ~/.ssh/id_ed25519` by the owner and the approvers (`backfill plan statement {where}` "
-            "shows what they sign), or roll it back, `backfill rollback " + state.plan_id + "`")
+    pid = state.plan_id
+    where = shlex.quote(" ".join((state.version.source_file or "PLAN_FILE").split()))
+    sign = (f"sign it again for the code loaded now ({' '.join(why.split())}): `backfill plan approve {where} "
+            f"--by NAME --key ~/.ssh/id_ed25519` by the owner and the approvers (`backfill plan statement "
+            f"{where}` shows what they sign)")
+    if state.hold is Hold.PAUSED:
+        return f"{sign}, then `{_resume(state)}` resumes it; or end it, `backfill cancel {pid}`"
+    if seen and authority.refusal(session, state.version, code=None) is not None:
+        return (f"{sign}; or roll it back with approvers' signatures (consumers saw its data): they sign "
+                f"`backfill rollback {pid} --print-statement`, then `backfill rollback {pid} --statement FILE "
+                "--signature NAME=SIG`")
+    return f"{sign}; or roll it back, `backfill rollback {pid}`"
+
+
+def _resume(state: PlanState) -> str:
+    """The run that resumes a paused plan: its proof until that passed (the window is refused)."""
+    return f"backfill run {state.plan_id}" + ("" if state.past_proof else " --proof")
 
 
 def _publish_state(state: PlanState, blockers: list[str], published: str | None) -> str:
@@ -165,7 +181,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
     if status.running:
         return f"wait: {status.running} is running it (or `backfill pause {pid}`)"
     if state.hold is Hold.PAUSED:
-        return f"resume with `backfill run {pid}`, or end it with `backfill cancel {pid}`"
+        return f"resume with `{_resume(state)}`, or end it with `backfill cancel {pid}`"
     if state.hold is Hold.CANCELLED:
         return f"roll it back: `backfill rollback {pid}`"
     failing = sorted(status.failed)

@@ -232,9 +232,12 @@ _PARSED_KEPT = 32
 
 def read_yaml_text(text: str, source: str) -> dict[str, Any]:
     """Parse plan text into a mapping with str keys; any refusal is a one-line PlanReadError."""
+    if len(text) > MAX_PLAN_BYTES:  # before hashing it: an unbounded text is refused unread
+        return _parse(text, source)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-    if digest in _PARSED:
-        return copy.deepcopy(_PARSED[digest])
+    cached = _PARSED.get(digest)
+    if cached is not None:
+        return copy.deepcopy(cached)
     document = _parse(text, source)
     _PARSED[digest] = copy.deepcopy(document)
     while len(_PARSED) > _PARSED_KEPT:

@@ -330,6 +330,7 @@ def test_hand_typed_and_impersonating_entries_are_void_with_or_without_a_record(
 
 # --- 4. an approval signed offline with ssh-keygen ------------------------------------------------
 
+@pytest.mark.separate_processes
 def test_an_approval_signed_offline_with_ssh_keygen_counts(world, capsys):
     path = world.plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     assert world.cli("plan", "show", str(path)) == 0

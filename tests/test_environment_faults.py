@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.separate_processes  # the commands under test run as processes of their own
+
 FIFO_TIMEOUT = 60  # seconds: a FIFO opened for reading would block forever
 
 

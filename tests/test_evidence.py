@@ -282,6 +282,7 @@ def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfi
     assert "1 partition(s) written" in versions[1]
 
 
+@pytest.mark.separate_processes
 def test_a_key_folder_mounted_read_only_is_one_line_before_anything_commits(world):
     """A Kubernetes secret: the key readable, its folder read-only. The head log cannot be written
     there, which is said before the command commits, not after; elsewhere it works."""

@@ -376,6 +376,7 @@ def test_show_summarises_a_long_window_and_its_proof_keys(tmp_path, run_cli):
     assert len(lines) == 11 and len(result.out) < 1800  # never one line per partition
 
 
+@pytest.mark.separate_processes
 def test_show_prints_the_hash_and_a_signing_command_that_ssh_keygen_runs(world, capsys, tmp_path):
     path = world.plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-02",))
     sha = plan_sha256(load_plan(path))

@@ -253,6 +253,13 @@ def test_status_never_suggests_a_run_the_approvals_no_longer_authorise(world, ru
     assert refused.code != 0 and "the table changed" in refused.err, refused.err
     hint = json.loads(run_cli("status", "ver", "--json").out)["next"]
     assert "--proof" not in hint and "backfill plan approve" in hint and "code" in hint, hint
+    assert hint.endswith("or roll it back, `backfill rollback ver`") and "\n" not in hint, hint
+    assert run_cli("pause", "ver").code == 0  # paused: resuming alone would be refused too
+    paused = json.loads(run_cli("status", "ver", "--json").out)["next"]
+    assert "backfill plan approve" in paused and paused.endswith("or end it, `backfill cancel ver`"), paused
+    assert run_cli("run", "ver", "--proof").code != 0
     world.approve(plan)  # signed again for the code loaded now: the hint's command
-    assert json.loads(run_cli("status", "ver", "--json").out)["next"] == "run the proof: `backfill run ver --proof`"
+    # resumed by the proof: `backfill run ver` alone is refused until the proof passed
+    assert json.loads(run_cli("status", "ver", "--json").out)["next"] == \
+        "resume with `backfill run ver --proof`, or end it with `backfill cancel ver`"
     assert run_cli("run", "ver", "--proof").code == 0

@@ -19,6 +19,8 @@ from backfill_assets.warehouse import engine_for
 from tests.test_component import ATTRIBUTES
 from tests.world import failure_text, keys
 
+pytestmark = pytest.mark.separate_processes  # dagster-duckdb's DuckDBResource opens the file with its own configuration
+
 SEEN: dict[str, pd.DataFrame] = {}
 
 
@@ -213,5 +215,7 @@ def test_the_cli_loads_and_replays_through_a_definitions_module_with_the_teams_d
     assert run_cli("run", "fix", "--proof", "--defs", str(module)).code == 0
     done = run_cli("run", "fix", "--defs", str(module))
     assert done.code == 0 and "plan fix is reconciled" in done.out, done.err
-    runs = team.instance.get_run_records()
-    assert runs and all(r.dagster_run.tags.get("backfill_assets/plan") in (None, "fix") for r in runs)
+    planned = [r for r in team.instance.get_run_records() if r.dagster_run.tags.get("backfill_assets/plan") == "fix"]
+    written_by = team.sql("SELECT DISTINCT run_id FROM backfill_control.writes WHERE plan_id = 'fix'")
+    assert sorted(r.dagster_run.run_id for r in planned) == sorted(r for (r,) in written_by)  # every run wrote
+    assert team.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix'") == [(4,)]  # proof x2

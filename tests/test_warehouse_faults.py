@@ -6,6 +6,8 @@ import pytest
 
 from backfill_assets.errors import WarehouseError
 
+pytestmark = pytest.mark.separate_processes  # other processes open the warehouse beside the test's
+
 
 def _make_the_next_commit_fail(engine, session) -> None:
     """Inside `session`'s open transaction, a row whose commit fails: on PostgreSQL a deferred

@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.control import record
+from backfill_assets.control import lease, record
 from backfill_assets.control.lease import refuse_foreign_run
 from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.plan_state import observations
@@ -126,8 +126,11 @@ def _changed_plan_state(session: Session, permission: Permission, results: Mappi
     tick: computing the state costs a run ~0.1 s). `backfill run` records it once for all of its
     runs, when they end."""
     plan = permission.plan
-    if plan is None or LAUNCHER_TAG in tags:
+    if plan is None:
         return []
+    held = lease.current(session, plan.plan_id)
+    if held is not None and held.alive() and tags.get(LAUNCHER_TAG) == lease.launcher_label(held):
+        return []  # one of the runs of the `backfill run` holding the plan: it records the state
     moved = record.require(session, plan.plan_id).phase is not plan.phase
     if not moved and all(r.passed for rs in results.values() for r in rs):
         return []
@@ -204,7 +207,12 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 done = write_partitions(session, spec, scheme, permission, run_id=context.run_id, actor=actor)
                 writes, results = done.writes, done.results
                 impact = _impact_metadata(context, session, spec, scheme, permission)
-                plan_state = _changed_plan_state(session, permission, results, tags, context.run_id, graph)
+                try:  # the writes are committed: showing the state late never fails them
+                    plan_state = _changed_plan_state(session, permission, results, tags, context.run_id, graph)
+                except Exception as exc:  # noqa: BLE001 - the reopen sensor's next tick records it
+                    context.log.warning(f"the plan's state shows at the reopen sensor's next tick "
+                                        f"(recording it now failed: {type(exc).__name__}: {exc})")
+                    plan_state = []
         except BackfillError as exc:
             raise dg.Failure(description=str(exc)) from None
         for event in plan_state:

@@ -25,7 +25,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import incomplete, restore, snapshotted
 from backfill_assets.errors import PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.phases import Phase
+from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_end
 from backfill_assets.publish.rule import publish_lock
@@ -90,7 +90,6 @@ def later_writers(session: Session, state: PlanState, keys: list[str],
         session, asset or state.target, keys, state.plan_id, Phase.ROLLED_BACK.value)]
 
 
-SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
 
 
 def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate], *,

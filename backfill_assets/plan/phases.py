@@ -64,6 +64,8 @@ PAST_PROOF = frozenset({Phase.PROVEN, Phase.RUNNING, Phase.RECONCILED, Phase.REP
 # Phases in which the plan may write at all.
 WRITABLE = frozenset({Phase.APPROVED, Phase.PROVING}) | PAST_PROOF
 ENDED = frozenset({Phase.CLOSED, Phase.ROLLED_BACK, Phase.WITHDRAWN})
+# Phases in which consumers see what the plan wrote: a rollback changes what they read.
+SEEN_BY_CONSUMERS = frozenset({Phase.PUBLISHED, Phase.REPAIRING, Phase.CLOSED})
 
 
 def allowed_next(phase: Phase) -> set[Phase]:
