@@ -238,7 +238,10 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
         monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
     else:
         _copy_world(request.getfixturevalue("duckdb_world_template"), tmp_path)
-    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance:
+    import contextlib
+
+    kept = _kept_database(request) if url is None else contextlib.nullcontext()
+    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance, kept:
         yield World(tmp_path, instance, ssh_keys) if url is None else make_world(tmp_path, instance, ssh_keys, url)
 
 

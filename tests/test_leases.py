@@ -17,6 +17,8 @@ from backfill_assets.control import lease
 from backfill_assets.control.schema import ensure_schema
 from tests.world import DEMO_DEFS, failure_text, keys
 
+pytestmark = pytest.mark.separate_processes  # other processes take and hold the plan's lease
+
 OTHER_HOST = "other-host"
 
 _TAKE_OVER = """
