@@ -156,7 +156,7 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, gra
     if seen and authority.refusal(session, state.version, code=None) is not None:
         return (f"{sign}; or roll it back with approvers' signatures (consumers saw its data): they sign "
                 f"`backfill rollback {pid} --print-statement`, then `backfill rollback {pid} --statement FILE "
-                "--signature NAME=SIG`")
+                "--signature NAME=FILE` (or `--sign NAME=KEY`)")
     return f"{sign}; or roll it back, `backfill rollback {pid}`"
 
 
