@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -186,7 +187,7 @@ def _copy_world(template: Path, root: Path) -> None:
 
 
 # fixtures whose commands run in processes of their own, which open the world's DuckDB file
-OTHER_PROCESSES = frozenset({"cli", "run_subprocess", "cli_server", "backfill"})
+OTHER_PROCESSES = frozenset({"cli", "run_subprocess", "cli_server"})
 
 
 def _kept_database(request: pytest.FixtureRequest):
@@ -194,8 +195,6 @@ def _kept_database(request: pytest.FixtureRequest):
     it between its sessions): each session still gets a fresh connection, but joins the open
     database (~0.1 ms) instead of loading it again (~15 ms, cold pages): -20% CPU on the in-process
     modules. Not when another process opens the file (it would wait for the lock)."""
-    import contextlib
-
     from backfill_assets.warehouse.duckdb_engine import kept_open
 
     if OTHER_PROCESSES & set(request.fixturenames) or request.node.get_closest_marker("separate_processes"):
@@ -238,8 +237,6 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
         monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", url)
     else:
         _copy_world(request.getfixturevalue("duckdb_world_template"), tmp_path)
-    import contextlib
-
     kept = _kept_database(request) if url is None else contextlib.nullcontext()
     with _home_instance(tmp_path / "home", empty_dagster_storage) as instance, kept:
         yield World(tmp_path, instance, ssh_keys) if url is None else make_world(tmp_path, instance, ssh_keys, url)
