@@ -173,6 +173,8 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
     if key in _instances:
         _instances[key] = _instances.pop(key)  # the most recently used last
         return _instances[key]
+    from backfill_assets import dagster_storage  # noqa: F401 - its storages' schema checks read the scripts once
+
     try:
         instance = dg.DagsterInstance.from_config(str(path))
     except dg.DagsterInvalidConfigError as exc:

@@ -27,6 +27,11 @@ manager does, without mirroring them back to the process's own stdout: Dagster's
 `tail -F` and a Python watcher per stream for every run (four processes, ~50 ms of CPU a run), and
 our CLI's terminal shows our lines only; the UI reads the files as before.
 
+Each storage checks its schema against Dagster's migration scripts when an instance opens: alembic
+reads the ~90 scripts again for every storage of every instance (~0.1 s of a command's ~0.2 s
+instance, most of a new home's). `keep_migration_scripts` makes a process read each script folder
+once: the revisions are the same files for the process's life.
+
 `tests/test_dagster_storage.py` fails loudly when an upgrade moves what this relies on; the
 tested range is pinned in pyproject.toml.
 """
@@ -40,7 +45,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import alembic.command
+import dagster._core.storage.sql as dagster_sql
 import sqlalchemy as db
+from alembic.config import Config as AlembicConfig
+from alembic.script import ScriptDirectory
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
@@ -51,6 +60,51 @@ from sqlalchemy.pool import QueuePool
 
 BUSY_TIMEOUT_SECONDS = 30
 BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by Dagster's instance on every event
+
+
+class _KeptScriptDirectory(ScriptDirectory):
+    """`ScriptDirectory.from_config` that returns the directory this process read already, for
+    Dagster's own migration scripts: their revision map (every script, imported) is built once a
+    process instead of once a storage. Dagster's storages name the same folder through identical
+    alembic.ini files; a directory is kept for each (folder, ini text), so an ini that differs
+    reads its own. Other scripts (a team's own alembic) are read as alembic reads them."""
+
+    _kept: dict[tuple[str, bytes], ScriptDirectory] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: AlembicConfig) -> ScriptDirectory:
+        location = config.get_main_option("script_location") or ""
+        if not location.startswith("dagster"):
+            return ScriptDirectory.from_config(config)
+        try:
+            with open(config.config_file_name or "", "rb") as ini:
+                key = (location, ini.read())
+        except OSError:
+            return ScriptDirectory.from_config(config)
+        with cls._lock:
+            kept = cls._kept.get(key)
+            if kept is None:
+                kept = cls._kept[key] = ScriptDirectory.from_config(config)
+            return kept
+
+
+def keep_migration_scripts() -> None:
+    """Dagster's schema check (`check_alembic_revision`) and alembic's stamp and upgrade, which
+    new and old homes run, read Dagster's scripts through the kept directories; idempotent."""
+    dagster_sql.ScriptDirectory = _KeptScriptDirectory  # type: ignore[misc]
+    alembic.command.ScriptDirectory = _KeptScriptDirectory  # type: ignore[attr-defined]
+
+
+def read_migration_scripts() -> None:
+    """Read Dagster's migration scripts now: a process that forks commands (the tests' command
+    server) reads them once for all its children."""
+    from dagster._core.storage.runs.sqlite import sqlite_run_storage
+
+    _KeptScriptDirectory.from_config(dagster_sql.get_alembic_config(sqlite_run_storage.__file__)).get_heads()
+
+
+keep_migration_scripts()
 
 
 class _PooledEngine:

@@ -62,4 +62,8 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq "${missing[@]}" >/dev/null
+# without recommends: chromium's (mesa, upower, a printer dialog's GTK stack) and postgresql's
+# (sysstat) are not used headless and by throwaway servers; fonts-liberation (a recommend) is
+# what screenshots render their text with
+[[ " ${missing[*]} " == *" chromium "* ]] && missing+=(fonts-liberation)
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

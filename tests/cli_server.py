@@ -53,6 +53,10 @@ def _preload() -> None:
     import dagster._core.execution.api  # noqa: F401
     import dagster._core.instance  # noqa: F401
 
+    from backfill_assets.dagster_storage import read_migration_scripts
+
+    read_migration_scripts()
+
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
     data, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 2)

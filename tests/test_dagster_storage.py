@@ -262,3 +262,51 @@ def test_the_dagster_methods_a_batch_replicates_are_the_ones_it_was_written_agai
     found = {name: hashlib.sha256(inspect.getsource(getattr(SqlEventLogStorage, name)).encode()).hexdigest()[:16]
              for name in REPLICATED}
     assert found == REPLICATED, "Dagster changed a method dagster_storage.py replicates: re-read it, then update both"
+
+
+def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_their_head(tmp_path):
+    import inspect
+    import sqlite3
+
+    import alembic.command
+    import dagster._core.storage.sql as dagster_sql
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from dagster._core.storage.event_log.sqlite import consolidated_sqlite_event_log
+    from dagster._core.storage.runs.sqlite import sqlite_run_storage
+
+    from backfill_assets.dagster_storage import _KeptScriptDirectory
+
+    # where Dagster reads them: an upgrade that reads them elsewhere fails here, not silently slower
+    assert "ScriptDirectory.from_config(" in inspect.getsource(dagster_sql.check_alembic_revision)
+    assert "ScriptDirectory.from_config(" in inspect.getsource(alembic.command.stamp)
+    assert dagster_sql.ScriptDirectory is _KeptScriptDirectory is alembic.command.ScriptDirectory
+
+    runs = dagster_sql.get_alembic_config(sqlite_run_storage.__file__)
+    kept = _KeptScriptDirectory.from_config(runs)
+    events = dagster_sql.get_alembic_config(consolidated_sqlite_event_log.__file__)
+    assert _KeptScriptDirectory.from_config(events) is kept
+    fresh = ScriptDirectory.from_config(runs)
+    assert kept.get_heads() == fresh.get_heads()
+    assert len(list(kept.walk_revisions())) == len(list(fresh.walk_revisions()))
+
+    # a team's own migrations are read as alembic reads them, every time
+    (tmp_path / "theirs" / "versions").mkdir(parents=True)
+    (tmp_path / "theirs" / "script.py.mako").write_text("")
+    theirs = Config()
+    theirs.set_main_option("script_location", str(tmp_path / "theirs"))
+    assert _KeptScriptDirectory.from_config(theirs) is not _KeptScriptDirectory.from_config(theirs)
+
+    # a new home is stamped at the head through the kept directory, and opens again as it is
+    home = Home(tmp_path / "home")
+    instance_for(home)
+    # (Dagster 1.13's consolidated event log leaves its stamp uncommitted, with or without this)
+    stores = [home.dagster_home / "history" / "runs.db", home.dagster_home / "schedules" / "schedules.db"]
+    for store in stores:
+        with sqlite3.connect(store) as conn:
+            assert [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")] == list(fresh.get_heads())
+    again = dg.DagsterInstance.from_config(str(home.dagster_home))
+    try:
+        assert again.get_runs() == []
+    finally:
+        again.dispose()

@@ -221,6 +221,22 @@ def test_unsupported_hash_is_refused(keys):
         verify(MESSAGE, armor(build_sshsig(sig.public_key, NAMESPACE, "sha1", sig.signature)))
 
 
+def test_a_key_file_replaced_at_the_same_path_signs_with_the_new_key(keys, signers, tmp_path):
+    # a process keeps the keys it loaded, by their bytes: a file rewritten in place is read again
+    path = tmp_path / "id"
+    path.write_bytes(keys["rsa"].read_bytes())
+    assert signers.verify_approval("alice", MESSAGE, sign(MESSAGE, path)).public_key == \
+        signers.verify_approval("alice", MESSAGE, ssh_sign(keys["rsa"], MESSAGE)).public_key
+    path.write_bytes(keys["bob"].read_bytes())
+    assert signers.verify_approval("bob", MESSAGE, sign(MESSAGE, path))
+    with pytest.raises(SignatureError):
+        signers.verify_approval("alice", MESSAGE, sign(MESSAGE, path))
+    path.write_bytes(keys["encrypted"].read_bytes())  # and a refused key is refused every time
+    for _ in range(2):
+        with pytest.raises(SignatureError, match="is encrypted"):
+            sign(MESSAGE, path)
+
+
 def test_encrypted_private_key_is_refused_with_the_ssh_keygen_fix(keys, tmp_path):
     with pytest.raises(SignatureError) as excinfo:
         sign(MESSAGE, keys["encrypted"])

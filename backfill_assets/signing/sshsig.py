@@ -241,11 +241,28 @@ def sign(message: bytes, private_key_path: str | Path, namespace: str = NAMESPAC
     return armor(_MAGIC + struct.pack(">I", 1) + b"".join(_string(f) for f in fields))
 
 
+# Keys this process loaded, by their file's bytes: loading an RSA key checks it (~40 ms), and one
+# process (the demo, `plan approve --sign` twice) may sign with the same key again. Same bytes, same key.
+_loaded: dict[bytes, PrivateKey] = {}
+_LOADED_KEPT = 16
+
+
 def _load_private_key(path: Path) -> PrivateKey:
     try:
         data = read_bounded(path, 64 * 1024, "private key", _SIGN_FIX)  # a regular file, bounded
     except OSError as exc:
         raise SignatureError(f"cannot read private key {path} ({exc.strerror})", fix=_SIGN_FIX) from None
+    digest = hashlib.sha256(data).digest()
+    if digest in _loaded:
+        return _loaded[digest]
+    key = _checked_private_key(path, data)
+    if len(_loaded) >= _LOADED_KEPT:
+        _loaded.pop(next(iter(_loaded)))
+    _loaded[digest] = key
+    return key
+
+
+def _checked_private_key(path: Path, data: bytes) -> PrivateKey:
     try:
         key = serialization.load_ssh_private_key(data, password=None)
     except TypeError:  # cryptography's way of saying "this key needs a passphrase"
