@@ -39,9 +39,26 @@ from pathlib import Path
 MAX_REQUEST = 1 << 20
 
 
+# What a command imports on its way after the package: Dagster's instance (its storages, secrets
+# and the libraries its state storage reads paths with) and the in-process executor. Found by
+# listing the modules a preloaded process imported during `backfill demo`. Not preloaded: the demo's
+# definitions, which read settings from the command's environment when they are built
+# (BACKFILL_REOPEN_INTERVAL_SECONDS), and pandas, which only the demo's report imports.
+_LAZY_IMPORTS = (
+    "dagster._core.instance.factory", "dagster._core.instance.runs.run_domain", "dagster._core.secrets.env_file",
+    "dagster._core.storage.legacy_storage", "dagster._core.storage.root",
+    "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
+    "dagster._core.definitions.external_asset",
+    "dagster._core.definitions.repository_definition.repository_data_builder",
+    "dagster._core.execution.execute_in_process", "dagster._core.executor.in_process",
+    "dagster._core.system_config.composite_descent", "dagster._core.types.transform_typing",
+    "dateutil", "dotenv", "fsspec", "upath",
+)
+
+
 def _preload() -> None:
-    """What commands import on their way: the package (but the demo definitions, which a command
-    loads from the environment it is given) and the libraries below it."""
+    """What commands import on their way: the package, the libraries below it and `_LAZY_IMPORTS`;
+    and Dagster's migration scripts, which every command's instance reads."""
     import importlib
     import pkgutil
 
@@ -53,6 +70,8 @@ def _preload() -> None:
     import dagster._core.execution.api  # noqa: F401
     import dagster._core.instance  # noqa: F401
 
+    for name in _LAZY_IMPORTS:
+        importlib.import_module(name)
     from backfill_assets.dagster_storage import read_migration_scripts
 
     read_migration_scripts()
