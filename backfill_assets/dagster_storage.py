@@ -92,8 +92,9 @@ class _KeptScriptDirectory(ScriptDirectory):
 def keep_migration_scripts() -> None:
     """Dagster's schema check (`check_alembic_revision`) and alembic's stamp and upgrade, which
     new and old homes run, read Dagster's scripts through the kept directories; idempotent."""
-    dagster_sql.ScriptDirectory = _KeptScriptDirectory  # type: ignore[misc]
-    alembic.command.ScriptDirectory = _KeptScriptDirectory  # type: ignore[attr-defined]
+    modules: tuple[Any, ...] = (dagster_sql, alembic.command)  # each names the class it reads scripts with
+    for module in modules:
+        module.ScriptDirectory = _KeptScriptDirectory
 
 
 def read_migration_scripts() -> None:
