@@ -123,7 +123,19 @@ class PartitionScheme:
 @lru_cache(maxsize=32)
 def _keys(partitions_def: Any, last_key: str | None) -> tuple[str, ...]:
     """All keys, listed once per definition until it gains a key (hourly history is long)."""
+    if last_key is not None and _plain_utc_days(partitions_def):
+        # one key a calendar day, first to last: Dagster walks its cron for each (~10 us a key,
+        # 0.1-0.2 s a command for a history since 1992); the same keys by date arithmetic
+        first = dt.date.fromisoformat(partitions_def.get_first_partition_key())
+        days = (dt.date.fromisoformat(last_key) - first).days
+        return tuple((first + dt.timedelta(days=i)).isoformat() for i in range(days + 1))
     return tuple(partitions_def.get_partition_keys())
+
+
+def _plain_utc_days(partitions_def: Any) -> bool:
+    """Daily at midnight UTC, keys formatted %Y-%m-%d, nothing excluded (`is_basic_daily`)."""
+    return (getattr(partitions_def, "is_basic_daily", False) and partitions_def.fmt == "%Y-%m-%d"
+            and partitions_def.timezone == "UTC")
 
 
 def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> PartitionScheme:

@@ -20,6 +20,8 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backfill_assets.cli import main as cli_main
 from backfill_assets.control import record
@@ -519,3 +521,26 @@ def test_static_keys_on_a_padded_char_column_are_grouped_on_each_engine(engine_w
         assert rows_per_partition(session, "coded", "k", scheme, ["a", "b", "c"]) == {"a": 2, "b": 1}
         prints = fingerprints(session, "coded", ["k", "v"], scheme, "k", ["a", "b", "c"])
     assert [prints[k].rows for k in ("a", "b", "c")] == [2, 1, 0]
+
+
+@settings(max_examples=30, deadline=None)  # three leap days in range; Dagster lists ~10 us a key
+@given(start=st.dates(dt.date(2015, 1, 1), dt.date(2026, 11, 1)), end_offset=st.integers(0, 3),
+       days=st.one_of(st.none(), st.integers(1, 800)))
+def test_daily_keys_by_date_arithmetic_are_dagsters_keys(start, end_offset, days):
+    from backfill_assets.partitions import _keys, _plain_utc_days
+
+    end = None if days is None else (start + dt.timedelta(days=days)).isoformat()
+    daily = dg.DailyPartitionsDefinition(start_date=start.isoformat(), end_date=end, end_offset=end_offset)
+    assert _plain_utc_days(daily)
+    _keys.cache_clear()
+    assert _keys(daily, daily.get_last_partition_key()) == tuple(daily.get_partition_keys())
+
+
+@pytest.mark.parametrize("daily", [dg.DailyPartitionsDefinition("2020-01-01", timezone="America/Sao_Paulo"),
+                                   dg.DailyPartitionsDefinition("2020-01-01", hour_offset=3),
+                                   dg.DailyPartitionsDefinition("20200101", fmt="%Y%m%d")])
+def test_other_days_are_listed_by_dagster(daily):
+    from backfill_assets.partitions import _keys, _plain_utc_days
+
+    assert not _plain_utc_days(daily)
+    assert _keys(daily, daily.get_last_partition_key()) == tuple(daily.get_partition_keys())
