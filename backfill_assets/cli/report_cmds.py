@@ -129,16 +129,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 
+    from backfill_assets.dagster_inprocess import execute_selection
     from backfill_assets.execution.runner import fail_dead_runs
     from backfill_assets.tags import cli_run_tags
 
     instance = instance_for(home)  # one instance: the publish run, then the plan's state
     fail_dead_runs(instance)
     with output.dagster_output(home):
-        result = job.execute_in_process(instance=instance,
-                                        asset_selection=[dg.AssetKey(table.spec.publish_as.split("/"))],
-                                        tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
-                                        raise_on_error=False, run_config=output.run_config())
+        result = execute_selection(job, [dg.AssetKey(table.spec.publish_as.split("/"))], instance=instance,
+                                   tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
+                                   run_config=output.run_config())
     if not result.success:
         raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "
                              + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")

@@ -79,7 +79,8 @@ def _table(found: dict[str, list[GateResult] | None], limit: int) -> str:
 
 def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, keys: list[str],
             actor: str, slice_size: int) -> dict[str, list[GateResult] | None]:
-    latest = ledger.latest(session, spec.name, keys, state.plan_id)
+    # the gates run again on each latest write: its id and fingerprint, never its earlier figures
+    latest = ledger.latest(session, spec.name, keys, state.plan_id, figures=False)
     results: dict[str, list[GateResult] | None] = {k: None for k in keys}
     written = [(k, e) for k, e in latest.items() if e is not None]
     for i in range(0, len(written), slice_size):

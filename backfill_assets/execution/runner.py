@@ -21,6 +21,7 @@ import dagster as dg
 
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
+from backfill_assets.dagster_inprocess import execute_selection
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
@@ -98,8 +99,7 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
     else:
         tags.update({RANGE_START: keys[0], RANGE_END: keys[-1]})
     selection = [dg.AssetKey(a.split("/")) for a in (assets or [table.spec.name])]
-    result = job.execute_in_process(instance=instance, asset_selection=selection,
-                                    tags=tags, raise_on_error=False, run_config=run_config)
+    result = execute_selection(job, selection, instance=instance, tags=tags, run_config=run_config)
     return result.run_id, ([] if result.success else failure_messages(result) or [f"run {result.run_id} failed"])
 
 
