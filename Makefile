@@ -22,13 +22,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/backfill demo
 
-# The system packages (apt on a clean CI machine: tens of seconds, mostly downloading) install
-# beside the virtualenv's; either failing fails the target.
-test:
-	@bash scripts/ensure-system-packages.sh & packages=$$!; \
-	  trap 'kill $$packages 2>/dev/null; exit 130' INT TERM; \
-	  $(MAKE) --no-print-directory $(STAMP); venv=$$?; wait $$packages; system=$$?; \
-	  [ $$venv -eq 0 ] && [ $$system -eq 0 ]
+test: $(STAMP)
+	bash scripts/ensure-system-packages.sh
 	$(BIN)/ruff check .
 	@# the type check (~18 s from a cold cache) runs beside the tests, whose first minute mostly waits
 	@# on the UI module's browser; its output follows theirs and either failing fails the target

@@ -64,10 +64,11 @@ BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by Dagster's instance on eve
 
 class _KeptScriptDirectory(ScriptDirectory):
     """`ScriptDirectory.from_config` that returns the directory this process read already, for
-    Dagster's own migration scripts: their revision map (every script, imported) is built once a
-    process instead of once a storage. Dagster's storages name the same folder through identical
-    alembic.ini files; a directory is kept for each (folder, ini text), so an ini that differs
-    reads its own. Other scripts (a team's own alembic) are read as alembic reads them."""
+    Dagster's own migration scripts (`ALEMBIC_SCRIPTS_LOCATION`, the package's folder): their revision
+    map (every script, imported) is built once a process instead of once a storage. Dagster's
+    storages name that folder through identical alembic.ini files; a directory is kept for each
+    (folder, ini text), so an ini that differs reads its own. Any other scripts (a team's own
+    alembic, a folder that merely starts with "dagster") are read as alembic reads them."""
 
     _kept: dict[tuple[str, bytes], ScriptDirectory] = {}
     _lock = threading.Lock()
@@ -75,7 +76,7 @@ class _KeptScriptDirectory(ScriptDirectory):
     @classmethod
     def from_config(cls, config: AlembicConfig) -> ScriptDirectory:
         location = config.get_main_option("script_location") or ""
-        if not location.startswith("dagster"):
+        if location != dagster_sql.ALEMBIC_SCRIPTS_LOCATION:  # exactly Dagster's, never a look-alike
             return ScriptDirectory.from_config(config)
         try:
             with open(config.config_file_name or "", "rb") as ini:

@@ -264,7 +264,7 @@ def test_the_dagster_methods_a_batch_replicates_are_the_ones_it_was_written_agai
     assert found == REPLICATED, "Dagster changed a method dagster_storage.py replicates: re-read it, then update both"
 
 
-def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_their_head(tmp_path):
+def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_their_head(tmp_path, monkeypatch):
     import inspect
     import sqlite3
 
@@ -290,12 +290,16 @@ def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_the
     assert kept.get_heads() == fresh.get_heads()
     assert len(list(kept.walk_revisions())) == len(list(fresh.walk_revisions()))
 
-    # a team's own migrations are read as alembic reads them, every time
-    (tmp_path / "theirs" / "versions").mkdir(parents=True)
-    (tmp_path / "theirs" / "script.py.mako").write_text("")
-    theirs = Config()
-    theirs.set_main_option("script_location", str(tmp_path / "theirs"))
-    assert _KeptScriptDirectory.from_config(theirs) is not _KeptScriptDirectory.from_config(theirs)
+    # a team's own migrations are read as alembic reads them, every time, whatever their folder's name
+    for name in ("theirs", "dagster_migrations"):
+        (tmp_path / name / "versions").mkdir(parents=True)
+        (tmp_path / name / "script.py.mako").write_text("")
+        (tmp_path / name / "alembic.ini").write_text(f"[alembic]\nscript_location = {name}\n")
+        theirs = Config(str(tmp_path / name / "alembic.ini"))
+        theirs.set_main_option("script_location", str(tmp_path / name) if name == "theirs" else name)
+        with monkeypatch.context() as context:
+            context.chdir(tmp_path)
+            assert _KeptScriptDirectory.from_config(theirs) is not _KeptScriptDirectory.from_config(theirs)
 
     # a new home is stamped at the head through the kept directory, and opens again as it is
     home = Home(tmp_path / "home")
