@@ -3,8 +3,8 @@ Dagster's in-process execution internals.
 
 `JobDefinition.execute_in_process` builds a new ephemeral job (the in-process executor, the
 selection's subset) for every call, and Dagster then snapshots and hashes that new job for the run
-it creates (~25 ms a run for a table with eight checks; a `backfill run` of 2,526 partitions makes
-85 runs, the test suite hundreds). The job a selection runs is the same for every run of a
+it creates (~20 ms a run for the demo's table under the profiler; a `backfill run` of 2,526
+partitions makes 85 runs, the test suite hundreds). The job a selection runs is the same for every run of a
 process, so it is built once, and its snapshot with it; each run is still created, tagged,
 executed and stored exactly as `execute_in_process` does it (this module calls the same three
 functions with the same arguments; `tests/test_dagster_inprocess.py` pins the method's source and

@@ -29,8 +29,8 @@ our CLI's terminal shows our lines only; the UI reads the files as before.
 
 Each storage checks its schema against Dagster's migration scripts when an instance opens: alembic
 reads the ~90 scripts again for every storage of every instance (~0.1 s of a command's ~0.2 s
-instance, most of a new home's). `keep_migration_scripts` makes a process read each script folder
-once: the revisions are the same files for the process's life.
+instance, most of a new home's). `keep_migration_scripts` makes a process read Dagster's script
+folder once: its revisions are the same files for the process's life.
 
 `tests/test_dagster_storage.py` fails loudly when an upgrade moves what this relies on; the
 tested range is pinned in pyproject.toml.
