@@ -12,6 +12,7 @@ What a child takes from the server rather than from the test's `env`: what Pytho
 it starts (PYTHONPATH, PYTHONHASHSEED: the children share one hash seed, PYTHONIOENCODING, the
 locale, warnings other than `ignore`); its stdin is /dev/null; every module of the package is
 imported already (an import-order fault would hide here, not in `test_package`'s fresh install).
+The imported objects are frozen (`gc.freeze`): the collector of a child never walks them.
 No test sets those for a command.
 
 Protocol, on a Unix socket: the client sends one JSON line (argv, env, cwd) with the descriptors of
@@ -24,6 +25,7 @@ Run as `python -m tests.cli_server SOCKET`.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -33,7 +35,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_REQUEST = 1 << 20
@@ -115,6 +118,9 @@ def _become_command(request: dict, fds: list[int]) -> None:
 
 def serve(path: str) -> None:
     _preload()
+    # the preloaded heap moves to the permanent generation: a child's collections never walk it, so
+    # they never write to (and copy) its pages: a forked `backfill status` 0.59 -> 0.20 CPU-s
+    gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -226,6 +232,7 @@ class Server:
 
     folder: Path
     process: subprocess.Popen | None = None
+    starting: threading.Lock = field(default_factory=threading.Lock)  # tests start commands from threads
 
     @property
     def path(self) -> str:
@@ -248,8 +255,9 @@ class Server:
 
     def start(self, argv: list[str], env: dict[str, str], cwd: Path) -> Forked:
         """The command forked and running; its output goes to files read when it has ended."""
-        if self.process is None or self.process.poll() is not None:
-            self._start()
+        with self.starting:
+            if self.process is None or self.process.poll() is not None:
+                self._start()
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)

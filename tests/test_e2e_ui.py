@@ -38,6 +38,7 @@ from tests.e2e_support import (
     Background,
     DagsterDev,
     RunInfo,
+    commands_forked_from,
     dagster_dev,
     execute_in_warehouse,
     plan_phase,
@@ -69,6 +70,13 @@ PLAN_COLUMNS = ("plan", "phase", "window", "approvals", "gates", "publish", "nex
 
 
 # --- fixtures -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands_forked(cli_server) -> Iterator[None]:
+    """The module's `backfill` commands fork from the worker's CLI server (before `ui` starts)."""
+    with commands_forked_from(cli_server):
+        yield
+
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterDev]:

@@ -39,6 +39,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.table import Column, Metric, TableSpec
 from backfill_assets.tags import ACTOR_TAG
 from backfill_assets.warehouse import open_warehouse
+from backfill_assets.warehouse.duckdb_engine import kept_open
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from tests.plans import complete_plan, edited, write_plan
 from tests.world import failure_text, pin_trust_root, signers_text
@@ -293,7 +294,8 @@ def lab(tmp_path, ssh_keys, capsys, monkeypatch):
         made.append(Lab(tmp_path, name, ssh_keys, capsys))
         monkeypatch.setenv("BACKFILL_DEFS", str(made[-1].defs_file))  # the commands without --defs find them
         return made[-1]
-    yield make
+    with kept_open():  # the lab's database loaded once for the test, as `world` keeps its own
+        yield make
     for each in made:
         each.close()
 

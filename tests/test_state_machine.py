@@ -10,6 +10,7 @@ are independent and cheap; every command runs through the in-process CLI on real
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import sys
@@ -32,6 +33,7 @@ from backfill_assets.control import evidence_log
 from backfill_assets.demo.sample import generate_orders
 from backfill_assets.identifiers import quote
 from backfill_assets.warehouse.ddl import create_sql
+from backfill_assets.warehouse.duckdb_engine import kept_open
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints
 from tests.conftest import _home_instance
 from tests.world import BUGGY, DEMO_DEFS, FIXED, START, World, keys, pin_trust_root, signers_text
@@ -84,6 +86,8 @@ class PlanMachine(RuleBasedStateMachine):
         root = Path(tempfile.mkdtemp(dir=self.scratch))
         shutil.copytree(self.template, root, dirs_exist_ok=True)
         self.world = World(root, self.instance, self.ssh_keys)
+        self.kept = contextlib.ExitStack()  # the example's database loaded once, as `world` keeps its own
+        self.kept.enter_context(kept_open())
         self.model = dict(self.history)  # what each day must hold now
         self.count = 0
         self.plan = ""
@@ -198,6 +202,7 @@ class PlanMachine(RuleBasedStateMachine):
             if self.plan and sys.exc_info()[1] is None:  # not after a failed step: that one is reported
                 self.finish()
         finally:
+            self.kept.close()
             shutil.rmtree(self.world.root, ignore_errors=True)
 
     def finish(self) -> None:
