@@ -683,3 +683,14 @@ def test_problems_of_a_plan_in_the_old_spelling_name_its_own_keys_once():
     assert plan is None
     assert sorted((p.key, p.value) for p in problems) == [
         ("checks.bogus", 1), ("checks.duplicates.max_rows", "TODO"), ("publish.pause", False)]
+
+
+def test_the_parser_built_once_a_process_carries_nothing_from_one_command_to_the_next():
+    from backfill_assets.cli import build_parser
+
+    parser = build_parser()
+    assert build_parser() is parser
+    signed = parser.parse_args(["--home", "/elsewhere", "rollback", "p1", "--sign", "alice=key", "--sign", "bob=k2"])
+    bare = parser.parse_args(["rollback", "p1"])
+    assert signed.sign == ["alice=key", "bob=k2"] and signed.home == "/elsewhere"
+    assert bare.sign == [] and bare.signature == [] and getattr(bare, "home", None) is None
