@@ -111,7 +111,7 @@ def _become_command(request: dict, fds: list[int]) -> None:
         warnings.simplefilter("ignore")
     sys.argv = list(request["argv"])
     sys.path[0] = str(Path(request["argv"][0]).parent)  # the console script's: not this repository
-    from backfill_assets.cli import entrypoint
+    from backfill_assets.console import entrypoint
 
     entrypoint()  # raises SystemExit: the interpreter exits as the console script's does
 

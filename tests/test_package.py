@@ -68,3 +68,24 @@ def test_the_wheel_installs_and_its_commands_work_from_a_fresh_environment(tmp_p
     checked = run([str(venv / "bin" / "dagster"), "definitions", "validate", "-m", "backfill_assets.demo.definitions"],
                   cwd=work, env={"DAGSTER_HOME": str(tmp_path / "dh")})
     assert "passed validation" in checked
+
+
+CONSOLE_PROBE = """
+import gc, sys
+from backfill_assets import console
+assert "backfill_assets.cli" not in sys.modules and "dagster" not in sys.modules, "imported too early"
+sys.argv = ["backfill", "--help"]
+try:
+    console.entrypoint()
+except SystemExit as exc:
+    print(exc.code, gc.get_threshold())
+"""
+
+
+def test_the_console_script_sets_the_collector_before_it_imports_the_command(tmp_path):
+    script = (BIN / "backfill").read_text()
+    assert "from backfill_assets.console import entrypoint" in script
+    out = run([str(BIN / "python"), "-c", CONSOLE_PROBE], cwd=tmp_path)
+    from backfill_assets.console import GC_THRESHOLDS
+
+    assert out.splitlines()[-1].split() == ["0", *str(GC_THRESHOLDS).split()], out
