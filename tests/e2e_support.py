@@ -33,6 +33,8 @@ from typing import Any, Generic, TypeVar
 
 import duckdb
 
+from tests.cli_server import Server
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DEMO_DEFS = "backfill_assets.demo.daily"  # the daily table alone, as the scenarios plan it
@@ -392,11 +394,11 @@ def execute_in_warehouse(backfill_home: Path, statement: str, params: Sequence[A
 
 # --- the CLI and in-process history -------------------------------------------------------------
 
-_forking: list[Any] = []  # the worker's CLI server (tests/cli_server.py), while a module lends it
+_forking: list[Server] = []  # the worker's CLI server, while a module lends it
 
 
 @contextlib.contextmanager
-def commands_forked_from(server: Any) -> Iterator[None]:
+def commands_forked_from(server: Server) -> Iterator[None]:
     """`run_backfill_cli` forks its commands from the worker's CLI server meanwhile: each is still a
     process of its own, but ~0.3 CPU-s instead of ~1.8 for a new interpreter importing Dagster."""
     _forking.append(server)
@@ -408,8 +410,9 @@ def commands_forked_from(server: Any) -> Iterator[None]:
 
 def run_backfill_cli(*args: str, backfill_home: Path, expect: int | None = 0, cwd: Path = ROOT,
                      timeout: float = 300) -> subprocess.CompletedProcess:
-    """The installed `backfill` console script, as a user types it, with BACKFILL_HOME and the demo
-    definitions (BACKFILL_DEFS) set; `expect` is the exit code it must end with (None: any)."""
+    """`backfill` as a user types it, with BACKFILL_HOME and the demo definitions (BACKFILL_DEFS) set:
+    the installed console script, or a child forked from the CLI server a module lent
+    (`commands_forked_from`); `expect` is the exit code it must end with (None: any)."""
     argv = [str(BIN / "backfill"), *args, "--home", str(backfill_home)]
     if _forking:
         proc = _forking[-1].run(argv, clean_env(backfill_home), cwd, timeout)
