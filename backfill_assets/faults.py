@@ -1,25 +1,39 @@
 """Named crash points, so the suite can rehearse a kill -9 at exactly that step.
 
 `BACKFILL_CRASH_AT=approve.after_commit` (comma-separated names, optionally `name@N` for the Nth
-time the point is reached) makes the process SIGKILL itself there. Unset, a checkpoint costs one
-dictionary lookup. The names are listed where they are called.
+time the point is reached) makes the process SIGKILL itself there. `BACKFILL_STALL_AT=name=SECONDS`
+(same forms) makes it sleep there instead: a slow step, with whatever it holds still held, so a
+second command can be started against it. Unset, a checkpoint costs two dictionary lookups. The
+names are listed where they are called.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 CRASH_ENV = "BACKFILL_CRASH_AT"
+STALL_ENV = "BACKFILL_STALL_AT"
 _seen: dict[str, int] = {}
 
 
 def checkpoint(name: str) -> None:
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
+    crash, stall = os.environ.get(CRASH_ENV), os.environ.get(STALL_ENV)
+    if not crash and not stall:
         return
     _seen[name] = _seen.get(name, 0) + 1
+    if crash and _reached(crash, name):
+        os.kill(os.getpid(), signal.SIGKILL)
+    for item in (stall or "").split(","):
+        point, _, seconds = item.strip().partition("=")
+        if seconds and _reached(point, name):
+            time.sleep(float(seconds))
+
+
+def _reached(wanted: str, name: str) -> bool:
     for item in wanted.split(","):
         point, _, nth = item.strip().partition("@")
         if point == name and (not nth or int(nth) == _seen[name]):
-            os.kill(os.getpid(), signal.SIGKILL)
+            return True
+    return False

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
@@ -302,3 +303,23 @@ def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_roll
     assert world.phase("fix") == "rolled_back"
     assert all(world.rows("daily_revenue", k) == 0 for k in keys(1, 3))  # empty before the plan
     assert run_cli("evidence", "verify").code == 0
+
+
+def test_pause_while_a_run_holds_the_duckdb_file_gets_in_between_its_runs_and_stops_it(world, cli):
+    """The run keeps its database loaded from one run to the next; a command waiting for the file
+    (here `pause`, started while the first run is still writing) is let in at the next run's start."""
+    proven(world)  # 02..08 left, in four runs of two
+    stall = {"BACKFILL_STALL_AT": "run.after_wave@1=4"}  # the first run's wave holds the file 4 s longer
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(cli, "run", "fix", env=stall)
+        deadline = time.monotonic() + 60
+        while not any(r.tags.get(PLAN_TAG) == "fix" and r.tags.get("dagster/partition") is None
+                      for r in dagster_runs(world)):  # the window's first run started (not the proof's)
+            assert time.monotonic() < deadline and not running.done(), "the window's first run never started"
+            time.sleep(0.1)
+        paused = cli("pause", "fix")
+        ran = running.result()
+    assert paused.code == 0, paused.err[-1500:]
+    assert ran.code == 1 and "plan fix is paused: stopped before 2026-01-04" in ran.err, (ran.out, ran.err)
+    assert written(world) == set(keys(1, 3))
+    assert world.phase("fix") == "running"

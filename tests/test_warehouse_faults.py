@@ -165,6 +165,46 @@ def test_a_kept_database_is_held_only_while_kept_and_never_after_release(tmp_pat
         assert session.rows("SELECT count(*) FROM t") == [(2,)]
 
 
+def test_a_kept_database_lets_a_waiting_process_in_between_two_steps(tmp_path):
+    """A process waiting for the file leaves its pid beside it; the holder (a run between two
+    waves) sees it, closes the file until the waiter has it, and keeps it again afterwards. A dead
+    waiter's mark is removed, not waited for."""
+    import subprocess
+    import sys
+    import time
+
+    from backfill_assets.warehouse import kept_open
+    from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+
+    path = tmp_path / "w.duckdb"
+    engine = DuckDBEngine(path)
+    waiting = tmp_path / "w.duckdb.waiting"
+    waiting.mkdir()
+    (waiting / "999999999").touch()  # a pid no process has: a waiter killed while it waited
+    waiter = ("import sys\nfrom backfill_assets.warehouse.duckdb_engine import DuckDBEngine\n"
+              "with DuckDBEngine(sys.argv[1]).session(wait_seconds=60) as s:\n"
+              "    s.execute('INSERT INTO t VALUES (2)')\n")
+    with kept_open():
+        with engine.session() as session:
+            session.execute("CREATE TABLE t (a INTEGER)")
+        assert engine.waiters() == [] and not (waiting / "999999999").exists()
+        assert engine.yield_to_waiters() is False  # none waits: the file stays held
+        assert not _other_process_opens(path)
+        child = subprocess.Popen([sys.executable, "-c", waiter, str(path)])
+        deadline = time.monotonic() + 60
+        while engine.waiters() != [child.pid]:
+            assert time.monotonic() < deadline and child.poll() is None, "the waiter never announced itself"
+            time.sleep(0.05)
+        assert engine.yield_to_waiters() is True
+        with engine.session() as session:  # waits for the waiter's session to end
+            assert session.rows("SELECT a FROM t") == [(2,)]
+            session.execute("INSERT INTO t VALUES (3)")
+        assert child.wait(timeout=60) == 0
+        assert not _other_process_opens(path)  # kept again
+    assert not waiting.exists()  # the last waiter took its mark and the folder with it
+    assert _other_process_opens(path)
+
+
 def test_a_command_lets_the_warehouse_go_when_it_ends(world):
     assert world.cli("status") == 0
     assert _other_process_opens(world.warehouse_path)

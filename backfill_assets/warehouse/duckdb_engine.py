@@ -140,6 +140,24 @@ def kept_open() -> Iterator[None]:
             con.close()
 
 
+def _drop_kept(key: tuple[int, str]) -> None:
+    """Close the connection kept for this database, if any, and go on keeping the next one."""
+    with _kept.lock:
+        kept = _kept.connections.pop(key, None)
+    if kept is not None:
+        kept[0].close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "Could not set lock" in text or "Conflicting lock" in text
@@ -165,6 +183,61 @@ class DuckDBEngine(PostgresSpelling, Engine):
 
     def exists(self) -> bool:
         return self.path.exists()
+
+    # --- taking turns with other processes ---------------------------------------------------------
+    # DuckDB locks the whole file for one process, and a waiter only polls, so a process that opens
+    # the file again right after closing it never lets a waiter in. A waiter leaves its pid in a
+    # folder beside the file; a holder that keeps the file across steps looks there between them.
+
+    @property
+    def _waiting_folder(self) -> Path:
+        return self.path.with_name(self.path.name + ".waiting")
+
+    def _mark_waiting(self) -> Path | None:
+        try:
+            self._waiting_folder.mkdir(exist_ok=True)
+            marker = self._waiting_folder / str(os.getpid())
+            marker.touch()
+            return marker
+        except OSError:
+            return None  # a read-only home: the waiter still waits, unannounced
+
+    def waiters(self) -> list[int]:
+        """Other live processes waiting for this file now (a dead one's mark is removed)."""
+        try:
+            names = [p.name for p in self._waiting_folder.iterdir()]
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            if _pid_alive(int(name)):
+                found.append(int(name))
+            else:
+                try:
+                    (self._waiting_folder / name).unlink()
+                except OSError:
+                    pass
+        return found
+
+    def yield_to_waiters(self, patience: float = 2.0) -> bool:
+        """Between two steps of a process that keeps the file (`kept_open`): when others wait for
+        it, close it and give them up to `patience` seconds to take it (each then holds it for as
+        long as its own work lasts; the next session here waits for it). False when none waits."""
+        waiting = set(self.waiters())
+        if not waiting:
+            return False
+        self.let_go()
+        deadline = time.monotonic() + patience
+        while waiting & set(self.waiters()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return True
+
+    def let_go(self) -> None:
+        """Close the file now if only `kept_open` holds it (before a wait); the next session opens
+        it again, and is kept again."""
+        _drop_kept((os.getpid(), os.path.abspath(self.path)))
 
     @contextmanager
     def session(self, *, read_only: bool = False,
@@ -218,24 +291,34 @@ class DuckDBEngine(PostgresSpelling, Engine):
             raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
                                  fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
         waiting = lock_wait.Wait(str(self.path), wait_seconds)
-        delay = 0.02
-        while True:
-            try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                if threads:  # a setting, not connect's config: other connections may join this database
-                    con.execute(f"SET threads = {threads}")
-                return con
-            except duckdb.IOException as exc:
-                if not _is_lock_error(exc):
-                    from backfill_assets.environment import fix_for, reason_of
+        delay, marker = 0.02, None
+        try:
+            while True:
+                try:
+                    con = duckdb.connect(str(self.path), read_only=read_only)
+                    if threads:  # a setting, not connect's config: other connections may join this database
+                        con.execute(f"SET threads = {threads}")
+                    return con
+                except duckdb.IOException as exc:
+                    if not _is_lock_error(exc):
+                        from backfill_assets.environment import fix_for, reason_of
 
-                    why = reason_of(str(exc))
-                    raise WarehouseError(f"cannot open the warehouse {self.path}: "
-                                         f"{str(exc).splitlines()[0]}",
-                                         fix=fix_for(why, str(self.path.parent)) if why else "check the file") from None
-                waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                        why = reason_of(str(exc))
+                        raise WarehouseError(f"cannot open the warehouse {self.path}: "
+                                             f"{str(exc).splitlines()[0]}",
+                                             fix=fix_for(why, str(self.path.parent)) if why else "check the file"
+                                             ) from None
+                    waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
+                    marker = marker or self._mark_waiting()
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+        finally:
+            if marker is not None:
+                try:
+                    marker.unlink()
+                    marker.parent.rmdir()  # the last waiter leaves no folder behind
+                except OSError:
+                    pass  # another still waits (a later waiter makes the folder again)
 
     # --- dialect --------------------------------------------------------------------------------
     def text_of(self, expr: str) -> str:

@@ -158,6 +158,14 @@ class Engine(ABC):
                 wait_seconds: float | None = None) -> AbstractContextManager[Session]:
         """A connection for one unit of work; waits (visibly, boundedly) for locks."""
 
+    def yield_to_waiters(self) -> bool:
+        """Between two steps of a process that keeps the warehouse open: let in the processes
+        waiting for it, if any (a server engine's locks are rows, taken in turn by the server)."""
+        return False
+
+    def let_go(self) -> None:  # noqa: B027 - a server engine keeps nothing open between sessions
+        """Close what this process keeps open between sessions, before it waits on something else."""
+
     @abstractmethod
     def exists(self) -> bool:
         """Whether the warehouse is there at all (readers must never create one)."""
