@@ -157,9 +157,10 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     reads = {k: graph.upstream_keys(spec.name, k) for k in keys}
     wanted = sorted({u for us in reads.values() for u in us})
     ours = [u for u in wanted if plan is not None and plan.covers(u, parent)]
-    latest = ledger.latest(session, parent, [u for u in wanted if u not in ours]) if wanted else {}
+    latest = ledger.latest(session, parent, [u for u in wanted if u not in ours], figures=False) \
+        if wanted else {}
     if ours:
-        latest.update(ledger.latest(session, parent, ours, plan.plan_id))  # type: ignore[union-attr]
+        latest.update(ledger.latest(session, parent, ours, plan.plan_id, figures=False))  # type: ignore[union-attr]
     for key, upstream in reads.items():
         bad = [u for u in upstream if latest.get(u) is None or not latest[u].passed]  # type: ignore[union-attr]
         if bad:

@@ -80,7 +80,7 @@ def _stages(args: argparse.Namespace, session: Session, state: record.PlanState,
         return [proof_stage(state.proof_keys, size, scheme)]
 
     def passed(table: str) -> set[str]:
-        latest = ledger.latest(session, table, list(state.keys_of(table)), state.plan_id)
+        latest = ledger.latest(session, table, list(state.keys_of(table)), state.plan_id, figures=False)
         return {k for k, e in latest.items() if e is not None and e.passed}
 
     stages = [window_stage(state.partition_keys, state.proof_keys, passed(state.target), size, scheme)]

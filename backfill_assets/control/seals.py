@@ -55,7 +55,11 @@ def of_seq(session: Session, table: str, seq: int, expected: int) -> str:
     return digest(table, rows)
 
 
-SEQS_AT_ONCE = 20  # a run's write transactions seal up to 50 partitions' rows each
+# chain rows whose sealed rows are read at once: a run's write transaction seals up to 50 partitions'
+# rows; its gate results are 8 a partition, each with its figures (~2.5 KB of text), so a window of
+# thousands of partitions is verified ~1,600 gate results (~4 MB) at a time
+SEQS_AT_ONCE = {"gate_results": 4}
+SEQS_AT_ONCE_OTHERWISE = 20
 
 
 def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
@@ -69,8 +73,9 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     if not wanted or not evidence_log.can_verify(session):
         return
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
-    for i in range(0, len(wanted), SEQS_AT_ONCE):
-        part = wanted[i:i + SEQS_AT_ONCE]
+    at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
+    for i in range(0, len(wanted), at_once):
+        part = wanted[i:i + at_once]
         found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in part}
         for row in store.rows_of_seqs(session, table, part):
             found[int(row[-1])].append(row[:-1])

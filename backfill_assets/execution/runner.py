@@ -106,7 +106,7 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
 
 def gate_failures(session: Session, state: PlanState, keys: list[str],
                   asset: str | None = None) -> dict[str, list[str]]:
-    latest = ledger.latest(session, asset or state.target, keys, state.plan_id)
+    latest = ledger.latest(session, asset or state.target, keys, state.plan_id, figures=False)
     return {k: (e.failed or ["not evaluated"]) if e else ["not written"]
             for k, e in latest.items() if e is None or not e.passed}
 
@@ -179,10 +179,10 @@ def _execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.L
                 return reports
             if throttle:
                 budget = sum(len(k) for k in wave) * 60.0 / throttle
-                pause = budget - (time.monotonic() - started)
-                if pause > 0:
+                left = budget - (time.monotonic() - started)
+                if left > 0:
                     warehouse.engine.let_go()  # the file is free while the run waits
-                    time.sleep(pause)
+                    time.sleep(left)
     return reports
 
 
