@@ -288,10 +288,14 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
 
         if not pending:
             return
-        runs = sorted({event.run_id for event, _ in pending})
+        evaluations = [event.dagster_event.event_specific_data for event, _ in pending]
+        # the unique index's leading columns, each an IN list: run_id alone would scan every
+        # execution row ever written (hundreds of thousands after a few long windows)
         existing = {tuple(row) for row in conn.execute(
             db.select(table.c.asset_key, table.c.check_name, table.c.run_id, table.c.partition)
-            .where(table.c.run_id.in_(runs))).fetchall()}
+            .where(table.c.asset_key.in_(sorted({e.asset_key.to_string() for e in evaluations})),
+                   table.c.check_name.in_(sorted({e.check_name for e in evaluations})),
+                   table.c.run_id.in_(sorted({event.run_id for event, _ in pending})))).fetchall()}
         groups: dict[bool, list[tuple[Any, int | None, dict[str, Any]]]] = {True: [], False: []}
         for event, event_id in pending:
             evaluation = event.dagster_event.event_specific_data
