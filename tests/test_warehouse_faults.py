@@ -205,6 +205,48 @@ def test_a_kept_database_lets_a_waiting_process_in_between_two_steps(tmp_path):
     assert _other_process_opens(path)
 
 
+def test_a_planted_waiting_mark_neither_slows_a_holder_nor_leads_a_waiter_elsewhere(tmp_path):
+    """Someone who can write the home plants a mark for a live process that waits for nothing (it
+    goes stale: a waiter renews its mark at every poll), or points the folder elsewhere (a waiter
+    never follows it)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from backfill_assets.warehouse import kept_open
+    from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+
+    path = tmp_path / "w.duckdb"
+    engine = DuckDBEngine(path)
+    waiting = tmp_path / "w.duckdb.waiting"
+    waiting.mkdir()
+    planted = waiting / str(os.getppid())  # alive, and waits for no warehouse
+    planted.touch()
+    old = time.time() - 30
+    os.utime(planted, (old, old))
+    assert engine.waiters() == []
+    started = time.monotonic()
+    assert engine.yield_to_waiters() is False
+    assert time.monotonic() - started < 0.5
+    planted.unlink()
+    waiting.rmdir()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    waiting.symlink_to(elsewhere)
+    waiter = ("import sys\nfrom backfill_assets.warehouse.duckdb_engine import DuckDBEngine\n"
+              "with DuckDBEngine(sys.argv[1]).session(wait_seconds=60) as s:\n"
+              "    s.execute('CREATE TABLE u (a INTEGER)')\n")
+    with kept_open():
+        with engine.session() as session:
+            session.execute("CREATE TABLE t (a INTEGER)")
+        child = subprocess.Popen([sys.executable, "-c", waiter, str(path)])
+        time.sleep(1.5)  # it polls the lock meanwhile
+        assert list(elsewhere.iterdir()) == [] and engine.waiters() == []
+    assert child.wait(timeout=60) == 0  # it got in once the holder ended
+
+
 def test_a_command_lets_the_warehouse_go_when_it_ends(world):
     assert world.cli("status") == 0
     assert _other_process_opens(world.warehouse_path)

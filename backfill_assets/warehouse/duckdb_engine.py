@@ -140,6 +140,10 @@ def kept_open() -> Iterator[None]:
             con.close()
 
 
+# a waiter renews its mark at every poll (at most 0.5 s apart); an older mark waits for nothing
+MARK_FRESH_SECONDS = 3.0
+
+
 def _drop_kept(key: tuple[int, str]) -> None:
     """Close the connection kept for this database, if any, and go on keeping the next one."""
     with _kept.lock:
@@ -193,32 +197,45 @@ class DuckDBEngine(PostgresSpelling, Engine):
     def _waiting_folder(self) -> Path:
         return self.path.with_name(self.path.name + ".waiting")
 
-    def _mark_waiting(self) -> Path | None:
+    def _mark_waiting(self, marker: Path | None) -> Path | None:
+        """Leave (or renew: once a poll) this process's mark; never through a symlinked folder."""
         try:
-            self._waiting_folder.mkdir(exist_ok=True)
-            marker = self._waiting_folder / str(os.getpid())
-            marker.touch()
+            if marker is None:
+                folder = self._waiting_folder
+                if folder.is_symlink():
+                    return None  # planted to make waiters create files elsewhere
+                folder.mkdir(exist_ok=True)
+                marker = folder / str(os.getpid())
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                os.utime(fd)
+            finally:
+                os.close(fd)
             return marker
         except OSError:
             return None  # a read-only home: the waiter still waits, unannounced
 
     def waiters(self) -> list[int]:
-        """Other live processes waiting for this file now (a dead one's mark is removed)."""
+        """Other live processes waiting for this file now: a mark renewed within the last few polls
+        by a live process (a dead one's mark is removed; a stale one, planted or left, is ignored)."""
+        folder = self._waiting_folder
         try:
-            names = [p.name for p in self._waiting_folder.iterdir()]
+            if folder.is_symlink():
+                return []
+            entries = [(p.name, p.lstat().st_mtime) for p in folder.iterdir()]
         except OSError:
             return []
-        found = []
-        for name in names:
+        found, now = [], time.time()
+        for name, renewed in entries:
             if not name.isdigit() or int(name) == os.getpid():
                 continue
-            if _pid_alive(int(name)):
-                found.append(int(name))
-            else:
+            if not _pid_alive(int(name)):
                 try:
-                    (self._waiting_folder / name).unlink()
+                    (folder / name).unlink()
                 except OSError:
                     pass
+            elif now - renewed < MARK_FRESH_SECONDS:
+                found.append(int(name))
         return found
 
     def yield_to_waiters(self, patience: float = 2.0) -> bool:
@@ -309,7 +326,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
                                              fix=fix_for(why, str(self.path.parent)) if why else "check the file"
                                              ) from None
                     waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
-                    marker = marker or self._mark_waiting()
+                    marker = self._mark_waiting(marker)
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
         finally:
