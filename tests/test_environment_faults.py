@@ -65,6 +65,22 @@ def test_a_named_pipe_given_as_a_file_is_one_line_never_a_hang(world, cli, fifo,
         assert world.sql("SELECT count(*) FROM backfill_control.leases") == [(0,)]
 
 
+@pytest.mark.parametrize("name", ["warehouse.duckdb", "warehouse.duckdb.wal"])
+def test_a_named_pipe_where_the_warehouse_file_is_is_one_line_never_a_hang(world, cli, name):
+    """DuckDB opens its file and its write-ahead log for reading: a FIFO there would block the
+    command (and the webserver's sensors) forever."""
+    assert world.cli("init") == 0
+    pipe = world.home / name
+    if pipe.exists():
+        pipe.unlink()
+    os.mkfifo(pipe)
+    for args in (("status",), ("evidence", "verify")):
+        result = cli(*args, timeout=FIFO_TIMEOUT)
+        assert result.code == 1, (args, result.err)
+        line = one_line(result)
+        assert str(pipe) in line and "named pipe" in line and "move it" in line, line
+
+
 # --- a full disk, a read-only home, quotes in the home's path -----------------------------------
 
 def _backfill(world, *args, limit: int | None = None, read_only: bool = False, timeout: float = 300):

@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 
+from backfill_assets.bounded import refuse_non_regular
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
@@ -299,6 +300,10 @@ class DuckDBEngine(PostgresSpelling, Engine):
                 con.close()
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int) -> duckdb.DuckDBPyConnection:
+        for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
+                                                           "the warehouse's write-ahead log")):
+            # DuckDB opens both for reading: a named pipe there would block this process forever
+            refuse_non_regular(part, what, f"move it out of the way ({what} is a file DuckDB writes)", WarehouseError)
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
