@@ -117,8 +117,13 @@ def _definitions_in(module: ModuleType, attr: str | None, source: str) -> dg.Def
     raise UsageError(f"{source} holds no dagster Definitions", fix=FIX)
 
 
-def _workspace_targets(folder: Path) -> list[tuple[str, str | None, str | None]]:
-    """(kind, name, working_directory) of each code location in workspace.yaml, or [] if none."""
+# what Dagster's workspace.yaml names a location's code by, for the kinds the CLI can import
+_WORKSPACE_NAME = {"python_module": "module_name", "python_file": "relative_path", "python_package": "package_name"}
+
+
+def _workspace_targets(folder: Path) -> list[tuple[str, str, str | None, str]]:
+    """(kind, name, attribute, working_directory) of each code location in workspace.yaml, or [] if
+    none; a location the CLI cannot import is one line, never skipped (its tables would go missing)."""
     path = folder / "workspace.yaml"
     if not path.exists():
         return []
@@ -127,16 +132,30 @@ def _workspace_targets(folder: Path) -> list[tuple[str, str | None, str | None]]
         document = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read {path} ({exc})", fix=FIX) from None
-    out: list[tuple[str, str | None, str | None]] = []
-    for entry in document.get("load_from") or []:
-        for kind in ("python_module", "python_file"):
-            value = entry.get(kind) if isinstance(entry, dict) else None
-            if isinstance(value, str):
-                out.append((kind, value, str(folder)))
-            elif isinstance(value, dict):
-                name = value.get("module_name") or value.get("relative_path")
-                work = value.get("working_directory")
-                out.append((kind, name, str((folder / work).resolve()) if work else str(folder)))
+    entries = document.get("load_from") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f"{path} has no load_from list of code locations", fix=FIX)
+    out: list[tuple[str, str, str | None, str]] = []
+    for index, entry in enumerate(entries, 1):
+        kind = next((k for k in _WORKSPACE_NAME if isinstance(entry, dict) and k in entry), None)
+        if kind is None:
+            shown = ", ".join(map(str, entry)) if isinstance(entry, dict) else str(entry)
+            raise UsageError(f"{path}: load_from entry {index} ({shown[:60]}) is not a python_module, python_file "
+                             "or python_package, the locations the CLI can import", fix=FIX)
+        value, key = entry[kind], _WORKSPACE_NAME[kind]
+        settings = value if isinstance(value, dict) else {key: value}
+        name, attribute, work = settings.get(key), settings.get("attribute"), settings.get("working_directory")
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError(f"{path}: load_from entry {index} ({kind}) names no {key}",
+                             fix=f"give it a {key}, or {FIX}")
+        if attribute is not None and not isinstance(attribute, str):
+            raise UsageError(f"{path}: load_from entry {index} ({kind}) has an attribute that is not a name",
+                             fix="make attribute the name of the Definitions in that module")
+        if work is not None and not isinstance(work, str):
+            raise UsageError(f"{path}: load_from entry {index} ({kind}) has a working_directory that is not a path",
+                             fix="make working_directory a folder relative to workspace.yaml")
+        out.append(("python_file" if kind == "python_file" else "python_module", name, attribute,
+                    str((folder / work).resolve()) if work else str(folder)))
     return out
 
 
@@ -181,17 +200,15 @@ def _load(reference: str | None) -> LoadedDefs:
     else:
         here = Path.cwd()
         targets = _workspace_targets(here)
-        if not targets and _dg_project(here):
-            targets = [("python_module", _dg_project(here), str(here))]
+        project = _dg_project(here) if not targets else None
+        if project:
+            targets = [("python_module", project, None, str(here))]
         if not targets:
             raise UsageError("no definitions to load: no --defs, no BACKFILL_DEFS, and no workspace.yaml "
                              f"or dg project in {here}", fix=FIX)
-        for kind, name, work in targets:
-            if not name:
-                continue
-            module = _import_file(Path(work or ".") / name) if kind == "python_file" else \
-                _import_module(name, work)
-            definitions.append((_definitions_in(module, None, name), name))
+        for kind, name, attribute, work in targets:
+            module = _import_file(Path(work) / name) if kind == "python_file" else _import_module(name, work)
+            definitions.append((_definitions_in(module, attribute, name), name))
     tables: dict[str, LoadedTable] = {}
     for defs, _source in definitions:
         for name, (spec, partitions_def) in find_tables(defs).items():

@@ -548,3 +548,44 @@ def _in_process(capfd, *args: str):
     code = main(list(args))
     printed = capfd.readouterr()
     return Result(code, printed.out, printed.err)
+
+
+GOOD_ENTRY = "  - python_module: backfill_assets.demo.daily\n"
+
+
+@pytest.mark.parametrize("entry, said", [
+    ("  - grpc_server: {host: localhost, port: 4266}\n",
+     "load_from entry 2 (grpc_server) is not a python_module, python_file or python_package"),
+    ("  - python_module: {working_directory: .}\n", "load_from entry 2 (python_module) names no module_name"),
+    ("  - python_file: {relative_path: 7}\n", "load_from entry 2 (python_file) names no relative_path"),
+    ("  - 42\n", "load_from entry 2 (42) is not a python_module, python_file or python_package"),
+])
+def test_a_workspace_entry_the_cli_cannot_load_is_one_line_never_skipped(tmp_path, monkeypatch, entry, said):
+    """A location the CLI skipped would hide its tables: `X is not a replayable table` for a table
+    the workspace does declare."""
+    from backfill_assets.errors import UsageError
+    from backfill_assets.loaded_defs import load_defs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BACKFILL_DEFS", raising=False)
+    (tmp_path / "workspace.yaml").write_text("load_from:\n" + GOOD_ENTRY + entry)
+    with pytest.raises(UsageError) as raised:
+        load_defs()
+    assert said in raised.value.message and "workspace.yaml" in raised.value.message, raised.value.message
+    assert "--defs" in (raised.value.fix or "")
+
+
+def test_a_workspace_python_package_entry_and_its_attribute_load_as_dagster_loads_them(tmp_path, monkeypatch):
+    from backfill_assets.loaded_defs import load_defs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BACKFILL_DEFS", raising=False)
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n  - python_package: {package_name: backfill_assets.demo.daily, attribute: defs}\n")
+    assert sorted(load_defs().tables) == ["daily_revenue"]
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n  - python_module: {module_name: backfill_assets.demo.daily, attribute: nothing_here}\n")
+    from backfill_assets.errors import UsageError
+
+    with pytest.raises(UsageError, match="has no attribute nothing_here"):
+        load_defs()
