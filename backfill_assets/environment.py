@@ -3,12 +3,14 @@
 They reach us from many layers (an OSError, DuckDB's IO errors, SQLite inside Dagster's storage
 through SQLAlchemy), each with its own text. `fault_of` recognises them anywhere in an exception's
 chain and turns them into one line naming what could not be written and the fix. Every write of the
-product is a transaction, so what failed never committed: the command can simply run again.
+product is a transaction, so what failed never committed: the command can simply run again. And
+whether a process still runs here (a lease's holder, a waiter for the DuckDB file).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
 from collections.abc import Iterator
 
@@ -90,3 +92,18 @@ def fault_of(exc: BaseException, default_where: str) -> EnvironmentFault | None:
             fault = EnvironmentFault(f"cannot write {where}: {why}", fix=fix_for(why, where))
             return fault
     return None
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process of this pid runs on this machine (another user's counts; a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited; it only waits to be reaped
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.control import evidence_log
+from backfill_assets.environment import pid_running
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
@@ -41,20 +42,6 @@ class Lease:
 
     def describe(self) -> str:
         return f"{self.holder} (pid {self.pid} on {self.host}, since {self.acquired_at})"
-
-
-def pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited; it only waits to be reaped
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def current(session: Session, plan_id: str) -> Lease | None:

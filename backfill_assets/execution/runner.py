@@ -23,6 +23,7 @@ from backfill_assets import faults
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.dagster_inprocess import execute_selection
+from backfill_assets.environment import pid_running
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
@@ -221,7 +222,7 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
         if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
-        if not lease.pid_running(int(pid)):
+        if not pid_running(int(pid)):
             instance.report_run_failed(run, message=f"the backfill process (pid {pid}) died while the run "
                                                     "was in progress; every partition is wholly old or new")
             dead.append(run.run_id)

@@ -26,6 +26,7 @@ from typing import Any
 import duckdb
 
 from backfill_assets.bounded import refuse_non_regular
+from backfill_assets.environment import pid_running
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
@@ -153,16 +154,6 @@ def _drop_kept(key: tuple[int, str]) -> None:
         kept[0].close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "Could not set lock" in text or "Conflicting lock" in text
@@ -230,7 +221,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         for name, renewed in entries:
             if not name.isdigit() or int(name) == os.getpid():
                 continue
-            if not _pid_alive(int(name)):
+            if not pid_running(int(name)):
                 try:
                     (folder / name).unlink()
                 except OSError:
