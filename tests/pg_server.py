@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pytest
 
+from backfill_assets.environment import pid_running
+
 PG_OS_USER = "backfill-pg"  # the OS user the server runs as when we are root
 PG_ROLE = "backfill"  # the superuser role, and the default database's name
 _USERADD_LOCK = "/tmp/backfill-pg-useradd.lock"
@@ -103,16 +105,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -135,7 +127,7 @@ def reap_stale_servers(base: str | None = None) -> int:
             pid = int(owner.read_text().strip())
         except (OSError, ValueError):
             continue
-        if _pid_alive(pid):
+        if pid_running(pid):
             continue
         pidfile = Path(d, "data", "postmaster.pid")
         with contextlib.suppress(OSError, ValueError, IndexError):

@@ -165,12 +165,21 @@ def test_a_kept_database_is_held_only_while_kept_and_never_after_release(tmp_pat
         assert session.rows("SELECT count(*) FROM t") == [(2,)]
 
 
+def _waiter(path, statement: str):
+    """Another process that opens the DuckDB file (waiting up to 60 s for it) and runs `statement`."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom backfill_assets.warehouse.duckdb_engine import DuckDBEngine\n"
+              "with DuckDBEngine(sys.argv[1]).session(wait_seconds=60) as s:\n"
+              "    s.execute(sys.argv[2])\n")
+    return subprocess.Popen([sys.executable, "-c", script, str(path), statement])
+
+
 def test_a_kept_database_lets_a_waiting_process_in_between_two_steps(tmp_path):
     """A process waiting for the file leaves its pid beside it; the holder (a run between two
     waves) sees it, closes the file until the waiter has it, and keeps it again afterwards. A dead
     waiter's mark is removed, not waited for."""
-    import subprocess
-    import sys
     import time
 
     from backfill_assets.warehouse import kept_open
@@ -181,16 +190,13 @@ def test_a_kept_database_lets_a_waiting_process_in_between_two_steps(tmp_path):
     waiting = tmp_path / "w.duckdb.waiting"
     waiting.mkdir()
     (waiting / "999999999").touch()  # a pid no process has: a waiter killed while it waited
-    waiter = ("import sys\nfrom backfill_assets.warehouse.duckdb_engine import DuckDBEngine\n"
-              "with DuckDBEngine(sys.argv[1]).session(wait_seconds=60) as s:\n"
-              "    s.execute('INSERT INTO t VALUES (2)')\n")
     with kept_open():
         with engine.session() as session:
             session.execute("CREATE TABLE t (a INTEGER)")
         assert engine.waiters() == [] and not (waiting / "999999999").exists()
         assert engine.yield_to_waiters() is False  # none waits: the file stays held
         assert not _other_process_opens(path)
-        child = subprocess.Popen([sys.executable, "-c", waiter, str(path)])
+        child = _waiter(path, "INSERT INTO t VALUES (2)")
         deadline = time.monotonic() + 60
         while engine.waiters() != [child.pid]:
             assert time.monotonic() < deadline and child.poll() is None, "the waiter never announced itself"
@@ -210,8 +216,6 @@ def test_a_planted_waiting_mark_neither_slows_a_holder_nor_leads_a_waiter_elsewh
     goes stale: a waiter renews its mark at every poll), or points the folder elsewhere (a waiter
     never follows it)."""
     import os
-    import subprocess
-    import sys
     import time
 
     from backfill_assets.warehouse import kept_open
@@ -235,13 +239,10 @@ def test_a_planted_waiting_mark_neither_slows_a_holder_nor_leads_a_waiter_elsewh
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     waiting.symlink_to(elsewhere)
-    waiter = ("import sys\nfrom backfill_assets.warehouse.duckdb_engine import DuckDBEngine\n"
-              "with DuckDBEngine(sys.argv[1]).session(wait_seconds=60) as s:\n"
-              "    s.execute('CREATE TABLE u (a INTEGER)')\n")
     with kept_open():
         with engine.session() as session:
             session.execute("CREATE TABLE t (a INTEGER)")
-        child = subprocess.Popen([sys.executable, "-c", waiter, str(path)])
+        child = _waiter(path, "CREATE TABLE u (a INTEGER)")
         time.sleep(1.5)  # it polls the lock meanwhile
         assert list(elsewhere.iterdir()) == [] and engine.waiters() == []
     assert child.wait(timeout=60) == 0  # it got in once the holder ended
