@@ -248,6 +248,75 @@ def test_a_planted_waiting_mark_neither_slows_a_holder_nor_leads_a_waiter_elsewh
     assert child.wait(timeout=60) == 0  # it got in once the holder ended
 
 
+def test_waiting_marks_planted_as_pipes_odd_names_or_future_times_neither_hang_nor_stall(tmp_path):
+    """A named pipe where a waiter's mark goes (it would block the waiter, and the run once it waits
+    itself), names a pid cannot have, and a mark dated ahead (never stale) are all nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from backfill_assets.errors import LockWaitTimeout
+    from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+
+    path = tmp_path / "w.duckdb"
+    engine = DuckDBEngine(path)
+    waiting = tmp_path / "w.duckdb.waiting"
+    waiting.mkdir()
+    for name in ("\u00b2", "99999999999999999999", "0", "-1"):
+        (waiting / name).touch()
+    future = waiting / str(os.getppid())  # a live process, dated ten years ahead
+    future.touch()
+    ahead = time.time() + 10 * 365 * 86400
+    os.utime(future, (ahead, ahead))
+    assert engine.waiters() == []
+    os.mkfifo(waiting / str(os.getpid()))  # where this process's own mark will go
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time\nc = duckdb.connect(sys.argv[1])\n"
+                               "print('held', flush=True)\ntime.sleep(60)\n", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(LockWaitTimeout):  # waited its limit, never blocked on the pipe
+            with engine.session(wait_seconds=1.0):
+                pass
+        assert time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_waiting_mark_never_leads_a_waiter_to_touch_or_remove_a_file_elsewhere(tmp_path):
+    """The folder swapped for a symlink after a waiter's first mark: its renewals and its removal
+    stay in the folder it opened."""
+    import time
+
+    from backfill_assets.warehouse import kept_open
+    from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+
+    path = tmp_path / "w.duckdb"
+    engine = DuckDBEngine(path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with kept_open():
+        with engine.session() as session:
+            session.execute("CREATE TABLE t (a INTEGER)")
+        child = _waiter(path, "INSERT INTO t VALUES (1)")
+        waiting = tmp_path / "w.duckdb.waiting"
+        deadline = time.monotonic() + 60
+        while engine.waiters() != [child.pid]:
+            assert time.monotonic() < deadline and child.poll() is None, "the waiter never announced itself"
+            time.sleep(0.05)
+        precious = elsewhere / str(child.pid)
+        precious.write_text("precious")
+        waiting.rename(tmp_path / "moved")
+        waiting.symlink_to(elsewhere)
+        time.sleep(1.2)  # a few of the waiter's polls
+        assert precious.read_text() == "precious" and engine.waiters() == []
+    assert child.wait(timeout=60) == 0
+    assert precious.read_text() == "precious"
+
+
 def test_a_command_lets_the_warehouse_go_when_it_ends(world):
     assert world.cli("status") == 0
     assert _other_process_opens(world.warehouse_path)

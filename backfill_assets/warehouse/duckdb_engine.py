@@ -15,6 +15,7 @@ bytes the partition's digest is the sha256 of (`string_agg` takes no BLOB).
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 import uuid
@@ -189,45 +190,70 @@ class DuckDBEngine(PostgresSpelling, Engine):
     def _waiting_folder(self) -> Path:
         return self.path.with_name(self.path.name + ".waiting")
 
-    def _mark_waiting(self, marker: Path | None) -> Path | None:
-        """Leave (or renew: once a poll) this process's mark; never through a symlinked folder."""
+    def _open_waiting_folder(self, create: bool) -> int | None:
+        """A descriptor of the folder itself, never of what a symlink there points to: every mark is
+        made, renewed, listed and removed through it, so swapping the folder for a symlink later
+        leads no one elsewhere."""
+        folder = self._waiting_folder
         try:
-            if marker is None:
-                folder = self._waiting_folder
-                if folder.is_symlink():
-                    return None  # planted to make waiters create files elsewhere
+            if create:
                 folder.mkdir(exist_ok=True)
-                marker = folder / str(os.getpid())
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None  # absent, a symlink, or a read-only home: no marks (a waiter still waits)
+
+    def _mark_waiting(self, folder: int | None) -> int | None:
+        """Leave (or renew: once a poll) this process's mark in the folder; returns the folder's
+        descriptor, kept open while the process waits."""
+        folder = folder if folder is not None else self._open_waiting_folder(create=True)
+        if folder is None:
+            return None
+        try:
+            # never blocks (a named pipe planted as the mark would), and only ever a regular file
+            fd = os.open(str(os.getpid()), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644, dir_fd=folder)
             try:
-                os.utime(fd)
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.utime(fd)
             finally:
                 os.close(fd)
-            return marker
         except OSError:
-            return None  # a read-only home: the waiter still waits, unannounced
+            pass  # not a mark this time (a pipe without a reader, a full disk): the next poll tries again
+        return folder
+
+    def _unmark_waiting(self, folder: int) -> None:
+        try:
+            os.unlink(str(os.getpid()), dir_fd=folder)
+            os.rmdir(self._waiting_folder)  # the last waiter leaves no folder behind (never a symlink)
+        except OSError:
+            pass  # another still waits (a later waiter makes the folder again)
+        finally:
+            os.close(folder)
 
     def waiters(self) -> list[int]:
         """Other live processes waiting for this file now: a mark renewed within the last few polls
         by a live process (a dead one's mark is removed; a stale one, planted or left, is ignored)."""
-        folder = self._waiting_folder
-        try:
-            if folder.is_symlink():
-                return []
-            entries = [(p.name, p.lstat().st_mtime) for p in folder.iterdir()]
-        except OSError:
+        folder = self._open_waiting_folder(create=False)
+        if folder is None:
             return []
         found, now = [], time.time()
-        for name, renewed in entries:
-            if not name.isdigit() or int(name) == os.getpid():
-                continue
-            if not pid_running(int(name)):
-                try:
-                    (folder / name).unlink()
-                except OSError:
-                    pass
-            elif now - renewed < MARK_FRESH_SECONDS:
-                found.append(int(name))
+        try:
+            for entry in os.scandir(folder):
+                name = entry.name
+                pid = int(name) if name.isascii() and name.isdigit() and len(name) <= 9 else 0
+                if pid <= 0 or pid == os.getpid() or not entry.is_file(follow_symlinks=False):
+                    continue
+                if not pid_running(pid):
+                    try:
+                        os.unlink(name, dir_fd=folder)
+                    except OSError:
+                        pass
+                elif abs(now - entry.stat(follow_symlinks=False).st_mtime) < MARK_FRESH_SECONDS:
+                    found.append(pid)
+        except OSError:
+            return found
+        finally:
+            os.close(folder)
         return found
 
     def yield_to_waiters(self, patience: float = 2.0) -> bool:
@@ -304,7 +330,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
             raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
                                  fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
         waiting = lock_wait.Wait(str(self.path), wait_seconds)
-        delay, marker = 0.02, None
+        delay, marks = 0.02, None
         try:
             while True:
                 try:
@@ -322,16 +348,12 @@ class DuckDBEngine(PostgresSpelling, Engine):
                                              fix=fix_for(why, str(self.path.parent)) if why else "check the file"
                                              ) from None
                     waiting.still_waiting(lock_wait.holder_from_message(str(exc)))
-                    marker = self._mark_waiting(marker)
+                    marks = self._mark_waiting(marks)
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
         finally:
-            if marker is not None:
-                try:
-                    marker.unlink()
-                    marker.parent.rmdir()  # the last waiter leaves no folder behind
-                except OSError:
-                    pass  # another still waits (a later waiter makes the folder again)
+            if marks is not None:
+                self._unmark_waiting(marks)
 
     # --- dialect --------------------------------------------------------------------------------
     def text_of(self, expr: str) -> str:
