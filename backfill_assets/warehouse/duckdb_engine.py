@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 
 from backfill_assets.bounded import refuse_non_regular
-from backfill_assets.environment import pid_running
+from backfill_assets.environment import fix_for, pid_running, reason_of
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
@@ -70,8 +70,6 @@ class DuckDBStatementError(WarehouseError):
     """A statement failed inside DuckDB; the first line of its message says why."""
 
     def __init__(self, exc: duckdb.Error) -> None:
-        from backfill_assets.environment import fix_for, reason_of
-
         self.original = exc
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         why = reason_of(text)  # a full disk or a read-only home: say what to do about it
@@ -340,8 +338,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
                     return con
                 except duckdb.IOException as exc:
                     if not _is_lock_error(exc):
-                        from backfill_assets.environment import fix_for, reason_of
-
                         why = reason_of(str(exc))
                         raise WarehouseError(f"cannot open the warehouse {self.path}: "
                                              f"{str(exc).splitlines()[0]}",
