@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -303,6 +304,39 @@ def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_roll
     assert world.phase("fix") == "rolled_back"
     assert all(world.rows("daily_revenue", k) == 0 for k in keys(1, 3))  # empty before the plan
     assert run_cli("evidence", "verify").code == 0
+
+
+# leaves its waiting mark like any command, so the run lets it in between two of its runs
+FORGE_WHEN_LET_IN = """
+import sys
+from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
+with DuckDBEngine(sys.argv[1]).session() as session:
+    session.execute("UPDATE backfill_control.writes SET row_count = row_count + 1 "
+                    "WHERE plan_id = 'fix' AND partition_key = ?", [sys.argv[2]])
+"""
+
+
+def test_a_write_forged_while_a_run_let_another_process_in_is_found_by_its_next_run(world, cli):
+    """A run verifies each seal once while it holds the DuckDB file (no other process can write it
+    then), not in each of its runs; once it lets the file go, it verifies again what it reads. Here
+    the proof's write, verified by the first run's code-version gate, is forged by a process the
+    run let in before its second run: that run's gate finds it."""
+    proven(world)  # 02..08 left, in four runs of two
+    stall = {"BACKFILL_STALL_AT": "run.after_wave@1=4"}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(cli, "run", "fix", env=stall)
+        deadline = time.monotonic() + 60
+        while not any(r.tags.get(PLAN_TAG) == "fix" and r.tags.get("dagster/partition") is None
+                      for r in dagster_runs(world)):
+            assert time.monotonic() < deadline and not running.done(), "the window's first run never started"
+            time.sleep(0.1)
+        forged = cli(command=[sys.executable, "-c", FORGE_WHEN_LET_IN, str(world.home / "warehouse.duckdb"),
+                              "2026-01-01"])
+        ran = running.result()
+    assert forged.code == 0, forged.err[-1500:]
+    assert ran.code != 0, (ran.out, ran.err)
+    assert "backfill_control.writes of plan fix recorded with evidence row" in ran.err + ran.out, (ran.out, ran.err)
+    assert written(world) == set(keys(1, 3))  # the second run's writes rolled back with its verdict
 
 
 def test_pause_while_a_run_holds_the_duckdb_file_gets_in_between_its_runs_and_stops_it(world, cli):

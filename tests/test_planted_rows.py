@@ -54,3 +54,93 @@ def test_a_gate_result_planted_under_a_future_chain_row_is_never_sealed_by_it(en
     assert published == 1 and f"evidence row {future}" in err, err
     assert world.rows("published_revenue", "2026-01-03") == 0
     assert world.cli("evidence", "verify") == 1
+
+
+def test_a_seal_is_remembered_only_within_a_command_while_the_file_is_held_and_once_committed(world):
+    """`remembering_verified` (a command's whole work) spares a second verification of a seal while
+    this process holds the DuckDB file, so that no other process can write it: never outside a
+    command, never what failed or was verified in a transaction that rolled back, and never past
+    the end of the command or past the moment it lets the file go."""
+    from backfill_assets.control import seals
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse import release_kept, remembering_verified
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    seqs = sorted({int(s) for (s,) in world.sql(f"SELECT evidence_seq FROM {CONTROL}.writes")})
+    sealed = {("writes", s) for s in seqs}
+    warehouse = world.warehouse()
+
+    with warehouse.session() as session:
+        assert session.engine.verified_seals() is None  # outside a command: every read verified
+
+    with remembering_verified():
+        with warehouse.session() as session:
+            remembered = session.engine.verified_seals()
+            assert remembered == set()
+            try:
+                with session.transaction():
+                    seals.verify(session, "writes", seqs)
+                    assert not remembered  # not before the commit
+                    raise RuntimeError("rolled back")
+            except RuntimeError:
+                pass
+            assert not remembered
+            with session.transaction():
+                seals.verify(session, "writes", seqs)
+            assert remembered == sealed
+
+        release_kept()  # the file let go: the next session's connection starts with nothing remembered
+        with warehouse.session() as session:
+            assert session.engine.verified_seals() == set()
+            session.execute(f"UPDATE {CONTROL}.writes SET row_count = row_count + 1 WHERE evidence_seq = ?",
+                            [seqs[0]])
+            try:
+                seals.verify(session, "writes", seqs)
+                raise AssertionError("a forged write verified")
+            except ForgedRecord:
+                pass
+            assert session.engine.verified_seals() == set()  # what failed is never remembered
+
+    with warehouse.session() as session:
+        assert session.engine.verified_seals() is None  # the command ended
+
+
+def test_a_warehouse_swapped_for_a_symlink_to_a_forged_copy_mid_command_is_verified_again(world):
+    """Found by an attack on the memo: DuckDB's lock does not stop a `cp` of the file, nor a rename
+    over it. An insider copies the warehouse, forges a write in the copy, and swaps the path for a
+    symlink to it while a command holds the file: the command's next connection opens the copy, a
+    database no lock of the command covers. What it reads there is verified again, not taken from
+    what the command verified in the real file."""
+    import os
+    import shutil
+
+    import duckdb
+    import pytest
+
+    from backfill_assets.control import seals
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse import remembering_verified
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    seqs = sorted({int(s) for (s,) in world.sql(f"SELECT evidence_seq FROM {CONTROL}.writes")})
+    warehouse, path = world.warehouse(), world.warehouse_path
+    world.run_sql("CHECKPOINT")
+    forged = path.with_name("forged.duckdb")
+    shutil.copy(path, forged)
+    with duckdb.connect(str(forged)) as con:
+        con.execute(f"UPDATE {CONTROL}.writes SET row_count = row_count + 1000 WHERE evidence_seq = ?", [seqs[0]])
+
+    with remembering_verified():  # a command; the world keeps the file open between sessions, as kept_open does
+        with warehouse.session() as session, session.transaction():
+            seals.verify(session, "writes", seqs)
+        assert ("writes", seqs[0]) in (warehouse.engine.verified_seals() or set())
+        swap = path.with_name("swap.tmp")
+        os.symlink(forged.name, swap)
+        os.replace(swap, path)
+        with warehouse.session() as session:
+            assert session.scalar(f"SELECT max(row_count) FROM {CONTROL}.writes WHERE evidence_seq = ?",
+                                  [seqs[0]]) >= 1000  # the command now reads the forged copy
+            with pytest.raises(ForgedRecord):
+                seals.verify(session, "writes", seqs)

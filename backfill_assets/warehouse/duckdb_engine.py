@@ -97,16 +97,87 @@ class _Kept:
         self.released = False  # `release_kept` was called: none kept until the outermost use ends
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
 
-    def take_all(self) -> list[duckdb.DuckDBPyConnection]:
+    def take_all(self) -> list[tuple[tuple[int, str], duckdb.DuckDBPyConnection]]:
         """This process's kept connections, no longer kept (the caller closes them; a forked
         child never closes its parent's)."""
         pid = os.getpid()
         taken = [(key, con) for key, (con, _mode) in self.connections.items()]
         self.connections.clear()
-        return [con for (owner, _path), con in taken if owner == pid]
+        return [(key, con) for key, con in taken if key[0] == pid]
 
 
 _kept = _Kept()
+
+
+class _Tenure:
+    """This process's unbroken tenure of one database file: from the first of its connections to the
+    file until the last one closes, DuckDB's lock on the file keeps every other process from
+    writing it (a reader's lock too), so what was read and verified then stays what it was."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.verified: set[tuple[str, int]] = set()
+        self.file: str | None = None  # the file DuckDB opened for the first connection (`_opened_file`)
+        self.mixed = False  # a later connection opened another file (or none known): nothing is remembered
+
+
+_tenures: dict[tuple[int, str], _Tenure] = {}  # under _kept.lock; a forked child's pid gives it its own
+_remembering = 0  # depth of `remembering_verified`, under _kept.lock
+
+
+@contextmanager
+def remembering_verified() -> Iterator[None]:
+    """While this lasts, `verified_seals` remembers the seals verified during each unbroken tenure
+    of a file. For a command's whole work, where only this package's code writes in-process; never
+    around other code that could edit the record in this process (a test that forges rows between
+    commands)."""
+    global _remembering
+    with _kept.lock:
+        _remembering += 1
+    try:
+        yield
+    finally:
+        with _kept.lock:
+            _remembering -= 1
+            if not _remembering:
+                for tenure in _tenures.values():
+                    tenure.verified = set()  # a new set: an update still pending lands in the old one
+
+
+def _opened_file(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The file DuckDB opened for this connection, symlinks resolved (it shares one database a
+    resolved path): once someone swaps the warehouse's path for a symlink to a copy, this process's
+    next connection opens that copy, which no lock of this tenure covers."""
+    try:
+        row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    except duckdb.Error:
+        return None
+    return str(row[0][0]) if row else None
+
+
+def _opened_locked(key: tuple[int, str], opened: str | None) -> None:
+    """A connection to the file was just opened (the caller holds _kept.lock)."""
+    tenure = _tenures.get(key)
+    if tenure is None:
+        tenure = _tenures[key] = _Tenure()
+        tenure.file = opened
+    elif opened is None or opened != tenure.file:
+        tenure.mixed = True
+        tenure.verified = set()
+    tenure.connections += 1
+
+
+def _close(key: tuple[int, str], con: duckdb.DuckDBPyConnection) -> None:
+    """Close one of this process's connections; the tenure ends with its last."""
+    try:
+        con.close()
+    finally:
+        with _kept.lock:
+            tenure = _tenures.get(key)
+            if tenure is not None:
+                tenure.connections -= 1
+                if tenure.connections <= 0:
+                    del _tenures[key]
 
 
 def release_kept() -> None:
@@ -115,8 +186,8 @@ def release_kept() -> None:
     with _kept.lock:
         closing = _kept.take_all()
         _kept.released = bool(_kept.depth)
-    for con in closing:
-        con.close()
+    for key, con in closing:
+        _close(key, con)
 
 
 @contextmanager
@@ -137,8 +208,8 @@ def kept_open() -> Iterator[None]:
             closing = [] if _kept.depth else _kept.take_all()
             if not _kept.depth:
                 _kept.released = False
-        for con in closing:
-            con.close()
+        for key, con in closing:
+            _close(key, con)
 
 
 # a waiter renews its mark at every poll (at most 0.5 s apart); an older mark waits for nothing
@@ -150,7 +221,7 @@ def _drop_kept(key: tuple[int, str]) -> None:
     with _kept.lock:
         kept = _kept.connections.pop(key, None)
     if kept is not None:
-        kept[0].close()
+        _close(key, kept[0])
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -272,6 +343,11 @@ class DuckDBEngine(PostgresSpelling, Engine):
         it again, and is kept again."""
         _drop_kept((os.getpid(), os.path.abspath(self.path)))
 
+    def verified_seals(self) -> set[tuple[str, int]] | None:
+        with _kept.lock:
+            tenure = _tenures.get((os.getpid(), os.path.abspath(self.path))) if _remembering else None
+            return tenure.verified if tenure is not None and not tenure.mixed else None
+
     @contextmanager
     def session(self, *, read_only: bool = False,
                 wait_seconds: float | None = None) -> Iterator[DuckDBSession]:
@@ -280,10 +356,12 @@ class DuckDBEngine(PostgresSpelling, Engine):
         with _kept.lock:
             keeping = bool(_kept.depth) and not _kept.released
             kept = _kept.connections.get(key) if keeping else None
-            if kept is not None and kept[1] and not read_only:  # kept read-only, wanted for writing
+            swapped = kept is not None and kept[1] and not read_only  # kept read-only, wanted for writing
+            if swapped:
                 _kept.connections.pop(key)
-                kept[0].close()
-                kept = None
+        if swapped and kept is not None:
+            _close(key, kept[0])
+            kept = None
         if kept is not None:
             # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
             # session asked to read only still only reads)
@@ -308,11 +386,13 @@ class DuckDBEngine(PostgresSpelling, Engine):
                 with _kept.lock:
                     if _kept.depth and not _kept.released and key not in _kept.connections:
                         # a fresh connection to the same open database: none of this session's state
-                        _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
+                        fresh = duckdb.connect(str(self.path), read_only=mode)
+                        _kept.connections[key] = (fresh, mode)
+                        _opened_locked(key, _opened_file(fresh))
             except duckdb.Error:
                 pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
             finally:
-                con.close()
+                _close(key, con)
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int) -> duckdb.DuckDBPyConnection:
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
@@ -333,9 +413,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
             while True:
                 try:
                     con = duckdb.connect(str(self.path), read_only=read_only)
-                    if threads:  # a setting, not connect's config: other connections may join this database
-                        con.execute(f"SET threads = {threads}")
-                    return con
                 except duckdb.IOException as exc:
                     if not _is_lock_error(exc):
                         why = reason_of(str(exc))
@@ -347,6 +424,18 @@ class DuckDBEngine(PostgresSpelling, Engine):
                     marks = self._mark_waiting(marks)
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
+                    continue
+                key = (os.getpid(), os.path.abspath(self.path))
+                opened = _opened_file(con)
+                with _kept.lock:
+                    _opened_locked(key, opened)
+                try:
+                    if threads:  # a setting, not connect's config: other connections may join this database
+                        con.execute(f"SET threads = {threads}")
+                except BaseException:
+                    _close(key, con)
+                    raise
+                return con
         finally:
             if marks is not None:
                 self._unmark_waiting(marks)
