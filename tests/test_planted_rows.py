@@ -76,6 +76,11 @@ def test_a_seal_is_remembered_only_within_a_command_while_the_file_is_held_and_o
 
     with remembering_verified():
         with warehouse.session() as session:
+            # the world has kept its file open since before this command began: a connection whose
+            # file was not asked, so nothing is remembered until the file is let go
+            assert session.engine.verified_seals() is None
+        release_kept()
+        with warehouse.session() as session:
             remembered = session.engine.verified_seals()
             assert remembered == set()
             try:
@@ -90,8 +95,7 @@ def test_a_seal_is_remembered_only_within_a_command_while_the_file_is_held_and_o
                 seals.verify(session, "writes", seqs)
             assert remembered == sealed
 
-        release_kept()  # the file let go: the next session's connection starts with nothing remembered
-        with warehouse.session() as session:
+        with warehouse.session() as session:  # nothing kept it open in between: the file was let go
             assert session.engine.verified_seals() == set()
             session.execute(f"UPDATE {CONTROL}.writes SET row_count = row_count + 1 WHERE evidence_seq = ?",
                             [seqs[0]])
@@ -120,7 +124,7 @@ def test_a_warehouse_swapped_for_a_symlink_to_a_forged_copy_mid_command_is_verif
 
     from backfill_assets.control import seals
     from backfill_assets.errors import ForgedRecord
-    from backfill_assets.warehouse import remembering_verified
+    from backfill_assets.warehouse import release_kept, remembering_verified
 
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
@@ -132,15 +136,17 @@ def test_a_warehouse_swapped_for_a_symlink_to_a_forged_copy_mid_command_is_verif
     with duckdb.connect(str(forged)) as con:
         con.execute(f"UPDATE {CONTROL}.writes SET row_count = row_count + 1000 WHERE evidence_seq = ?", [seqs[0]])
 
-    with remembering_verified():  # a command; the world keeps the file open between sessions, as kept_open does
-        with warehouse.session() as session, session.transaction():
-            seals.verify(session, "writes", seqs)
-        assert ("writes", seqs[0]) in (warehouse.engine.verified_seals() or set())
-        swap = path.with_name("swap.tmp")
-        os.symlink(forged.name, swap)
-        os.replace(swap, path)
-        with warehouse.session() as session:
-            assert session.scalar(f"SELECT max(row_count) FROM {CONTROL}.writes WHERE evidence_seq = ?",
-                                  [seqs[0]]) >= 1000  # the command now reads the forged copy
-            with pytest.raises(ForgedRecord):
-                seals.verify(session, "writes", seqs)
+    with remembering_verified():  # a command
+        release_kept()  # its own connections only (the world kept the file open since before it)
+        with warehouse.session() as held:  # one connection keeps the real file open throughout
+            with held.transaction():
+                seals.verify(held, "writes", seqs)
+            assert ("writes", seqs[0]) in (warehouse.engine.verified_seals() or set())
+            swap = path.with_name("swap.tmp")
+            os.symlink(forged.name, swap)
+            os.replace(swap, path)
+            with warehouse.session() as session:
+                assert session.scalar(f"SELECT max(row_count) FROM {CONTROL}.writes WHERE evidence_seq = ?",
+                                      [seqs[0]]) >= 1000  # the command's next connection reads the forged copy
+                with pytest.raises(ForgedRecord):
+                    seals.verify(session, "writes", seqs)
