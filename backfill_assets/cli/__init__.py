@@ -20,7 +20,7 @@ from typing import NoReturn
 from backfill_assets import terminal as output
 from backfill_assets.cli import guard_cmd, plan_cmds
 from backfill_assets.errors import BackfillError
-from backfill_assets.warehouse import kept_open, lock_wait, remembering_verified
+from backfill_assets.warehouse import kept_open, lock_wait
 
 INTERNAL_ERROR = 3
 
@@ -82,11 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # to reading (other readers go on beside it, and it never rewrites the file), `reconcile`
         # and the reports print whole windows (a pager would hold the file), and `run`, `load` and
         # `demo` wait on runs and other processes
-        # a command's process runs only this package's code on the warehouse (its Dagster runs are
-        # in-process runs of its assets): a seal it verified while holding the DuckDB file is
-        # not verified again until the file is let go
-        with remembering_verified(), \
-                kept_open() if getattr(args, "keep_open", False) else contextlib.nullcontext():
+        with kept_open() if getattr(args, "keep_open", False) else contextlib.nullcontext():
             code = int(args.handler(args) or 0)
             _relay(args)  # reads the outbox on the open database; lets it go before any delivery
         return code

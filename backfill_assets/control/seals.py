@@ -72,12 +72,6 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                            fix=evidence_log.FORGED_FIX)
     if not wanted or not evidence_log.can_verify(session):
         return
-    # what this process verified while no other could write the warehouse still matches (sealed
-    # rows are append-only): a run's code-version gate reads every write of the window so far, and
-    # would otherwise verify the first run's writes again in each of the window's runs
-    verified = session.engine.verified_seals()
-    if verified is not None:
-        wanted = [s for s in wanted if (table, s) not in verified]
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
     at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
     for i in range(0, len(wanted), at_once):
@@ -92,11 +86,6 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                 raise ForgedRecord(
                     f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
-    if verified is not None and wanted:
-        # known good once committed, not before: a chain row this transaction appended and then
-        # lost to a rollback would give its number to the next one
-        done = [(table, s) for s in wanted]
-        session.after_commit(lambda: verified.update(done))
 
 
 def verify_all(session: Session) -> int:

@@ -6,7 +6,6 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.dagster_storage import with_targets
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.errors import BackfillError
@@ -53,6 +52,8 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         except BackfillError as exc:
             refusal = exc
         if refusal is not None:
+            from backfill_assets.dagster_storage import with_targets  # Dagster's storages: runs only
+
             # the UI shows a partition changed after its gates ran on the target's sixth check;
             # yielded (not logged) so the events are stored before the step fails; each targets the
             # partition's latest materialization, or the check's partition status would not count it

@@ -16,7 +16,6 @@ import dagster as dg
 
 from backfill_assets.control import lease, record
 from backfill_assets.control.lease import refuse_foreign_run
-from backfill_assets.dagster_storage import log_check_evaluations
 from backfill_assets.defs.plan_state import observations
 from backfill_assets.defs.publish_asset import impact_metadata, make_publish_asset
 from backfill_assets.defs.relay import make_notice_relay
@@ -246,6 +245,10 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                     yield _check_event(key, result, None)  # Dagster's blocking fails the step
                 else:
                     logged.append(_check_event(key, result, write.partition_key))
+        # imported here: it brings in Dagster's sqlite storages and alembic (~0.3 s), which a command
+        # that only loads the definitions (status, reconcile, plan) never needs
+        from backfill_assets.dagster_storage import log_check_evaluations
+
         log_check_evaluations(context, logged)  # one write to the event log, not one per gate and partition
         if failed and not single:
             first = next(iter(failed))

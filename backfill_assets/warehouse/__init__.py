@@ -71,17 +71,6 @@ def kept_open() -> Iterator[None]:
         yield
 
 
-@contextmanager
-def remembering_verified() -> Iterator[None]:
-    """A seal verified while this process holds the warehouse so that no other process can write
-    it is not verified again until it lets the warehouse go (DuckDB: `duckdb_engine.remembering_verified`;
-    PostgreSQL verifies every read, as others write beside it)."""
-    from backfill_assets.warehouse.duckdb_engine import remembering_verified as duckdb_remembering
-
-    with duckdb_remembering():
-        yield
-
-
 def release_kept() -> None:
     """Close what `kept_open` keeps, and keep nothing more until it ends: before a wait on
     anything outside the warehouse."""

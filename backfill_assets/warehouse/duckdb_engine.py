@@ -97,95 +97,16 @@ class _Kept:
         self.released = False  # `release_kept` was called: none kept until the outermost use ends
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
 
-    def take_all(self) -> list[tuple[tuple[int, str], duckdb.DuckDBPyConnection]]:
+    def take_all(self) -> list[duckdb.DuckDBPyConnection]:
         """This process's kept connections, no longer kept (the caller closes them; a forked
         child never closes its parent's)."""
         pid = os.getpid()
         taken = [(key, con) for key, (con, _mode) in self.connections.items()]
         self.connections.clear()
-        return [(key, con) for key, con in taken if key[0] == pid]
+        return [con for (owner, _path), con in taken if owner == pid]
 
 
 _kept = _Kept()
-
-
-class _Tenure:
-    """This process's unbroken tenure of one database file: from the first of its connections to the
-    file until the last one closes, DuckDB's lock on the file keeps every other process from
-    writing it (a reader's lock too), so what was read and verified then stays what it was."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.verified: set[tuple[str, int]] = set()
-        self.file: str | None = None  # the file DuckDB opened for the first connection (`_opened_file`)
-        # a connection opened another file than the first, or one was not asked (opened outside
-        # `remembering_verified`): nothing is remembered for the rest of the tenure
-        self.mixed = False
-
-
-_tenures: dict[tuple[int, str], _Tenure] = {}  # under _kept.lock; a forked child's pid gives it its own
-_remembering = 0  # depth of `remembering_verified`, under _kept.lock
-
-
-@contextmanager
-def remembering_verified() -> Iterator[None]:
-    """While this lasts, `verified_seals` remembers the seals verified during each unbroken tenure
-    of a file. For a command's whole work, where only this package's code writes in-process; never
-    around other code that could edit the record in this process (a test that forges rows between
-    commands)."""
-    global _remembering
-    with _kept.lock:
-        _remembering += 1
-    try:
-        yield
-    finally:
-        with _kept.lock:
-            _remembering -= 1
-            if not _remembering:
-                for tenure in _tenures.values():
-                    tenure.verified = set()  # a new set: an update still pending lands in the old one
-
-
-def _opened_file(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The file DuckDB opened for this connection, symlinks resolved (it shares one database a
-    resolved path): once someone swaps the warehouse's path for a symlink to a copy, this process's
-    next connection opens that copy, which no lock of this tenure covers. ~0.5 ms (a statement):
-    asked only while `remembering_verified` lasts."""
-    try:
-        row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
-    except duckdb.Error:
-        return None
-    return str(row[0][0]) if row else None
-
-
-def _opened_file_if_remembering(con: duckdb.DuckDBPyConnection) -> str | None:
-    return _opened_file(con) if _remembering else None  # read unlocked: a miss only forgets
-
-
-def _opened_locked(key: tuple[int, str], opened: str | None) -> None:
-    """A connection to the file was just opened (the caller holds _kept.lock), to `opened` (None:
-    not known)."""
-    tenure = _tenures.get(key)
-    if tenure is None:
-        tenure = _tenures[key] = _Tenure()
-        tenure.file = opened
-    if opened is None or opened != tenure.file:
-        tenure.mixed = True
-        tenure.verified = set()
-    tenure.connections += 1
-
-
-def _close(key: tuple[int, str], con: duckdb.DuckDBPyConnection) -> None:
-    """Close one of this process's connections; the tenure ends with its last."""
-    try:
-        con.close()
-    finally:
-        with _kept.lock:
-            tenure = _tenures.get(key)
-            if tenure is not None:
-                tenure.connections -= 1
-                if tenure.connections <= 0:
-                    del _tenures[key]
 
 
 def release_kept() -> None:
@@ -194,8 +115,8 @@ def release_kept() -> None:
     with _kept.lock:
         closing = _kept.take_all()
         _kept.released = bool(_kept.depth)
-    for key, con in closing:
-        _close(key, con)
+    for con in closing:
+        con.close()
 
 
 @contextmanager
@@ -216,8 +137,8 @@ def kept_open() -> Iterator[None]:
             closing = [] if _kept.depth else _kept.take_all()
             if not _kept.depth:
                 _kept.released = False
-        for key, con in closing:
-            _close(key, con)
+        for con in closing:
+            con.close()
 
 
 # a waiter renews its mark at every poll (at most 0.5 s apart); an older mark waits for nothing
@@ -229,7 +150,7 @@ def _drop_kept(key: tuple[int, str]) -> None:
     with _kept.lock:
         kept = _kept.connections.pop(key, None)
     if kept is not None:
-        _close(key, kept[0])
+        kept[0].close()
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -351,11 +272,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
         it again, and is kept again."""
         _drop_kept((os.getpid(), os.path.abspath(self.path)))
 
-    def verified_seals(self) -> set[tuple[str, int]] | None:
-        with _kept.lock:
-            tenure = _tenures.get((os.getpid(), os.path.abspath(self.path))) if _remembering else None
-            return tenure.verified if tenure is not None and not tenure.mixed else None
-
     @contextmanager
     def session(self, *, read_only: bool = False,
                 wait_seconds: float | None = None) -> Iterator[DuckDBSession]:
@@ -364,12 +280,10 @@ class DuckDBEngine(PostgresSpelling, Engine):
         with _kept.lock:
             keeping = bool(_kept.depth) and not _kept.released
             kept = _kept.connections.get(key) if keeping else None
-            swapped = kept is not None and kept[1] and not read_only  # kept read-only, wanted for writing
-            if swapped:
+            if kept is not None and kept[1] and not read_only:  # kept read-only, wanted for writing
                 _kept.connections.pop(key)
-        if swapped and kept is not None:
-            _close(key, kept[0])
-            kept = None
+                kept[0].close()
+                kept = None
         if kept is not None:
             # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
             # session asked to read only still only reads)
@@ -394,13 +308,11 @@ class DuckDBEngine(PostgresSpelling, Engine):
                 with _kept.lock:
                     if _kept.depth and not _kept.released and key not in _kept.connections:
                         # a fresh connection to the same open database: none of this session's state
-                        fresh = duckdb.connect(str(self.path), read_only=mode)
-                        _kept.connections[key] = (fresh, mode)
-                        _opened_locked(key, _opened_file_if_remembering(fresh))
+                        _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
             except duckdb.Error:
                 pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
             finally:
-                _close(key, con)
+                con.close()
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int) -> duckdb.DuckDBPyConnection:
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
@@ -421,6 +333,9 @@ class DuckDBEngine(PostgresSpelling, Engine):
             while True:
                 try:
                     con = duckdb.connect(str(self.path), read_only=read_only)
+                    if threads:  # a setting, not connect's config: other connections may join this database
+                        con.execute(f"SET threads = {threads}")
+                    return con
                 except duckdb.IOException as exc:
                     if not _is_lock_error(exc):
                         why = reason_of(str(exc))
@@ -432,18 +347,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
                     marks = self._mark_waiting(marks)
                     time.sleep(delay)
                     delay = min(delay * 2, 0.5)
-                    continue
-                key = (os.getpid(), os.path.abspath(self.path))
-                opened = _opened_file_if_remembering(con)
-                with _kept.lock:
-                    _opened_locked(key, opened)
-                try:
-                    if threads:  # a setting, not connect's config: other connections may join this database
-                        con.execute(f"SET threads = {threads}")
-                except BaseException:
-                    _close(key, con)
-                    raise
-                return con
         finally:
             if marks is not None:
                 self._unmark_waiting(marks)

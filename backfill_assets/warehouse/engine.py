@@ -166,13 +166,6 @@ class Engine(ABC):
     def let_go(self) -> None:  # noqa: B027 - a server engine keeps nothing open between sessions
         """Close what this process keeps open between sessions, before it waits on something else."""
 
-    def verified_seals(self) -> set[tuple[str, int]] | None:
-        """The seals (table, chain row) this process verified since it last began holding the
-        warehouse so that no other process can write it, for as long as that lasts: their rows
-        are append-only, so they still match. None where others can write meanwhile (a server
-        engine): every read is verified again."""
-        return None
-
     @abstractmethod
     def exists(self) -> bool:
         """Whether the warehouse is there at all (readers must never create one)."""
