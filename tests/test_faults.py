@@ -338,7 +338,9 @@ def test_a_write_forged_while_a_run_let_another_process_in_is_found_by_its_next_
     assert forged.code == 0, forged.err[-1500:]
     assert ran.code != 0, (ran.out, ran.err)
     assert "backfill_control.writes of plan fix recorded with evidence row" in ran.err + ran.out, (ran.out, ran.err)
-    assert written(world) == set(keys(1, 3))  # the second run's writes rolled back with its verdict
+    # the failing run's writes rolled back with its verdict (the second run's, unless a loaded
+    # machine let the forger in only at a later run's start)
+    assert written(world) in (set(keys(1, 3)), set(keys(1, 5)), set(keys(1, 7)))
 
 
 def test_pause_while_a_run_holds_the_duckdb_file_gets_in_between_its_runs_and_stops_it(world, cli):
