@@ -25,6 +25,7 @@ from backfill_assets.cli.common import (
 from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.cli.partition_args import given as partition_args_given
 from backfill_assets.errors import PublishBlocked, UsageError
+from backfill_assets.warehouse import release_kept
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -158,6 +159,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
             print(f"note: {table.spec.publish_as} had been edited outside backfill since its last publish "
                   f"({replaced.value}); this publish put the checked bytes back")
             break  # every partition's materialization carries the same note
+    # the database is let go before the plan's state fingerprints the published table: the pages the
+    # publish run loaded leave memory first (peak RSS at 2,526 partitions: 295-297 -> 277-282 MB)
+    release_kept()
     record_plan_state(args, state.plan_id, table.graph, instance)
     return 0
 
