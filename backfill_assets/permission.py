@@ -1,7 +1,8 @@
 """The write permission: may this run write these partitions of this table?
 
 The data decides, not who launched the run. A partition that holds rows, or held them once (the
-ledger has a write of it, under a plan or not), is history: it may be written only under an active
+ledger has a write of it, under a plan or not), or whose published table holds rows consumers
+read, is history: it may be written only under an active
 plan of record that covers it, in a phase that allows it (only the proof partitions until the proof
 passed), that fits the table. A partition that holds no rows and was never written is new: any run
 may fill it without a plan (the daily schedule, a UI backfill loading a new table's history,
@@ -31,6 +32,7 @@ from backfill_assets.plan.phases import WRITABLE, Hold
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
 
 if TYPE_CHECKING:
@@ -77,6 +79,13 @@ def history(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             out[key] = f"holds {held[key]} row(s)"
         elif key in written:
             out[key] = "was written before (it holds no rows now)"
+    # rows consumers read already (a team's table adopted as `publish_as`, a cutover's old side):
+    # filling the target would replace them at publish, which only a plan may do
+    rest = [k for k in keys if k not in out]
+    if rest and session.engine.table_exists(session, spec.publish_table):
+        for key, n in rows_per_partition(session, spec.publish_table, spec.partition_column, scheme, rest).items():
+            if n:
+                out[key] = f"has {n} published row(s) in {spec.publish_table}, which consumers read"
     return out
 
 
@@ -161,7 +170,17 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         if wanted else {}
     if ours:
         latest.update(ledger.latest(session, parent, ours, plan.plan_id, figures=False))  # type: ignore[union-attr]
+    changed = _changed_since_passed(session, graph, parent, latest)
     for key, upstream in reads.items():
+        moved = [u for u in upstream if u in changed]
+        if moved:
+            now, then = changed[moved[0]]
+            return _refuse(f"{spec.name} {key} reads {parent} {moved[0]}, which holds other rows ({now}) than its "
+                           f"latest write, whose gates passed ({then}): it changed since, by a hand or a rollback"
+                           + (f" (+{len(moved) - 1} more)" if len(moved) > 1 else ""),
+                           plan.plan_id if plan else None, key,
+                           f"replay {parent} {moved[0]} with a plan (`backfill plan new plans/<id>.yaml --target "
+                           f"{parent}`) so its gates check what it holds, then write {spec.name} {key}")
         bad = [u for u in upstream if latest.get(u) is None or not latest[u].passed]  # type: ignore[union-attr]
         if bad:
             entry = latest.get(bad[0])
@@ -174,6 +193,29 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
                            plan.plan_id if plan else None, key, fix)
     return None
+
+
+def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
+                          latest: Mapping[str, ledger.LatestWrite | None]
+                          ) -> dict[str, tuple[Fingerprint, Fingerprint]]:
+    """The upstream partitions whose latest write passed its gates but whose bytes are not that
+    write's now (edited by hand, or rolled back, which restores bytes without a write), or whose
+    gates checked other bytes: {key: (now, written)}, from one fingerprint pass in the engine. A
+    verdict in the ledger is about the bytes it checked, not about what the table holds now."""
+    passed = {k: e for k, e in latest.items() if e is not None and e.passed}
+    if not passed:
+        return {}
+    upstream = graph.spec(parent)
+    expected = {k: e.fingerprint for k, e in passed.items()}
+    now = fingerprints_like(session, upstream.table, upstream.columns, graph.scheme(parent),
+                            upstream.partition_column, expected) \
+        if session.engine.table_exists(session, upstream.table) else {}
+    out = {}
+    for key, entry in passed.items():
+        current = now.get(key, EMPTY)
+        if current != entry.fingerprint or any(fp != entry.fingerprint.digest for fp in entry.checked.values()):
+            out[key] = (current, entry.fingerprint)
+    return out
 
 
 def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSpec,
@@ -269,6 +311,9 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             if key in old:
                 raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
                               f"started (it {old[key]}); rewriting it now is a replay", None, key, "use a replay plan")
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, None)
+        if refusal is not None:  # what it reads, again inside the transaction that reads it
+            raise refusal
         return None
     plan = record.require(session, permission.plan.plan_id, lock=True)
     for key in keys:

@@ -215,6 +215,8 @@ def world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage, duckd
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    # as a deployment sets it where Dagster runs: a run's warehouse must be the CLI's
+    monkeypatch.setenv("BACKFILL_HOME", str(tmp_path / "home"))
     _copy_world(duckdb_world_template, tmp_path)
     with _home_instance(tmp_path / "home", empty_dagster_storage) as instance, _kept_database(request):
         yield World(tmp_path, instance, ssh_keys)
@@ -238,6 +240,7 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    monkeypatch.setenv("BACKFILL_HOME", str(tmp_path / "home"))
     url = None
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")

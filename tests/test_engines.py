@@ -155,7 +155,8 @@ REVENUE_COLUMNS = ("orders BIGINT, gross DECIMAL(18,2), refunds DECIMAL(18,2), n
 def test_a_consumers_table_made_before_the_contract_with_other_key_types_still_publishes(engine_world):
     world = engine_world
     world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region TEXT, {REVENUE_COLUMNS})")
-    world.run_sql("INSERT INTO published_revenue VALUES (DATE '2026-01-01', 'north', 1, 1, 0, 1, 1)")
+    # a day consumers read already is history (a plan would replace it): the load writes others
+    world.run_sql("INSERT INTO published_revenue VALUES (DATE '2026-01-05', 'north', 1, 1, 0, 1, 1)")
     result = world.materialize(keys(1, 2), spec=BUGGY, publish=True)
     assert result.success, failure_text(result)
     assert world.fingerprints("published_revenue", keys(1, 2)) == world.fingerprints("daily_revenue", keys(1, 2))
@@ -179,7 +180,7 @@ def test_a_consumers_table_whose_day_is_a_timestamp_is_refused_naming_the_column
     world = engine_world
     # consumers would read 2026-01-01 00:00:00 where the gates checked the DATE 2026-01-01
     world.run_sql(f"CREATE TABLE published_revenue (order_date TIMESTAMP, region VARCHAR, {REVENUE_COLUMNS})")
-    world.run_sql("INSERT INTO published_revenue VALUES (TIMESTAMP '2026-01-01 00:00:00', 'north', 1, 1, 0, 1, 1)")
+    world.run_sql("INSERT INTO published_revenue VALUES (TIMESTAMP '2026-01-05 00:00:00', 'north', 1, 1, 0, 1, 1)")
     result = world.materialize(keys(1, 2), spec=BUGGY, publish=True)
     assert not result.success
     assert "published_revenue cannot hold the contract's partitions: order_date: type TIMESTAMP" in \

@@ -293,6 +293,7 @@ def lab(tmp_path, ssh_keys, capsys, monkeypatch):
     def make(name: str) -> Lab:
         made.append(Lab(tmp_path, name, ssh_keys, capsys))
         monkeypatch.setenv("BACKFILL_DEFS", str(made[-1].defs_file))  # the commands without --defs find them
+        monkeypatch.setenv("BACKFILL_HOME", str(made[-1].home))  # where its Dagster runs are deployed
         return made[-1]
     with kept_open():  # the lab's database loaded once for the test, as `world` keeps its own
         yield make

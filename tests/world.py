@@ -9,8 +9,11 @@ the product: approvals through `plan approve`, data through Dagster runs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -145,8 +148,24 @@ class World:
         run_tags.setdefault(ACTOR_TAG, "test")
         selection = ([dg.AssetKey(spec.name)] if target else []) + ([dg.AssetKey(spec.publish_as)] if publish else [])
         job = self.defs(spec).resolve_implicit_global_asset_job_def()
-        return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=run_tags,
-                                      raise_on_error=False)
+        with self.deployed():
+            return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=run_tags,
+                                          raise_on_error=False)
+
+    @contextlib.contextmanager
+    def deployed(self) -> Iterator[None]:
+        """The environment Dagster runs in where this world is deployed: its home, or its PostgreSQL
+        warehouse's URL (a run's resource must name the warehouse the CLI reads)."""
+        name, value = ("BACKFILL_WAREHOUSE_URL", self.url) if self.url else ("BACKFILL_HOME", str(self.home))
+        before = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
 
     def backfill(self, keys, backfill_id: str = "ui-bf", **kw) -> dg.ExecuteInProcessResult:
         """A run as the backfill daemon submits it: tagged dagster/backfill."""

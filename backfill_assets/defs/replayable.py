@@ -97,15 +97,20 @@ def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: 
 RESERVED_TAG = REPLAYABLE_OP_TAG  # a team's tag of this name would pass for ours
 
 
-def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec) -> dict[str, object]:
-    """The team's metadata, under ours: `partition_expr` (the partition column) and `schema` tell
-    dagster-duckdb's IO managers where a partition's rows are, so a downstream pandas asset loads
-    the published table's partitions as DataFrames."""
+def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec, asset: str) -> dict[str, object]:
+    """The team's metadata, under ours for `asset` (the target or the published asset):
+    `partition_expr` (the partition column) and `schema` tell dagster-duckdb's IO managers where a
+    partition's rows are, so a downstream pandas asset loads the published table's partitions as
+    DataFrames. Those IO managers name the table by the key's last part, so for a key with a prefix
+    (`published/sales`, the table `published__sales`) they would read another table, the target
+    itself for `publish_as: published/<target>`: such an asset gets neither, and the IO manager
+    fails loudly instead of reading rows no gate passed."""
     given = dict(metadata or {})
     if SPEC_METADATA in given:
         raise UsageError(f"metadata of {spec.name} may not set {SPEC_METADATA}: the table's spec travels there",
                          fix="give the key another name")
-    return {"partition_expr": spec.partition_column, "schema": "main", **given}
+    where: dict[str, object] = {"partition_expr": spec.partition_column, "schema": "main"} if "/" not in asset else {}
+    return {**where, **given}
 
 
 # Above the asset's Materialize button, where a backfill dialog starts: Dagster's dialog itself has
@@ -172,7 +177,7 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                               fix="leave range_form out (select_sql then binds $partition)")
     if tags and RESERVED_TAG in tags:
         raise UsageError(f"tags of {spec.name} may not set {RESERVED_TAG}", fix="give the tag another name")
-    shared: dict[str, Any] = dict(metadata=_team_metadata(metadata, spec), owners=list(owners or []),
+    shared: dict[str, Any] = dict(metadata=_team_metadata(metadata, spec, spec.name), owners=list(owners or []),
                   kinds=set(kinds) if kinds is not None else {"sql"})
     check_specs = [dg.AssetCheckSpec(name, asset=key, partitions_def=partitions_def, blocking=True,
                                      description=GATE_DESCRIPTIONS[name]) for name in GATE_NAMES]
@@ -258,7 +263,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
 
     publish = make_publish_asset(spec, partitions_def, key, group_name=group_name,
                                  warehouse_key=warehouse_key, description=publish_description,
-                                 tags=dict(tags or {}), **shared)
+                                 tags=dict(tags or {}),
+                                 **{**shared, "metadata": _team_metadata(metadata, spec, spec.publish_as)})
     sensor = make_reopen_sensor(spec, partitions_def, publish.key, warehouse_key)
     return ReplayableTable(spec, partitions_def, target, publish, sensor, make_notice_relay(warehouse_key))
 

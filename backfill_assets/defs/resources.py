@@ -59,7 +59,15 @@ def as_warehouse(resource: object, key: str) -> WarehouseResource:
     """The warehouse behind the resource a table was given by `key`: ours, or a team's
     `DuckDBResource` (its database file, which must be the backfill warehouse)."""
     if isinstance(resource, WarehouseResource):
-        return resource
+        # one that names its own home or URL is held to the same rule as a team's resource: a run
+        # on another database would write, and seal, history the CLI never reads
+        if not (resource.home or resource.url):
+            return resource
+        named = resource.url or Home(Path(resource.home).expanduser().resolve()).warehouse_url
+        if named.startswith(("postgresql://", "postgres://")):
+            return _same_postgres(named, key)
+        return _same_duckdb(named[len("duckdb:///"):] if named.startswith("duckdb:///") else named, key,
+                            "WarehouseResource")
     from dagster_duckdb import DuckDBResource
 
     postgres = _postgres_url_of(resource)
@@ -70,20 +78,23 @@ def as_warehouse(resource: object, key: str) -> WarehouseResource:
                          "a WarehouseResource, dagster-duckdb's DuckDBResource, or a resource holding a "
                          f"postgresql:// URL in one of {', '.join(URL_FIELDS)}",
                          fix=f"bind {key!r} to one of them, or pass warehouse_key= naming one")
-    database = str(resource.database or "")
+    return _same_duckdb(str(resource.database or ""), key, "DuckDBResource")
+
+
+def _same_duckdb(database: str, key: str, kind: str) -> WarehouseResource:
     if database in ("", ":memory:") or database.startswith(("md:", "motherduck:")):
-        raise UsageError(f"DuckDBResource {key!r} opens {database or 'an in-memory database'}, which the CLI "
+        raise UsageError(f"{kind} {key!r} opens {database or 'an in-memory database'}, which the CLI "
                          "and other processes cannot open", fix="give it the path of a DuckDB file")
     path = Path(database).expanduser()
     if not path.is_absolute():
         # relative to whichever folder each process starts in: the UI, the daemon and the CLI
         # would each write their own file
-        raise UsageError(f"DuckDBResource {key!r} names the relative path {database!r}",
+        raise UsageError(f"{kind} {key!r} names the relative path {database!r}",
                          fix="give it an absolute path (e.g. under $BACKFILL_HOME)")
     wanted = resolve_home().warehouse_url
     url = f"duckdb:///{path.resolve()}"
     if not wanted.startswith("duckdb:///") or Path(wanted[len("duckdb:///"):]).resolve() != path.resolve():
-        raise UsageError(f"DuckDBResource {key!r} opens {path}, but the CLI and the run coordinator read the "
+        raise UsageError(f"{kind} {key!r} opens {path}, but the CLI and the run coordinator read the "
                          f"warehouse {wanted.split('@')[-1]}", fix=f"set BACKFILL_WAREHOUSE_URL={url} where "
                          "Dagster and the CLI run (or point the resource at that warehouse)")
     return _warehouse("", url)

@@ -197,6 +197,7 @@ def run_demo(home: Home, backfill: Callable[[Sequence[str]], int]) -> int:
     # the demo's commands load the demo's definitions (its daily table, monthly rollup and report),
     # wherever it is started from and whatever definitions the shell names
     os.environ["BACKFILL_DEFS"] = "backfill_assets.demo.definitions"
+    os.environ["BACKFILL_HOME"] = str(home.root)  # its in-process runs resolve the warehouse as the CLI does
     enable_event_batching()
     _prepare(home)
     _HOME[:] = [home.root]

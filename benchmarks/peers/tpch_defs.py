@@ -74,6 +74,7 @@ def load_history(home: str, start: str, end: str) -> None:
     from backfill_assets.home import Home
 
     enable_event_batching()
+    os.environ["BACKFILL_HOME"] = str(Path(home).resolve())  # where its runs are deployed, as the CLI sets it
     instance = instance_for(Home(Path(home)))
     job = build(RELEASED, home).resolve_implicit_global_asset_job_def()
     result = job.execute_in_process(

@@ -1,0 +1,138 @@
+"""The plan-free path ("the data decides") against what consumers read: a rollup loaded plan-free
+reads only upstream bytes its gates passed, and a load never replaces published rows. Found by an
+attack on the plan-free path (each test failed first)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from backfill_assets.demo.definitions import build_definitions
+from backfill_assets.demo.revenue import MONTHLY_REVENUE
+from backfill_assets.demo.sample import generate_orders
+from tests.world import FIXED, START, keys
+
+JANUARY = keys(1, 31)
+MONTH = "2026-01-01"
+FULL_DEFS = "backfill_assets.demo.definitions"
+
+
+def _run(world, defs, assets, partitions, tags=None):
+    tags = dict(tags or {})
+    if len(partitions) == 1:
+        tags["dagster/partition"] = partitions[0]
+    else:
+        tags.update({"dagster/asset_partition_range_start": partitions[0],
+                     "dagster/asset_partition_range_end": partitions[-1]})
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey(a) for a in assets],
+                                  tags=tags, raise_on_error=False)
+
+
+@pytest.fixture
+def days_world(world, monkeypatch):
+    """All of January's days written plan-free, gated and published; the month never written."""
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    defs = build_definitions(FIXED, home=str(world.home), url=world.url or "", monthly=MONTHLY_REVENUE)
+    assert _run(world, defs, ["daily_revenue", "published_revenue"], JANUARY).success
+    world.full_defs = defs
+    return world
+
+
+def _month_net(world, table):
+    if not world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])[0][0]:
+        return 0.0
+    return float(world.sql(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} WHERE month = DATE '{MONTH}'")[0][0])
+
+
+def _days_net(world, table):
+    return float(world.sql(f"SELECT coalesce(sum(net_revenue), 0) FROM {table} "
+                           "WHERE order_date BETWEEN DATE '2026-01-01' AND DATE '2026-01-31'")[0][0])
+
+
+def test_a_plan_free_rollup_load_never_publishes_upstream_bytes_no_gate_checked(days_world, run_cli):
+    """Promise 2 + permission._upstream_refusal: "a table computed from a replayable table reads only
+    data its gates passed". A hand edit (or an insider's UPDATE) of a written, gated, published day
+    leaves its ledger entry 'passed'; the upstream check read only the ledger, never the day's bytes,
+    so the month was computed from the edited day, its own gates agreed with it, and it was published."""
+    world = days_world
+    published_days = _days_net(world, "published_revenue")
+    # the edit: +1,000,000 on one region of one day that was written, gated and published
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1000000 "
+                  "WHERE order_date = DATE '2026-01-10' AND region = (SELECT min(region) FROM daily_revenue "
+                  "WHERE order_date = DATE '2026-01-10')")
+    # (no one has tried to publish the day since: a publish attempt would record a failing
+    # unchanged_since_checked on it, which the upstream check does read)
+    # the month is new: a plan-free load of it
+    loaded = run_cli("load", "monthly_revenue", "--start", MONTH, "--end", MONTH)
+    month = _month_net(world, "published_monthly_revenue")
+    assert "reads daily_revenue 2026-01-10, which holds other rows" in loaded.err + loaded.out, loaded.err
+    # consumers must not see the +1,000,000 that no gate of daily_revenue ever passed
+    assert loaded.code != 0 and round(month - published_days, 2) != 1000000.0, (
+        f"plan-free load (exit {loaded.code}) published January at {month:,.2f}; the published (gated) days sum "
+        f"to {published_days:,.2f}: the hand-edited +1,000,000 reached consumers")
+
+
+def test_a_plan_free_load_never_rewrites_rows_consumers_already_read(world, run_cli):
+    """"A new table's history needs no plan: its partitions hold no rows and were never written, so
+    nothing a consumer relies on can be rewritten" (README, Loading history). `permission.history`
+    looked only at the target table and the ledger, never at the published table consumers read.
+    When the published table already holds a partition (the old pipeline's output a cutover would
+    replace, a pre-framework table adopted as `publish_as`, or a target asset renamed in a release),
+    a plan-free load deleted and replaced those consumer rows: a cutover with no plan, no
+    signatures, no dual run and no snapshot to roll back to. Such partitions are history now."""
+    from backfill_assets.demo.revenue import BUGGY_SELECT, DAILY_REVENUE
+    from backfill_assets.warehouse.ddl import create_sql
+
+    days = keys(1, 3)
+    old = BUGGY_SELECT.replace("$partition_start", "DATE '2026-01-01'").replace("$partition_end", "DATE '2026-01-04'")
+    world.run_sql(create_sql(DAILY_REVENUE, DAILY_REVENUE.publish_table))
+    world.run_sql(f"INSERT INTO {DAILY_REVENUE.publish_table} {old}")  # what consumers read today
+    before = world.fingerprints("published_revenue", days)
+    assert all(fp.rows == 5 for fp in before.values())
+    assert world.rows("daily_revenue", days[0]) == 0  # the (new) target is empty: "new" partitions
+
+    loaded = run_cli("load", "daily_revenue", "--start", days[0], "--end", days[-1])
+    after = world.fingerprints("published_revenue", days)
+    assert loaded.code != 0 and "has 5 published row(s) in published_revenue" in loaded.err, loaded.err
+    assert world.rows("daily_revenue", days[0]) == 0  # refused before any run
+    assert after == before, (f"plan-free load (exit {loaded.code}: {loaded.out.strip()}) replaced the consumers' "
+                             f"published rows of {days[0]}..{days[-1]} without a plan")
+
+
+def test_a_rollup_never_loads_plan_free_over_upstream_days_a_rollback_emptied(world, run_cli, monkeypatch):
+    """"A table downstream of a replayable table loads only from upstream partitions whose latest
+    write passed its gates". A rollback restores bytes without recording a write, so the latest
+    write of a rolled-back day stays the plan's (passed), while the day now holds its snapshot
+    (here: nothing). No hand edit at all: the month was loaded plan-free from 30 of its 31 days,
+    its gates agreed with that (they compare with daily_revenue as it is), and it was published.
+    The upstream check now fingerprints what it reads against the write whose verdict it trusts."""
+    from tests.plans import complete_plan, write_plan
+
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    defs = build_definitions(FIXED, home=str(world.home), url=world.url or "", monthly=MONTHLY_REVENUE)
+    assert _run(world, defs, ["daily_revenue", "published_revenue"], keys(1, 30)).success
+    # late data: a small plan over the last (new) day, with its graph (the month), approved
+    document = complete_plan(plan_id="late", start="2026-01-31", end="2026-01-31", proof=("2026-01-31",))
+    document["graph"] = [{"asset": "monthly_revenue", "window": {"start": MONTH, "end": MONTH}}]
+    document["downstream"].append({"asset": "revenue_report", "owners": ["finance-bi"]})
+    world.approve(write_plan(world.root / "plans" / "late.yaml", document))
+    assert world.cli("run", "late", "--proof") == 0
+    assert world.rows("daily_revenue", "2026-01-31") == 5
+    # the on-call operator (no approver key) ends it: cancel, and roll back (not published: no signature)
+    assert world.cli("cancel", "late") == 0
+    assert world.cli("rollback", "late") == 0
+    assert world.rows("daily_revenue", "2026-01-31") == 0  # emptied: history, needs a plan to reload
+    # the month was never written: new, so it loads plan-free
+    loaded = run_cli("load", "monthly_revenue", "--start", MONTH, "--end", MONTH)
+    orders_net = float(world.sql("SELECT sum(amount) - coalesce(sum(amount) FILTER (WHERE status = 'refunded'), 0) "
+                                 "FROM orders WHERE order_date BETWEEN DATE '2026-01-01' AND DATE '2026-01-31'")[0][0])
+    published = _month_net(world, "published_monthly_revenue")
+    assert "reads daily_revenue 2026-01-31, which holds other rows (0 rows" in loaded.err + loaded.out, loaded.err
+    assert loaded.code != 0 and published == 0.0, (
+        f"plan-free load published January (exit {loaded.code}) at {published:,.2f} from 30 days; the orders say "
+        f"{orders_net:,.2f}; 2026-01-31's latest write 'passed' but the day is empty since the rollback")
