@@ -195,6 +195,15 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     return None
 
 
+def _hold_upstream(session: Session, spec: TableSpec, graph: TableGraph | None) -> None:
+    """Inside a write's transaction, before its upstream is checked: no other writer may change the
+    upstream table until the write that reads it commits. On a server engine each statement sees
+    what committed before it, so the check and the write's read would otherwise see two states."""
+    parent = graph.upstream(spec.name) if graph is not None and spec.name in graph.tables else None
+    if parent is not None and session.engine.table_exists(session, graph.spec(parent).table):  # type: ignore[union-attr]
+        session.hold_table(graph.spec(parent).table)  # type: ignore[union-attr]
+
+
 def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
                           latest: Mapping[str, ledger.LatestWrite | None]
                           ) -> dict[str, tuple[Fingerprint, Fingerprint]]:
@@ -311,6 +320,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             if key in old:
                 raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
                               f"started (it {old[key]}); rewriting it now is a replay", None, key, "use a replay plan")
+        _hold_upstream(session, spec, permission.graph)
         refusal = _upstream_refusal(session, spec, keys, permission.graph, None)
         if refusal is not None:  # what it reads, again inside the transaction that reads it
             raise refusal
@@ -325,6 +335,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             raise refusal
     refusal = _approval_refusal(session, plan, keys[0], spec, permission.graph) if keys else None
     if refusal is None:
+        _hold_upstream(session, spec, permission.graph)
         refusal = _upstream_refusal(session, spec, keys, permission.graph, plan)
     if refusal is not None:
         raise refusal

@@ -10,7 +10,7 @@ import pytest
 from backfill_assets.demo.definitions import build_definitions
 from backfill_assets.demo.revenue import MONTHLY_REVENUE
 from backfill_assets.demo.sample import generate_orders
-from tests.world import FIXED, START, keys
+from tests.world import FIXED, START, failure_text, keys
 
 JANUARY = keys(1, 31)
 MONTH = "2026-01-01"
@@ -136,3 +136,62 @@ def test_a_rollup_never_loads_plan_free_over_upstream_days_a_rollback_emptied(wo
     assert loaded.code != 0 and published == 0.0, (
         f"plan-free load published January (exit {loaded.code}) at {published:,.2f} from 30 days; the orders say "
         f"{orders_net:,.2f}; 2026-01-31's latest write 'passed' but the day is empty since the rollback")
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_an_upstream_edit_committed_while_a_rollup_is_written_never_reaches_its_read(engine_world, monkeypatch):
+    """On PostgreSQL each statement sees what committed before it: the check of the days and the
+    month's read of them are two statements. Another session's UPDATE of a checked day, committed
+    between them, was read by the month, its gates compared with the edited day and passed, and it
+    was published (found by an attack on the check above). The write now holds the upstream table
+    from its check to its commit: the UPDATE waits for it."""
+    import threading
+
+    import backfill_assets.execution.write as write_module
+
+    world = engine_world
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    defs = build_definitions(FIXED, home=str(world.home), url=world.url or "", monthly=MONTHLY_REVENUE)
+    with world.deployed():
+        assert _run(world, defs, ["daily_revenue", "published_revenue"], JANUARY).success
+    published_days = _days_net(world, "published_revenue")
+    real, edits = write_module.faults.checkpoint, []
+
+    def another_session_edits(name: str) -> None:  # a real second connection, at the instant after the check
+        if name == "write.after_snapshot" and not edits:
+            edit = threading.Thread(target=world.run_sql, args=(
+                "UPDATE daily_revenue SET net_revenue = net_revenue + 1000000 WHERE order_date = DATE '2026-01-10' "
+                "AND region = (SELECT min(region) FROM daily_revenue WHERE order_date = DATE '2026-01-10')",))
+            edit.start()
+            edit.join(timeout=2.0)  # committed at once unless the write holds daily_revenue
+            edits.append(edit)
+        real(name)
+
+    monkeypatch.setattr(write_module.faults, "checkpoint", another_session_edits)
+    with world.deployed():
+        result = _run(world, defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH])
+    edits[0].join(timeout=60)
+    month = _month_net(world, "published_monthly_revenue")
+    assert _days_net(world, "daily_revenue") - published_days == pytest.approx(1000000.0)  # the edit landed, later
+    assert not (result.success and round(month - published_days, 2) == 1000000.0), (
+        f"the month was published at {month:,.2f}; the gated days sum to {published_days:,.2f}: an upstream "
+        "edit no gate checked reached consumers")
+
+
+def test_rows_consumers_read_that_appear_after_a_plan_free_write_are_never_replaced_by_its_publish(world):
+    """Rows that land in the published table after a plan-free write (the old pipeline still filling
+    `publish_as`, an adopted table's writer) were replaced by the next publish without a plan:
+    publish put right only partitions it had published before (found by an attack)."""
+    from backfill_assets.demo.revenue import BUGGY_SELECT, DAILY_REVENUE
+
+    days = keys(1, 3)
+    assert world.materialize(days).success  # new days, plan-free, gated; nothing published yet
+    old = BUGGY_SELECT.replace("$partition_start", "DATE '2026-01-01'").replace("$partition_end", "DATE '2026-01-04'")
+    world.run_sql(f"INSERT INTO {DAILY_REVENUE.publish_table} {old}")  # what consumers read (the old pipeline)
+    before = world.fingerprints("published_revenue", days)
+    assert all(fp.rows == 5 for fp in before.values())
+    result = world.publish(days)
+    assert not result.success and "holds 5 row(s) of it that backfill never published" in failure_text(result)
+    assert world.fingerprints("published_revenue", days) == before

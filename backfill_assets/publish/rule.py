@@ -36,6 +36,7 @@ from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.writes import copy_partitions, ensure_table
 
 if TYPE_CHECKING:
@@ -130,7 +131,25 @@ def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: S
             found.changed[key] = (current, entry.fingerprint, entry.write_id)
             found.problems.append(f"{key}: changed since its gates checked it (now {current}, checked "
                                   f"{entry.fingerprint})")
+    found.problems += _foreign_rows(session, spec, scheme, [k for k in keys
+                                                            if not any(p.covers(k, spec.name) for p in found.plans)])
     return found
+
+
+def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, free: Sequence[str]) -> list[str]:
+    """Partitions published outside any plan whose published table holds rows this tool never
+    published (a team's table adopted as `publish_as`, a cutover's old side, rows another writer
+    added after the load): consumers read them, and only a plan may replace them."""
+    if not free or not session.engine.table_exists(session, spec.publish_table):
+        return []
+    ours = published_record.latest(session, spec, free)
+    never = [k for k in free if k not in ours]
+    if not never:
+        return []
+    held = rows_per_partition(session, spec.publish_table, spec.partition_column, scheme, never)
+    return [f"{key}: {spec.publish_table} holds {n} row(s) of it that backfill never published, which consumers "
+            f"read; replacing them takes a replay plan (`backfill plan new plans/<id>.yaml --target {spec.name}`)"
+            for key, n in held.items() if n]
 
 
 def cut_over(session: Session, plan: PlanState) -> bool:
@@ -262,6 +281,10 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                 session.lock(publish_lock(table.spec))
             for table in sorted(tables, key=lambda t: t.spec.table):
                 session.hold_table(table.spec.table)  # no writer may change a target between check and copy
+            for table in sorted(tables, key=lambda t: t.spec.publish_table):
+                if session.engine.table_exists(session, table.spec.publish_table):
+                    # nor add rows of its own to what consumers read (see `_foreign_rows`)
+                    session.hold_table(table.spec.publish_table)
             evidence_log.check_links(session)
             for table in tables:
                 found = table.found = blockers(session, table.spec, table.scheme, table.keys, graph,
