@@ -4,29 +4,17 @@ attack on the plan-free path (each test failed first)."""
 
 from __future__ import annotations
 
-import dagster as dg
 import pytest
 
 from backfill_assets.demo.definitions import build_definitions
 from backfill_assets.demo.revenue import MONTHLY_REVENUE
 from backfill_assets.demo.sample import generate_orders
+from tests.test_graph import run as _run
 from tests.world import FIXED, START, failure_text, keys
 
 JANUARY = keys(1, 31)
 MONTH = "2026-01-01"
 FULL_DEFS = "backfill_assets.demo.definitions"
-
-
-def _run(world, defs, assets, partitions, tags=None):
-    tags = dict(tags or {})
-    if len(partitions) == 1:
-        tags["dagster/partition"] = partitions[0]
-    else:
-        tags.update({"dagster/asset_partition_range_start": partitions[0],
-                     "dagster/asset_partition_range_end": partitions[-1]})
-    job = defs.resolve_implicit_global_asset_job_def()
-    return job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey(a) for a in assets],
-                                  tags=tags, raise_on_error=False)
 
 
 @pytest.fixture
