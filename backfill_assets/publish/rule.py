@@ -142,14 +142,14 @@ def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, fr
     added after the load): consumers read them, and only a plan may replace them."""
     if not free or not session.engine.table_exists(session, spec.publish_table):
         return []
-    ours = published_record.latest(session, spec, free)
-    never = [k for k in free if k not in ours]
-    if not never:
-        return []
-    held = rows_per_partition(session, spec.publish_table, spec.partition_column, scheme, never)
+    # a count first (one pass, usually nothing: new partitions), then the sealed publications of
+    # only the partitions that hold rows
+    held = {k: n for k, n in rows_per_partition(session, spec.publish_table, spec.partition_column, scheme,
+                                                free).items() if n}
+    ours = published_record.latest(session, spec, list(held)) if held else {}
     return [f"{key}: {spec.publish_table} holds {n} row(s) of it that backfill never published, which consumers "
             f"read; replacing them takes a replay plan (`backfill plan new plans/<id>.yaml --target {spec.name}`)"
-            for key, n in held.items() if n]
+            for key, n in held.items() if key not in ours]
 
 
 def cut_over(session: Session, plan: PlanState) -> bool:
