@@ -153,7 +153,7 @@ def code_identity(plan: PlanState, spec: TableSpec, graph: TableGraph | None) ->
 
 
 def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], graph: TableGraph | None,
-                      plan: PlanState | None) -> PartitionRefused | None:
+                      plan: PlanState | None, *, holding: bool = False) -> PartitionRefused | None:
     """A table computed from a replayable table reads only data its gates passed: every partition
     of the upstream table that `keys` read has a latest write whose gates all passed (under the
     plan, for the upstream partitions the plan replays). A replay therefore recomputes the graph in
@@ -163,6 +163,12 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     parent = graph.upstream(spec.name)
     if parent is None:
         return None
+    upstream_exists = session.engine.table_exists(session, graph.spec(parent).table)
+    if holding and upstream_exists:
+        # inside the write's transaction: no other writer may change the upstream table until the
+        # write that reads it commits (on a server engine each statement sees what committed before
+        # it, so this check and the write's read would otherwise see two states)
+        session.hold_table(graph.spec(parent).table)
     reads = {k: graph.upstream_keys(spec.name, k) for k in keys}
     wanted = sorted({u for us in reads.values() for u in us})
     ours = [u for u in wanted if plan is not None and plan.covers(u, parent)]
@@ -170,7 +176,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         if wanted else {}
     if ours:
         latest.update(ledger.latest(session, parent, ours, plan.plan_id, figures=False))  # type: ignore[union-attr]
-    changed = _changed_since_passed(session, graph, parent, latest)
+    changed = _changed_since_passed(session, graph, parent, latest, upstream_exists)
     for key, upstream in reads.items():
         moved = [u for u in upstream if u in changed]
         if moved:
@@ -195,17 +201,8 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     return None
 
 
-def _hold_upstream(session: Session, spec: TableSpec, graph: TableGraph | None) -> None:
-    """Inside a write's transaction, before its upstream is checked: no other writer may change the
-    upstream table until the write that reads it commits. On a server engine each statement sees
-    what committed before it, so the check and the write's read would otherwise see two states."""
-    parent = graph.upstream(spec.name) if graph is not None and spec.name in graph.tables else None
-    if parent is not None and session.engine.table_exists(session, graph.spec(parent).table):  # type: ignore[union-attr]
-        session.hold_table(graph.spec(parent).table)  # type: ignore[union-attr]
-
-
 def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
-                          latest: Mapping[str, ledger.LatestWrite | None]
+                          latest: Mapping[str, ledger.LatestWrite | None], exists: bool
                           ) -> dict[str, tuple[Fingerprint, Fingerprint]]:
     """The upstream partitions whose latest write passed its gates but whose bytes are not that
     write's now (edited by hand, or rolled back, which restores bytes without a write), or whose
@@ -217,8 +214,7 @@ def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
     upstream = graph.spec(parent)
     expected = {k: e.fingerprint for k, e in passed.items()}
     now = fingerprints_like(session, upstream.table, upstream.columns, graph.scheme(parent),
-                            upstream.partition_column, expected) \
-        if session.engine.table_exists(session, upstream.table) else {}
+                            upstream.partition_column, expected) if exists else {}
     out = {}
     for key, entry in passed.items():
         current = now.get(key, EMPTY)
@@ -320,8 +316,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             if key in old:
                 raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
                               f"started (it {old[key]}); rewriting it now is a replay", None, key, "use a replay plan")
-        _hold_upstream(session, spec, permission.graph)
-        refusal = _upstream_refusal(session, spec, keys, permission.graph, None)
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, None, holding=True)
         if refusal is not None:  # what it reads, again inside the transaction that reads it
             raise refusal
         return None
@@ -335,8 +330,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             raise refusal
     refusal = _approval_refusal(session, plan, keys[0], spec, permission.graph) if keys else None
     if refusal is None:
-        _hold_upstream(session, spec, permission.graph)
-        refusal = _upstream_refusal(session, spec, keys, permission.graph, plan)
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, plan, holding=True)
     if refusal is not None:
         raise refusal
     return plan
