@@ -178,6 +178,16 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         latest.update(ledger.latest(session, parent, ours, plan.plan_id, figures=False))  # type: ignore[union-attr]
     changed = _changed_since_passed(session, graph, parent, latest, upstream_exists)
     for key, upstream in reads.items():
+        legacy = [u for u in upstream if (e := latest.get(u)) is not None and e.passed and e.fingerprint.legacy]
+        if legacy:
+            # a sum of md5s (before the upgrade): other rows with the same sum can be found, so it
+            # cannot show that the day still holds what its gates passed (publish's rule too)
+            return _refuse(f"{spec.name} {key} reads {parent} {legacy[0]}, whose write's fingerprint "
+                           f"({latest[legacy[0]].fingerprint}) predates sha256 fingerprints and cannot show "  # type: ignore[union-attr]
+                           "the data unchanged" + (f" (+{len(legacy) - 1} more)" if len(legacy) > 1 else ""),
+                           plan.plan_id if plan else None, key,
+                           f"write {parent} {legacy[0]} again with a replay plan (`backfill plan new "
+                           f"plans/<id>.yaml --target {parent}`), then write {spec.name} {key}")
         moved = [u for u in upstream if u in changed]
         if moved:
             now, then = changed[moved[0]]
@@ -208,7 +218,7 @@ def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
     write's now (edited by hand, or rolled back, which restores bytes without a write), or whose
     gates checked other bytes: {key: (now, written)}, from one fingerprint pass in the engine. A
     verdict in the ledger is about the bytes it checked, not about what the table holds now."""
-    passed = {k: e for k, e in latest.items() if e is not None and e.passed}
+    passed = {k: e for k, e in latest.items() if e is not None and e.passed and not e.fingerprint.legacy}
     if not passed:
         return {}
     upstream = graph.spec(parent)

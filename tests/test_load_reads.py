@@ -183,3 +183,19 @@ def test_rows_consumers_read_that_appear_after_a_plan_free_write_are_never_repla
     result = world.publish(days)
     assert not result.success and "holds 5 row(s) of it that backfill never published" in failure_text(result)
     assert world.fingerprints("published_revenue", days) == before
+
+
+def test_a_rollup_never_reads_upstream_days_whose_writes_predate_sha256_fingerprints(days_world, run_cli):
+    """Publish trusts no legacy (md5-sum) fingerprint: other rows with the same sum can be found
+    (tests/test_fingerprint_collisions.py). The upstream check compared a day's bytes with its
+    write's legacy sum and let a rollup read them, so rows forged to that sum reached consumers
+    through the month. A day written before the upgrade is written again before a rollup reads it."""
+    from tests.release_0_2 import as_release_0_2, upgrade
+
+    world = days_world
+    as_release_0_2(world, legacy_fingerprints=True)
+    upgrade(world, run_cli)
+    loaded = run_cli("load", "monthly_revenue", "--start", MONTH, "--end", MONTH)
+    assert loaded.code != 0 and _month_net(world, "published_monthly_revenue") == 0.0, loaded.out
+    said = loaded.err + loaded.out
+    assert "reads daily_revenue 2026-01-01, whose write's fingerprint" in said and "predates sha256" in said, said
