@@ -355,6 +355,35 @@ def test_an_expired_approval_stops_authorising_runs(world, capfd):
     assert world.cli("run", "fix", "--proof") == 0
 
 
+def test_an_approval_stops_counting_when_its_keys_line_in_allowed_signers_ends(world, tmp_path, capfd):
+    """OpenSSH's `valid-before` on an approver's line ends what the key may sign. A verdict is cached
+    per process until the approval "stops holding" (a code server, the sensor, the in-process
+    executor), and that moment was read from the statements' expiry alone: a run was authorised by
+    alice's key after its end (found by an attack on the trust root)."""
+    from backfill_assets.control import authority, record
+
+    def public(name: str) -> str:
+        return " ".join((world.keys[name].parent / f"{name}.pub").read_text().split()[:2])
+
+    end = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).replace(microsecond=0)
+    lines = [f'alice valid-before="{end:%Y%m%d%H%M%S}Z" {public("alice")}', f"bob {public('bob')}",
+             f"carol {public('carol')}", f"{OWNER} {public(OWNER)}"]
+    signers = tmp_path / "next" / "allowed_signers"
+    signers.parent.mkdir()
+    signers.write_text("\n".join(lines) + "\n")
+    assert world.cli("approvers", "pin", str(signers), "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    path = world.plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    capfd.readouterr()
+    world.approve(path)  # olivia, alice (her key valid for an hour more), bob
+    assert f"valid until {end:%Y-%m-%dT%H:%M:%SZ}" in capfd.readouterr().out
+    with world.warehouse().session() as session:
+        version = record.require(session, "fix").approved
+        assert authority.refusal(session, version, code=FIXED.code_identity) is None  # counted, and cached
+        later = authority.refusal(session, version, code=FIXED.code_identity, now=end + dt.timedelta(seconds=1))
+    assert later is not None and "expired at" in later, later
+
+
 def test_a_run_with_other_code_than_the_approved_is_refused(world):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     other = dataclasses.replace(FIXED, code_version="3")

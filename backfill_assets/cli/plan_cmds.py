@@ -311,9 +311,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"approvals  {counted.describe(void=False)}" + (" (approved)" if counted.approved else ""))
         if counted.owner_signature:
             owner = counted.owner_signature
-            print(f"  owner    {owner.principal} ({owner.fingerprint}) until {owner.statement.expires}")
+            print(f"  owner    {owner.principal} ({owner.fingerprint}) until {owner.until}")
         for c in counted.counted:
-            print(f"  counted  {c.principal} ({c.fingerprint}) until {c.statement.expires}")
+            print(f"  counted  {c.principal} ({c.fingerprint}) until {c.until}")
         for v in counted.void:
             print(f"  void     {v.principal}: {v.reason}")
     print(f"to sign    backfill plan statement {path} > statement.txt && {signing_command()}")

@@ -146,6 +146,17 @@ class AllowedSigners:
                              fix=f"update {name}'s line in {self.source} or sign with a currently valid key")
 
 
+    def valid_until(self, principal: str, public_key: str | bytes, namespace: str = NAMESPACE,
+                    at: datetime | None = None) -> datetime | None:
+        """Until when this file lets ``principal`` sign with ``public_key`` in ``namespace`` (its
+        lines' `valid-before`; None: no end), among the lines that allow it at ``at``."""
+        at = datetime.now(UTC) if at is None else at if at.tzinfo else at.replace(tzinfo=UTC)
+        blob = key_blob(public_key)
+        ends = [e.valid_before for e in self.entries if e.public_key == blob and principal in e.principals
+                and e.refusal(namespace, at) is None]
+        return None if not ends or None in ends else max(e for e in ends if e is not None)
+
+
 def key_blob(key: str | bytes) -> bytes:
     """The canonical wire blob of ``key``, given as a blob or a ``ssh-ed25519 AAAA... [comment]`` line."""
     blob = key if isinstance(key, bytes) else _line_blob(key)

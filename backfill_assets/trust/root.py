@@ -61,6 +61,7 @@ class Counted:
     fingerprint: str  # the canonical key's, as `ssh-keygen -l` prints it
     statement: Statement
     signature: str  # the signature's one-line base64
+    until: dt.datetime  # when it stops counting: its statement's expiry, or its key's end in allowed_signers
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,13 @@ class Tally:
     def expires(self) -> dt.datetime | None:
         """When the approval as counted stops holding: the first expiry after which the signatures
         still valid no longer meet the requirement (the owner's, the minimum, each group's)."""
-        moments = sorted({c.statement.expires for c in self.counted}
-                         | ({self.owner_signature.statement.expires} if self.owner_signature else set()))
+        moments = sorted({c.until for c in self.counted}
+                         | ({self.owner_signature.until} if self.owner_signature else set()))
         return next((m for m in moments if not self._holds_after(m)), moments[-1] if moments else None)
 
     def _holds_after(self, moment: dt.datetime) -> bool:
-        live = {c.principal for c in self.counted if c.statement.expires > moment}
-        owner = self.owner_signature is not None and self.owner_signature.statement.expires > moment
+        live = {c.principal for c in self.counted if c.until > moment}
+        owner = self.owner_signature is not None and self.owner_signature.until > moment
         return ((self.owner is None or not self.owner_required or owner) and len(live) >= self.requirement.minimum
                 and all(live & members for _, members in self.groups))
 
@@ -202,4 +203,8 @@ def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: 
         verified = signers.verify_approval(name, statement.message, candidate.signature, at=now)
     except SignatureError as exc:
         return f"signature refused: {exc.message}", None
-    return None, Counted(name, verified.fingerprint, statement, verified.one_line)
+    # a key whose line in allowed_signers ends first stops the signature counting then (a verdict
+    # cached until `Tally.expires` must not outlive it)
+    key_end = signers.valid_until(name, verified.public_key, at=now)
+    until = statement.expires if key_end is None else min(statement.expires, key_end)
+    return None, Counted(name, verified.fingerprint, statement, verified.one_line, until)
