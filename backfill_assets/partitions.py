@@ -96,11 +96,14 @@ class PartitionScheme:
         return [lo] if self.kind == "equality" else [lo, hi]
 
     def runs(self, keys: Sequence[str]) -> list[tuple[str, str]]:
-        """`keys` grouped into (first, last) runs of consecutive keys of the definition."""
+        """`keys` grouped into (first, last) runs of consecutive keys of the definition whose
+        windows touch: one range `[start of first, end of last)` then holds the rows of its keys
+        and no other's (a definition's `exclusions` leave gaps between consecutive keys)."""
         index = self._position
         out: list[tuple[str, str]] = []
         for key in sorted(keys, key=index.__getitem__):
-            if out and index[key] == index[out[-1][1]] + 1:
+            if out and index[key] == index[out[-1][1]] + 1 and (
+                    self.kind == "equality" or self._bounds(out[-1][1])[1] == self._bounds(key)[0]):
                 out[-1] = (out[-1][0], key)
             else:
                 out.append((key, key))

@@ -547,3 +547,35 @@ def test_other_days_are_listed_by_dagster(daily):
 
     assert not _plain_utc_days(daily)
     assert _keys(daily, daily.get_last_partition_key()) == tuple(daily.get_partition_keys())
+
+
+def test_rows_in_a_window_the_definition_excludes_are_never_copied_by_a_publish_spanning_it(lab, monkeypatch):
+    """Hurried user (a hand-edit of the target). An hourly table over a TIMESTAMP column whose
+    partitions definition excludes 02:00 (Dagster's `exclusions`, accepted by `scheme_for`): 01:00
+    and 03:00 are consecutive keys, so `PartitionScheme.runs` merges them and the copy's predicate
+    (`many_predicate`) becomes [01:00, 04:00). Rows in 02:00..03:00 belong to no partition, no gate
+    and no fingerprint sees them (fingerprints group by each key's own window), yet publish copies
+    them into the published table, and the copy's proof does not notice.
+
+    Found by an attack; `runs` now merges only keys whose windows touch."""
+    import dataclasses
+
+    excluded = dataclasses.replace(HOURLY, partitions_def=dg.HourlyPartitionsDefinition(
+        start_date="2026-01-01-00:00", exclusions=[dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)]))
+    monkeypatch.setitem(CASES, "hourly_gap", excluded)
+    made = lab("hourly_gap")
+    made.run_sql(excluded.source_sql)
+    assert hour(2) not in made.scheme()
+    # history loaded plan-free, in runs that never span the excluded hour
+    for part in ([hour(0), hour(1)], [hour(3), hour(4)]):
+        assert made.materialize(part).success
+    # by hand, a row in the excluded hour: in no partition, so no gate, write or fingerprint judges it
+    made.run_sql("INSERT INTO hourly_kinds VALUES (TIMESTAMP '2026-01-01 02:30:00', 'forged', 1, 99999.99)")
+
+    # the UI's Materialize of the published asset over the loaded hours: 00, 01, 03, 04
+    job = definitions("hourly_gap", str(made.home)).resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=made.instance, asset_selection=[dg.AssetKey("published_hourly_kinds")],
+                                    tags={RANGE_START: hour(0), RANGE_END: hour(4), "backfill_assets/actor": "t"},
+                                    raise_on_error=False)
+    leaked = made.sql("SELECT event_hour, kind, amount FROM published_hourly_kinds WHERE kind = 'forged'")
+    assert leaked == [], f"publish (success={result.success}) copied rows no gate checked to consumers: {leaked}"
