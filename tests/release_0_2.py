@@ -40,9 +40,10 @@ def _legacy(session, world, table: str, keys: list[str], schema: str | None = No
 
 
 def _without_pins_in_the_chain(session, world) -> None:
-    """0.2 pinned its approvers in meta and wrote no chain row for it: the world's first pin
-    (a `trust_root` row) becomes a row of another kind, and the chain and its head log are
-    re-hashed under the home's key, as if 0.2 had written them."""
+    """0.2 pinned its approvers in meta and wrote no chain row for it, and sealed only publications:
+    the world's first pin (a `trust_root` row) becomes a row of another kind, the seals of the
+    other tables leave the payloads, and the chain and its head log are re-hashed under the home's
+    key, as if 0.2 had written them."""
     from backfill_assets.home import Home
 
     home = Home(world.home)
@@ -51,9 +52,17 @@ def _without_pins_in_the_chain(session, world) -> None:
     for seq, at, plan_id, kind, actor, payload in session.rows(
             f"SELECT seq, recorded_at, plan_id, kind, actor, payload FROM {SCHEMA}.evidence ORDER BY seq"):
         kind = "note" if kind == "trust_root" else kind
+        body = json.loads(payload)
+        if isinstance(body, dict) and isinstance(body.get("seals"), dict):  # 0.2 sealed only publications
+            kept = {t: d for t, d in body["seals"].items() if t == "publications"}
+            if kept != body["seals"]:
+                body["seals"] = kept
+                if not kept:
+                    body.pop("seals")
+                payload = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         row_hash = evidence_log._row_hash(key, prev, seq, at, plan_id, kind, actor, payload)
-        session.execute(f"UPDATE {SCHEMA}.evidence SET kind = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
-                        [kind, prev, row_hash, seq])
+        session.execute(f"UPDATE {SCHEMA}.evidence SET kind = ?, payload = ?, prev_hash = ?, row_hash = ? "
+                        "WHERE seq = ?", [kind, payload, prev, row_hash, seq])
         prev = row_hash
     home.evidence_heads.write_text(f"{seq} {prev}\n" if seq else "", encoding="ascii")
 

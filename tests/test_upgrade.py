@@ -4,6 +4,7 @@ approvers pin is kept, and a home with an active plan is refused before anything
 from __future__ import annotations
 
 from backfill_assets.control.schema import SCHEMA, schema_version
+from backfill_assets.demo.revenue import DAILY_REVENUE
 from tests.release_0_2 import as_release_0_2
 from tests.world import keys
 
@@ -52,3 +53,55 @@ def test_a_0_2_home_with_an_active_plan_is_refused_unchanged(world, run_cli):
     assert refused.code == 1 and "old are still active" in refused.err and refused.err.count("\n") == 1, refused
     with world.warehouse().session() as session:
         assert schema_version(session) == "2"
+
+
+def test_a_record_of_this_version_reshaped_to_look_like_0_2s_is_never_upgraded(world, cli, capfd):
+    """Insider (warehouse write, no evidence key). The upgrade from 0.2 "seals every existing row as it
+    stands", and whether the record is 0.2 is read from `backfill_control.meta` plus the shape of the
+    tables, both of which the insider writes. They edit a published partition's target rows, point
+    its write and gate results at the new bytes' fingerprint (public SQL, no key needed), reshape the
+    record to schema 2 (drop the seal columns, `meta.schema_version = 2`); the next process that opens
+    the warehouse (the daily schedule's run, any CLI command) "upgrades" it, sealing the forgery under
+    the key, and publish copies the edited bytes to consumers. `evidence verify` then passes.
+
+    Found by an attack: the upgrade now refuses a record whose keyed chain holds a row only this
+    version writes (a pin, a seal), and the load fails before it writes."""
+    from backfill_assets.warehouse.fingerprints import fingerprints
+
+    day = keys(2, 2)[0]
+    assert world.materialize(keys(1, 3), publish=True).success  # loaded plan-free, gated, published
+    proven = world.fingerprints("published_revenue", [day])[day]
+    honest = world.sql("SELECT net_revenue FROM published_revenue WHERE order_date = ? AND region = 'north'",
+                       [day])[0][0]
+
+    # the insider, while no command holds the file: other bytes, and a ledger that says the gates passed them
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 100000 WHERE order_date = ? "
+                  "AND region = 'north'", [day])
+    with world.warehouse().session() as session:
+        forged = fingerprints(session, "daily_revenue", DAILY_REVENUE.columns, world.scheme, "order_date", [day])[day]
+    world.run_sql("UPDATE backfill_control.writes SET fingerprint = ? WHERE asset = 'daily_revenue' "
+                  "AND partition_key = ?", [forged.digest, day])
+    world.run_sql("UPDATE backfill_control.gate_results SET checked_fingerprint = ?, passed = true "
+                  "WHERE asset = 'daily_revenue' AND partition_key = ?", [forged.digest, day])
+    # ... and a control record shaped like 0.2's
+    for statement in ("DROP INDEX backfill_control.writes_by_partition",
+                      "DROP INDEX backfill_control.results_by_write",
+                      "ALTER TABLE backfill_control.plan_versions DROP COLUMN evidence_seq",
+                      "ALTER TABLE backfill_control.writes DROP COLUMN evidence_seq",
+                      "ALTER TABLE backfill_control.writes DROP COLUMN code_identity",
+                      "ALTER TABLE backfill_control.snapshots DROP COLUMN evidence_seq",
+                      "ALTER TABLE backfill_control.gate_results DROP COLUMN evidence_seq",
+                      "UPDATE backfill_control.meta SET value = '2' WHERE key = 'schema_version'"):
+        world.run_sql(statement)
+
+    # the next command to open the warehouse "upgrades" it: here the hurried user loads the next day
+    loaded = cli("load", "daily_revenue", "--start", keys(4, 4)[0], "--end", keys(4, 4)[0])
+    assert loaded.code != 0 and "which only this version writes" in loaded.err, loaded.err[-2000:]
+    # then the UI's Materialize of the published partition
+    world.publish([day])
+    capfd.readouterr()
+    verified = world.cli("evidence", "verify")
+    now = world.sql("SELECT net_revenue FROM published_revenue WHERE order_date = ? AND region = 'north'", [day])
+    assert world.fingerprints("published_revenue", [day])[day] == proven, (
+        f"consumers see net_revenue {now} for {day}/north (the gates passed {honest}); "
+        f"`evidence verify` exit {verified}")

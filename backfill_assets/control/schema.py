@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from backfill_assets.control import evidence_log, record, seals
 from backfill_assets.control.names import SCHEMA, SNAPSHOT_SCHEMA, next_id
-from backfill_assets.errors import WarehouseError
+from backfill_assets.errors import ForgedRecord, WarehouseError
 from backfill_assets.plan.phases import ACTIVE
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import plans as plan_store
@@ -74,12 +74,35 @@ def _upgrade_from_2(session: Session) -> None:
                 f"and plan(s) {', '.join(active)} are still active: their approvals sign only a plan hash "
                 "and their records carry no seals",
                 fix="finish, withdraw or roll them back with backfill-assets 0.2, then run this version")
+        _refuse_a_record_this_version_wrote(session)
         store.upgrade_from_2(session, SCHEMA_VERSION)
         actor = "backfill-assets upgrade"
         evidence_log.append(session, plan_id=None, kind="upgrade", actor=actor, payload={
             "from": "2", "to": SCHEMA_VERSION})
         record.seal_upgraded_plans(session, actor)
         seals.seal_unsealed(session, actor)
+
+
+# what only this version writes in the chain: 0.2 pinned its approvers in meta, and sealed only
+# its publications (writes, snapshots and gate results gained their `evidence_seq` in schema 3)
+_THIS_VERSIONS_KINDS = frozenset({"trust_root", "upgrade", "upgrade_seal"})
+_THIS_VERSIONS_SEALS = frozenset({"writes", "snapshots", "gate_results"})
+
+
+def _refuse_a_record_this_version_wrote(session: Session) -> None:
+    """The upgrade seals every row as it stands, and "schema 2" is read from tables anyone who can
+    write the warehouse can reshape: a record of this version made to look like 0.2's would have
+    rows edited since their seals sealed anew. The keyed chain says who wrote the record: one that
+    holds a row only this version writes (a pin, an upgrade, a seal) is refused, not upgraded."""
+    evidence_log.verify(session)
+    for row in evidence_log.verified(session, evidence_log.rows(session)):
+        sealed = row.payload.get("seals") if isinstance(row.payload, dict) else None
+        if row.kind in _THIS_VERSIONS_KINDS or (isinstance(sealed, dict) and _THIS_VERSIONS_SEALS & set(sealed)):
+            raise ForgedRecord(
+                f"the control record in {session.engine.describe()} says it is of backfill-assets 0.2 (schema 2), "
+                f"but its evidence chain holds row {row.seq} ({row.kind}), which only this version writes: it was "
+                "reshaped after this version wrote it, and is never upgraded (that would seal its rows anew)",
+                fix=evidence_log.FORGED_FIX)
 
 
 def has_control_schema(session: Session) -> bool:
