@@ -18,6 +18,7 @@ import yaml
 
 from backfill_assets.control import ledger
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GATE_NAMES, SINGLE_CODE_VERSION
+from backfill_assets.warehouse.snapshots import snapshot_table
 from tests.plans import complete_plan, write_plan
 from tests.world import BUGGY, FIXED, World, keys
 
@@ -347,3 +348,45 @@ def test_an_incident_replay_carries_its_id_and_expectation_everywhere(world, cap
     net = expectation["observed"]["metrics"]["net_revenue"]
     assert net["new"] - net["old"] == pytest.approx(net["difference"]) and net["difference"] > 0
     assert expectation["observed"]["metrics"]["gross"]["difference"] == 0
+
+
+def test_a_snapshot_edited_after_it_was_taken_never_makes_changes_as_expected_pass(world, capfd):
+    """Insider (warehouse write, no evidence key). `changes_as_expected` compares the data with the
+    rows in backfill_snapshots, never checking them against the snapshot's sealed fingerprint. After
+    the gate failed on an undeclared change, the insider edits the snapshot rows to agree with the
+    new data; `reconcile` then passes and `publish` copies the undeclared change to consumers.
+
+    Found by an attack: the gate now fingerprints the snapshot's rows against the sealed record of
+    what was taken, and fails the partition when they differ."""
+    assert world.materialize(WINDOW, spec=BUGGY).success
+    # the source moved since the buggy run: one order of DAY is bigger, so gross changes too (not
+    # declared by the plan, which expects only net_revenue to go up)
+    order_id, region, _ = world.sql(
+        "SELECT order_id, region, amount FROM orders WHERE order_date = ? AND status <> 'refunded' "
+        "ORDER BY order_id LIMIT 1", [DAY])[0]
+    world.run_sql("UPDATE orders SET amount = amount + 1000 WHERE order_id = ?", [order_id])
+    path = plan_with(world, "fix", NET_UP)
+    assert world.cli("run", str(path), "--proof") == 0
+    world.cli("run", str(path))
+    passed, figures = verdicts(world, "fix")[DAY]
+    assert not passed and "gross" in figures["detail"]  # the gate sees the undeclared change
+    assert world.phase("fix") != "reconciled"
+
+    # the insider: the snapshot's rows of DAY now "were" what the replay wrote (gross included)
+    snap = f"backfill_snapshots.{snapshot_table('fix', 'daily_revenue')}"
+    world.run_sql(f"UPDATE {snap} AS s SET gross = d.gross FROM daily_revenue AS d "
+                  "WHERE s.order_date = d.order_date AND s.region = d.region AND s.order_date = ?", [DAY])
+
+    capfd.readouterr()
+    world.cli("reconcile", "fix")
+    passed, figures = verdicts(world, "fix")[DAY]
+    assert not passed and "snapshot of 2026-01-03 holds other rows" in figures["detail"], figures
+    world.cli("publish", "fix")
+    published_gross = world.sql("SELECT gross FROM published_revenue WHERE order_date = ? AND region = ?",
+                                [DAY, region])
+    true_snapshot_gross = world.sql("SELECT gross FROM daily_revenue WHERE order_date = ? AND region = ?",
+                                    [DAY, region])[0][0] - 1000
+    # what the README promises: the undeclared gross change never reaches consumers
+    assert published_gross in ([], [(true_snapshot_gross,)]), (
+        f"consumers see gross {published_gross} for {DAY}/{region}: an undeclared change the gate failed "
+        f"against the real snapshot ({true_snapshot_gross}); phase {world.phase('fix')}")

@@ -47,6 +47,7 @@ from backfill_assets.warehouse.dual_run_sql import dual_run_figures
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import SchemaCheck, check_schema, slice_figures
+from backfill_assets.warehouse.snapshots import changed_rows
 
 UNKNOWN_VERSION = "unknown"
 
@@ -112,10 +113,14 @@ def expectation_results(session: Session, spec: TableSpec, scheme: PartitionSche
             f"no expectation declared for {spec.name} (the plan's expect: is of its target {plan.target})"
         return {k: not_judged(k, why) for k in keys}
     taken = snapshotted(session, plan.plan_id, spec.table, keys)
-    figures = change_figures(session, spec, scheme, plan.plan_id, [k for k in keys if k in taken], expectation)
+    edited = changed_rows(session, spec, scheme, plan.plan_id, spec.table, taken)
+    figures = change_figures(session, spec, scheme, plan.plan_id, [k for k in keys if k in taken and k not in edited],
+                             expectation)
     window = _window_sums(session, spec, plan, figures, expectation)
     return {k: changes_result(k, figures[k], expectation, window) if k in figures else
             GateResult(CHANGES_AS_EXPECTED, k, False, None, None, None, None,
+                       f"plan {plan.plan_id}'s snapshot of {k} holds other rows ({edited[k][0]}) than were taken "
+                       f"({edited[k][1]}): it was edited, so there is nothing true to compare with" if k in edited else
                        f"plan {plan.plan_id} holds no snapshot of {k}: there is nothing to compare with")
             for k in keys}
 

@@ -14,7 +14,7 @@ from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints, fingerprints_like
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
@@ -48,6 +48,20 @@ def missing_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     counts = rows_per_partition(session, name, spec.partition_column, scheme, present, SNAPSHOT_SCHEMA)
     return [f"{k}: snapshot holds {counts.get(k, 0)} row(s), {recorded[k].rows} were taken"
             for k in present if counts.get(k, 0) != recorded[k].rows]
+
+
+def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
+                 recorded: Mapping[str, Fingerprint]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
+    """The snapshots whose rows are not those taken: {key: (now, taken)}, from one fingerprint pass
+    over the snapshot table. A gate that compares data with a snapshot reads its rows, and those
+    are as writable as any table's: the sealed record says what they were."""
+    if not recorded:
+        return {}
+    name = snapshot_table(plan_id, table)
+    if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):  # none was ever needed if all were empty
+        return {k: (EMPTY, taken) for k, taken in recorded.items() if taken.rows > 0}
+    now = fingerprints_like(session, name, spec.columns, scheme, spec.partition_column, recorded, SNAPSHOT_SCHEMA)
+    return {k: (now[k], taken) for k, taken in recorded.items() if now[k] != taken}
 
 
 def put_back(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
