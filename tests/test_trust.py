@@ -621,3 +621,83 @@ def test_a_plan_signed_for_new_code_never_publishes_what_old_code_wrote(world):
     assert not signed.success and "written by code 2/" in failure_text(signed), failure_text(signed)
     assert world.rows("published_revenue", "2026-01-01") == 0
     assert world.publish(["2026-01-01", "2026-01-02"]).success
+
+
+def test_the_guard_reading_the_warehouse_without_the_key_never_counts_under_a_rewritten_root(
+        world, run_subprocess, tmp_path):
+    """A reader without the evidence key "reports what it reads unverified, and never decides": the
+    guard counted a plan file's signatures under the trust root read from the warehouse, which an
+    insider had rewritten to keys of their own (found by an attack). Without the key, only the
+    team's reviewed files named on the command line count, and the pin must agree with them."""
+    import hashlib
+
+    from backfill_assets.plan.approvals import append_approval_text
+    from tests.world import make_keys
+
+    real = root_of(world)
+    signers_file = world.root / "approvers" / "allowed_signers"
+    # the insider (writes the warehouse, cannot read the evidence key) rewrites the first root: keys of
+    # their own listed as olivia, alice and bob, the sha256 column to match
+    theirs = make_keys(tmp_path / "theirs")
+    mine = signers_text(theirs, (OWNER, "alice", "bob"))
+    world.run_sql(f"UPDATE {CONTROL}.trust_roots SET signers_text = ?, signers_sha256 = ? WHERE version = 1",
+                  [mine, hashlib.sha256(mine.encode()).hexdigest()])
+    # and signs a plan as the three of them, for this warehouse and the table's code
+    path = world.plan("sneaky")
+    plan = load_plan(path)
+    for who in (OWNER, "alice", "bob"):
+        statement = plan_statement(plan, real, FIXED.code_identity)
+        entry = entry_of(who, statement, sshsig.one_line(sshsig.sign(statement.message, theirs[who])))
+        path.write_text(append_approval_text(path.read_text(), entry))
+    # a decision (with the key) refuses the rewritten root
+    with_key = run_subprocess(command=[str(HOOK), str(path)], env={"BACKFILL_HOME": str(world.home)})
+    assert with_key.code == 1 and "ALLOWED" not in with_key.out, with_key.out
+    # the guard in a CI job that may read the warehouse but not the key (README: such a reader
+    # "reports what it reads unverified, and never decides anything")
+    no_key = {"BACKFILL_HOME": str(world.home), "BACKFILL_EVIDENCE_KEY_FILE": str(tmp_path / "no-key")}
+    shown = run_subprocess(command=[str(HOOK), str(path)], env=no_key)
+    assert shown.code == 1 and "ALLOWED" not in shown.out, (
+        "forged signatures counted under a trust root typed into the warehouse:\n" + shown.out)
+    assert "cannot be verified here" in shown.out, shown.out
+    # the team's reviewed files named (the README's CI recipe): the rewritten pin disagrees with them
+    named = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers", str(signers_file)], env=no_key)
+    assert named.code == 1 and "differ from the trust root pinned in the warehouse" in named.out, named.out
+
+
+def test_a_pull_request_cannot_get_allowed_from_the_ci_guard_by_changing_its_definitions(
+        world, run_subprocess, tmp_path):
+    """The guard imported the pull request's definitions (to fit the plan to its table) into the
+    process that counts the signatures, and a definitions module that patched the tally got ALLOWED
+    for an unsigned plan (found by an attack). The definitions load in a child process now."""
+    # the CI checkout of a pull request: a plan with no signature at all, and the PR's own
+    # workspace.yaml / definitions module (which the team's repository has: the PR edits it)
+    repo = tmp_path / "checkout"
+    (repo / "plans").mkdir(parents=True)
+    path = write_plan(repo / "plans" / "sneaky.yaml", complete_plan(plan_id="sneaky"))
+    (repo / "workspace.yaml").write_text("load_from:\n  - python_file: team_defs.py\n")
+    (repo / "team_defs.py").write_text(
+        "from backfill_assets.demo.daily import *  # noqa: F401,F403 - the team's definitions, unchanged\n"
+        "from backfill_assets.demo import daily as _d\n"
+        "defs = _d.defs\n"
+        "# the pull request's addition: the guard imports this module before it counts signatures\n"
+        "import backfill_assets.trust.root as _r\n"
+        "_r.Tally.approved = property(lambda self: True)\n"
+        "_r.Tally.missing = lambda self: []\n")
+    # CI: no warehouse, the default branch's reviewed files named explicitly, as the README says
+    main = tmp_path / "main-branch"
+    main.mkdir()
+    (main / "allowed_signers").write_text((world.root / "approvers" / "allowed_signers").read_text())
+    from backfill_assets.trust.policy import DEFAULT_TEXT
+
+    (main / "policy.yaml").write_text(DEFAULT_TEXT)
+    # baseline: with the team's definitions (--defs), the unsigned plan is refused
+    honest = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers", str(main / "allowed_signers"),
+                                     "--policy", str(main / "policy.yaml"), "--defs", "backfill_assets.demo.daily"],
+                            env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    assert honest.code == 1 and "0/2 approver signature(s)" in honest.out, honest.out
+    # the hook as CI runs it (definitions found as `backfill run` finds them: workspace.yaml)
+    shown = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers", str(main / "allowed_signers"),
+                                    "--policy", str(main / "policy.yaml")],
+                           env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    assert shown.code == 1 and "ALLOWED" not in shown.out, (
+        "an unsigned plan got ALLOWED from the CI guard:\n" + shown.out)

@@ -168,11 +168,11 @@ def committed_home(home: Home) -> str | None:
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:
     """The pinned root where the control record can be read; else the files named explicitly (the
     default branch's, in CI); never a file found next to the plan."""
-    from backfill_assets.control import trust_record
+    from backfill_assets.control import evidence_log, trust_record
     from backfill_assets.plan.approvals import load_explicit_root
 
     named, why = load_explicit_root(signers, policy, warehouse)
-    pinned = None
+    pinned, verifiable = None, True
     store = open_warehouse(home)
     exists = store.exists()
     committed = committed_home(home) if exists else None
@@ -182,6 +182,21 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
         with store.session(read_only=True) as session:
             if has_control_schema(session):
                 pinned = trust_record.current(session)
+                verifiable = evidence_log.can_verify(session)
+        if pinned is not None and not verifiable:
+            # read without the evidence key (a CI job that may read the warehouse): the pinned root's
+            # rows are as writable as any table's, so it counts nothing; the files named do, and
+            # only when the unverified pin agrees with them
+            root = pinned.root
+            if named is None:
+                return RootView(None, "none", problem=(
+                    "the pinned trust root cannot be verified here (no evidence key to check it with): name the "
+                    "team's reviewed files (the default branch's) with --allowed-signers [--policy]"))
+            if (named.root.signers.sha256, named.root.policy.sha256) != (root.signers.sha256, root.policy.sha256):
+                return RootView(None, named.source, problem=(
+                    f"{named.source} differ from the trust root pinned in the warehouse (unverified here: no "
+                    "evidence key): a change of the root takes its quorum's signatures (`backfill approvers pin`)"))
+            return RootView(named.root, f"{named.source} (the warehouse's pin, unverified here, agrees)")
     if pinned is not None:
         root = pinned.root
         if named is not None and (named.root.signers.sha256, named.root.policy.sha256) != \

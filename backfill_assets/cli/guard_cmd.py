@@ -3,8 +3,10 @@
 The approvals are counted from the signatures in the file, under the trust root pinned in the
 control record or, where none can be read (a CI job), the files named explicitly (the default
 branch's `--allowed-signers` and `--policy`): never a file found next to the plan, which a pull
-request could add. When both are there and differ, it refuses. The last three ticks come from
-`status.plan_status` when the record knows the plan.
+request could add. When both are there and differ, it refuses. The plan's fit to its table comes
+from a child process that loads the definitions (`guard_fit.py`), so the repository's code never
+runs where the signatures are counted. The last three ticks come from `status.plan_status` when
+the record knows the plan.
 """
 
 from __future__ import annotations
@@ -14,12 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backfill_assets.cli.common import add_home, home_of
-from backfill_assets.errors import BackfillError
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.plan.loading import collect_problems, read_plan_document
 
 if TYPE_CHECKING:
-    from backfill_assets.errors import PlanProblem
     from backfill_assets.home import Home
     from backfill_assets.plan.model import Plan
 
@@ -34,23 +34,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     guard.add_argument("--defs", help="definitions to check the plan against (default: as `backfill run`)")
     add_home(guard)
     guard.set_defaults(handler=cmd_guard)
-
-
-def _fit_problems(plan: Plan, defs: str | None) -> tuple[list[PlanProblem], str | None, str | None]:
-    """Problems fitting the plan to its table, a note why it was not checked, and the table's code
-    identity (what signatures must bind)."""
-    try:
-        from backfill_assets.loaded_defs import load_defs
-        from backfill_assets.plan.fit import fit
-
-        table = load_defs(defs).table(plan.target)
-    except BackfillError as exc:
-        if defs:
-            raise
-        return [], (f"not checked against {plan.target}: {exc.message}; run the guard where the "
-                    "definitions are found (workspace.yaml) or pass --defs"), None
-    fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
-    return fitted.problems, None, table.code_identity(plan.assets)
 
 
 def _execution(plan: Plan, home: Home) -> tuple[ExecutionState, str | None]:
@@ -82,14 +65,18 @@ def _execution(plan: Plan, home: Home) -> tuple[ExecutionState, str | None]:
 
 def guard_items(plan_file: Path, home: Home, signers_path: str | None = None, defs: str | None = None,
                 policy_path: str | None = None, warehouse: str | None = None) -> list[Item]:
+    # everything this process counts with is imported and read before the definitions are loaded,
+    # and they are loaded in a child (guard_fit.py): a pull request's code never runs here
+    import backfill_assets.status  # noqa: F401 - imported before the child runs
     from backfill_assets.cli.common import resolve_root
+    from backfill_assets.cli.guard_fit import fit_in_child
     from backfill_assets.plan.approvals import file_tally
 
     plan, problems = collect_problems(read_plan_document(plan_file))
     approvals, execution, notice, note, view = None, ExecutionState(), None, None, None
     if plan is not None:
         view = resolve_root(home, signers_path, policy_path, warehouse)
-        fitting, note, code = _fit_problems(plan, defs)
+        fitting, note, code = fit_in_child(plan_file, defs)
         problems = problems + fitting
         approvals = file_tally(plan, view.root, code) if view.root is not None else None
         execution, notice = _execution(plan, home)
