@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from backfill_assets.control import authority, evidence_log, lease, record, trust_record
 from backfill_assets.control.record import PlanState
-from backfill_assets.execution.advance import proof_verdict, window_verdict
+from backfill_assets.execution.advance import STALE, proof_verdict, window_verdict
 from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, WRITABLE, Hold, Phase
@@ -207,7 +207,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
         for asset, member in status.graph.items():
             bad = sorted(member["failed"])
             if bad:
-                return (f"fix the cause, then re-run {asset}'s failing partitions: `backfill run {pid} --asset "
+                stale = all(g.startswith(STALE) for k in bad for g in member["failed"][k])
+                return ((f"compute {asset} again from the partitions it reads, written since" if stale else
+                         f"fix the cause, then re-run {asset}'s failing partitions") + f": `backfill run {pid} --asset "
                         f"{asset} --partitions {','.join(bad[:5])}`" + (f" (+{len(bad) - 5} more)"
                                                                          if len(bad) > 5 else ""))
             if member["written"] < member["partitions"]:

@@ -251,3 +251,38 @@ def test_a_killed_graph_publish_leaves_both_published_tables_wholly_old(engine_w
     assert world.fingerprints("published_revenue", keys(1, 31)) != days_before
     assert month_net(world, "published_monthly_revenue") != month_before
     assert world.cli("evidence", "verify") == 0
+
+
+def test_a_day_re_run_after_its_month_passed_holds_publish_until_the_month_is_computed_again(graph_world, capsys):
+    """Late data for one day of a reconciled graph plan: the hurried user re-runs that day
+    (`backfill run fix --partitions DAY`). The month's gates had compared it with the days as they
+    were; the verdict judged each table by its own writes, so the plan reconciled again and its
+    publish put the new day beside the month computed from the old one (found by an attack). A
+    downstream partition written before a table it reads was written again is stale now."""
+    world = graph_world
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.phase("fix") == "reconciled"
+    late_day = "2026-01-06"
+    world.run_sql("INSERT INTO orders SELECT order_id + 5000000, customer_id, region, order_ts, order_date, "
+                  "amount + 500, status FROM orders WHERE order_date = ? AND status <> 'refunded' "
+                  "ORDER BY order_id LIMIT 3", [late_day])
+    world.cli("run", "fix", "--partitions", late_day)
+    capsys.readouterr()
+    assert world.cli("publish", "fix") == 1
+    said = capsys.readouterr().err
+    assert f"monthly_revenue {MONTH}: computed before daily_revenue {late_day} was written again" in said, said
+    assert world.sql("SELECT count(*) FROM backfill_control.evidence WHERE plan_id = 'fix' AND kind = 'published'") \
+        == [(0,)]
+    # what status says to do next works: the month again, then publish
+    assert world.cli("status", "fix") == 0
+    step = f"`backfill run fix --asset monthly_revenue --partitions {MONTH}`"
+    assert f"next       compute monthly_revenue again from the partitions it reads, written since: {step}" in \
+        capsys.readouterr().out
+    assert world.cli("run", "fix", "--asset", "monthly_revenue", "--partitions", MONTH) == 0
+    assert world.cli("publish", "fix") == 0
+    days = world.sql("SELECT region, sum(net_revenue) FROM published_revenue WHERE order_date >= DATE '2026-01-01' "
+                     "AND order_date < DATE '2026-02-01' GROUP BY region ORDER BY 1")
+    month = world.sql(f"SELECT region, net_revenue FROM published_monthly_revenue WHERE month = DATE '{MONTH}' "
+                      "ORDER BY 1")
+    assert days == month

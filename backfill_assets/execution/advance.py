@@ -63,8 +63,12 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
     return Verdict(not blockers, blockers, failed)
 
 
-def _table_verdict(session: Session, state: PlanState, asset: str,
-                   keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+def _table_verdict(session: Session, state: PlanState, asset: str, keys: list[str],
+                   upstream_newest: tuple[int, str] | None = None
+                   ) -> tuple[dict[str, list[str]], list[str], tuple[int, str] | None]:
+    """(failed gates by key, keys not written, the newest of the latest writes: its id and what it
+    wrote). `upstream_newest`: that of the tables the plan lists before this one: a partition
+    written before it may have read what that write replaced."""
     latest = ledger.latest(session, asset, keys, state.plan_id, figures=False)
     missing = [k for k, e in latest.items() if e is None]
     failed: dict[str, list[str]] = {}
@@ -72,33 +76,49 @@ def _table_verdict(session: Session, state: PlanState, asset: str,
         if entry is None:
             continue
         bad = entry.failed or ([] if entry.gates else ["not evaluated"])
+        if upstream_newest is not None and entry.write_id < upstream_newest[0]:
+            # runs go in dependency order; a table it reads was written again since (a re-run of a
+            # day after its month): the month's gates compared it with days that are gone
+            bad = [*bad, f"{STALE}{upstream_newest[1]} was written again"]
         stale = [g for g, checked in entry.checked.items() if checked != entry.fingerprint.digest]
         if stale and UNCHANGED_SINCE_CHECKED not in bad:
             bad = [*bad, UNCHANGED_SINCE_CHECKED]
         if bad:
             failed[key] = bad
-    return failed, missing
+    newest = max(((e.write_id, f"{asset} {k}") for k, e in latest.items() if e is not None), default=None)
+    return failed, missing, newest
+
+
+STALE = "computed before "  # a downstream partition's note among its failed gates' names
+
+
+def _failures(where: str, failed: list[str]) -> str:
+    gates = [g for g in failed if not g.startswith(STALE)]
+    notes = [g for g in failed if g.startswith(STALE)]
+    return f"{where}: " + "; ".join(([f"{', '.join(gates)} failed"] if gates else []) + notes)
 
 
 def window_verdict(session: Session, state: PlanState) -> Verdict:
     """Every partition of the window written under the plan, and every gate passed on the data its
     latest write produced: of the target and of every table of the plan's graph."""
-    failed, missing = _table_verdict(session, state, state.target, list(state.partition_keys))
+    failed, missing, upstream = _table_verdict(session, state, state.target, list(state.partition_keys))
     blockers = []
     if missing:
         blockers.append(f"{len(missing)} partition(s) not written yet: {', '.join(missing[:5])}"
                         + (" ..." if len(missing) > 5 else ""))
-    blockers += [f"{k}: {', '.join(g)} failed" for k, g in list(failed.items())[:20]]
+    blockers += [_failures(k, g) for k, g in list(failed.items())[:20]]
     failed_downstream, missing_downstream = {}, {}
     for asset in state.assets[1:]:
-        bad, absent = _table_verdict(session, state, asset, list(state.keys_of(asset)))
+        bad, absent, newest = _table_verdict(session, state, asset, list(state.keys_of(asset)), upstream)
+        if newest is not None and (upstream is None or newest > upstream):
+            upstream = newest
         if absent:
             missing_downstream[asset] = absent
             blockers.append(f"{asset}: {len(absent)} partition(s) not written yet: {', '.join(absent[:5])}"
                             + (" ..." if len(absent) > 5 else ""))
         if bad:
             failed_downstream[asset] = bad
-            blockers += [f"{asset} {k}: {', '.join(g)} failed" for k, g in list(bad.items())[:20]]
+            blockers += [_failures(f"{asset} {k}", g) for k, g in list(bad.items())[:20]]
     return Verdict(not blockers, blockers, failed, missing, failed_downstream, missing_downstream)
 
 
