@@ -390,3 +390,42 @@ def test_a_snapshot_edited_after_it_was_taken_never_makes_changes_as_expected_pa
     assert published_gross in ([], [(true_snapshot_gross,)]), (
         f"consumers see gross {published_gross} for {DAY}/{region}: an undeclared change the gate failed "
         f"against the real snapshot ({true_snapshot_gross}); phase {world.phase('fix')}")
+
+
+def test_a_snapshot_swapped_for_a_view_never_makes_changes_as_expected_pass(world, capfd):
+    """Insider (warehouse write, no evidence key). Fix 5 fingerprints the snapshot's rows against the
+    sealed record, then compares the data with the snapshot in a second statement. A view in the
+    snapshot's place answers each statement differently (DuckDB's current_query()): the true rows
+    to the fingerprint pass (it names 'sha256:'), rows agreeing with the replay to the comparison.
+    The undeclared change then passed its gate and reached consumers (found by an attack): a
+    fingerprint now refuses a relation that is not a plain table."""
+    assert world.materialize(["2026-01-01", "2026-01-02", DAY, "2026-01-04"], spec=BUGGY).success
+    order_id, region, _ = world.sql(
+        "SELECT order_id, region, amount FROM orders WHERE order_date = ? AND status <> 'refunded' "
+        "ORDER BY order_id LIMIT 1", [DAY])[0]
+    world.run_sql("UPDATE orders SET amount = amount + 1000 WHERE order_id = ?", [order_id])
+    path = plan_with(world, "fix", NET_UP)
+    assert world.cli("run", str(path), "--proof") == 0
+    world.cli("run", str(path))
+    passed, figures = verdicts(world, "fix")[DAY]
+    assert not passed and "gross" in figures["detail"]  # the undeclared change is seen
+    # the insider: the snapshot becomes a view, honest to fingerprints, agreeing with the replay otherwise
+    snap = snapshot_table("fix", "daily_revenue")
+    s = f"backfill_snapshots.{snap}"
+    world.run_sql(f"CREATE TABLE backfill_snapshots.kept AS SELECT * FROM {s}")
+    world.run_sql(f"CREATE TABLE backfill_snapshots.agreeing AS SELECT * FROM {s}")
+    world.run_sql("UPDATE backfill_snapshots.agreeing AS s SET gross = d.gross FROM daily_revenue AS d "
+                  "WHERE s.order_date = d.order_date AND s.region = d.region AND s.order_date = ?", [DAY])
+    world.run_sql(f"DROP TABLE {s}")
+    world.run_sql(f"CREATE VIEW {s} AS SELECT * FROM backfill_snapshots.kept WHERE current_query() LIKE '%sha256:%' "
+                  "UNION ALL SELECT * FROM backfill_snapshots.agreeing WHERE current_query() NOT LIKE '%sha256:%'")
+    capfd.readouterr()
+    assert world.cli("reconcile", "fix") == 1
+    assert "is a view, not a table" in capfd.readouterr().err
+    world.cli("publish", "fix")
+    true_gross = world.sql("SELECT gross FROM daily_revenue WHERE order_date = ? AND region = ?",
+                           [DAY, region])[0][0] - 1000
+    published = world.sql("SELECT gross FROM published_revenue WHERE order_date = ? AND region = ?", [DAY, region])
+    assert published in ([], [(true_gross,)]), (
+        f"an undeclared gross change reached consumers ({published}, snapshot {true_gross}); gate "
+        f"{verdicts(world, 'fix')[DAY]}; phase {world.phase('fix')}")

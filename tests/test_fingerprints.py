@@ -188,3 +188,24 @@ def test_float_arrays_keep_every_bit_whatever_the_database_sets(engine):
                         "ARRAY[CAST(0.1 AS DOUBLE PRECISION) + CAST(0.2 AS DOUBLE PRECISION)])")
         found = fingerprints(session, "arrays", ["a"], scheme, "day", keys)
     assert found["2026-01-01"] != found["2026-01-02"]
+
+
+def test_a_fingerprint_is_of_a_plain_table_never_of_a_view_or_rows_under_row_security(engine):
+    """A view can answer each statement differently (current_query() on both engines): the bytes a
+    fingerprint proves would not be those the next statement reads (found by an attack)."""
+    from backfill_assets.errors import ForgedRecord
+
+    with engine.session() as session:
+        make_table(session)
+        session.execute("CREATE VIEW seen AS SELECT * FROM golden")
+        assert session.engine.relation_kind(session, "golden") == "table"
+        assert session.engine.relation_kind(session, "SEEN") == "view"
+        assert session.engine.relation_kind(session, "nothing_here") is None
+        with pytest.raises(ForgedRecord, match="seen is a view, not a table"):
+            fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
+        with pytest.raises(ForgedRecord, match="is a view"):
+            fingerprints_like(session, "seen", LEGACY_COLUMNS, SCHEME, "day", LEGACY_GOLDEN)
+        if engine.name == "postgresql":
+            session.execute("ALTER TABLE golden ENABLE ROW LEVEL SECURITY")
+            with pytest.raises(ForgedRecord, match="golden is a table under row security"):
+                fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)

@@ -199,3 +199,31 @@ def test_a_rollup_never_reads_upstream_days_whose_writes_predate_sha256_fingerpr
     assert loaded.code != 0 and _month_net(world, "published_monthly_revenue") == 0.0, loaded.out
     said = loaded.err + loaded.out
     assert "reads daily_revenue 2026-01-01, whose write's fingerprint" in said and "predates sha256" in said, said
+
+
+def test_a_rollup_never_reads_upstream_bytes_a_view_shows_only_to_non_fingerprint_statements(days_world, run_cli):
+    """Insider (warehouse write, no key). Same class as fix 5, on the upstream path of fix 1: the
+    upstream check fingerprints the days (`_changed_since_passed`), then the month's recomputation
+    reads them in another statement. With daily_revenue swapped for a view that shows the gated rows
+    to the upstream check's statement and edited rows to any other (DuckDB's current_query()), the month is computed
+    from +1,000,000 no gate of daily_revenue passed, and published (README: "a table computed from a
+    replayable table reads only data its gates passed"). Found by an attack: refused now, since a
+    fingerprint proves the bytes of a plain table only."""
+    world = days_world
+    gated = _days_net(world, "published_revenue")
+    world.run_sql("CREATE TABLE daily_kept AS SELECT * FROM daily_revenue")
+    world.run_sql("CREATE TABLE daily_edited AS SELECT * FROM daily_revenue")
+    world.run_sql("UPDATE daily_edited SET net_revenue = net_revenue + 1000000 WHERE order_date = DATE '2026-01-10' "
+                  "AND region = (SELECT min(region) FROM daily_edited WHERE order_date = DATE '2026-01-10')")
+    world.run_sql("DROP TABLE daily_revenue")
+    # honest to the upstream check's fingerprint pass (`FROM "daily_revenue" AS t`, quoted), edited to
+    # every statement that embeds the month's select_sql (`FROM daily_revenue`: its write and its gates)
+    honest = """current_query() LIKE '%"daily_revenue" AS t%'"""
+    world.run_sql(f"CREATE VIEW daily_revenue AS SELECT * FROM daily_kept WHERE {honest} "
+                  f"UNION ALL SELECT * FROM daily_edited WHERE NOT ({honest})")
+    loaded = run_cli("load", "monthly_revenue", "--start", MONTH, "--end", MONTH)
+    month = _month_net(world, "published_monthly_revenue")
+    assert loaded.code != 0 and "daily_revenue is a view, not a table" in loaded.err + loaded.out, loaded.err
+    assert round(month - gated, 2) != 1000000.0, (
+        f"load exit {loaded.code}: consumers see January at {month:,.2f}, the gated days sum to {gated:,.2f}\n"
+        + loaded.out + loaded.err)

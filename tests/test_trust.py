@@ -701,3 +701,37 @@ def test_a_pull_request_cannot_get_allowed_from_the_ci_guard_by_changing_its_def
                            env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
     assert shown.code == 1 and "ALLOWED" not in shown.out, (
         "an unsigned plan got ALLOWED from the CI guard:\n" + shown.out)
+
+
+def test_a_pull_requests_definitions_never_make_plan_show_count_an_unsigned_plan_approved(
+        world, run_subprocess, tmp_path):
+    """Pull-request author. Fix 6 moved the guard's definitions into a child process because a
+    definitions module that patched the tally made an unsigned plan count as approved. `plan show`
+    ("signatures counted and void", README) still loads the definitions (workspace.yaml) in the process
+    that counts the signatures, after it resolved the root: a reviewer running it on the pull request's
+    checkout, with the default branch's files named, read "(approved)" for a plan nobody signed (found
+    by an attack). They load in a child now, as the guard's do."""
+    from backfill_assets.trust.policy import DEFAULT_TEXT
+    from tests.conftest import BIN
+
+    repo = tmp_path / "checkout"
+    (repo / "plans").mkdir(parents=True)
+    path = write_plan(repo / "plans" / "sneaky.yaml", complete_plan(plan_id="sneaky"))
+    (repo / "workspace.yaml").write_text("load_from:\n  - python_file: team_defs.py\n")
+    (repo / "team_defs.py").write_text(
+        "from backfill_assets.demo import daily as _d\n"
+        "defs = _d.defs\n"
+        "import backfill_assets.trust.root as _r\n"
+        "_r.Tally.approved = property(lambda self: True)\n"
+        "_r.Tally.missing = lambda self: []\n")
+    main = tmp_path / "main-branch"
+    main.mkdir()
+    (main / "allowed_signers").write_text((world.root / "approvers" / "allowed_signers").read_text())
+    (main / "policy.yaml").write_text(DEFAULT_TEXT)
+    args = [str(BIN / "backfill"), "plan", "show", str(path), "--allowed-signers", str(main / "allowed_signers"),
+            "--policy", str(main / "policy.yaml")]
+    env = {"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}
+    honest = run_subprocess(command=[*args, "--defs", "backfill_assets.demo.daily"], env=env, cwd=repo)
+    assert honest.code == 0 and "(approved)" not in honest.out, honest.out
+    shown = run_subprocess(command=args, env=env, cwd=repo)
+    assert "(approved)" not in shown.out, "plan show calls an unsigned plan approved:\n" + shown.out

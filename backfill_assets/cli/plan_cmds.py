@@ -272,6 +272,7 @@ def _summary(keys: list[str], limit: int = 6) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from backfill_assets.cli.common import home_of, resolve_root
+    from backfill_assets.cli.guard_fit import fit_in_child
     from backfill_assets.plan.approvals import file_tally
     from backfill_assets.plan.loading import estimate_window
 
@@ -279,8 +280,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     plan = load_plan(path)
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
-    table, why = _table_for(plan.target, args.defs, required=False)
-    code = table.code_identity(plan.assets) if table else None
+    # the definitions (a pull request's, on a reviewer's checkout) load in a child, as the guard's
+    # do: never where the signatures are counted
+    _, why, code = fit_in_child(path, args.defs)
     size = estimate_window(plan.window.start, plan.window.end)
     print(f"plan       {plan.plan_id}  (owner {plan.owner})")
     print(f"sha256     {sha}")
@@ -298,7 +300,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if plan.expect is not None:  # judged by the gate changes_as_expected against the plan's snapshots
         print(f"expect     {plan.expect.describe()}")
     root = view.root
-    print(f"signs      plan {sha[:12]}; code {code or f'(not checked: {why})'}; warehouse "
+    print(f"signs      plan {sha[:12]}; code {code or f'({why})'}; warehouse "
           + (root.warehouse_id if root and root.warehouse_id else "(not checked: no control record here; "
               "pass --warehouse ID)") + "; expires at most "
           + (f"{root.policy.model.approvals.valid_days} day(s)" if root else "(policy unknown)")

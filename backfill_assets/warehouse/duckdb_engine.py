@@ -396,6 +396,15 @@ class DuckDBEngine(PostgresSpelling, Engine):
             "AND table_schema = coalesce(?, current_schema()) AND lower(table_name) = lower(?)",
             [schema, table]))
 
+    def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        found = session.rows(
+            "SELECT 'table' FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = coalesce(?, current_schema()) AND lower(table_name) = lower(?) UNION ALL "
+            "SELECT 'view' FROM duckdb_views() WHERE database_name = current_database() "
+            "AND schema_name = coalesce(?, current_schema()) AND lower(view_name) = lower(?)",
+            [schema, table, schema, table])
+        return str(found[0][0]) if found else None
+
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
         # duckdb_columns(), the function information_schema.columns is a view over: a quarter of
         # its cost (~1 ms), and every fingerprint reads it

@@ -264,6 +264,11 @@ class Engine(ABC):
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool: ...
 
     @abstractmethod
+    def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        """'table' for a plain table whose rows every statement reads alike; else what it is (a
+        view, a table under row security), or None when there is none."""
+
+    @abstractmethod
     def temp_table_name(self, prefix: str) -> str:
         """A fresh name, qualified by the engine's session-temporary schema, for a table that lives
         only in this session: never a user's table of the same name, never another use's."""

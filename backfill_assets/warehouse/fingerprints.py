@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.warehouse import legacy_fingerprints as legacy
@@ -105,6 +106,13 @@ def fingerprints_like(session: Session, table: str, columns: Sequence[str], sche
 
 def _grouped(session: Session, table: str, scheme: PartitionScheme, partition_column: str,
              keys: Sequence[str], schema: str | None, aggregate: str, empty: Fingerprint) -> dict[str, Fingerprint]:
+    kind = session.engine.relation_kind(session, table, schema)
+    if kind not in (None, "table"):
+        # a view can answer each statement differently (DuckDB's and PostgreSQL's current_query()):
+        # the bytes a fingerprint proves must be the bytes the next statement reads
+        name = f"{schema}.{table}" if schema else table
+        raise ForgedRecord(f"{name} is a {kind}, not a table: a fingerprint proves the bytes of a table only, and "
+                           "this one was replaced", fix="restore the table from backup before anything reads it")
     source = qualified(schema, table) if schema else quote(table)
     group = grouping(session.engine, scheme, f"t.{quote(partition_column)}", keys)
     rows = session.rows(

@@ -244,6 +244,18 @@ class PostgresEngine(PostgresSpelling, Engine):
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(?, current_schema()) "
             "AND lower(table_name) = lower(?)", [schema, table]))
 
+    def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        found = session.rows(
+            "SELECT c.relkind, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = coalesce(?, current_schema()) AND lower(c.relname) = lower(?) "
+            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f')", [schema, table])
+        if not found:
+            return None
+        kind, row_security = found[0]
+        if kind in ("r", "p"):
+            return "table under row security" if row_security else "table"
+        return {"v": "view", "m": "materialized view", "f": "foreign table"}[str(kind)]
+
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
         rows = session.rows(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
