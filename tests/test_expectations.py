@@ -55,6 +55,22 @@ def verdicts(world: World, plan_id: str, gate: str = CHANGES_AS_EXPECTED) -> dic
     return {k: e.gates[gate] for k, e in latest.items() if e is not None}
 
 
+def undeclared_gross_change(world: World) -> str:
+    """The buggy window, then one order of DAY grows (so gross changes too), a plan that declares
+    only net_revenue up, run: its gate fails on DAY. Returns the order's region."""
+    assert world.materialize(WINDOW, spec=BUGGY).success
+    order_id, region, _ = world.sql(
+        "SELECT order_id, region, amount FROM orders WHERE order_date = ? AND status <> 'refunded' "
+        "ORDER BY order_id LIMIT 1", [DAY])[0]
+    world.run_sql("UPDATE orders SET amount = amount + 1000 WHERE order_id = ?", [order_id])
+    path = plan_with(world, "fix", NET_UP)
+    assert world.cli("run", str(path), "--proof") == 0
+    world.cli("run", str(path))
+    passed, figures = verdicts(world, "fix")[DAY]
+    assert not passed and "gross" in figures["detail"]  # the gate sees the undeclared change
+    return str(region)
+
+
 def test_a_declared_change_in_its_direction_passes_with_its_figures(engine_world):
     world = engine_world
     buggy_window(world)
@@ -358,18 +374,7 @@ def test_a_snapshot_edited_after_it_was_taken_never_makes_changes_as_expected_pa
 
     Found by an attack: the gate now fingerprints the snapshot's rows against the sealed record of
     what was taken, and fails the partition when they differ."""
-    assert world.materialize(WINDOW, spec=BUGGY).success
-    # the source moved since the buggy run: one order of DAY is bigger, so gross changes too (not
-    # declared by the plan, which expects only net_revenue to go up)
-    order_id, region, _ = world.sql(
-        "SELECT order_id, region, amount FROM orders WHERE order_date = ? AND status <> 'refunded' "
-        "ORDER BY order_id LIMIT 1", [DAY])[0]
-    world.run_sql("UPDATE orders SET amount = amount + 1000 WHERE order_id = ?", [order_id])
-    path = plan_with(world, "fix", NET_UP)
-    assert world.cli("run", str(path), "--proof") == 0
-    world.cli("run", str(path))
-    passed, figures = verdicts(world, "fix")[DAY]
-    assert not passed and "gross" in figures["detail"]  # the gate sees the undeclared change
+    region = undeclared_gross_change(world)
     assert world.phase("fix") != "reconciled"
 
     # the insider: the snapshot's rows of DAY now "were" what the replay wrote (gross included)
@@ -399,16 +404,7 @@ def test_a_snapshot_swapped_for_a_view_never_makes_changes_as_expected_pass(worl
     to the fingerprint pass (it names 'sha256:'), rows agreeing with the replay to the comparison.
     The undeclared change then passed its gate and reached consumers (found by an attack): a
     fingerprint now refuses a relation that is not a plain table."""
-    assert world.materialize(["2026-01-01", "2026-01-02", DAY, "2026-01-04"], spec=BUGGY).success
-    order_id, region, _ = world.sql(
-        "SELECT order_id, region, amount FROM orders WHERE order_date = ? AND status <> 'refunded' "
-        "ORDER BY order_id LIMIT 1", [DAY])[0]
-    world.run_sql("UPDATE orders SET amount = amount + 1000 WHERE order_id = ?", [order_id])
-    path = plan_with(world, "fix", NET_UP)
-    assert world.cli("run", str(path), "--proof") == 0
-    world.cli("run", str(path))
-    passed, figures = verdicts(world, "fix")[DAY]
-    assert not passed and "gross" in figures["detail"]  # the undeclared change is seen
+    region = undeclared_gross_change(world)
     # the insider: the snapshot becomes a view, honest to fingerprints, agreeing with the replay otherwise
     snap = snapshot_table("fix", "daily_revenue")
     s = f"backfill_snapshots.{snap}"

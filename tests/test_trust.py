@@ -664,32 +664,37 @@ def test_the_guard_reading_the_warehouse_without_the_key_never_counts_under_a_re
     assert named.code == 1 and "differ from the trust root pinned in the warehouse" in named.out, named.out
 
 
-def test_a_pull_request_cannot_get_allowed_from_the_ci_guard_by_changing_its_definitions(
-        world, run_subprocess, tmp_path):
-    """The guard imported the pull request's definitions (to fit the plan to its table) into the
-    process that counts the signatures, and a definitions module that patched the tally got ALLOWED
-    for an unsigned plan (found by an attack). The definitions load in a child process now."""
-    # the CI checkout of a pull request: a plan with no signature at all, and the PR's own
-    # workspace.yaml / definitions module (which the team's repository has: the PR edits it)
+def pull_request_checkout(world, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A CI checkout of a pull request: an unsigned plan, and the PR's workspace.yaml and definitions
+    module (the team's definitions, plus a patch making every tally approved); beside it, the
+    default branch's reviewed allowed_signers and policy. Returns (checkout, plan, default branch)."""
+    from backfill_assets.trust.policy import DEFAULT_TEXT
+
     repo = tmp_path / "checkout"
     (repo / "plans").mkdir(parents=True)
     path = write_plan(repo / "plans" / "sneaky.yaml", complete_plan(plan_id="sneaky"))
     (repo / "workspace.yaml").write_text("load_from:\n  - python_file: team_defs.py\n")
     (repo / "team_defs.py").write_text(
-        "from backfill_assets.demo.daily import *  # noqa: F401,F403 - the team's definitions, unchanged\n"
         "from backfill_assets.demo import daily as _d\n"
         "defs = _d.defs\n"
-        "# the pull request's addition: the guard imports this module before it counts signatures\n"
+        "# the pull request's addition, imported wherever the definitions load\n"
         "import backfill_assets.trust.root as _r\n"
         "_r.Tally.approved = property(lambda self: True)\n"
         "_r.Tally.missing = lambda self: []\n")
-    # CI: no warehouse, the default branch's reviewed files named explicitly, as the README says
     main = tmp_path / "main-branch"
     main.mkdir()
     (main / "allowed_signers").write_text((world.root / "approvers" / "allowed_signers").read_text())
-    from backfill_assets.trust.policy import DEFAULT_TEXT
-
     (main / "policy.yaml").write_text(DEFAULT_TEXT)
+    return repo, path, main
+
+
+def test_a_pull_request_cannot_get_allowed_from_the_ci_guard_by_changing_its_definitions(
+        world, run_subprocess, tmp_path):
+    """The guard imported the pull request's definitions (to fit the plan to its table) into the
+    process that counts the signatures, and a definitions module that patched the tally got ALLOWED
+    for an unsigned plan (found by an attack). The definitions load in a child process now."""
+    # CI: no warehouse, the default branch's reviewed files named explicitly, as the README says
+    repo, path, main = pull_request_checkout(world, tmp_path)
     # baseline: with the team's definitions (--defs), the unsigned plan is refused
     honest = run_subprocess(command=[str(HOOK), str(path), "--allowed-signers", str(main / "allowed_signers"),
                                      "--policy", str(main / "policy.yaml"), "--defs", "backfill_assets.demo.daily"],
@@ -711,23 +716,9 @@ def test_a_pull_requests_definitions_never_make_plan_show_count_an_unsigned_plan
     that counts the signatures, after it resolved the root: a reviewer running it on the pull request's
     checkout, with the default branch's files named, read "(approved)" for a plan nobody signed (found
     by an attack). They load in a child now, as the guard's do."""
-    from backfill_assets.trust.policy import DEFAULT_TEXT
     from tests.conftest import BIN
 
-    repo = tmp_path / "checkout"
-    (repo / "plans").mkdir(parents=True)
-    path = write_plan(repo / "plans" / "sneaky.yaml", complete_plan(plan_id="sneaky"))
-    (repo / "workspace.yaml").write_text("load_from:\n  - python_file: team_defs.py\n")
-    (repo / "team_defs.py").write_text(
-        "from backfill_assets.demo import daily as _d\n"
-        "defs = _d.defs\n"
-        "import backfill_assets.trust.root as _r\n"
-        "_r.Tally.approved = property(lambda self: True)\n"
-        "_r.Tally.missing = lambda self: []\n")
-    main = tmp_path / "main-branch"
-    main.mkdir()
-    (main / "allowed_signers").write_text((world.root / "approvers" / "allowed_signers").read_text())
-    (main / "policy.yaml").write_text(DEFAULT_TEXT)
+    repo, path, main = pull_request_checkout(world, tmp_path)
     args = [str(BIN / "backfill"), "plan", "show", str(path), "--allowed-signers", str(main / "allowed_signers"),
             "--policy", str(main / "policy.yaml")]
     env = {"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}
