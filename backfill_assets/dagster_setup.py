@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -161,6 +163,26 @@ def _password_from_url() -> None:
             os.environ[INSTANCE_PASSWORD_ENV] = unquote(password)
 
 
+@contextmanager
+def opening_instance(path: Path) -> Iterator[None]:
+    """Held while an instance opens: the first to open a home's instance creates its sqlite
+    storage (tables, migration stamps), and two at once raced (`table alembic_version already
+    exists`, exit 3). Without a writable folder (a read-only home) none is taken: nothing is
+    created there either."""
+    import fcntl
+
+    try:
+        handle = os.open(path / ".instance.lock", os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # and the lock with it
+
+
 def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
     """`quiet`: say no note now (recording the plan state on the way out of a command is not where
     the note about the home's dagster.yaml belongs; the command that runs things says it)."""
@@ -176,7 +198,8 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
     from backfill_assets import dagster_storage  # noqa: F401 - its storages' schema checks read the scripts once
 
     try:
-        instance = dg.DagsterInstance.from_config(str(path))
+        with opening_instance(path):
+            instance = dg.DagsterInstance.from_config(str(path))
     except dg.DagsterInvalidConfigError as exc:
         why = "; ".join(e.message for e in getattr(exc, "errors", []) or []) or str(exc)
         import re

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from backfill_assets.bounded import refuse_non_regular
 from backfill_assets.home import Home
 
 _verbose = False
@@ -32,8 +33,11 @@ def verbose() -> bool:
 
 
 def log_file(home: Home) -> Path:
+    """The log file, its folder made; one line when something other than a file is there (opening
+    a named pipe to append blocks until a reader comes, a folder cannot be opened)."""
     path = home.log_file
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_non_regular(path, "the log file", "move it out of the way: backfill appends its log there")
     return path
 
 

@@ -138,6 +138,8 @@ def _log_details(args: argparse.Namespace, text: str) -> str:
         return str(path)
     except OSError:
         return "nowhere: the home is not writable"
+    except BackfillError as exc:  # the log file is not a file
+        return f"nowhere: {exc.message}"
 
 
 def _log_traceback(args: argparse.Namespace) -> str:

@@ -40,13 +40,16 @@ def load_files(signers_path: str, policy_path: str | None, fallback: Policy | No
                ) -> tuple[AllowedSigners, Policy]:
     """allowed_signers and its policy: --policy, else policy.yaml beside the file, else `fallback`
     (the pinned policy when re-pinning, the default one at init)."""
+    import os
     from pathlib import Path
 
     signers = AllowedSigners.load(signers_path)
     beside = Path(signers_path).parent / POLICY_FILE
     if policy_path:
         policy = Policy.load(policy_path)
-    elif beside.is_file():
+    elif os.path.lexists(beside):
+        # present, whatever it is: read (or refused in one line) as the team's policy, never
+        # passed over for the default one (a dangling link, a pipe, a folder)
         policy = Policy.load(beside)
     else:
         policy = fallback or Policy.default()

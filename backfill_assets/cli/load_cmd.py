@@ -5,7 +5,9 @@ them. The load refuses before launching anything when one of them is history (it
 was written before) or lies in an active plan's window, naming the first; then it runs ranges of
 the target and its published asset, gated and published like the daily schedule's runs, shows its
 progress, and halts at the first range whose gates fail. Each run's permission decides again,
-inside each write transaction.
+inside each write transaction. A load retried after one was killed converges: partitions whose
+latest write was plan-free, passed its gates and still holds its bytes are not history to it;
+they are not written again, and those not yet published are published (under the same rule).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from backfill_assets.errors import PlanRefused, UsageError
 if TYPE_CHECKING:
     from backfill_assets.loaded_defs import LoadedDefs
     from backfill_assets.partitions import PartitionScheme
+    from backfill_assets.table import TableSpec
+    from backfill_assets.warehouse.engine import Session
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +62,26 @@ def _per_run(args: argparse.Namespace, loaded: LoadedDefs, target: str) -> int:
     return (policy.max_partitions_per_run if policy else None) or 1
 
 
+def _loaded_before(session: Session, spec: TableSpec, scheme: PartitionScheme,
+                   keys: Sequence[str]) -> tuple[set[str], list[str]]:
+    """Of `keys` (history), those whose latest write was plan-free, passed its gates and still holds
+    its bytes (a load's, or the schedule's), and of them those not published as written: a retried
+    load converges on them instead of calling them history. Publish decides on them again."""
+    from backfill_assets.control import ledger
+    from backfill_assets.warehouse.fingerprints import fingerprints, fingerprints_like
+
+    latest = ledger.latest(session, spec.name, keys, figures=False)
+    passed = {k: e.fingerprint for k, e in latest.items() if e is not None and e.plan_id is None and e.passed
+              and not e.fingerprint.legacy and all(fp == e.fingerprint.digest for fp in e.checked.values())}
+    if not passed:
+        return set(), []
+    now = fingerprints_like(session, spec.table, spec.columns, scheme, spec.partition_column, passed)
+    done = {k for k, fp in passed.items() if now[k] == fp}
+    published = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column,
+                             sorted(done)) if done and session.engine.table_exists(session, spec.publish_table) else {}
+    return done, [k for k in keys if k in done and published.get(k) != passed[k]]
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     from backfill_assets.control import ledger, record
     from backfill_assets.dagster_setup import instance_for
@@ -80,23 +104,46 @@ def cmd_load(args: argparse.Namespace) -> int:
             raise PlanRefused(f"{held[0]} of {spec.name} lies in plan {held[1].plan_id}'s window",
                               fix=f"load around it, or run it with the plan (`backfill status {held[1].plan_id}`)")
         old = history(session, spec, scheme, keys)
+        # what an earlier load of these keys wrote, gated and left unchanged (one killed before its
+        # publish, or halted): not written again; published, if it is not yet
+        done, unpublished = _loaded_before(session, spec, scheme, [k for k in keys if k in old])
+    old = {k: why for k, why in old.items() if k not in done}
     if old:
         first = next(k for k in keys if k in old)
         raise PlanRefused(f"{len(old)} of the {len(keys)} partition(s) of {spec.name} are history "
                           f"({first} {old[first]}); only partitions never written load without a plan",
                           fix=f"load the new ones around them, and replay history with a plan (`backfill plan new "
                               f"plans/<id>.yaml --target {spec.name}`)")
-    stage = Stage(f"load {spec.name}", runs_of(keys, _per_run(args, loaded, spec.name), scheme))
+    todo = [k for k in keys if k not in done]
+    stage = Stage(f"load {spec.name}", runs_of(todo, _per_run(args, loaded, spec.name), scheme))
+    already = (f"{len(done)} partition(s) loaded before, gated and unchanged: not written again"
+               + (f"; {len(unpublished)} of them published now" if unpublished else "")) if done else ""
     if args.dry_run:
-        print(stage.describe() + "\n(dry run: nothing written)")
+        print("\n".join(filter(None, [stage.describe() if todo else "", already.replace(" now", " by the load")]))
+              + "\n(dry run: nothing written)")
         return 0
-    output.say(stage.describe())
+    if todo:
+        output.say(stage.describe())
+    if already:
+        output.say(already)
+    if not todo and not unpublished:
+        print(f"nothing to load: the {len(keys)} partition(s) of {spec.name} were loaded and published before")
+        return 0
     instance = instance_for(home)
-    progress = Progress(len(keys), stage.name, output.write, output.terminal_is_tty())
+    progress = Progress(len(todo), stage.name, output.write, output.terminal_is_tty())
     runs, halted = 0, None
     fail_dead_runs(instance)
     part: Sequence[str]  # a run's keys, then the halted run's
     with output.dagster_output(home) as log:
+        for first, last in scheme.runs(unpublished):
+            span = list(scheme.ordered_keys[scheme.position(first):scheme.position(last) + 1])
+            _, errors = run_range(loaded, table, instance, None, span, actor(), output.run_config(),
+                                  assets=[spec.publish_as])
+            if errors:
+                for error in errors[:3]:
+                    print(f"  publish failed: {error}")
+                print(f"the partitions loaded before were not published; Dagster's log: {log}")
+                return 1
         for part in stage.runs:
             _, errors = run_range(loaded, table, instance, None, list(part), actor(), output.run_config(),
                                   assets=[spec.name, spec.publish_as])
@@ -106,8 +153,8 @@ def cmd_load(args: argparse.Namespace) -> int:
                 halted = (list(part), errors)
                 break
     if halted is None:
-        print(f"loaded {len(keys)} partition(s) of {spec.name} in {runs} run(s), gated and published to "
-              f"{spec.publish_as}")
+        print(f"loaded {len(todo)} partition(s) of {spec.name} in {runs} run(s), gated and published to "
+              f"{spec.publish_as}" + (f" ({len(done)} loaded before)" if done else ""))
         return 0
     part, errors = halted
     with writing(args) as session:

@@ -34,7 +34,10 @@ def given(args: argparse.Namespace) -> bool:
 
 
 def _refuse(what: Sequence[str], window: Sequence[str], plan_id: str) -> WindowError:
-    shown = ", ".join(repr(k) if not k or k != k.strip() else k for k in what[:3]) or "(none)"
+    # repr for a key with surrounding space or any unprintable character: a pasted line break
+    # must not make the one-line refusal two lines
+    shown = ", ".join(repr(k) if not k or k != k.strip() or not k.isprintable() else k
+                      for k in what[:3]) or "(none)"
     more = f" (+{len(what) - 3} more)" if len(what) > 3 else ""
     return WindowError(f"partitions {shown}{more} are not in the window {window[0]}..{window[-1]} of plan "
                        f"{plan_id}", fix=_FIX)
@@ -66,7 +69,8 @@ def chosen(args: argparse.Namespace, window: Sequence[str], plan_id: str) -> lis
     for key in args.partition or []:
         (named if key in position else outside).append(key)
     if args.partitions is not None:
-        for item in (i.strip() for i in args.partitions.split(",")):
+        # commas, or line breaks (keys pasted from a file: `--partitions "$(cat keys.txt)"`)
+        for item in (i.strip() for i in args.partitions.replace("\r", "\n").replace("\n", ",").split(",")):
             if item:
                 named.extend(_resolve(item, position, window, plan_id))
     if args.partitions_file:

@@ -1,0 +1,114 @@
+"""A hurried user's faults, found by an attack (each test failed first): a named pipe or a folder
+where the log file goes, a policy file beside allowed_signers that cannot be read, a load killed
+between its write and its publish and then run again, commands started together on a new home, a
+line break pasted into `--partitions`. Every command runs as a process of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.world import keys, signers_text
+
+pytestmark = pytest.mark.separate_processes  # the commands under test run as processes of their own
+
+KILLED = -9
+
+
+def one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("backfill: "), err
+    assert "internal error" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "directory"])
+def test_a_log_file_that_is_a_named_pipe_or_a_folder_is_one_line_never_a_hang(world, cli, kind):
+    """`backfill run` appends Dagster's output to BACKFILL_HOME/logs/backfill.log: a named pipe there
+    blocked the open forever (no reader), a folder there was an internal error (exit 3)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    log = world.home / "logs" / "backfill.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if log.exists():
+        log.unlink()
+    os.mkfifo(log) if kind == "named pipe" else log.mkdir()
+    try:
+        done = cli("run", "fix", "--proof", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`backfill run fix --proof` hung with {log} a {kind}")
+    assert done.code == 2 and str(log) in one_line(done.err), done.err
+    assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "named pipe", "directory"])
+def test_init_never_pins_the_default_policy_over_a_policy_file_it_cannot_read(tmp_path, ssh_keys, run_subprocess,
+                                                                              kind):
+    """`init --allowed-signers FILE` pins the policy.yaml beside FILE. When that name exists but is no
+    readable file (a link into a checkout that moved, a pipe, a folder), it pinned the default policy
+    (2 approvers, 14 days) instead, and `init` never replaces a root."""
+    reviewed = tmp_path / "approvers"
+    reviewed.mkdir()
+    (reviewed / "allowed_signers").write_text(signers_text(ssh_keys))
+    policy = reviewed / "policy.yaml"
+    if kind == "dangling symlink":
+        policy.symlink_to(tmp_path / "moved-checkout" / "policy.yaml")
+    elif kind == "named pipe":
+        os.mkfifo(policy)
+    else:
+        policy.mkdir()
+    done = run_subprocess("init", "--allowed-signers", str(reviewed / "allowed_signers"), timeout=60)
+    shown = run_subprocess("approvers", "show", timeout=60)
+    assert done.code == 2 and "policy.yaml" in one_line(done.err), (done.code, done.err)
+    assert "trust root v1" not in shown.out, shown.out
+
+
+def test_a_killed_load_converges_when_run_again_publishing_what_it_wrote(world, cli):
+    """A load killed after a ranged run's write committed (gated, passed) but before that run's
+    publish left those partitions written and unpublished; the same load again refused them as
+    history and `status` named nothing: no command put them in front of consumers."""
+    span = ("--start", "2026-01-01", "--end", "2026-01-04", "--per-run", "2")
+    killed = cli("load", "daily_revenue", *span, env={"BACKFILL_CRASH_AT": "write.after_commit@1"})
+    assert killed.code == KILLED, killed.err
+    assert [world.rows("daily_revenue", k) for k in keys(1, 2)] == [5, 5]  # written and gated
+    assert [world.rows("published_revenue", k) for k in keys(1, 2)] == [0, 0]  # never published
+    again = cli("load", "daily_revenue", *span)
+    assert again.code == 0, again.err
+    assert "2 partition(s) loaded before, gated and unchanged: not written again; 2 of them published now" \
+        in again.err, again.err
+    assert world.fingerprints("published_revenue", keys(1, 4)) == world.fingerprints("daily_revenue", keys(1, 4))
+    assert [world.rows("published_revenue", k) for k in keys(1, 4)] == [5] * 4
+    assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(4,)]  # none written twice
+    # and once more: nothing to do
+    done = cli("load", "daily_revenue", *span)
+    assert done.code == 0 and "nothing to load" in done.out, done
+
+
+def test_commands_started_together_on_a_new_home_never_exit_3(tmp_path, ssh_keys, run_subprocess, cli_server):
+    """`init` writes dagster.yaml, not Dagster's sqlite storage: the first commands to open the
+    instance create its tables, and several at once raced (`table alembic_version already
+    exists`, exit 3)."""
+    from tests.conftest import BIN
+
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(signers_text(ssh_keys))
+    home = tmp_path / "home"
+    assert run_subprocess("init", "--allowed-signers", str(signers)).code == 0
+    env = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore",
+           "BACKFILL_DEFS": "backfill_assets.demo.daily"}
+    started = [cli_server.start([str(BIN / "backfill"), "status"], env, tmp_path) for _ in range(4)]
+    ended = [(command.communicate(timeout=120), command.returncode) for command in started]
+    bad = [(code, err.strip()) for (_, err), code in ended if code != 0]
+    assert not bad, bad
+
+
+def test_a_partitions_value_with_a_line_break_is_still_one_line(world, run_cli):
+    """A key pasted with its line break (`--partitions "$(cat keys.txt)"`) was echoed as it was, so
+    the one-line refusal became two lines, the second starting with whatever the value held. Line
+    breaks separate keys as commas do."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    for command in ("diff", "run"):
+        refused = run_cli(command, "fix", "--partitions", "2026-01-02\nbackfill: ALLOWED")
+        assert refused.code == 2 and "backfill: ALLOWED are not in the window" in one_line(refused.err), refused.err
+    listed = run_cli("run", "fix", "--partitions", "2026-01-02\n2026-01-03", "--dry-run")
+    assert listed.code == 0 and "2026-01-02..2026-01-03" in listed.out, listed
