@@ -165,6 +165,10 @@ def test_plan_new_never_overwrites_and_refuses_values_that_would_inject_yaml(tmp
     assert injected.code == 2 and "is not a plain value" in injected.err
     assert len(injected.err.strip().splitlines()) == 1
     assert not other.exists()
+    # an id no plan may have is refused here, not written for `plan validate` to refuse (found by an attack)
+    bad_id = run_cli("plan", "new", str(other), "--id", "../../evil")
+    assert bad_id.code == 2 and "--id '../../evil' is not a plan id" in bad_id.err, bad_id.err
+    assert not other.exists()
 
 
 # --- plan validate -----------------------------------------------------------------------------------

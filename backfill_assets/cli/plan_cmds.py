@@ -27,6 +27,7 @@ from backfill_assets.errors import (
 from backfill_assets.plan.approvals import signing_command
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import collect_problems, load_plan, read_plan_document
+from backfill_assets.plan.model import PLAN_ID_PATTERN
 
 if TYPE_CHECKING:
     from backfill_assets.control.record import PlanState
@@ -111,6 +112,9 @@ def cmd_new(args: argparse.Namespace) -> int:
     path = Path(args.plan_file)
     if path.exists():
         raise UsageError(f"{path} already exists", fix="choose another file name or delete it")
+    if args.id is not None and not re.match(PLAN_ID_PATTERN, args.id):
+        raise UsageError(f"--id {args.id!r} is not a plan id",
+                         fix="use 1-63 lowercase letters, digits, - and _, starting with a letter or digit")
     text = template_text()
     for key, value, indent in [("plan_id", args.id, ""), ("owner", args.owner, ""), ("target", args.target, ""),
                                ("start", args.start, "  "), ("end", args.end, "  ")]:

@@ -145,7 +145,6 @@ class AllowedSigners:
         raise SignatureError(f"key {sig.fingerprint} is listed for {name} in {self.source} but {reasons[0]}",
                              fix=f"update {name}'s line in {self.source} or sign with a currently valid key")
 
-
     def valid_until(self, principal: str, public_key: str | bytes, namespace: str = NAMESPACE,
                     at: datetime | None = None) -> datetime | None:
         """Until when this file lets ``principal`` sign with ``public_key`` in ``namespace`` (its
