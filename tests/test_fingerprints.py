@@ -199,7 +199,8 @@ def test_a_fingerprint_is_of_a_plain_table_never_of_a_view_or_rows_under_row_sec
         make_table(session)
         session.execute("CREATE VIEW seen AS SELECT * FROM golden")
         assert session.engine.relation_kind(session, "golden") == "table"
-        assert session.engine.relation_kind(session, "SEEN") == "view"
+        # as a statement's `FROM "SEEN"` resolves it: DuckDB folds case, PostgreSQL keeps it
+        assert session.engine.relation_kind(session, "SEEN") == ("view" if engine.name == "duckdb" else None)
         assert session.engine.relation_kind(session, "nothing_here") is None
         with pytest.raises(ForgedRecord, match="seen is a view, not a table"):
             fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
@@ -209,3 +210,22 @@ def test_a_fingerprint_is_of_a_plain_table_never_of_a_view_or_rows_under_row_sec
             session.execute("ALTER TABLE golden ENABLE ROW LEVEL SECURITY")
             with pytest.raises(ForgedRecord, match="golden is a table under row security"):
                 fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+
+
+def test_a_view_is_refused_even_beside_a_table_whose_name_differs_only_in_case(postgres_url):
+    """Insider (warehouse write). PostgreSQL keeps "SEEN" and seen apart, but relation_kind matches
+    lower(relname) and takes the first row, in no order: with a plain table "SEEN" made first, the
+    view seen (what `FROM "seen"` reads) is called a 'table', and a view that answers each
+    statement differently (current_query()) was fingerprinted as if it were one (found by an
+    attack). The name is resolved as the statement resolves it (to_regclass)."""
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse import engine_for
+
+    engine = engine_for(postgres_url)
+    with engine.session() as session:
+        make_table(session)
+        session.execute('CREATE TABLE "SEEN" AS SELECT * FROM golden')  # the decoy, made first
+        session.execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
+                        "UNION ALL SELECT * FROM golden WHERE current_query() NOT LIKE '%sha256%'")
+        with pytest.raises(ForgedRecord, match="is a view"):
+            fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)

@@ -227,3 +227,35 @@ def test_a_rollup_never_reads_upstream_bytes_a_view_shows_only_to_non_fingerprin
     assert round(month - gated, 2) != 1000000.0, (
         f"load exit {loaded.code}: consumers see January at {month:,.2f}, the gated days sum to {gated:,.2f}\n"
         + loaded.out + loaded.err)
+
+
+def test_a_rollup_never_reads_upstream_bytes_a_generated_column_shows_only_to_fingerprints(days_world, run_cli):
+    """Insider (warehouse write, no key). 59304e5 refuses a view in a fingerprinted table's place,
+    but a plain DuckDB table may hold a VIRTUAL generated column, computed at each read: with
+    current_query() in its expression, it shows the gated value to the fingerprint pass and an
+    edited one to every other statement. duckdb_tables() calls it a 'table', so relation_kind lets
+    it through, and the month was computed from +1,000,000 no gate of daily_revenue passed (found
+    by an attack). A table with a computed column is no plain table now."""
+    world = days_world
+    gated = _days_net(world, "published_revenue")
+    assert world.sql("SELECT count(*) FROM daily_revenue WHERE net_revenue <> gross - refunds")[0][0] == 0
+    region = world.sql("SELECT min(region) FROM daily_revenue WHERE order_date = DATE '2026-01-10'")[0][0]
+    honest = """current_query() LIKE '%"daily_revenue" AS t%'"""
+    edit = (f"CASE WHEN order_date = DATE '2026-01-10' AND region = '{region}' AND NOT ({honest}) "
+            "THEN 1000000 ELSE 0 END")
+    world.run_sql("CREATE TABLE daily_swapped (order_date DATE, region VARCHAR, orders BIGINT, gross DECIMAL(18,2), "
+                  "refunds DECIMAL(18,2), net_revenue DECIMAL(18,2) GENERATED ALWAYS AS "
+                  f"(CAST(gross - refunds + {edit} AS DECIMAL(18,2))) VIRTUAL, customers BIGINT)")
+    world.run_sql("INSERT INTO daily_swapped (order_date, region, orders, gross, refunds, customers) "
+                  "SELECT order_date, region, orders, gross, refunds, customers FROM daily_revenue")
+    world.run_sql("DROP TABLE daily_revenue")
+    world.run_sql("ALTER TABLE daily_swapped RENAME TO daily_revenue")
+    assert world.sql("SELECT kind FROM (SELECT 'table' AS kind FROM duckdb_tables() "
+                     "WHERE table_name = 'daily_revenue')")[0][0] == "table"
+    loaded = run_cli("load", "monthly_revenue", "--start", MONTH, "--end", MONTH)
+    month = _month_net(world, "published_monthly_revenue")
+    said = loaded.err + loaded.out
+    assert loaded.code != 0 and "daily_revenue is a table with computed columns, not a table" in said, said
+    assert round(month - gated, 2) != 1000000.0, (
+        f"load exit {loaded.code}: consumers see January at {month:,.2f}, the gated days sum to {gated:,.2f}\n"
+        + loaded.out + loaded.err)

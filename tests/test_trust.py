@@ -726,3 +726,28 @@ def test_a_pull_requests_definitions_never_make_plan_show_count_an_unsigned_plan
     assert honest.code == 0 and "(approved)" not in honest.out, honest.out
     shown = run_subprocess(command=args, env=env, cwd=repo)
     assert "(approved)" not in shown.out, "plan show calls an unsigned plan approved:\n" + shown.out
+
+
+def test_a_pull_request_cannot_run_code_in_the_guard_through_the_in_process_fit(world, run_subprocess, tmp_path):
+    """Pull-request author. 5fd5e1d fits definitions named backfill_assets.* (--defs
+    backfill_assets.demo.daily, as test_trust's honest baseline passes) in the guard's own process:
+    `loaded_defs._import_module` puts the current folder (the pull request's checkout) first on
+    sys.path there, and the demo's definitions then import the stdlib's `_strptime` for the first
+    time, so a `_strptime.py` the pull request adds to its checkout runs in the process that counts
+    the signatures, after the trust root was read. It patched the tally: an unsigned plan, ALLOWED
+    (found by an attack). Every definitions module loads in a child now."""
+    from tests.conftest import BIN
+
+    repo, path, main = pull_request_checkout(world, tmp_path)
+    (repo / "_strptime.py").write_text(
+        "import sysconfig as _s\n"
+        "exec(open(_s.get_paths()['stdlib'] + '/_strptime.py').read())  # the real module's names\n"
+        "import backfill_assets.trust.root as _r\n"
+        "_r.Tally.approved = property(lambda self: True)\n"
+        "_r.Tally.missing = lambda self: []\n")
+    shown = run_subprocess(command=[str(BIN / "backfill"), "guard", str(path), "--allowed-signers",
+                                    str(main / "allowed_signers"), "--policy", str(main / "policy.yaml"),
+                                    "--defs", "backfill_assets.demo.daily"],
+                           env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    assert "ALLOWED" not in shown.out and "0/2 approver signature(s)" in shown.out, (
+        "an unsigned plan got ALLOWED from the CI guard:\n" + shown.out + shown.err)

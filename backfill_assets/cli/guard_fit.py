@@ -33,14 +33,10 @@ TIMEOUT_SECONDS = 600
 def fit_in_child(plan_file: Path, defs: str | None) -> tuple[list[PlanProblem], str | None, str | None]:
     """(problems, a note why the fit was not checked, the table's code identity), from a child: a
     fork where this process runs one thread (it has imported what the fit needs: ~1 s less than a
-    new interpreter), else a new interpreter; here only for definitions of this package itself."""
-    reference = defs or os.environ.get("BACKFILL_DEFS") or ""
-    target = reference.partition(":")[0]
-    if target.startswith("backfill_assets.") and not target.endswith(".py") and os.sep not in target \
-            and not Path(target).exists():
-        # a module of this package (the demo's definitions): as trusted as the guard itself, and
-        # found through the package already imported, never through the current folder
-        return _read_answer(_fit(plan_file, defs))
+    new interpreter), else a new interpreter."""
+    # always a child, even for this package's own definitions: loading any of them puts the current
+    # folder (a pull request's checkout) first on the import path, and a module there named like one
+    # the definitions import later (`_strptime.py`) would run here (found by an attack)
     try:
         if hasattr(os, "fork") and threading.active_count() == 1:
             code, out, err = _forked(plan_file, defs)

@@ -397,9 +397,12 @@ class DuckDBEngine(PostgresSpelling, Engine):
             [schema, table]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        # a VIRTUAL generated column is computed at each read, like a view's rows
         found = session.rows(
-            "SELECT 'table' FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = coalesce(?, current_schema()) AND lower(table_name) = lower(?) UNION ALL "
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM duckdb_columns() AS c WHERE c.table_oid = t.table_oid "
+            "AND c.is_generated) THEN 'table with computed columns' ELSE 'table' END FROM duckdb_tables() AS t "
+            "WHERE t.database_name = current_database() AND t.schema_name = coalesce(?, current_schema()) "
+            "AND lower(t.table_name) = lower(?) UNION ALL "
             "SELECT 'view' FROM duckdb_views() WHERE database_name = current_database() "
             "AND schema_name = coalesce(?, current_schema()) AND lower(view_name) = lower(?)",
             [schema, table, schema, table])

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
+from backfill_assets.identifiers import qualified, quote
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
@@ -245,16 +246,19 @@ class PostgresEngine(PostgresSpelling, Engine):
             "AND lower(table_name) = lower(?)", [schema, table]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        # the relation the statements' `FROM "table"` reads, resolved as they resolve it (search
+        # path, case): never another whose name differs only in case
         found = session.rows(
-            "SELECT c.relkind, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = coalesce(?, current_schema()) AND lower(c.relname) = lower(?) "
-            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f')", [schema, table])
+            "SELECT c.relkind, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = c.oid "
+            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = 'v') FROM pg_class AS c "
+            "WHERE c.oid = to_regclass(?)", [qualified(schema, table) if schema else quote(table)])
         if not found:
             return None
-        kind, row_security = found[0]
+        kind, row_security, computed = found[0]
         if kind in ("r", "p"):
-            return "table under row security" if row_security else "table"
-        return {"v": "view", "m": "materialized view", "f": "foreign table"}[str(kind)]
+            return "table under row security" if row_security else \
+                "table with computed columns" if computed else "table"
+        return {"v": "view", "m": "materialized view", "f": "foreign table"}.get(str(kind), f"relation of kind {kind}")
 
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
         rows = session.rows(
