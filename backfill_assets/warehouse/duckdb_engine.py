@@ -66,6 +66,17 @@ class DuckDBSession(Session):
             pass  # the connection already dropped the transaction (e.g. after a fatal error)
 
 
+_BUILTINS: set[str] = set()
+
+
+def _builtin_names(session: Session) -> set[str]:
+    """The names of DuckDB's own functions (once a process: they are the library's)."""
+    if not _BUILTINS:
+        _BUILTINS.update(str(name) for (name,) in session.rows(
+            "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE internal"))
+    return _BUILTINS
+
+
 class DuckDBStatementError(WarehouseError):
     """A statement failed inside DuckDB; the first line of its message says why."""
 
@@ -397,13 +408,21 @@ class DuckDBEngine(PostgresSpelling, Engine):
             [schema, table]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
+        # a macro of the database's own named like a built-in answers every call of that name in
+        # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
+        # the system catalog by its full name, which no macro shadows
+        shadowing = {str(name) for (name,) in session.rows(
+            "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")} & _builtin_names(session)
+        if shadowing:
+            return f"table in a database whose macro(s) {', '.join(sorted(shadowing)[:3])} shadow built-ins"
         # a VIRTUAL generated column is computed at each read, like a view's rows
         found = session.rows(
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM duckdb_columns() AS c WHERE c.table_oid = t.table_oid "
-            "AND c.is_generated) THEN 'table with computed columns' ELSE 'table' END FROM duckdb_tables() AS t "
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM system.main.duckdb_columns() AS c WHERE c.table_oid = t.table_oid "
+            "AND c.is_generated) THEN 'table with computed columns' ELSE 'table' END "
+            "FROM system.main.duckdb_tables() AS t "
             "WHERE t.database_name = current_database() AND t.schema_name = coalesce(?, current_schema()) "
             "AND lower(t.table_name) = lower(?) UNION ALL "
-            "SELECT 'view' FROM duckdb_views() WHERE database_name = current_database() "
+            "SELECT 'view' FROM system.main.duckdb_views() WHERE database_name = current_database() "
             "AND schema_name = coalesce(?, current_schema()) AND lower(view_name) = lower(?)",
             [schema, table, schema, table])
         return str(found[0][0]) if found else None

@@ -203,18 +203,21 @@ class PostgresEngine(PostgresSpelling, Engine):
         family = type_family(column_type)
         if family == "float":
             double = f"CAST({expr} AS DOUBLE PRECISION)"  # real widens exactly
-            return f"CASE WHEN {double} = 'NaN' THEN 'NaN' ELSE encode(float8send({double}), 'hex') END"
+            return (f"CASE WHEN {double} OPERATOR(pg_catalog.=) 'NaN'::pg_catalog.float8 THEN 'NaN' "
+                    f"ELSE pg_catalog.encode(pg_catalog.float8send({double}), 'hex'::pg_catalog.text) END")
         if family == "timestamptz":
             return self.text_of(f"{expr} AT TIME ZONE 'UTC'")
         return self.text_of(expr)
 
     def row_digest_sql(self, text_sql: str) -> str:
-        return f"sha256(convert_to({text_sql}, 'UTF8'))"
+        # named with their schema, the literal typed: `public.convert_to(text, text)` beat
+        # pg_catalog's (text, name) for an untyped 'UTF8' (found by an attack)
+        return f"pg_catalog.sha256(pg_catalog.convert_to({text_sql}, 'UTF8'::pg_catalog.name))"
 
     def digest_of_rows_sql(self, row_digest: str) -> str:
         # bytea compares bytewise, never by the database's collation
-        return (f"encode(sha256(coalesce(string_agg({row_digest}, ''::bytea ORDER BY {row_digest}), "
-                f"''::bytea)), 'hex')")
+        return (f"pg_catalog.encode(pg_catalog.sha256(coalesce(pg_catalog.string_agg({row_digest}, "
+                f"''::pg_catalog.bytea ORDER BY {row_digest}), ''::pg_catalog.bytea)), 'hex'::pg_catalog.text)")
 
     def same_key_sql(self, left: str, right: str, declared: str) -> str:
         # IS NOT DISTINCT FROM is neither hashable nor mergeable in PostgreSQL: a join on it
@@ -248,16 +251,27 @@ class PostgresEngine(PostgresSpelling, Engine):
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
         # the relation the statements' `FROM "table"` reads, resolved as they resolve it (search
         # path, case): never another whose name differs only in case
+        # every function, operator and type named with its schema and every literal typed: a
+        # function or operator of the insider's own wins over pg_catalog's where its argument types
+        # match better (found by an attack); and a column of a type of their own is cast to text by
+        # a cast they may define, so it is no plain table's either
+        eq, gt = "OPERATOR(pg_catalog.=)", "OPERATOR(pg_catalog.>)"
+        columns = (f"FROM pg_catalog.pg_attribute AS a WHERE a.attrelid {eq} c.oid AND a.attnum {gt} "
+                   "0::pg_catalog.int2 AND NOT a.attisdropped")
         found = session.rows(
-            "SELECT c.relkind, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_attribute AS a WHERE a.attrelid = c.oid "
-            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = 'v') FROM pg_class AS c "
-            "WHERE c.oid = to_regclass(?)", [qualified(schema, table) if schema else quote(table)])
+            f"SELECT c.relkind, c.relrowsecurity, EXISTS (SELECT 1 {columns} AND a.attgenerated {eq} "
+            "'v'::pg_catalog.\"char\"), EXISTS (SELECT 1 FROM pg_catalog.pg_type AS t WHERE t.oid IN "
+            f"(SELECT a.atttypid {columns}) AND t.typnamespace OPERATOR(pg_catalog.<>) "
+            "'pg_catalog'::pg_catalog.regnamespace) "
+            f"FROM pg_catalog.pg_class AS c WHERE c.oid {eq} pg_catalog.to_regclass(?::pg_catalog.text)",
+            [qualified(schema, table) if schema else quote(table)])
         if not found:
             return None
-        kind, row_security, computed = found[0]
+        kind, row_security, computed, own_types = found[0]
         if kind in ("r", "p"):
             return "table under row security" if row_security else \
-                "table with computed columns" if computed else "table"
+                "table with computed columns" if computed else \
+                "table with columns of types outside pg_catalog" if own_types else "table"
         return {"v": "view", "m": "materialized view", "f": "foreign table"}.get(str(kind), f"relation of kind {kind}")
 
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:

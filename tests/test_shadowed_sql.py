@@ -1,0 +1,170 @@
+"""An insider who can write the warehouse (any SQL as a table owner, not superuser) but cannot read
+the evidence key made a fingerprint see other bytes than those stored, or than the next statement
+reads, through objects of their own that answer the fingerprint SQL's calls (found by an attack;
+each test failed first, on a real DuckDB file or a real PostgreSQL 15 server).
+
+The shared cause: the fingerprint SQL (and relation_kind's catalog question) call functions and
+operators by their bare names, and both engines let a user's object answer such a call:
+- DuckDB: a persistent `CREATE MACRO sha256(...)` (or `current_schema()`, `lower`, ...) in the
+  database's `main` schema shadows the built-in for every later connection to the file.
+- PostgreSQL: `pg_catalog` is searched first only among functions of *identical* argument types; a
+  user's `public.convert_to(text, text)` wins over `pg_catalog.convert_to(text, name)` for the
+  literal 'UTF8' (text is the preferred string type), and a user's operator `=(oid, regclass)` is an
+  exact match where pg_catalog has only `=(oid, oid)`. And the owner of a type (composite, enum)
+  may `CREATE CAST (its_type AS text) WITH FUNCTION ...`, which `CAST(col AS TEXT)` then calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from backfill_assets.errors import ForgedRecord
+from backfill_assets.warehouse import engine_for
+from backfill_assets.warehouse.fingerprints import fingerprints
+from tests.test_fingerprints import COLUMNS, KEYS, SCHEME, make_table
+
+# the tampering: alice's 12.50 becomes 999.00; in a row's canonical text `5:12.50` becomes `6:999.00`
+TAMPER = "UPDATE golden SET amount = 999 WHERE name = 'alice'"
+
+
+def _amount_of_alice(session) -> str:
+    return str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'"))
+
+
+# --- DuckDB: a user macro shadows a built-in the fingerprint calls --------------------------------
+
+def test_duckdb_a_user_macro_named_sha256_keeps_a_tampered_partition_s_fingerprint(tmp_path):
+    """Insider (warehouse write). A macro persisted in the database file's `main` schema shadows
+    DuckDB's built-in `sha256` in every later connection, the fingerprint's included. It calls the
+    real one (`system.main.sha256`) over the row's text with the tampered field put back: alice's
+    amount is changed to 999.00 in the stored bytes, and the fingerprint still equals the one
+    recorded over 12.50 (what a publish check, a snapshot proof or an expectation compares with)."""
+    engine = engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    with engine.session() as session:
+        make_table(session)
+        recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    with engine.session() as insider:  # another connection, another time: the macro is persistent
+        insider.execute(TAMPER)
+        # the row digest's argument is VARCHAR (its field put back), the partition digest's a BLOB (as is)
+        insider.execute("CREATE MACRO sha256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' "
+                        "THEN CAST(x AS BLOB) ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
+    with engine.session() as session:
+        assert _amount_of_alice(session) == "999.00"  # the stored bytes changed
+        with pytest.raises(ForgedRecord, match="macro.s. sha256 shadow built-ins"):
+            fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    assert recorded["2026-01-01"].rows == 3
+
+
+def test_duckdb_a_user_macro_named_current_schema_lets_a_view_pass_as_no_relation(tmp_path):
+    """Insider (warehouse write). relation_kind asks duckdb_tables()/duckdb_views() for
+    `coalesce(?, current_schema())`; a persistent macro `current_schema()` answering another schema
+    makes it find nothing, so it returns None, which `_grouped` accepts like 'table' (a missing
+    table). The statement's own `FROM "seen"` still resolves by the search path to the view, which
+    answers the fingerprint the recorded rows and every other statement the tampered ones."""
+    engine = engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    with engine.session() as session:
+        make_table(session)
+        make_table(session, "tampered")
+        session.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
+        session.execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
+                        "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+        session.execute("CREATE MACRO current_schema() AS 'elsewhere'")
+    with engine.session() as session:
+        assert str(session.scalar("SELECT amount FROM seen WHERE name = 'alice'")) == "999.00"
+        with pytest.raises(ForgedRecord, match="current_schema shadow built-ins"):
+            fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
+
+
+# --- PostgreSQL: a user function, operator or cast answers the fingerprint's call ------------------
+
+@pytest.fixture
+def insider(postgres_url):
+    """A non-superuser role that may create objects in `public` (the schema the app's tables live
+    in, on its search path) and owns the table `golden`; its URL and the app's engine."""
+    import psycopg
+
+    role = f"insider_{uuid.uuid4().hex[:8]}"
+    engine = engine_for(postgres_url)
+    with engine.session() as session:
+        session.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        session.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+        make_table(session)
+        session.execute(f"ALTER TABLE golden OWNER TO {role}")
+    user, _, rest = postgres_url.partition("@")
+    url = f"postgresql://{role}@{rest}"
+    with psycopg.connect(url, autocommit=True) as con:
+        assert not con.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]
+    yield engine, url
+    with engine.session() as session:
+        session.execute(f"DROP OWNED BY {role} CASCADE")
+        session.execute(f"DROP ROLE {role}")
+
+
+def test_postgres_a_user_convert_to_text_text_keeps_a_tampered_partition_s_fingerprint(insider):
+    """Insider (table owner, CREATE on public). The row digest is `sha256(convert_to(text, 'UTF8'))`:
+    the literal is of unknown type, and PostgreSQL prefers a candidate taking `text` (the preferred
+    string type) over pg_catalog's `convert_to(text, name)`, wherever pg_catalog stands on the
+    search path. The insider's `public.convert_to(text, text)` puts the tampered field back before
+    encoding: the stored amount is 999.00, the fingerprint is the one recorded over 12.50."""
+    import psycopg
+
+    engine, url = insider
+    with engine.session() as session:
+        recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(TAMPER)
+        con.execute("CREATE FUNCTION public.convert_to(t text, e text) RETURNS bytea LANGUAGE sql IMMUTABLE "
+                    "AS $$ SELECT pg_catalog.convert_to(replace(t, '6:999.00', '5:12.50'), 'UTF8') $$")
+    with engine.session() as session:
+        assert _amount_of_alice(session) == "999.00"
+        now = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    assert now["2026-01-01"] != recorded["2026-01-01"], \
+        "public.convert_to(text, text) made different stored bytes give the recorded fingerprint"
+
+
+def test_postgres_a_user_operator_oid_eq_regclass_lets_a_view_pass_as_no_relation(insider):
+    """Insider (CREATE on public). relation_kind asks `WHERE c.oid = to_regclass(?)`: pg_catalog
+    has `=(oid, oid)` only, so the insider's `public.=(oid, regclass)` is the exact match and is
+    chosen. It answers false for the view `seen`: relation_kind returns None, `_grouped` goes on, and
+    the view answers the fingerprint the recorded rows and every other statement the tampered ones."""
+    import psycopg
+
+    engine, url = insider
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE tampered AS SELECT * FROM golden")
+        con.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
+        con.execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
+                    "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+        con.execute("CREATE FUNCTION public.oid_is(l oid, r regclass) RETURNS boolean LANGUAGE sql STABLE "
+                    "AS $$ SELECT l OPERATOR(pg_catalog.=) r::oid AND r::text <> 'seen' $$")
+        con.execute("CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_is)")
+    with engine.session() as session:
+        assert str(session.scalar("SELECT amount FROM seen WHERE name = 'alice'")) == "999.00"
+        with pytest.raises(ForgedRecord, match="is a view"):
+            fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
+
+
+def test_postgres_a_user_cast_of_its_own_type_to_text_hides_a_column_from_the_fingerprint(insider):
+    """Insider (table owner). A column of a type the insider owns (a composite here; an enum works
+    alike) takes `CAST(col AS TEXT)` in the fingerprint, and the owner of a type may
+    `CREATE CAST (its_type AS text) WITH FUNCTION f`: f, not the type's output, then gives the
+    value's text. With f ignoring the amount, two partitions storing different amounts (and a
+    partition before and after its amount is changed) share one fingerprint; relation_kind says
+    'table'."""
+    import psycopg
+
+    engine, url = insider
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TYPE price AS (amount numeric, currency text)")
+        con.execute("CREATE TABLE priced (day DATE, p price)")
+        con.execute("INSERT INTO priced VALUES (DATE '2026-01-01', ROW(12.50, 'EUR')), "
+                    "(DATE '2026-01-02', ROW(999.00, 'EUR'))")
+        con.execute("CREATE FUNCTION price_text(v price) RETURNS text LANGUAGE sql IMMUTABLE "
+                    "AS $$ SELECT (v).currency $$")
+        con.execute("CREATE CAST (price AS text) WITH FUNCTION price_text(price)")
+    with engine.session() as session:
+        assert session.scalar("SELECT count(DISTINCT (p).amount) FROM priced") == 2
+        with pytest.raises(ForgedRecord, match="priced is a table with columns of types outside pg_catalog"):
+            fingerprints(session, "priced", ["p"], SCHEME, "day", KEYS[:2])
