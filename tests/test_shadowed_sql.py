@@ -33,6 +33,15 @@ def _amount_of_alice(session) -> str:
     return str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'"))
 
 
+def two_faced_view(execute) -> None:
+    """`tampered` (golden with alice's amount 999.00) and the view `seen`: golden's rows to a
+    statement that names sha256 (a fingerprint), tampered's to every other."""
+    execute("CREATE TABLE tampered AS SELECT * FROM golden")
+    execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
+    execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
+            "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+
+
 # --- DuckDB: a user macro shadows a built-in the fingerprint calls --------------------------------
 
 def test_duckdb_a_user_macro_named_sha256_keeps_a_tampered_partition_s_fingerprint(tmp_path):
@@ -66,10 +75,7 @@ def test_duckdb_a_user_macro_named_current_schema_lets_a_view_pass_as_no_relatio
     engine = engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}")
     with engine.session() as session:
         make_table(session)
-        make_table(session, "tampered")
-        session.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
-        session.execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
-                        "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+        two_faced_view(session.execute)
         session.execute("CREATE MACRO current_schema() AS 'elsewhere'")
     with engine.session() as session:
         assert str(session.scalar("SELECT amount FROM seen WHERE name = 'alice'")) == "999.00"
@@ -133,10 +139,7 @@ def test_postgres_a_user_operator_oid_eq_regclass_lets_a_view_pass_as_no_relatio
 
     engine, url = insider
     with psycopg.connect(url, autocommit=True) as con:
-        con.execute("CREATE TABLE tampered AS SELECT * FROM golden")
-        con.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
-        con.execute("CREATE VIEW seen AS SELECT * FROM golden WHERE current_query() LIKE '%sha256%' "
-                    "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+        two_faced_view(con.execute)
         con.execute("CREATE FUNCTION public.oid_is(l oid, r regclass) RETURNS boolean LANGUAGE sql STABLE "
                     "AS $$ SELECT l OPERATOR(pg_catalog.=) r::oid AND r::text <> 'seen' $$")
         con.execute("CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_is)")
