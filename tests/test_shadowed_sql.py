@@ -145,7 +145,7 @@ def test_postgres_a_user_operator_oid_eq_regclass_lets_a_view_pass_as_no_relatio
         con.execute("CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_is)")
     with engine.session() as session:
         assert str(session.scalar("SELECT amount FROM seen WHERE name = 'alice'")) == "999.00"
-        with pytest.raises(ForgedRecord, match="is a view"):
+        with pytest.raises(ForgedRecord, match="operator.s. = over pg_catalog's types"):
             fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
 
 
@@ -171,3 +171,85 @@ def test_postgres_a_user_cast_of_its_own_type_to_text_hides_a_column_from_the_fi
         assert session.scalar("SELECT count(DISTINCT (p).amount) FROM priced") == 2
         with pytest.raises(ForgedRecord, match="priced is a table with columns of types outside pg_catalog"):
             fingerprints(session, "priced", ["p"], SCHEME, "day", KEYS[:2])
+
+
+def test_duckdb_a_macro_named_like_a_built_in_in_other_case_is_not_refused(tmp_path):
+    """DuckDB keeps a macro's name as written (`SHA256`) but resolves calls case-insensitively:
+    `sha256(...)` in the fingerprint calls the insider's `SHA256` macro. relation_kind compares the
+    non-internal names with the built-in names case-sensitively, so 'SHA256' was not refused (found
+    by an attack)."""
+    engine = engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    with engine.session() as session:
+        make_table(session)
+        recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    with engine.session() as insider_session:
+        insider_session.execute(TAMPER)
+        insider_session.execute(
+            "CREATE MACRO SHA256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' "
+            "THEN CAST(x AS BLOB) ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
+    with engine.session() as session:
+        assert _amount_of_alice(session) == "999.00"  # the stored bytes changed
+        try:
+            now = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+        except ForgedRecord:
+            return  # refused: the hole is closed
+    assert now["2026-01-01"] != recorded["2026-01-01"], \
+        "macro SHA256 (other case) made different stored bytes give the recorded fingerprint"
+
+
+def test_postgres_a_table_named_in_other_case_lies_about_a_column_type(insider):
+    """PostgreSQL: table_columns matches `lower(c.relname) = lower(?)`, relation_kind and the
+    statement resolve `"golden"` exactly. The insider's `"GOLDEN"` (CREATE on public, no function
+    at all) declares `n` DOUBLE PRECISION at a later attnum, so the merged dict reports golden.n
+    (BIGINT) as a float: the fingerprint then takes `float8send(CAST(n AS DOUBLE PRECISION))`, and
+    9007199254740993 and 9007199254740992 (one double) gave one fingerprint (found by an attack)."""
+    import psycopg
+
+    engine, url = insider
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute('CREATE TABLE public."GOLDEN" (p1 int, p2 int, p3 int, p4 int, n double precision)')
+    with engine.session() as session:
+        assert engine.relation_kind(session, "golden") == "table"
+        recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("UPDATE golden SET n = 9007199254740992 WHERE n = 9007199254740993")
+    with engine.session() as session:
+        assert session.scalar("SELECT count(*) FROM golden WHERE n = 9007199254740992") == 1
+        now = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    assert now["2026-01-01"] != recorded["2026-01-01"], \
+        '"GOLDEN" made different stored bytes give the recorded fingerprint'
+
+
+def test_postgres_a_user_eq_varchar_varchar_hides_a_partition_s_rows_from_the_fingerprint(insider):
+    """PostgreSQL: an equality scheme's predicate is `t.region IN (?)` with a str parameter (type
+    unknown, taken as the column's type). pg_catalog has no `=(varchar, varchar)` (varchar compares
+    through text's), so the insider's `public.=(varchar, varchar)` is the exact match and is chosen.
+    It answers false inside any statement that names sha256: partition 'eu' was recorded empty, a
+    row is stored in it, every other statement reads it, and the fingerprint is still EMPTY.
+    relation_kind said 'table' (found by an attack): such an operator is refused now."""
+    import psycopg
+
+    from backfill_assets.partitions import PartitionScheme
+    from backfill_assets.warehouse.fingerprints import EMPTY
+
+    scheme = PartitionScheme("equality", lambda k: (k, None), ("eu", "us"), "regional")
+    engine, url = insider
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE regional (region VARCHAR(8), amount NUMERIC(18,2))")
+        con.execute("INSERT INTO regional VALUES ('us', 1.00)")
+    with engine.session() as session:
+        recorded = fingerprints(session, "regional", ["region", "amount"], scheme, "region", ["eu", "us"])
+    assert recorded["eu"] == EMPTY
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("INSERT INTO regional VALUES ('eu', 999.00)")
+        con.execute("CREATE FUNCTION public.vc_eq(l varchar, r varchar) RETURNS boolean LANGUAGE sql STABLE AS "
+                    "$$ SELECT l::text OPERATOR(pg_catalog.=) r::text "
+                    "AND pg_catalog.current_query() NOT LIKE '%sha256%' $$")
+        con.execute("CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.vc_eq)")
+    with engine.session() as session:
+        assert session.scalar("SELECT count(*) FROM regional WHERE region IN (?)", ["eu"]) == 1
+        try:
+            now = fingerprints(session, "regional", ["region", "amount"], scheme, "region", ["eu", "us"])
+        except ForgedRecord:
+            return
+    assert now["eu"] != recorded["eu"], "public.=(varchar, varchar) hid the stored row from the fingerprint"

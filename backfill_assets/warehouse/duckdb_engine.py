@@ -72,7 +72,7 @@ _BUILTINS: set[str] = set()
 def _builtin_names(session: Session) -> set[str]:
     """The names of DuckDB's own functions (once a process: they are the library's)."""
     if not _BUILTINS:
-        _BUILTINS.update(str(name) for (name,) in session.rows(
+        _BUILTINS.update(str(name).lower() for (name,) in session.rows(
             "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE internal"))
     return _BUILTINS
 
@@ -411,7 +411,8 @@ class DuckDBEngine(PostgresSpelling, Engine):
         # a macro of the database's own named like a built-in answers every call of that name in
         # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
         # the system catalog by its full name, which no macro shadows
-        shadowing = {str(name) for (name,) in session.rows(
+        # (names compared as DuckDB calls them: without regard to case)
+        shadowing = {str(name).lower() for (name,) in session.rows(
             "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")} & _builtin_names(session)
         if shadowing:
             return f"table in a database whose macro(s) {', '.join(sorted(shadowing)[:3])} shadow built-ins"

@@ -258,6 +258,17 @@ class PostgresEngine(PostgresSpelling, Engine):
         eq, gt = "OPERATOR(pg_catalog.=)", "OPERATOR(pg_catalog.>)"
         columns = (f"FROM pg_catalog.pg_attribute AS a WHERE a.attrelid {eq} c.oid AND a.attnum {gt} "
                    "0::pg_catalog.int2 AND NOT a.attisdropped")
+        # and an operator of theirs over pg_catalog's types (`=(varchar, varchar)`) is the exact
+        # match where pg_catalog has none, in every predicate that picks a partition's rows
+        shadowing = session.rows(
+            "SELECT o.oprname FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_type AS l "
+            f"ON l.oid {eq} o.oprleft JOIN pg_catalog.pg_type AS r ON r.oid {eq} o.oprright "
+            "WHERE o.oprnamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace "
+            f"AND l.typnamespace {eq} 'pg_catalog'::pg_catalog.regnamespace "
+            f"AND r.typnamespace {eq} 'pg_catalog'::pg_catalog.regnamespace LIMIT 3")
+        if shadowing:
+            return (f"table in a database whose operator(s) {', '.join(str(r[0]) for r in shadowing)} over "
+                    "pg_catalog's types are not pg_catalog's")
         found = session.rows(
             f"SELECT c.relkind, c.relrowsecurity, EXISTS (SELECT 1 {columns} AND a.attgenerated {eq} "
             "'v'::pg_catalog.\"char\"), EXISTS (SELECT 1 FROM pg_catalog.pg_type AS t WHERE t.oid IN "
@@ -275,11 +286,13 @@ class PostgresEngine(PostgresSpelling, Engine):
         return {"v": "view", "m": "materialized view", "f": "foreign table"}.get(str(kind), f"relation of kind {kind}")
 
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
+        # the relation the statements' `FROM "table"` reads, resolved as relation_kind resolves it:
+        # never the columns of another whose name differs only in case (found by an attack)
         rows = session.rows(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = coalesce(?, current_schema()) AND lower(c.relname) = lower(?) "
-            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", [schema, table])
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute AS a "
+            "WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(?::pg_catalog.text) "
+            "AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped ORDER BY a.attnum",
+            [qualified(schema, table) if schema else quote(table)])
         return {str(name).lower(): str(kind).upper() for name, kind in rows}
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
