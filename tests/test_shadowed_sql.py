@@ -83,6 +83,45 @@ def test_duckdb_a_user_macro_named_current_schema_lets_a_view_pass_as_no_relatio
             fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
 
 
+def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_process_had_the_file(tmp_path):
+    """Insider (warehouse write), between two steps of one command. A command keeping the database
+    open (`kept_open`) remembers what the catalog said (no macro shadows a built-in, `golden` is a
+    plain table): no other process can change it while the file is held. Once the command lets go
+    of the file (a waiter took its turn), another process makes a macro and swaps the table for a
+    two-faced view; the command's next fingerprint must see both, never the remembered answers."""
+    import subprocess
+    import sys
+
+    from backfill_assets.warehouse.duckdb_engine import kept_open
+
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    swap = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
+            "con.execute('ALTER TABLE golden RENAME TO kept'); "
+            "con.execute('CREATE TABLE tampered AS SELECT * FROM kept'); "
+            f"con.execute({TAMPER.replace('golden', 'tampered')!r}); "
+            "con.execute(\"CREATE VIEW golden AS SELECT * FROM kept WHERE current_query() LIKE '%sha256%' "
+            "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'\")")
+    with kept_open():
+        with engine.session() as session:
+            make_table(session)
+        for _ in range(2):  # the second joins the kept database and its remembered answers
+            with engine.session() as session:
+                recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+        engine.let_go()
+        subprocess.run([sys.executable, "-c", swap, str(path)], check=True)
+        with engine.session() as session:
+            assert _amount_of_alice(session) == "999.00"  # what every other statement reads now
+            with pytest.raises(ForgedRecord, match="golden is a view"):
+                fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+        engine.let_go()
+        subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).execute("
+                        "\"CREATE MACRO SHA256(x) AS system.main.sha256(x)\")", str(path)], check=True)
+        with engine.session() as session, pytest.raises(ForgedRecord, match="sha256 shadow built-ins"):
+            fingerprints(session, "kept", COLUMNS, SCHEME, "day", KEYS)
+    assert recorded["2026-01-01"].rows == 3
+
+
 # --- PostgreSQL: a user function, operator or cast answers the fingerprint's call ------------------
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.tags import ACTOR_TAG
 from backfill_assets.trust.policy import Policy
 from backfill_assets.warehouse import Warehouse, open_warehouse
+from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
 from tests.plans import complete_plan, write_plan
 
@@ -188,7 +189,12 @@ class World:
             return session.rows(query, params or [])
 
     def run_sql(self, statement: str, params: list | None = None) -> None:
-        with self.warehouse().session() as session:
+        """A statement as another process runs it (a person's, an insider's): on DuckDB only once this
+        process closed the file, which a command's kept database (the `world` fixture's) lets go of."""
+        warehouse = self.warehouse()
+        if isinstance(warehouse.engine, DuckDBEngine):
+            warehouse.engine.let_go()
+        with warehouse.session() as session:
             session.execute(statement, params or [])
 
     def plan_ids(self) -> list[str]:

@@ -36,10 +36,24 @@ from backfill_assets.warehouse.engine import Engine, Params, Session, type_famil
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 
+class CatalogMemo:
+    """What `relation_kind` found in one open database: no other process can change its catalog
+    while this one holds the file (DuckDB locks it for one process), and this process's own code
+    makes no macro and turns no table into a view, so the answers stand until the database is
+    closed (a session's end, or the kept connection's). The macro scan costs ~22 ms (every
+    function DuckDB has), the generated-column one ~10 ms; a fingerprint asks both."""
+
+    def __init__(self) -> None:
+        self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
+        self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
+
+
 class DuckDBSession(Session):
-    def __init__(self, engine: DuckDBEngine, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, engine: DuckDBEngine, con: duckdb.DuckDBPyConnection,
+                 catalog: CatalogMemo | None = None) -> None:
         super().__init__(engine)
         self.con = con
+        self.catalog = catalog if catalog is not None else CatalogMemo()
 
     def execute(self, sql: str, params: Params = ()) -> None:
         self._run(sql, params)
@@ -107,6 +121,7 @@ class _Kept:
         self.depth = 0
         self.released = False  # `release_kept` was called: none kept until the outermost use ends
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
+        self.memos: dict[tuple[int, str], CatalogMemo] = {}  # valid while the key's connection is kept
 
     def take_all(self) -> list[duckdb.DuckDBPyConnection]:
         """This process's kept connections, no longer kept (the caller closes them; a forked
@@ -114,7 +129,13 @@ class _Kept:
         pid = os.getpid()
         taken = [(key, con) for key, (con, _mode) in self.connections.items()]
         self.connections.clear()
+        self.memos.clear()
         return [con for (owner, _path), con in taken if owner == pid]
+
+    def drop(self, key: tuple[int, str]) -> tuple[duckdb.DuckDBPyConnection, bool] | None:
+        """The key's kept connection, no longer kept (the caller closes it), and its memo forgotten."""
+        self.memos.pop(key, None)
+        return self.connections.pop(key, None)
 
 
 _kept = _Kept()
@@ -159,7 +180,7 @@ MARK_FRESH_SECONDS = 3.0
 def _drop_kept(key: tuple[int, str]) -> None:
     """Close the connection kept for this database, if any, and go on keeping the next one."""
     with _kept.lock:
-        kept = _kept.connections.pop(key, None)
+        kept = _kept.drop(key)
     if kept is not None:
         kept[0].close()
 
@@ -292,14 +313,20 @@ class DuckDBEngine(PostgresSpelling, Engine):
             keeping = bool(_kept.depth) and not _kept.released
             kept = _kept.connections.get(key) if keeping else None
             if kept is not None and kept[1] and not read_only:  # kept read-only, wanted for writing
-                _kept.connections.pop(key)
+                _kept.drop(key)
                 kept[0].close()
                 kept = None
+        catalog = CatalogMemo()
         if kept is not None:
             # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
             # session asked to read only still only reads)
             mode = kept[1]
             con = self._connect(mode, wait, threads)
+            with _kept.lock:
+                # still kept (never closed: a kept connection is closed only once dropped): the
+                # database stayed open from the memo's answers until now, and `con` holds it after
+                if _kept.connections.get(key) is kept:
+                    catalog = _kept.memos.setdefault(key, catalog)
         elif keeping and read_only and self.path.exists():
             # the command may write next: the database is loaded once, for writing, unless the file
             # cannot be written (a read-only home), where it is opened for reading as asked
@@ -313,13 +340,15 @@ class DuckDBEngine(PostgresSpelling, Engine):
             mode = read_only
             con = self._connect(mode, wait, threads)
         try:
-            yield DuckDBSession(self, con)
+            yield DuckDBSession(self, con, catalog)
         finally:
             try:
                 with _kept.lock:
                     if _kept.depth and not _kept.released and key not in _kept.connections:
                         # a fresh connection to the same open database: none of this session's state
+                        # but what it found in the catalog (`con` keeps the database open meanwhile)
                         _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
+                        _kept.memos[key] = catalog
             except duckdb.Error:
                 pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
             finally:
@@ -408,14 +437,21 @@ class DuckDBEngine(PostgresSpelling, Engine):
             [schema, table]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
-        # a macro of the database's own named like a built-in answers every call of that name in
-        # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
-        # the system catalog by its full name, which no macro shadows
-        # (names compared as DuckDB calls them: without regard to case)
-        shadowing = {str(name).lower() for (name,) in session.rows(
-            "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")} & _builtin_names(session)
-        if shadowing:
-            return f"table in a database whose macro(s) {', '.join(sorted(shadowing)[:3])} shadow built-ins"
+        assert isinstance(session, DuckDBSession)
+        memo = session.catalog
+        if memo.shadowing is None:
+            # a macro of the database's own named like a built-in answers every call of that name in
+            # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
+            # the system catalog by its full name, which no macro shadows
+            # (names compared as DuckDB calls them: without regard to case)
+            memo.shadowing = frozenset({str(name).lower() for (name,) in session.rows(
+                "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")}
+                & _builtin_names(session))
+        if memo.shadowing:
+            return f"table in a database whose macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins"
+        name = (schema, table.lower())
+        if name in memo.plain_tables:
+            return "table"
         # a VIRTUAL generated column is computed at each read, like a view's rows
         found = session.rows(
             "SELECT CASE WHEN EXISTS (SELECT 1 FROM system.main.duckdb_columns() AS c WHERE c.table_oid = t.table_oid "
@@ -426,7 +462,10 @@ class DuckDBEngine(PostgresSpelling, Engine):
             "SELECT 'view' FROM system.main.duckdb_views() WHERE database_name = current_database() "
             "AND schema_name = coalesce(?, current_schema()) AND lower(view_name) = lower(?)",
             [schema, table, schema, table])
-        return str(found[0][0]) if found else None
+        kind = str(found[0][0]) if found else None
+        if kind == "table":
+            memo.plain_tables.add(name)  # an absent one may be created next: asked again
+        return kind
 
     def table_columns(self, session: Session, table: str, schema: str | None = None) -> dict[str, str]:
         # duckdb_columns(), the function information_schema.columns is a view over: a quarter of
