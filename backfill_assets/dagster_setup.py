@@ -37,6 +37,7 @@ HEADER = """# Written once by backfill-assets (`backfill init`); yours to edit, 
 """
 _said: set[str] = set()
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _postgres_storage(url: str) -> dict[str, Any]:
@@ -93,7 +94,8 @@ def dagster_config(home: Home, postgres_url: str | None = None) -> dict[str, Any
 
 
 def dagster_yaml(home: Home, postgres_url: str | None = None) -> str:
-    return HEADER + yaml.safe_dump(dagster_config(home, postgres_url), sort_keys=False, width=100)
+    # libyaml's emitter when PyYAML has it: the same text, ~4x faster (written for every new home)
+    return HEADER + yaml.dump(dagster_config(home, postgres_url), Dumper=_SAFE_DUMPER, sort_keys=False, width=100)
 
 
 def _read_existing(config: Path) -> dict[str, Any]:
