@@ -16,12 +16,15 @@ operators by their bare names, and both engines let a user's object answer such 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
 
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.warehouse import engine_for
+from backfill_assets.warehouse.duckdb_engine import kept_open
 from backfill_assets.warehouse.fingerprints import fingerprints
 from tests.test_fingerprints import COLUMNS, KEYS, SCHEME, make_table
 
@@ -89,11 +92,6 @@ def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_
     plain table): no other process can change it while the file is held. Once the command lets go
     of the file (a waiter took its turn), another process makes a macro and swaps the table for a
     two-faced view; the command's next fingerprint must see both, never the remembered answers."""
-    import subprocess
-    import sys
-
-    from backfill_assets.warehouse.duckdb_engine import kept_open
-
     path = tmp_path / "w.duckdb"
     engine = engine_for(f"duckdb:///{path}")
     swap = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
@@ -120,6 +118,86 @@ def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_
         with engine.session() as session, pytest.raises(ForgedRecord, match="sha256 shadow built-ins"):
             fingerprints(session, "kept", COLUMNS, SCHEME, "day", KEYS)
     assert recorded["2026-01-01"].rows == 3
+
+
+# the same, with the warehouse's path swapped for a symlink elsewhere while a command keeps the file
+# (found by an attack on the remembered answers: the path then opened another database)
+
+# Another process (the insider's): it never opens the held file with DuckDB (the lock stops it),
+# only copies its bytes (an advisory lock stops no reader), builds its own database from the copy
+# with `golden` a two-faced view (the recorded rows to a statement naming sha256, tampered rows to
+# every other), and puts a symlink to it in place of the warehouse file (one rename in the
+# warehouse's folder, which anyone who can open the warehouse for writing can write: DuckDB
+# creates the .wal there).
+SWAP = r"""
+import os, shutil, sys, duckdb
+path = sys.argv[1]
+forge = path + ".forge"
+shutil.copyfile(path, forge)
+if os.path.exists(path + ".wal"):
+    shutil.copyfile(path + ".wal", forge + ".wal")
+con = duckdb.connect(forge)
+con.execute("ALTER TABLE golden RENAME TO kept")
+con.execute("CREATE TABLE tampered AS SELECT * FROM kept")
+con.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
+con.execute("CREATE VIEW golden AS SELECT * FROM kept WHERE current_query() LIKE '%sha256%' "
+            "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+con.close()
+os.symlink(forge, path + ".link")
+os.replace(path + ".link", path)
+"""
+
+
+def test_duckdb_a_view_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp_path):
+    """Insider (warehouse write, i.e. write access to the warehouse's folder), between two steps of
+    one command that keeps the file (`kept_open`: a run worker, a CLI command). The command's
+    first fingerprint remembers 'golden is a plain table, no macro shadows a built-in' under the
+    key (pid, abspath). The insider swaps the path for a symlink to a forged database; the kept
+    connection still holds the old one, but `duckdb.connect(path)` resolves the symlink and opens
+    the forged database, while the session is handed the old database's memo: relation_kind answers
+    'table' for a view, and the fingerprint equals the recorded one over rows every other
+    statement reads as tampered."""
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with kept_open():
+        with engine.session() as session:
+            make_table(session)
+        with engine.session() as session:
+            recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+        subprocess.run([sys.executable, "-c", SWAP, str(path)], check=True)
+        with engine.session() as session:
+            assert str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'")) == "999.00"
+            with pytest.raises(ForgedRecord, match="golden is a view"):
+                seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+                assert seen == recorded  # the insider's win: the tampered partition keeps its record
+
+
+MACRO = ("CREATE MACRO sha256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' THEN CAST(x AS BLOB) "
+         "ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
+SWAP_MACRO = SWAP.replace(
+    'con.execute("ALTER TABLE golden RENAME TO kept")',
+    f'con.execute("UPDATE golden SET amount = 999 WHERE name = \'alice\'"); con.execute({MACRO!r})\n'
+    'con.close(); os.symlink(forge, path + ".link"); os.replace(path + ".link", path); sys.exit(0)')
+
+
+def test_duckdb_a_macro_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp_path):
+    """The same swap, the other remembered answer: the forged database's golden is a plain table
+    whose bytes are tampered (alice's 999.00), and its macro `sha256` puts the field back in each
+    row's text. The memo's 'no macro shadows a built-in' (asked of the old database) lets the
+    fingerprint run on the forged one, where it equals the recorded one."""
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with kept_open():
+        with engine.session() as session:
+            make_table(session)
+        with engine.session() as session:
+            recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+        subprocess.run([sys.executable, "-c", SWAP_MACRO, str(path)], check=True)
+        with engine.session() as session:
+            assert str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'")) == "999.00"
+            with pytest.raises(ForgedRecord, match="sha256 shadow built-ins"):
+                seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+                assert seen == recorded  # the insider's win: the tampered partition keeps its record
 
 
 # --- PostgreSQL: a user function, operator or cast answers the fingerprint's call ------------------

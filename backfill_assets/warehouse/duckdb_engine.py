@@ -41,11 +41,22 @@ class CatalogMemo:
     while this one holds the file (DuckDB locks it for one process), and this process's own code
     makes no macro and turns no table into a view, so the answers stand until the database is
     closed (a session's end, or the kept connection's). The macro scan costs ~22 ms (every
-    function DuckDB has), the generated-column one ~10 ms; a fingerprint asks both."""
+    function DuckDB has), the generated-column one ~10 ms; a fingerprint asks both.
+
+    The answers are of the database files DuckDB opened (`files`, the paths it resolved), never of
+    the path we named: swapped for a symlink elsewhere while the kept connection holds the old
+    file, the same path opens another database (found by an attack), which is asked afresh."""
 
     def __init__(self) -> None:
+        self.files: tuple[str, ...] | None = None  # what the answers are of
         self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
         self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
+
+    def of(self, files: tuple[str, ...]) -> CatalogMemo:
+        """This memo when its answers are of these files, else emptied for them."""
+        if files != self.files:
+            self.files, self.shadowing, self.plain_tables = files, None, set()
+        return self
 
 
 class DuckDBSession(Session):
@@ -438,7 +449,10 @@ class DuckDBEngine(PostgresSpelling, Engine):
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
         assert isinstance(session, DuckDBSession)
-        memo = session.catalog
+        # the files of the databases this connection reaches, as DuckDB resolved their paths (the
+        # system catalog by its full name, no function called: nothing a database holds answers it)
+        memo = session.catalog.of(tuple(sorted(str(path) for (path,) in session.rows(
+            "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
         if memo.shadowing is None:
             # a macro of the database's own named like a built-in answers every call of that name in
             # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
