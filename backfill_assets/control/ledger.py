@@ -57,7 +57,10 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
         "table": asset, "mode": mode, "run_id": run_id, "code_version": code_version,
         "code_identity": code_identity, "sha256": sha256,
         "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest, "write_id": ids[k]} for k, fp in written.items()},
-        "seals": {"writes": seals.of_seq(session, "writes", seq, len(written))}})
+        "seals": {"writes": seals.of_seq(session, "writes", seq, [
+            {"plan_id": plan_id, "asset": asset, "partition_key": key, "mode": mode, "run_id": run_id,
+             "code_version": code_version, "row_count": fp.rows, "fingerprint": fp.digest, "recorded_at": at,
+             "code_identity": code_identity} for key, fp in written.items()])}})
     return ids, at
 
 
@@ -77,7 +80,8 @@ def record_results(session: Session, *, plan_id: str | None, asset: str,
     evidence_log.append(session, plan_id=plan_id, kind="gates", actor=actor, seq=seq, payload={
         **(summary or {"table": asset, "partitions": len(judged)}),
         "judged": {key: write_id for write_id, key, _, _ in judged},
-        "seals": {"gate_results": seals.of_seq(session, "gate_results", seq, len(rows))}})
+        "seals": {"gate_results": seals.of_seq(session, "gate_results", seq,
+                                               [dict(zip(store.RESULT_COLUMNS, row, strict=True)) for row in rows])}})
 
 
 def latest(session: Session, asset: str, keys: Sequence[str],

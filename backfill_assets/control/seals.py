@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from backfill_assets.control import evidence_log
@@ -42,16 +42,36 @@ def digest(table: str, rows: Iterable[Sequence[object]]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def of_seq(session: Session, table: str, seq: int, expected: int) -> str:
+def _canonical(value: object) -> object:
+    return value if value is None or isinstance(value, bool | int) else str(value)
+
+
+def of_seq(session: Session, table: str, seq: int, inserted: Sequence[Mapping[str, object]]) -> str:
     """The seal of the rows of `table` that carry `seq`, read back as a verifier reads them: exactly
-    the `expected` rows the caller just inserted with it. Chain row `seq` does not exist yet, so any
-    other row that carries its number was put there by someone else (its number is predictable):
-    sealing it would make it verify, so it is refused instead."""
+    the rows the caller just inserted with it, each holding the values it gave (`inserted`: one
+    mapping a row, of the columns it did not leave to the warehouse, such as a row's id).
+
+    Chain row `seq` does not exist yet, so any other row that carries its number was put there by
+    someone else (its number is predictable): sealing it would make it verify, so it is refused.
+    And a seal is of what the writer meant, never of whatever landed: on PostgreSQL a table's owner
+    may hang a trigger, rule or default on a ledger table (or, through a data table's trigger or
+    CHECK, which run with the writer's rights, on any) that changes a row as it is inserted (a
+    failing gate's `passed` set to true, found by an attack); such a row is refused, not sealed."""
     rows = store.rows_of_seq(session, table, seq)
-    if len(rows) != expected:
-        raise ForgedRecord(f"{len(rows) - expected} row(s) of {SCHEMA}.{table} already carry evidence row {seq}, "
-                           "which is being written now: rows planted for it are never sealed",
+    if len(rows) != len(inserted):
+        raise ForgedRecord(f"{len(rows) - len(inserted)} row(s) of {SCHEMA}.{table} already carry evidence row "
+                           f"{seq}, which is being written now: rows planted for it are never sealed",
                            fix=evidence_log.FORGED_FIX)
+    if inserted:
+        names = list(inserted[0])
+        at = [SEALED[table].index(name) for name in names]
+        landed = sorted(_COMPACT.encode([_canonical(row[i]) for i in at]) for row in rows)
+        meant = sorted(_COMPACT.encode([_canonical(row[name]) for name in names]) for row in inserted)
+        if landed != meant:
+            raise ForgedRecord(f"rows of {SCHEMA}.{table} changed as they were inserted (a trigger, rule or default "
+                               "on the table?): the record holds only what its writer meant, so none is sealed",
+                               fix="drop what the table's owner added to it (`\\d` lists triggers, rules and "
+                                   "defaults), then run the command again; see the README's threat model")
     return digest(table, rows)
 
 

@@ -44,7 +44,10 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
                  [(key, before[key].rows, before[key].digest) for key in wanted])
     evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
         "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
-        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq, len(wanted))}})
+        "seals": {"snapshots": seals.of_seq(session, "snapshots", seq, [
+            {"table_name": table, "partition_key": key, "plan_id": plan_id, "row_count": before[key].rows,
+             "fingerprint": before[key].digest, "snapshot_table": snapshot_table(plan_id, table),
+             "recorded_at": recorded_at} for key in wanted])}})
     return before
 
 

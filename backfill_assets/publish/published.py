@@ -133,4 +133,7 @@ def record(session: Session, spec: TableSpec, published: Mapping[str, tuple[Fing
                  [(key, fp.rows, fp.digest, write_id, plan_id) for key, (fp, write_id, plan_id) in published.items()])
     evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
         "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], **note,
-        "seals": {"publications": seals.of_seq(session, "publications", seq, len(published))}})
+        "seals": {"publications": seals.of_seq(session, "publications", seq, [
+            {"asset": spec.publish_as, "partition_key": key, "row_count": fp.rows, "fingerprint": fp.digest,
+             "write_id": write_id, "plan_id": plan_id, "recorded_at": at}
+            for key, (fp, write_id, plan_id) in published.items()])}})
