@@ -262,3 +262,26 @@ def test_definitions_without_the_relay_are_told_so_by_the_reopen_sensor(world):
     tick = old_style.resolve_sensor_def(reopen.name).evaluate_tick(context)
     assert f"no notice relay: register `sensors=table.sensors` ({relay_name()})" in tick.skip_message
     assert "no notice relay" not in _tick(world, "daily_revenue__reopen_publish").skip_message
+
+
+@pytest.mark.parametrize("url", ["http://hooks..example.com/notify", f"http://{'a' * 64}.example.com/notify"])
+def test_a_webhook_url_no_resolver_takes_is_refused_before_signing_and_never_fails_a_relay(world, capfd, url):
+    """A `webhook_url` typed with a doubled dot, or a label over 63 characters, passed `plan
+    validate` and approval; the relay after the approval that completed the plan then died in the
+    name lookup (idna raised UnicodeError, which the lookup's thread did not catch, then
+    KeyError): the command exited 3 after its work committed, and so did every later command that
+    relays, with no command to remove the notice (found by an attack). `plan validate` names it
+    now; and a delivery to such a URL (one a record holds from before) is a failed attempt, said
+    as one, never an error."""
+    path = world.plan("fix", start="2026-01-02", end="2026-01-02", proof=("2026-01-02",))
+    document = yaml.safe_load(path.read_text())
+    document["publish"]["webhook_url"] = url
+    path.write_text(yaml.safe_dump(document))
+    capfd.readouterr()
+    assert world.cli("plan", "validate", str(path)) == 1
+    err = capfd.readouterr().err
+    assert "webhook_url" in err and "not a name a resolver takes" in err, err
+    queue(world, url, 1)
+    [outcome] = outbox.relay(world.warehouse())
+    assert not outcome.ok and "label empty or too long" in outcome.detail, outcome.detail
+    assert world.sql("SELECT attempts FROM backfill_control.outbox") == [(1,)]  # retried later, never dropped
