@@ -65,14 +65,18 @@ def reason_of(text: str) -> str | None:
 
 
 def fix_for(why: str, where: str) -> str:
+    # the step that failed was one transaction; a command of several (a load's runs, a plan's
+    # waves) keeps what its earlier ones committed, so "nothing was committed" misled (found by an
+    # attack): status says what they did, and the same command goes on from there
+    after = "the step that failed committed nothing (`backfill status` shows what the steps before it did)"
     if why.startswith("a disk I/O error"):
         return (f"free space on the disk that holds {where} (or raise the file size limit), or move it to a "
-                "writable file system, and run the command again: nothing was committed")
+                f"writable file system, and run the command again: {after}")
     if why.startswith("it is on a read-only") or why == "permission denied":
-        return (f"put BACKFILL_HOME (--home) and DAGSTER_HOME in a folder you can write ({where} is not); "
-                "nothing was committed, run the command again there")
+        return (f"put BACKFILL_HOME (--home) and DAGSTER_HOME in a folder you can write ({where} is not), and run "
+                f"the command again there: {after}")
     return (f"free space on the disk that holds {where} (or raise the file size limit) and run the command "
-            "again: nothing was committed")
+            f"again: {after}")
 
 
 def fault_of(exc: BaseException, default_where: str) -> EnvironmentFault | None:

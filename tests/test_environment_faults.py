@@ -125,7 +125,7 @@ def test_a_full_disk_is_one_line_and_commits_nothing(world):
         assert done.returncode == 1, (args, done.stderr)
         one_line(done)
         assert ("file size limit" in done.stderr or "disk I/O error" in done.stderr), done.stderr
-        assert "nothing was committed" in done.stderr
+        assert "the step that failed committed nothing" in done.stderr
         _unchanged(world)
     assert world.cli("run", "fix", "--proof") == 0  # with room again, the same command completes
 
@@ -163,3 +163,26 @@ def test_quotes_and_marks_in_the_home_path_are_just_a_path(tmp_path, ssh_keys, m
 
     config = yaml.safe_load((root / "home" / "dagster" / "dagster.yaml").read_text())
     assert config["run_coordinator"]["config"]["backfill_home"] == str(root / "home")
+
+
+def test_a_full_disk_during_a_load_says_what_failed_committed_nothing_not_the_command(world):
+    """`backfill load` over four days in runs of one, on a disk that fills up while Dagster records
+    the first run (its sqlite event log cannot grow; the warehouse's write-ahead log still can): the
+    first run's write transaction committed (2026-01-01 written and gated, not published), then
+    Dagster's storage failed, and the command said `... run the command again: nothing was
+    committed`, while the day was history already (found by an attack). The line names the step
+    that failed; the same load goes on from what committed."""
+    from backfill_assets.home import Home
+    from tests.world import keys
+
+    events = Home(world.home).dagster_home / "event_log" / "event_log.db"
+    limit = events.stat().st_size + 140_000  # room for the warehouse's WAL, not for Dagster's event log
+    done = _backfill(world, "load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-04",
+                     "--per-run", "1", limit=limit)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    said = done.stderr.strip().splitlines()[-1]  # after the load's progress lines
+    assert "nothing was committed" not in said and "the step that failed committed nothing" in said, said
+    written = world.sql("SELECT count(*) FROM backfill_control.writes")[0][0]
+    loaded = _backfill(world, "load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-04")
+    assert loaded.returncode == 0, loaded.stderr
+    assert all(world.rows("published_revenue", k) > 0 for k in keys(1, 4)), (written, loaded.stdout)
