@@ -49,6 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # order below instead
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    config.addinivalue_line("markers", "own_dagster_home: the world's Dagster home is its own (<home>/dagster), "
+                                       "not the worker's shared one: the test edits its dagster.yaml")
     config.addinivalue_line("markers", "separate_processes: the test's other processes open the world's "
                                        "DuckDB file, so the test process keeps it open only per session")
 
@@ -149,31 +151,28 @@ def ssh_keys(tmp_path_factory):
     return make_keys(tmp_path_factory.mktemp("keys"))
 
 
-DAGSTER_STORAGE = ("history", "schedules", "event_log")  # the sqlite folders of a home's instance
-
-
 @pytest.fixture(scope="session")
 def empty_dagster_storage(tmp_path_factory) -> Path:
-    """A home's Dagster storage right after its creation (tables made, migrations stamped): made
-    once per worker, since creating it takes about a second and opening a copy a few milliseconds."""
+    """The Dagster home the worker's worlds share (DAGSTER_HOME: our dagster.yaml, its sqlite storage),
+    emptied before each test (`_home_instance`): opening an instance costs ~90 ms (Dagster reads its
+    YAML and each storage's config with PyYAML's Python parser), once a test over the suite's ~550
+    worlds; emptying the one a worker keeps open, a few milliseconds."""
+    return tmp_path_factory.mktemp("dagster-shared") / "dagster"
+
+
+def _home_instance(home: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch, own: bool = False):
+    """The Dagster instance of a backfill home, as the CLI, the daemon and the UI find it through
+    DAGSTER_HOME (set here, for the test and the processes it starts), holding no run, event or tick
+    of an earlier test: a world's runs land where the CLI's do. `own`: the home's own
+    (`<home>/dagster`, made now), for a test that edits its dagster.yaml."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.home import Home
 
-    home = tmp_path_factory.mktemp("dagster-template")
-    with instance_for(Home(home)):
-        pass
-    return home / "dagster"
-
-
-def _home_instance(home: Path, template: Path):
-    """The Dagster instance of a backfill home (DAGSTER_HOME=<home>/dagster with our dagster.yaml):
-    the one the CLI, the daemon and the UI share, so a world's runs land where the CLI's do."""
-    from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.home import Home
-
-    for folder in DAGSTER_STORAGE:
-        shutil.copytree(template / folder, home / "dagster" / folder)
-    return instance_for(Home(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster" if own else dagster_home))
+    instance = instance_for(Home(home))
+    instance.wipe()
+    instance.wipe_all_schedules()
+    return contextlib.nullcontext(instance)  # kept open for the worker's next test (the process's exit ends it)
 
 
 @pytest.fixture(scope="session")
@@ -214,11 +213,12 @@ def world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage, duckd
     from tests.world import DEMO_DEFS, World
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     # as a deployment sets it where Dagster runs: a run's warehouse must be the CLI's
     monkeypatch.setenv("BACKFILL_HOME", str(tmp_path / "home"))
     _copy_world(duckdb_world_template, tmp_path)
-    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance, _kept_database(request):
+    own = request.node.get_closest_marker("own_dagster_home") is not None
+    with _home_instance(tmp_path / "home", empty_dagster_storage, monkeypatch, own) as instance, \
+            _kept_database(request):
         yield World(tmp_path, instance, ssh_keys)
 
 
@@ -239,7 +239,6 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
     from tests.world import DEMO_DEFS, World, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     monkeypatch.setenv("BACKFILL_HOME", str(tmp_path / "home"))
     url = None
     if request.param == "postgresql":
@@ -248,7 +247,7 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
     else:
         _copy_world(request.getfixturevalue("duckdb_world_template"), tmp_path)
     kept = _kept_database(request) if url is None else contextlib.nullcontext()
-    with _home_instance(tmp_path / "home", empty_dagster_storage) as instance, kept:
+    with _home_instance(tmp_path / "home", empty_dagster_storage, monkeypatch) as instance, kept:
         yield World(tmp_path, instance, ssh_keys) if url is None else make_world(tmp_path, instance, ssh_keys, url)
 
 

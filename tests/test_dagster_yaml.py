@@ -3,6 +3,7 @@ edits survive every command; one that lacks our run coordinator is kept and said
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 
@@ -10,6 +11,7 @@ def dagster_yaml(world):
     return world.home / "dagster" / "dagster.yaml"
 
 
+@pytest.mark.own_dagster_home
 def test_a_teams_edits_of_dagster_yaml_survive_run_and_publish(world):
     path = dagster_yaml(world)
     document = yaml.safe_load(path.read_text())
@@ -25,6 +27,7 @@ def test_a_teams_edits_of_dagster_yaml_survive_run_and_publish(world):
     assert path.read_text() == edited
 
 
+@pytest.mark.own_dagster_home
 def test_a_dagster_yaml_without_our_coordinator_is_kept_and_said_in_one_line(world, capfd):
     path = dagster_yaml(world)
     path.write_text("telemetry:\n  enabled: false\n")

@@ -19,6 +19,9 @@ from tests.conftest import ROOT
 
 RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
+# the coordinator reads the home its dagster.yaml names (`backfill init` writes the home's own)
+pytestmark = pytest.mark.own_dagster_home
+
 
 @pytest.fixture
 def coordinated(world, monkeypatch):
