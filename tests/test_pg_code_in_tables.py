@@ -66,13 +66,32 @@ def test_a_trigger_on_gate_results_never_gets_a_failing_gate_sealed_as_passed(en
         "a trigger's forged `passed` was sealed: publish copied a day whose gates failed"
 
 
+# the function each way runs as the writer: it plants, on `backfill_control.gate_results` (which
+# the writer owns), the BEFORE INSERT trigger of the test above
+PLANT = (f"IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'flip') THEN CREATE TRIGGER flip BEFORE INSERT "
+         f"ON {CONTROL}.gate_results FOR EACH ROW EXECUTE FUNCTION public.flip_gate(); END IF;")
+ON_THE_TARGET = {
+    # a statement trigger, fired by the write's INSERT
+    "trigger": ("CREATE FUNCTION public.plant() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN {PLANT} RETURN NULL; END $$",
+                "CREATE TRIGGER plant AFTER INSERT ON daily_revenue FOR EACH STATEMENT "
+                "EXECUTE FUNCTION public.plant()"),
+    # no trigger on any table the insider owns: a CHECK (`NOT VALID`: adding it evaluates nothing)
+    # evaluated on each row the write inserts; refusing targets with triggers would not close this
+    "check": ("CREATE FUNCTION public.plant_ok() RETURNS boolean LANGUAGE plpgsql VOLATILE AS "
+              f"$$ BEGIN {PLANT} RETURN true; END $$",
+              "ALTER TABLE daily_revenue ADD CONSTRAINT looks_harmless CHECK (public.plant_ok()) NOT VALID"),
+}
+
+
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
-def test_a_trigger_on_the_target_running_as_the_writer_never_gets_gate_results_forged(engine_world):
+@pytest.mark.parametrize("way", list(ON_THE_TARGET))
+def test_code_on_the_target_running_as_the_writer_never_gets_gate_results_forged(engine_world, way):
     """Insider owning only the data tables (`daily_revenue`, the source `orders`) and CREATE on
-    `public`, no right at all on `backfill_control`. A statement trigger on the target runs its
-    function with the writer's rights when the write's INSERT fires it: it creates, as the writer
-    (owner of `backfill_control.gate_results`), the BEFORE INSERT trigger of the previous test. The
-    gates of the same write transaction then record, and seal, every result as passed."""
+    `public`, no right at all on `backfill_control`. Code they hang on the target runs with the
+    writer's rights when the write's INSERT fires it, and plants the rewriting trigger on
+    `backfill_control.gate_results` (owned by the writer): the gates of the same write transaction
+    then recorded, and sealed, every result as passed."""
     world = engine_world
     _failing_window(world)
     role, url = _insider(world)
@@ -83,42 +102,11 @@ def test_a_trigger_on_the_target_running_as_the_writer_never_gets_gate_results_f
                            ).fetchone()[0] is False
         con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
         con.execute(FLIP)
-        con.execute("CREATE FUNCTION public.plant() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                    f"IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'flip') THEN "
-                    f"CREATE TRIGGER flip BEFORE INSERT ON {CONTROL}.gate_results "
-                    "FOR EACH ROW EXECUTE FUNCTION public.flip_gate(); END IF; RETURN NULL; END $$")
-        con.execute("CREATE TRIGGER plant AFTER INSERT ON daily_revenue "
-                    "FOR EACH STATEMENT EXECUTE FUNCTION public.plant()")
+        for statement in ON_THE_TARGET[way]:
+            con.execute(statement)
     assert world.cli("run", "fix") != 0
     planted = world.sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'flip'")[0][0]
     published = world.cli("publish", "fix")
     assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
-        f"the target's trigger ran as the writer (planted {planted} trigger on gate_results): publish " \
-        "copied a day whose gates failed"
-
-
-@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
-def test_a_check_on_the_target_running_as_the_writer_never_gets_gate_results_forged(engine_world):
-    """The same, with no trigger on any table the insider owns: a CHECK constraint (`NOT VALID`, so
-    adding it evaluates nothing) calling the insider's volatile function. PostgreSQL evaluates it on
-    each row the write inserts, as the writer, and the function plants the rewriting trigger on
-    `backfill_control.gate_results`. Refusing targets with triggers would not close this."""
-    world = engine_world
-    _failing_window(world)
-    role, url = _insider(world)
-    world.run_sql(f"ALTER TABLE daily_revenue OWNER TO {role}")
-    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
-        con.execute(FLIP)
-        con.execute("CREATE FUNCTION public.plant_ok() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
-                    f"IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'flip') THEN "
-                    f"CREATE TRIGGER flip BEFORE INSERT ON {CONTROL}.gate_results "
-                    "FOR EACH ROW EXECUTE FUNCTION public.flip_gate(); END IF; RETURN true; END $$")
-        con.execute("ALTER TABLE daily_revenue ADD CONSTRAINT looks_harmless CHECK (public.plant_ok()) NOT VALID")
-    assert world.cli("run", "fix") != 0
-    planted = world.sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'flip'")[0][0]
-    published = world.cli("publish", "fix")
-    assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
-        f"the target's CHECK ran as the writer (planted {planted} trigger on gate_results): publish " \
+        f"the target's {way} ran as the writer (planted {planted} trigger on gate_results): publish " \
         "copied a day whose gates failed"

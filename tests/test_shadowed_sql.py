@@ -124,11 +124,9 @@ def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_
 # (found by an attack on the remembered answers: the path then opened another database)
 
 # Another process (the insider's): it never opens the held file with DuckDB (the lock stops it),
-# only copies its bytes (an advisory lock stops no reader), builds its own database from the copy
-# with `golden` a two-faced view (the recorded rows to a statement naming sha256, tampered rows to
-# every other), and puts a symlink to it in place of the warehouse file (one rename in the
-# warehouse's folder, which anyone who can open the warehouse for writing can write: DuckDB
-# creates the .wal there).
+# only copies its bytes (an advisory lock stops no reader), forges the copy (FORGERIES), and puts a
+# symlink to it in place of the warehouse file (one rename in the warehouse's folder, which anyone
+# who can open the warehouse for writing can write: DuckDB creates the .wal there).
 SWAP = r"""
 import os, shutil, sys, duckdb
 path = sys.argv[1]
@@ -137,26 +135,35 @@ shutil.copyfile(path, forge)
 if os.path.exists(path + ".wal"):
     shutil.copyfile(path + ".wal", forge + ".wal")
 con = duckdb.connect(forge)
-con.execute("ALTER TABLE golden RENAME TO kept")
-con.execute("CREATE TABLE tampered AS SELECT * FROM kept")
-con.execute("UPDATE tampered SET amount = 999 WHERE name = 'alice'")
-con.execute("CREATE VIEW golden AS SELECT * FROM kept WHERE current_query() LIKE '%sha256%' "
-            "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'")
+for statement in sys.argv[2:]:
+    con.execute(statement)
 con.close()
 os.symlink(forge, path + ".link")
 os.replace(path + ".link", path)
 """
 
+FORGERIES = {
+    # `golden` a two-faced view: the recorded rows to a statement naming sha256, tampered ones to the rest
+    "golden is a view": ("ALTER TABLE golden RENAME TO kept", "CREATE TABLE tampered AS SELECT * FROM kept",
+                         TAMPER.replace("golden", "tampered"),
+                         "CREATE VIEW golden AS SELECT * FROM kept WHERE current_query() LIKE '%sha256%' "
+                         "UNION ALL SELECT * FROM tampered WHERE current_query() NOT LIKE '%sha256%'"),
+    # `golden` tampered in place, and a macro `sha256` putting the field back in each row's text
+    "sha256 shadow built-ins": (TAMPER, "CREATE MACRO sha256(x) AS system.main.sha256(CASE WHEN typeof(x) = "
+                                "'BLOB' THEN CAST(x AS BLOB) ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', "
+                                "'5:12.50')) END)"),
+}
 
-def test_duckdb_a_view_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp_path):
+
+@pytest.mark.parametrize("refusal", list(FORGERIES))
+def test_duckdb_a_forgery_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp_path, refusal):
     """Insider (warehouse write, i.e. write access to the warehouse's folder), between two steps of
-    one command that keeps the file (`kept_open`: a run worker, a CLI command). The command's
-    first fingerprint remembers 'golden is a plain table, no macro shadows a built-in' under the
-    key (pid, abspath). The insider swaps the path for a symlink to a forged database; the kept
-    connection still holds the old one, but `duckdb.connect(path)` resolves the symlink and opens
-    the forged database, while the session is handed the old database's memo: relation_kind answers
-    'table' for a view, and the fingerprint equals the recorded one over rows every other
-    statement reads as tampered."""
+    one command that keeps the file (`kept_open`: a run worker, a CLI command). The command's first
+    fingerprint remembered "golden is a plain table, no macro shadows a built-in" under the key
+    (pid, abspath). The insider swaps the path for a symlink to a forged database: the kept
+    connection still holds the old one, but `duckdb.connect(path)` resolves the symlink and opened
+    the forged database with the old one's answers: the fingerprint equalled the recorded one over
+    rows every other statement reads as tampered."""
     path = tmp_path / "w.duckdb"
     engine = engine_for(f"duckdb:///{path}")
     with kept_open():
@@ -164,38 +171,10 @@ def test_duckdb_a_view_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp
             make_table(session)
         with engine.session() as session:
             recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
-        subprocess.run([sys.executable, "-c", SWAP, str(path)], check=True)
+        subprocess.run([sys.executable, "-c", SWAP, str(path), *FORGERIES[refusal]], check=True)
         with engine.session() as session:
-            assert str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'")) == "999.00"
-            with pytest.raises(ForgedRecord, match="golden is a view"):
-                seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
-                assert seen == recorded  # the insider's win: the tampered partition keeps its record
-
-
-MACRO = ("CREATE MACRO sha256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' THEN CAST(x AS BLOB) "
-         "ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
-SWAP_MACRO = SWAP.replace(
-    'con.execute("ALTER TABLE golden RENAME TO kept")',
-    f'con.execute("UPDATE golden SET amount = 999 WHERE name = \'alice\'"); con.execute({MACRO!r})\n'
-    'con.close(); os.symlink(forge, path + ".link"); os.replace(path + ".link", path); sys.exit(0)')
-
-
-def test_duckdb_a_macro_behind_the_kept_path_swapped_for_a_symlink_is_refused(tmp_path):
-    """The same swap, the other remembered answer: the forged database's golden is a plain table
-    whose bytes are tampered (alice's 999.00), and its macro `sha256` puts the field back in each
-    row's text. The memo's 'no macro shadows a built-in' (asked of the old database) lets the
-    fingerprint run on the forged one, where it equals the recorded one."""
-    path = tmp_path / "w.duckdb"
-    engine = engine_for(f"duckdb:///{path}")
-    with kept_open():
-        with engine.session() as session:
-            make_table(session)
-        with engine.session() as session:
-            recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
-        subprocess.run([sys.executable, "-c", SWAP_MACRO, str(path)], check=True)
-        with engine.session() as session:
-            assert str(session.scalar("SELECT amount FROM golden WHERE name = 'alice'")) == "999.00"
-            with pytest.raises(ForgedRecord, match="sha256 shadow built-ins"):
+            assert _amount_of_alice(session) == "999.00"
+            with pytest.raises(ForgedRecord, match=refusal):
                 seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
                 assert seen == recorded  # the insider's win: the tampered partition keeps its record
 
