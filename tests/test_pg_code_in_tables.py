@@ -17,6 +17,8 @@ import uuid
 import psycopg
 import pytest
 
+from tests.world import BUGGY, keys
+
 CONTROL = "backfill_control"
 
 # every gate result the writer inserts is flipped to `passed` before it lands (and so before it is
@@ -110,3 +112,117 @@ def test_code_on_the_target_running_as_the_writer_never_gets_gate_results_forged
     assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
         f"the target's {way} ran as the writer (planted {planted} trigger on gate_results): publish " \
         "copied a day whose gates failed"
+
+
+# --- the ids the warehouse generates: set by a trigger as the row lands (found by a second attack) ---
+# A seal compares the values the writer gave; an id comes from the warehouse's sequence, so a
+# trigger may set it (below every earlier one) and it is sealed as it landed. "The latest" row was
+# the highest id; it is now the latest chain row (a row under another number is outside its seal).
+
+# every publication row the writer inserts gets an id below every earlier one: a value the writer
+# did not give, so `of_seq` does not compare it, and the seal covers it as it landed
+SINK = ("CREATE FUNCTION public.sink_id() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN NEW.publish_id := -NEW.publish_id; RETURN NEW; END $$")
+
+
+def _published_then_republished(world, plant):
+    """The buggy days published, kept aside by the insider; then plan `fix` published over them,
+    with `plant` run (as the insider) before its publish."""
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    buggy = world.fingerprints("published_revenue", keys(1, 4))
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    role, url = _insider(world)
+    world.run_sql(f"ALTER TABLE published_revenue OWNER TO {role}")
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE public.kept AS SELECT * FROM published_revenue")
+        plant(world, role, con)
+    assert world.cli("publish", "fix") == 0
+    fixed = world.fingerprints("published_revenue", keys(1, 4))
+    assert fixed != buggy and fixed == world.fingerprints("daily_revenue", keys(1, 4))
+    # the insider puts the buggy bytes back where consumers read (a direct edit, which must be found)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("DELETE FROM published_revenue")
+        con.execute("INSERT INTO published_revenue SELECT * FROM public.kept")
+    assert world.fingerprints("published_revenue", keys(1, 4)) == buggy
+
+
+def _own_publications(world, role, con):
+    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
+    world.run_sql(f"ALTER TABLE {CONTROL}.publications OWNER TO {role}")
+    con.execute(SINK)
+    con.execute(f"CREATE TRIGGER sink BEFORE INSERT ON {CONTROL}.publications "
+                "FOR EACH ROW EXECUTE FUNCTION public.sink_id()")
+
+
+def _through_the_published_table(world, role, con):
+    """No right on backfill_control: a statement trigger on the published table (a team's table
+    the insider owns) runs as the writer during publish's copy, and hangs the id-sinking trigger on
+    `publications` (owned by the writer) before the copy's publication rows are inserted."""
+    assert con.execute(f"SELECT has_schema_privilege(current_user, '{CONTROL}', 'USAGE')").fetchone()[0] is False
+    con.execute(SINK)
+    con.execute("CREATE FUNCTION public.plant_sink() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'sink') THEN "
+                f"CREATE TRIGGER sink BEFORE INSERT ON {CONTROL}.publications "
+                "FOR EACH ROW EXECUTE FUNCTION public.sink_id(); END IF; RETURN NULL; END $$")
+    con.execute("CREATE TRIGGER plant_sink AFTER INSERT ON published_revenue "
+                "FOR EACH STATEMENT EXECUTE FUNCTION public.plant_sink()")
+
+
+@pytest.mark.parametrize("plant", [_own_publications, _through_the_published_table],
+                         ids=["owner_of_publications", "through_published_table"])
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_publication_id_sunk_below_older_ones_never_hides_an_edit_of_the_published_table(
+        engine_world, plant, capfd):
+    """The publication of plan `fix` lands with publish_id below the buggy load's: "the last
+    publication" (ORDER BY publish_id DESC) is then the buggy one, sealed and verifying. The insider
+    puts the buggy bytes back into the published table: `status` finds no edit, the plan stays
+    published and `plan close` accepts, while consumers read the bytes the plan replaced."""
+    world = engine_world
+    _published_then_republished(world, plant)
+    ids = world.sql(f"SELECT min(publish_id) FROM {CONTROL}.publications")[0][0]
+    capfd.readouterr()
+    world.cli("status", "fix")
+    out = capfd.readouterr().out
+    closed = world.cli("plan", "close", "fix")
+    assert "EDITED since" in out and closed != 0, \
+        f"consumers read the replaced (buggy) bytes, yet status saw no edit and plan close returned {closed} " \
+        f"(phase {world.phase()}; lowest publish_id {ids}: the fix's publication sank below the buggy one)"
+
+
+# every gate result the writer inserts gets an id below every earlier one
+SINK_RESULT = ("CREATE FUNCTION public.sink_result() RETURNS trigger LANGUAGE plpgsql AS "
+               "$$ BEGIN NEW.result_id := -NEW.result_id; RETURN NEW; END $$")
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_result_id_sunk_below_older_ones_never_lets_publish_copy_a_day_whose_latest_gates_failed(
+        engine_world, capfd):
+    """Insider owning `backfill_control.gate_results` and the source `orders`. The plan reconciled;
+    then 2026-01-03's orders are loaded twice and `backfill reconcile` judges the same write again:
+    its gates fail on those very bytes, and the results are recorded (and sealed) with result ids
+    below the earlier passing ones. "The latest result of each gate" (ORDER BY result_id DESC) is
+    the old pass: the plan stays reconciled and publish copies the day its latest gates failed."""
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.phase() == "reconciled"
+    role, url = _insider(world)
+    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
+    world.run_sql(f"ALTER TABLE {CONTROL}.gate_results OWNER TO {role}")
+    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
+        con.execute(SINK_RESULT)
+        con.execute(f"CREATE TRIGGER sink BEFORE INSERT ON {CONTROL}.gate_results "
+                    "FOR EACH ROW EXECUTE FUNCTION public.sink_result()")
+    capfd.readouterr()
+    assert world.cli("reconcile", "fix") != 0  # the command itself says 2026-01-03 fails now
+    failing = world.sql(f"SELECT count(*) FROM {CONTROL}.gate_results WHERE partition_key = '2026-01-03' "
+                        "AND NOT passed")[0][0]
+    assert failing > 0
+    phase = world.phase()
+    published = world.cli("publish", "fix")
+    assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
+        f"reconcile recorded {failing} failing result(s) on 2026-01-03's latest write, yet the plan is " \
+        f"{phase} and publish copied it: the failures' sunk result ids made older passes 'the latest'"

@@ -29,6 +29,7 @@ class LatestWrite:
     fingerprint: Fingerprint
     code_version: str | None
     code_identity: str | None = None
+    seq: int = 0  # the chain row that sealed it: what "written after" means (ids are the warehouse's)
     gates: dict[str, tuple[bool, dict[str, Any]]] = field(default_factory=dict)  # gate -> (passed, figures)
     checked: dict[str, str | None] = field(default_factory=dict)  # gate -> checked fingerprint
 
@@ -99,7 +100,8 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, text, checked, gseq in rows:
         entry = out.get(key)
         if entry is None:
-            entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version, identity)
+            entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version, identity,
+                                seq=int(wseq) if wseq is not None else 0)
             out[key] = entry
             write_seals.append(wseq)
         if gate is not None:

@@ -64,10 +64,10 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
 
 
 def _table_verdict(session: Session, state: PlanState, asset: str, keys: list[str],
-                   upstream_newest: tuple[int, str] | None = None
-                   ) -> tuple[dict[str, list[str]], list[str], tuple[int, str] | None]:
-    """(failed gates by key, keys not written, the newest of the latest writes: its id and what it
-    wrote). `upstream_newest`: that of the tables the plan lists before this one: a partition
+                   upstream_newest: tuple[tuple[int, int], str] | None = None
+                   ) -> tuple[dict[str, list[str]], list[str], tuple[tuple[int, int], str] | None]:
+    """(failed gates by key, keys not written, the newest of the latest writes: its (chain row, id)
+    and what it wrote). `upstream_newest`: that of the tables the plan lists before this one: a partition
     written before it may have read what that write replaced."""
     latest = ledger.latest(session, asset, keys, state.plan_id, figures=False)
     missing = [k for k, e in latest.items() if e is None]
@@ -76,7 +76,7 @@ def _table_verdict(session: Session, state: PlanState, asset: str, keys: list[st
         if entry is None:
             continue
         bad = entry.failed or ([] if entry.gates else ["not evaluated"])
-        if upstream_newest is not None and entry.write_id < upstream_newest[0]:
+        if upstream_newest is not None and (entry.seq, entry.write_id) < upstream_newest[0]:
             # runs go in dependency order; a table it reads was written again since (a re-run of a
             # day after its month): the month's gates compared it with days that are gone
             bad = [*bad, f"{STALE}{upstream_newest[1]} was written again"]
@@ -85,7 +85,7 @@ def _table_verdict(session: Session, state: PlanState, asset: str, keys: list[st
             bad = [*bad, UNCHANGED_SINCE_CHECKED]
         if bad:
             failed[key] = bad
-    newest = max(((e.write_id, f"{asset} {k}") for k, e in latest.items() if e is not None), default=None)
+    newest = max((((e.seq, e.write_id), f"{asset} {k}") for k, e in latest.items() if e is not None), default=None)
     return failed, missing, newest
 
 

@@ -56,7 +56,9 @@ def latest_writes(session: Session, asset: str, keys: Sequence[str],
     on it: (partition_key, write_id, plan_id, recorded_at, row_count, fingerprint, code_version,
     code_identity, evidence_seq, gate, passed, figures, checked_fingerprint, result evidence_seq),
     one row per gate (one with gate NULL for a write no gate judged yet). Without `figures`, that
-    column is NULL: a verdict over a whole window needs only which gates passed."""
+    column is NULL: a verdict over a whole window needs only which gates passed. Latest in the
+    chain's order, never the ids': a trigger may set an id as its row lands (a failing result's
+    below an older passing one's, found by an attack), while a row's chain row is its seal's."""
     within, listed = session.engine.in_list_sql("partition_key", keys)
     plan_filter, params = ("AND plan_id = ?", [plan_id]) if plan_id is not None else ("", [])
     return session.rows(
@@ -64,11 +66,13 @@ def latest_writes(session: Session, asset: str, keys: Sequence[str],
         WITH w AS (
             SELECT write_id, partition_key, plan_id, recorded_at, row_count, fingerprint, code_version,
                    code_identity, evidence_seq,
-                   row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
+                   row_number() OVER (PARTITION BY partition_key
+                                      ORDER BY evidence_seq DESC NULLS FIRST, write_id DESC) AS rk
             FROM {SCHEMA}.writes WHERE asset = ? AND {within} {plan_filter}),
         g AS (
             SELECT write_id, gate, passed, figures, checked_fingerprint, evidence_seq,
-                   row_number() OVER (PARTITION BY write_id, gate ORDER BY result_id DESC) AS rk
+                   row_number() OVER (PARTITION BY write_id, gate
+                                      ORDER BY evidence_seq DESC NULLS FIRST, result_id DESC) AS rk
             FROM {SCHEMA}.gate_results WHERE write_id IN (SELECT write_id FROM w WHERE rk = 1))
         SELECT w.partition_key, w.write_id, w.plan_id, w.recorded_at, w.row_count, w.fingerprint,
                w.code_version, w.code_identity, w.evidence_seq, g.gate, g.passed, {"g.figures" if figures else "NULL"},
@@ -83,7 +87,8 @@ def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tup
     return session.rows(
         f"""SELECT partition_key, code_version, evidence_seq FROM (
                 SELECT partition_key, code_version, evidence_seq,
-                       row_number() OVER (PARTITION BY partition_key ORDER BY write_id DESC) AS rk
+                       row_number() OVER (PARTITION BY partition_key
+                                          ORDER BY evidence_seq DESC NULLS FIRST, write_id DESC) AS rk
                 FROM {SCHEMA}.writes WHERE asset = ? AND plan_id = ?) AS w
             WHERE rk = 1""", [asset, plan_id])
 
@@ -91,7 +96,7 @@ def latest_code_versions(session: Session, asset: str, plan_id: str) -> list[tup
 def fingerprints_of(session: Session, asset: str, plan_id: str, key: str) -> list[tuple[Any, ...]]:
     """(fingerprint, evidence_seq) of every write of `key` under the plan, oldest first."""
     return session.rows(f"SELECT fingerprint, evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ? AND asset = ? "
-                        "AND partition_key = ? ORDER BY write_id", [plan_id, asset, key])
+                        "AND partition_key = ? ORDER BY evidence_seq, write_id", [plan_id, asset, key])
 
 
 def keys_ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
@@ -121,7 +126,7 @@ def writers_since(session: Session, asset: str, keys: Sequence[str], plan_id: st
     return session.rows(
         f"""SELECT DISTINCT coalesce(plan_id, 'incremental runs'), partition_key FROM {SCHEMA}.writes
             WHERE asset = ? AND {within} AND (plan_id IS NULL OR plan_id <> ?)
-              AND write_id > (SELECT min(write_id) FROM {SCHEMA}.writes WHERE plan_id = ?)
+              AND evidence_seq > (SELECT min(evidence_seq) FROM {SCHEMA}.writes WHERE plan_id = ?)
               AND (plan_id IS NULL OR plan_id NOT IN
                    (SELECT plan_id FROM {SCHEMA}.plans WHERE phase = ?))
             ORDER BY 2""", [asset, *listed, plan_id, plan_id, ended_phase])
@@ -131,7 +136,8 @@ def failed_results(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
     """(asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq) of every failing
     result recorded under the plan, oldest first."""
     return session.rows(f"SELECT asset, partition_key, gate, figures, recorded_at, write_id, evidence_seq "
-                        f"FROM {SCHEMA}.gate_results WHERE plan_id = ? AND NOT passed ORDER BY result_id", [plan_id])
+                        f"FROM {SCHEMA}.gate_results WHERE plan_id = ? AND NOT passed ORDER BY evidence_seq, result_id",
+                        [plan_id])
 
 
 def write_seqs_of_plan(session: Session, plan_id: str) -> list[int | None]:

@@ -11,12 +11,14 @@ from backfill_assets.warehouse.state_store import IDS, SCHEMA
 
 def latest(session: Session, asset: str, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     """(partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq) of the last
-    publication of each of `keys` of the published table `asset` that has one."""
+    publication of each of `keys` of the published table `asset` that has one: last in the chain's
+    order, never the ids' (a trigger may set an id as it lands; a row's chain row is its seal's)."""
     within, listed = session.engine.in_list_sql("partition_key", keys)
     return session.rows(
         f"""SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq FROM (
                 SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq,
-                       row_number() OVER (PARTITION BY partition_key ORDER BY publish_id DESC) AS rk
+                       row_number() OVER (PARTITION BY partition_key
+                                          ORDER BY evidence_seq DESC NULLS FIRST, publish_id DESC) AS rk
                 FROM {SCHEMA}.publications WHERE asset = ? AND {within}) AS p WHERE rk = 1""",
         [asset, *listed])
 
