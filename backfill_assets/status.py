@@ -154,10 +154,15 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, gra
     if state.hold is Hold.PAUSED:
         return f"{sign}, then `{_resume(state)}` resumes it; or end it, `backfill cancel {pid}`"
     if seen and authority.refusal(session, state.version, code=None) is not None:
-        return (f"{sign}; or roll it back with approvers' signatures (consumers saw its data): they sign "
-                f"`backfill rollback {pid} --print-statement`, then `backfill rollback {pid} --statement FILE "
-                "--signature NAME=FILE` (or `--sign NAME=KEY`)")
+        return f"{sign}; or {_signed_rollback(pid)}"
     return f"{sign}; or roll it back, `backfill rollback {pid}`"
+
+
+def _signed_rollback(pid: str) -> str:
+    """A rollback of data consumers saw, once the plan's own approvals no longer hold."""
+    return (f"roll it back with approvers' signatures (consumers saw its data): they sign "
+            f"`backfill rollback {pid} --print-statement`, then `backfill rollback {pid} --statement FILE "
+            "--signature NAME=FILE` (or `--sign NAME=KEY`)")
 
 
 def _resume(state: PlanState) -> str:
@@ -180,9 +185,14 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
     phase = state.phase
     if status.running:
         return f"wait: {status.running} is running it (or `backfill pause {pid}`)"
-    if state.hold is Hold.PAUSED:
+    if state.hold is Hold.PAUSED and state.active:
+        # a pause outlives a publish (which takes no run): then neither run nor cancel can act on
+        # it (found by an attack), and the phase's own step follows
         return f"resume with `{_resume(state)}`, or end it with `backfill cancel {pid}`"
     if state.hold is Hold.CANCELLED:
+        if (phase in SEEN_BY_CONSUMERS and state.version is not None
+                and authority.refusal(session, state.version, code=None) is not None):
+            return _signed_rollback(pid)  # a bare rollback is refused (found by an attack)
         return f"roll it back: `backfill rollback {pid}`"
     failing = sorted(status.failed)
     if phase is Phase.DRAFTED:

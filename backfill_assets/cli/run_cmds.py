@@ -154,6 +154,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             instance = instance_for(home)  # opened once: dead runs, then the plan's state
             fail_dead_runs(instance)
             print(f"nothing to run: every partition of {state.plan_id} is already written and passed")
+            # the run a paused plan's status names resumes it even so: a pause kept here had
+            # `status` name the same run again and again (found by an attack)
+            state = lifecycle.run_resumed(session, state, actor())
             state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
             print(f"plan {state.plan_id} is {state.phase}")
             record_plan_state(args, state.plan_id, table.graph, instance)
