@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from backfill_assets.control import authority, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PartitionRefused, PlanProblem
+from backfill_assets.identifiers import table_for_asset
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE, Hold
@@ -57,6 +58,29 @@ class Permission:
 
 def _refuse(message: str, plan_id: str | None, key: str, fix: str) -> PartitionRefused:
     return PartitionRefused(message, plan_id=plan_id, partition=key, fix=fix)
+
+
+def _shared_table_refusal(session: Session, spec: TableSpec, key: str,
+                          graph: TableGraph | None) -> PartitionRefused | None:
+    """A table is one asset's. Two asset keys naming one table (`Daily_Revenue` beside
+    `daily_revenue` on DuckDB, which folds case; `finance__daily_revenue` beside `finance/daily_revenue`
+    on both engines) would each ask "does this partition hold rows, was it written?" of its own key
+    and partition column: a second definition partitioned by another column found every day of the
+    first's history new and rewrote it, and its publish what consumers read, without a plan (found
+    by an attack). Names compared without regard to case."""
+    mine = {spec.table.lower(), spec.publish_table.lower()}
+    others = {a for a in ledger.assets_recorded(session) if a not in (spec.name, spec.publish_as)}
+    if graph is not None:
+        others |= {n for s, _ in graph.tables.values() for n in (s.name, s.publish_as)
+                   if n not in (spec.name, spec.publish_as)}
+    for other in sorted(others):
+        table = table_for_asset(other)
+        if table.lower() in mine:
+            return _refuse(f"{spec.name} writes table {table}, which is asset {other}'s too: two assets cannot "
+                           "share a table (each would take the other's history for new partitions)", None, key,
+                           f"give {spec.name} a table of its own (its asset key or publish_as), or remove the "
+                           "definition that repeats it")
+    return None
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
@@ -253,6 +277,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     if not keys:
         raise _refuse(f"a run of {spec.name} named no partition", None, "?",
                       "launch it for a partition or a partition range")
+    shared = _shared_table_refusal(session, spec, keys[0], graph)
+    if shared is not None:
+        raise shared
     wanted = tags.get(PLAN_TAG)
     tagged = BACKFILL_TAG in tags or wanted is not None
     plans = record.active_plans(session, target=spec.name)
@@ -315,6 +342,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
             keys: Sequence[str]) -> PlanState | None:
     """Inside their write transaction: is the write of `keys` still allowed? Returns the plan."""
+    shared = _shared_table_refusal(session, spec, keys[0], permission.graph) if keys else None
+    if shared is not None:
+        raise shared
     if permission.plan is None:
         for plan in record.active_plans(session, target=spec.name):
             for key in keys:

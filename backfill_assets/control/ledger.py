@@ -146,6 +146,11 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
     return [str(r[0]) for r in rows]
 
 
+def assets_recorded(session: Session) -> set[str]:
+    """The assets the framework ever wrote or published (targets and published tables)."""
+    return store.assets_recorded(session)
+
+
 def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
     """The keys of `asset` the framework ever wrote, under a plan or not: such a partition is
     history even when it holds no rows now. Not checked against seals: a row forged into `writes`

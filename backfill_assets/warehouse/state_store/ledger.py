@@ -106,6 +106,12 @@ def keys_ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[
         f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND {within}", [asset, *listed])}
 
 
+def assets_recorded(session: Session) -> set[str]:
+    """Every asset the ledger has a write of (a target) or a publication of (a published table)."""
+    return {str(a) for (a,) in session.rows(f"SELECT DISTINCT asset FROM {SCHEMA}.writes UNION "
+                                            f"SELECT DISTINCT asset FROM {SCHEMA}.publications")}
+
+
 def keys_of_plan(session: Session, plan_id: str, asset: str) -> set[str]:
     """The partitions of `asset` the plan wrote."""
     return {str(k) for (k,) in session.rows(f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE plan_id = ? "
