@@ -41,6 +41,7 @@ ALIAS = replace(
     metrics=(Metric("orders", "sum(orders)", "count(*)"), Metric("gross", "sum(gross)", "sum(amount)")),
 )
 STATUS = dg.StaticPartitionsDefinition(["refunded"])
+pytestmark = pytest.mark.filterwarnings("ignore:Asset job .* varying BackfillPolicies")  # target + publish
 
 
 def _alias_defs(world, *, with_team: bool) -> dg.Definitions:

@@ -213,11 +213,11 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                 except PartitionRefused as exc:
                     raise dg.Failure(description=str(exc), metadata={
                         "plan": exc.plan_id or "none", "partition": exc.partition}) from None
-                done = write_partitions(session, spec, scheme, permission, run_id=context.run_id, actor=actor)
+                done = write_partitions(session, spec, scheme, permission, run_id=context.run.run_id, actor=actor)
                 writes, results = done.writes, done.results
                 impact = _impact_metadata(context, session, spec, scheme, permission)
                 try:  # the writes are committed: showing the state late never fails them
-                    plan_state = _changed_plan_state(session, permission, results, tags, context.run_id, graph)
+                    plan_state = _changed_plan_state(session, permission, results, tags, context.run.run_id, graph)
                 except Exception as exc:  # noqa: BLE001 - the reopen sensor's next tick records it
                     context.log.warning(f"the plan's state shows at the reopen sensor's next tick "
                                         f"(recording it now failed: {type(exc).__name__}: {exc})")

@@ -19,7 +19,7 @@ def run_actor(context: dg.AssetExecutionContext) -> str:
     tags = context.run.tags
     launched = tags.get("dagster/user") or tags.get(ACTOR_TAG) or \
         ("the Dagster UI" if tags.get("dagster/from_ui") else None)
-    return f"dagster run {context.run_id[:8]}" + (f" launched by {launched}" if launched else "")
+    return f"dagster run {context.run.run_id[:8]}" + (f" launched by {launched}" if launched else "")
 
 
 def table_scheme(spec: TableSpec, partitions_def: dg.PartitionsDefinition) -> PartitionScheme:
