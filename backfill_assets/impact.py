@@ -25,7 +25,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.impact_sql import changed_rows, row_hash_totals
-from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in
 
 # what of a key's change `expect:` did not declare, when it is the key as a whole
 WHOLE = {"partition": "partition outside expect.partitions", "added": "key added", "removed": "key removed"}
@@ -224,7 +224,7 @@ def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     keys = [k for k in keys if k in taken]
     if not keys:
         return []
-    snap = snapshot_table(plan_id, spec.table)
+    snap = snapshot_in(session, plan_id, spec.table)
     have_snapshot = session.engine.table_exists(session, snap, SNAPSHOT_SCHEMA)
     return compare(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap) if have_snapshot else None, keys, top)
 

@@ -156,8 +156,18 @@ def empty_dagster_storage(tmp_path_factory) -> Path:
     """The Dagster home the worker's worlds share (DAGSTER_HOME: our dagster.yaml, its sqlite storage),
     emptied before each test (`_home_instance`): opening an instance costs ~90 ms (Dagster reads its
     YAML and each storage's config with PyYAML's Python parser), once a test over the suite's ~550
-    worlds; emptying the one a worker keeps open, a few milliseconds."""
-    return tmp_path_factory.mktemp("dagster-shared") / "dagster"
+    worlds; emptying the one a worker keeps open, a few milliseconds. Its dagster.yaml is written
+    here, in no test's environment: written by a PostgreSQL world first, it named
+    ${BACKFILL_WAREHOUSE_URL}, which the worker's later DuckDB worlds do not set."""
+    from backfill_assets.dagster_setup import ensure_dagster_home
+    from backfill_assets.home import Home
+
+    root = tmp_path_factory.mktemp("dagster-shared")
+    with pytest.MonkeyPatch.context() as environment:
+        environment.delenv("BACKFILL_WAREHOUSE_URL", raising=False)
+        environment.setenv("DAGSTER_HOME", str(root / "dagster"))
+        ensure_dagster_home(Home(root))
+    return root / "dagster"
 
 
 def _home_instance(home: Path, dagster_home: Path, monkeypatch: pytest.MonkeyPatch, own: bool = False):

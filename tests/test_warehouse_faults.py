@@ -13,6 +13,7 @@ def _make_the_next_commit_fail(engine, session) -> None:
     """Inside `session`'s open transaction, a row whose commit fails: on PostgreSQL a deferred
     unique constraint checked at COMMIT, on DuckDB a second connection committing the same key first."""
     if engine.name == "postgresql":
+        session.execute("SET CONSTRAINTS ALL DEFERRED")  # our transactions begin with them immediate
         session.execute("INSERT INTO t VALUES (1)")
         session.execute("INSERT INTO t VALUES (1)")  # deferred: accepted until COMMIT
         return

@@ -14,7 +14,8 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
-from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back, snapshot_table
+from backfill_assets.warehouse.snapshot_tables import snapshot_in
+from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back
 from backfill_assets.warehouse.state_store import snapshot_records as store
 
 
@@ -38,15 +39,16 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
     wanted = [k for k in keys if k not in taken]
     if not wanted:
         return {}
+    name = snapshot_in(session, plan_id, table)
     before = copy_aside(session, spec, scheme, table, plan_id, wanted)
     seq = evidence_log.next_seq(session)
-    store.insert(session, plan_id, table, snapshot_table(plan_id, table), recorded_at, seq,
+    store.insert(session, plan_id, table, name, recorded_at, seq,
                  [(key, before[key].rows, before[key].digest) for key in wanted])
     evidence_log.append(session, plan_id=plan_id, kind="snapshot", actor=actor, seq=seq, payload={
         "table": table, "partitions": {k: {"rows": before[k].rows, "fingerprint": before[k].digest} for k in wanted},
         "seals": {"snapshots": seals.of_seq(session, "snapshots", seq, [
             {"table_name": table, "partition_key": key, "plan_id": plan_id, "row_count": before[key].rows,
-             "fingerprint": before[key].digest, "snapshot_table": snapshot_table(plan_id, table),
+             "fingerprint": before[key].digest, "snapshot_table": name,
              "recorded_at": recorded_at} for key in wanted])}})
     return before
 

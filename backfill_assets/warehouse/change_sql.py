@@ -27,7 +27,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import column_types
 from backfill_assets.warehouse.grouping import grouping
-from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in
 
 
 class DeclaredChanges(Protocol):
@@ -76,7 +76,7 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     types = column_types(session, spec.table, cols)
     kinds = dict(zip(cols, types, strict=True))
     part = quote(spec.partition_column)
-    snap = snapshot_table(plan_id, spec.table)
+    snap = snapshot_in(session, plan_id, spec.table)
     if engine.table_exists(session, snap, SNAPSHOT_SCHEMA):
         before = qualified(SNAPSHOT_SCHEMA, snap)
     else:  # the plan snapshotted only empty partitions: nothing before

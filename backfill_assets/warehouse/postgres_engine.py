@@ -124,6 +124,11 @@ class PostgresSession(Session):
 
     def _begin(self) -> None:
         self.con.execute("BEGIN")
+        # a constraint trigger the table's owner declared DEFERRABLE INITIALLY DEFERRED would fire
+        # at COMMIT, after every check this transaction made (a rollback's restored fingerprints,
+        # a write's judged ones): it changed a restored partition after its proof (found by an
+        # attack). Immediate here, it fires at its statement's end, before the checks that follow.
+        self.con.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
     def _commit(self) -> None:
         self.execute("COMMIT")  # a failed commit is a statement error, one line

@@ -17,7 +17,7 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.partition_sql import many_predicate
-from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
+from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in, snapshot_table
 
 __all__ = ["SNAPSHOT_SCHEMA", "copy_aside", "missing_rows", "put_back", "snapshot_table"]
 
@@ -26,7 +26,7 @@ def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table
                keys: Sequence[str]) -> dict[str, Fingerprint]:
     """Copy the current rows of `keys` into the plan's snapshot table; return their fingerprints.
     Inside the caller's transaction, before it changes those partitions."""
-    snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
+    snap = qualified(SNAPSHOT_SCHEMA, snapshot_in(session, plan_id, table))
     cols = ", ".join(quote(c) for c in spec.columns)
     session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
     before = fingerprints(session, table, spec.columns, scheme, spec.partition_column, keys)
@@ -42,7 +42,7 @@ def missing_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     present = list(recorded)
     if not present:
         return []
-    name = snapshot_table(plan_id, table)
+    name = snapshot_in(session, plan_id, table)
     if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
         return [f"{k}: snapshot table {SNAPSHOT_SCHEMA}.{name} is gone" for k in present if recorded[k].rows > 0]
     counts = rows_per_partition(session, name, spec.partition_column, scheme, present, SNAPSHOT_SCHEMA)
@@ -57,7 +57,7 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     are as writable as any table's: the sealed record says what they were."""
     if not recorded:
         return {}
-    name = snapshot_table(plan_id, table)
+    name = snapshot_in(session, plan_id, table)
     if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):  # none was ever needed if all were empty
         return {k: (EMPTY, taken) for k, taken in recorded.items() if taken.rows > 0}
     now = fingerprints_like(session, name, spec.columns, scheme, spec.partition_column, recorded, SNAPSHOT_SCHEMA)
@@ -69,11 +69,12 @@ def put_back(session: Session, spec: TableSpec, scheme: PartitionScheme, table: 
     """Put the snapshotted rows of `expected`'s keys back; return {key: (expected, restored)}.
     In a transaction; refuses (and so rolls back) unless every key comes back exactly."""
     keys = list(expected)
-    snap = qualified(SNAPSHOT_SCHEMA, snapshot_table(plan_id, table))
+    name = snapshot_in(session, plan_id, table)
+    snap = qualified(SNAPSHOT_SCHEMA, name)
     cols = ", ".join(quote(c) for c in spec.columns)
     where, params = many_predicate(scheme, quote(spec.partition_column), keys)
     session.execute(f"DELETE FROM {quote(table)} WHERE {where}", params)
-    if session.engine.table_exists(session, snapshot_table(plan_id, table), SNAPSHOT_SCHEMA):
+    if session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
         session.execute(f"INSERT INTO {quote(table)} ({cols}) SELECT {cols} FROM {snap} WHERE {where}",
                         params)
     # by the algorithm of each record: a snapshot taken before the upgrade holds a legacy digest
