@@ -39,6 +39,20 @@ def _insider(world):
     return role, url
 
 
+def _hang_on_gate_results(world, function: str, name: str) -> None:
+    """The insider owns `backfill_control.gate_results` and the source `orders`: 2026-01-03's orders
+    loaded twice (its gates fail now), and `function` hung on each gate result the writer inserts."""
+    role, url = _insider(world)
+    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
+    world.run_sql(f"ALTER TABLE {CONTROL}.gate_results OWNER TO {role}")
+    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
+        con.execute(function)
+        con.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON {CONTROL}.gate_results "
+                    f"FOR EACH ROW EXECUTE FUNCTION public.{name}()")
+
+
 def _failing_window(world):
     """A plan whose proof passed, then the source of 2026-01-03 loaded twice: that day's gates fail."""
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
@@ -53,15 +67,7 @@ def test_a_trigger_on_gate_results_never_gets_a_failing_gate_sealed_as_passed(en
     and publish copies a day whose gates failed (revenue of orders loaded twice)."""
     world = engine_world
     _failing_window(world)
-    role, url = _insider(world)
-    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
-    world.run_sql(f"ALTER TABLE {CONTROL}.gate_results OWNER TO {role}")
-    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
-        con.execute(FLIP)
-        con.execute(f"CREATE TRIGGER flip BEFORE INSERT ON {CONTROL}.gate_results "
-                    "FOR EACH ROW EXECUTE FUNCTION public.flip_gate()")
+    _hang_on_gate_results(world, FLIP, "flip_gate")
     assert world.cli("run", "fix") != 0  # 2026-01-03's gates fail (the command says so)
     published = world.cli("publish", "fix")
     assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
@@ -207,15 +213,7 @@ def test_a_result_id_sunk_below_older_ones_never_lets_publish_copy_a_day_whose_l
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     assert world.phase() == "reconciled"
-    role, url = _insider(world)
-    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
-    world.run_sql(f"ALTER TABLE {CONTROL}.gate_results OWNER TO {role}")
-    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
-        con.execute(SINK_RESULT)
-        con.execute(f"CREATE TRIGGER sink BEFORE INSERT ON {CONTROL}.gate_results "
-                    "FOR EACH ROW EXECUTE FUNCTION public.sink_result()")
+    _hang_on_gate_results(world, SINK_RESULT, "sink_result")
     capfd.readouterr()
     assert world.cli("reconcile", "fix") != 0  # the command itself says 2026-01-03 fails now
     failing = world.sql(f"SELECT count(*) FROM {CONTROL}.gate_results WHERE partition_key = '2026-01-03' "
