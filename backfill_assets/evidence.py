@@ -137,15 +137,16 @@ def _history(session: Session, state: PlanState) -> dict[str, Any]:
     failed_lines = [f"{f.asset} {f.partition_key} {f.gate} {_figures(f.figures)} at {f.recorded_at}"
                     for f in failures]
     repairs = []
-    by_table: dict[str, dict[str, int]] = {}
-    for f in failures:  # the last failing write of each partition of each table
+    by_table: dict[str, dict[str, tuple[int, int]]] = {}
+    for f in failures:  # the last failure of each partition of each table: (its chain row, its write)
         last_failed = by_table.setdefault(f.asset, {})
-        last_failed[f.partition_key] = max(last_failed.get(f.partition_key, 0), f.write_id or 0)
+        last_failed[f.partition_key] = max(last_failed.get(f.partition_key, (0, 0)), (f.seq, f.write_id or 0))
     for asset, last_failed in by_table.items():
         latest = ledger.latest(session, asset, list(last_failed), state.plan_id)
-        for key, failed_write in last_failed.items():
+        for key, (failed_seq, failed_write) in last_failed.items():
             entry = latest.get(key)
-            if entry is not None and entry.passed and entry.write_id > failed_write:
+            # written after the failure was recorded, in the chain's order (ids are the warehouse's)
+            if entry is not None and entry.passed and entry.seq > failed_seq:
                 repairs.append(f"{asset} {key} failed on write {failed_write}, passed on write {entry.write_id} "
                                f"(code {entry.code_version}) at {entry.recorded_at}")
     code = [f"{asset} code {version} ({(identity or 'unknown')[:14]}): {n} partition(s) written {first}..{last}"

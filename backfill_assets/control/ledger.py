@@ -170,14 +170,16 @@ class RecordedFailure:
     figures: dict[str, Any]
     recorded_at: str
     write_id: int | None
+    seq: int = 0  # the chain row that recorded it: a later write is one with a later chain row
 
 
 def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
     """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
     rows = store.failed_results(session, plan_id)
     seals.verify(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
-    return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w))
-            for a, k, g, f, at, w, _ in rows]
+    return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w),
+                            seq=int(s) if s is not None else 0)
+            for a, k, g, f, at, w, s in rows]
 
 
 def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, str | None, int, str, str]]:
