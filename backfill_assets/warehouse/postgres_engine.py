@@ -249,9 +249,15 @@ class PostgresEngine(PostgresSpelling, Engine):
         return f"pg_temp.{prefix}_{uuid.uuid4().hex[:16]}"  # the session's own temporary schema
 
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
+        # resolved as the statements' `FROM "table"` resolves it (search path, case, and a name over
+        # 63 bytes cut as PostgreSQL cuts it in every statement): asked of information_schema with
+        # the whole name, an adopted table with a long name held no rows, and its history was written
+        # without a plan
         return bool(session.scalar(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = coalesce(?, current_schema()) "
-            "AND lower(table_name) = lower(?)", [schema, table]))
+            "SELECT count(*) FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) "
+            "pg_catalog.to_regclass(?::pg_catalog.text) AND c.relkind OPERATOR(pg_catalog.=) "
+            "ANY ('{r,p,v,m,f}'::pg_catalog.\"char\"[])",
+            [qualified(schema, table) if schema else quote(table)]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
         # the relation the statements' `FROM "table"` reads, resolved as they resolve it (search
