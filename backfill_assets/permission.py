@@ -64,17 +64,24 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str,
                           graph: TableGraph | None) -> PartitionRefused | None:
     """A table is one asset's. Two asset keys naming one table (`Daily_Revenue` beside
     `daily_revenue` on DuckDB, which folds case; `finance__daily_revenue` beside `finance/daily_revenue`
-    on both engines) would each ask "does this partition hold rows, was it written?" of its own key
-    and partition column: a second definition partitioned by another column found every day of the
-    first's history new and rewrote it, and its publish what consumers read, without a plan (found
-    by an attack). Names compared without regard to case."""
+    on both engines; a `publish_as` naming another asset's target or published table) would each
+    ask "does this partition hold rows, was it written?" of its own key and partition column: a
+    second definition partitioned by another column found every day of the first's history new
+    and rewrote it, and its publish what consumers read, without a plan (found by two attacks).
+    Asked of the loaded definitions' other tables and of the ledger: every target another asset
+    wrote, and every published table another target's write was published into. Names compared
+    without regard to case."""
     mine = {spec.table.lower(), spec.publish_table.lower()}
-    others = {a for a in ledger.assets_recorded(session) if a not in (spec.name, spec.publish_as)}
+    claims: list[tuple[str, str]] = []  # (a table's asset name, the other asset that holds it)
     if graph is not None:
-        others |= {n for s, _ in graph.tables.values() for n in (s.name, s.publish_as)
-                   if n not in (spec.name, spec.publish_as)}
-    for other in sorted(others):
-        table = table_for_asset(other)
+        claims += [(n, s.name) for s, _ in graph.tables.values() if s.name != spec.name for n in (s.name, s.publish_as)]
+    for table, writer in ledger.tables_claimed(session):
+        if writer is not None and writer != spec.name:
+            claims.append((table, writer))
+        elif table_for_asset(table).lower() == spec.table.lower() and table != spec.name:
+            claims.append((table, table))  # published (or put back) into this asset's target
+    for name, other in sorted(set(claims)):
+        table = table_for_asset(name)
         if table.lower() in mine:
             return _refuse(f"{spec.name} writes table {table}, which is asset {other}'s too: two assets cannot "
                            "share a table (each would take the other's history for new partitions)", None, key,

@@ -14,7 +14,7 @@ import pytest
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
 from backfill_assets.demo.definitions import ORDERS, PARTITIONS
-from backfill_assets.demo.revenue import DAILY_REVENUE
+from backfill_assets.demo.revenue import BUGGY_SELECT, DAILY_REVENUE
 from backfill_assets.table import Metric
 from tests.world import failure_text, keys
 
@@ -105,3 +105,27 @@ def test_a_flat_asset_key_naming_a_prefixed_tables_table_never_rewrites_its_hist
     result = _run(world, operator_defs, "flat_job", {"dagster/backfill": "ui-bf"}, partition_key="refunded")
     assert not result.success and "two assets cannot share a table" in failure_text(result), failure_text(result)
     assert tuple(world.fingerprints(t, days) for t in tables) == before
+
+
+# A second asset key with a table of its own (other_revenue), the same partitioning, whose
+# `publish_as` names the team's published table or the team's target: the first check left out
+# every name equal to this asset's own name or publish_as, so the team's asset never counted (found
+# by an attack on the check). It runs in another code location: Dagster refuses one asset key
+# twice in one set of definitions, and the ledger remembers the team's asset.
+def _other_defs(world, publish_as: str) -> dg.Definitions:
+    spec = replace(DAILY_REVENUE, name="other_revenue", publish_as=publish_as, select_sql=BUGGY_SELECT,
+                   metrics=(Metric("orders", "sum(orders)", "count(*)"), Metric("gross", "sum(gross)", "sum(amount)")))
+    other = make_replayable_table(spec, PARTITIONS, group_name="other")
+    return dg.Definitions(
+        assets=[ORDERS, *other.assets],
+        jobs=[dg.define_asset_job("other_job", selection=[other.target.key, other.publish.key],
+                                  partitions_def=PARTITIONS)],
+        resources=backfill_resources(str(world.home), world.url or ""), executor=dg.in_process_executor)
+
+
+@pytest.mark.parametrize("shared", ["published_revenue", "daily_revenue"], ids=["their-published", "their-target"])
+def test_a_publish_as_naming_another_assets_table_is_refused(world, shared):
+    assert world.materialize(keys(1, 3), publish=True).success  # the team's history, published
+    result = _run(world, _other_defs(world, shared), "other_job", {}, partition_key="2026-01-04")
+    assert not result.success and "two assets cannot share a table" in failure_text(result), failure_text(result)
+    assert world.rows(shared, "2026-01-04") == 0

@@ -146,9 +146,10 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
     return [str(r[0]) for r in rows]
 
 
-def assets_recorded(session: Session) -> set[str]:
-    """The assets the framework ever wrote or published (targets and published tables)."""
-    return store.assets_recorded(session)
+def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
+    """(table's asset, the target asset that wrote it) of every target written and every published
+    table published (None: only put back by a rollback)."""
+    return store.tables_claimed(session)
 
 
 def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:

@@ -106,10 +106,14 @@ def keys_ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[
         f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND {within}", [asset, *listed])}
 
 
-def assets_recorded(session: Session) -> set[str]:
-    """Every asset the ledger has a write of (a target) or a publication of (a published table)."""
-    return {str(a) for (a,) in session.rows(f"SELECT DISTINCT asset FROM {SCHEMA}.writes UNION "
-                                            f"SELECT DISTINCT asset FROM {SCHEMA}.publications")}
+def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
+    """(asset, the target that wrote it) of every table the ledger has: each target written
+    (itself), and each published table with the target whose write it published (None: put back
+    by a rollback)."""
+    return [(str(a), None if t is None else str(t)) for a, t in session.rows(
+        f"SELECT DISTINCT asset, asset FROM {SCHEMA}.writes UNION "
+        f"SELECT DISTINCT p.asset, w.asset FROM {SCHEMA}.publications AS p "
+        f"LEFT JOIN {SCHEMA}.writes AS w ON w.write_id = p.write_id")]
 
 
 def keys_of_plan(session: Session, plan_id: str, asset: str) -> set[str]:
