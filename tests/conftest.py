@@ -152,7 +152,7 @@ def ssh_keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def empty_dagster_storage(tmp_path_factory) -> Path:
+def shared_dagster_home(tmp_path_factory) -> Path:
     """The Dagster home the worker's worlds share (DAGSTER_HOME: our dagster.yaml, its sqlite storage),
     emptied before each test (`_home_instance`): opening an instance costs ~90 ms (Dagster reads its
     YAML and each storage's config with PyYAML's Python parser), once a test over the suite's ~550
@@ -219,7 +219,7 @@ def _kept_database(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
-def world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage, duckdb_world_template):
+def world(request, tmp_path, ssh_keys, monkeypatch, shared_dagster_home, duckdb_world_template):
     from tests.world import DEMO_DEFS, World
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
@@ -227,7 +227,7 @@ def world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage, duckd
     monkeypatch.setenv("BACKFILL_HOME", str(tmp_path / "home"))
     _copy_world(duckdb_world_template, tmp_path)
     own = request.node.get_closest_marker("own_dagster_home") is not None
-    with _home_instance(tmp_path / "home", empty_dagster_storage, monkeypatch, own) as instance, \
+    with _home_instance(tmp_path / "home", shared_dagster_home, monkeypatch, own) as instance, \
             _kept_database(request):
         yield World(tmp_path, instance, ssh_keys)
 
@@ -243,7 +243,7 @@ def engine(request, tmp_path):
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
-def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
+def engine_world(request, tmp_path, ssh_keys, monkeypatch, shared_dagster_home):
     """The same world on each engine: the embedded DuckDB file (a copy of the template), and a real
     PostgreSQL server (made in its fresh database)."""
     from tests.world import DEMO_DEFS, World, make_world
@@ -257,7 +257,7 @@ def engine_world(request, tmp_path, ssh_keys, monkeypatch, empty_dagster_storage
     else:
         _copy_world(request.getfixturevalue("duckdb_world_template"), tmp_path)
     kept = _kept_database(request) if url is None else contextlib.nullcontext()
-    with _home_instance(tmp_path / "home", empty_dagster_storage, monkeypatch) as instance, kept:
+    with _home_instance(tmp_path / "home", shared_dagster_home, monkeypatch) as instance, kept:
         yield World(tmp_path, instance, ssh_keys) if url is None else make_world(tmp_path, instance, ssh_keys, url)
 
 

@@ -223,11 +223,11 @@ class PlanMachine(RuleBasedStateMachine):
 
 
 def test_any_sequence_of_runs_edits_and_rollbacks_keeps_partitions_whole_and_converges(
-        tmp_path, ssh_keys, monkeypatch, empty_dagster_storage):
+        tmp_path, ssh_keys, monkeypatch, shared_dagster_home):
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     # one Dagster instance for every example, with the storage `backfill init` configures (the CLI's
     # commands open it through DAGSTER_HOME): Dagster's test instance stores a run's events ~3x slower
-    with _home_instance(tmp_path / "dagster-home", empty_dagster_storage, monkeypatch) as instance:
+    with _home_instance(tmp_path / "dagster-home", shared_dagster_home, monkeypatch) as instance:
         template = tmp_path / "template"
         history, clean = build_template(template, instance, ssh_keys)
         scratch = tmp_path / "examples"
