@@ -33,7 +33,8 @@ COORDINATOR = "PlanGateRunCoordinator"
 HEADER = """# Written once by backfill-assets (`backfill init`); yours to edit, never rewritten. Backfill runs
 # of each plan are capped at the plan's runs_at_once (the coordinator tags them
 # backfill_assets/plan-cap-N=<plan>); daily (scheduled) runs keep their own limit. Secrets are
-# environment references ({env: NAME}), read when the instance loads.
+# environment references ({env: NAME}), read when the instance loads. A relative base_dir is a folder
+# of DAGSTER_HOME (this file's folder); a relative backfill_home too.
 """
 _said: set[str] = set()
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -59,7 +60,11 @@ def _postgres_storage(url: str) -> dict[str, Any]:
 
 
 def dagster_config(home: Home, postgres_url: str | None = None) -> dict[str, Any]:
-    coordinator: dict[str, Any] = {"backfill_home": str(home.root)}
+    # paths relative to DAGSTER_HOME, the file's own folder, where they can be: a home copied or
+    # moved keeps its runs and its gate (absolute ones had a copy store its runs in the original's
+    # storage, and its coordinator read the original's warehouse)
+    inside = home.dagster_home.parent == home.root
+    coordinator: dict[str, Any] = {"backfill_home": ".." if inside else str(home.root)}
     if os.environ.get(WAREHOUSE_URL_ENV):  # the coordinator reads the same warehouse as the CLI
         coordinator["warehouse_url"] = {"env": WAREHOUSE_URL_ENV}
     coordinator.update({
@@ -82,13 +87,13 @@ def dagster_config(home: Home, postgres_url: str | None = None) -> dict[str, Any
         # pooled connections in WAL mode (backfill_assets/dagster_storage.py says why)
         config["event_log_storage"] = {"module": "backfill_assets.dagster_storage",
                                        "class": "PooledSqliteEventLogStorage",
-                                       "config": {"base_dir": str(home.dagster_home / "event_log")}}
+                                       "config": {"base_dir": "event_log"}}
         config["run_storage"] = {"module": "backfill_assets.dagster_storage", "class": "PooledSqliteRunStorage",
-                                 "config": {"base_dir": str(home.dagster_home / "history")}}
+                                 "config": {"base_dir": "history"}}
     # steps' stdout and stderr to their files (the UI shows them), not mirrored to the terminal by
     # two extra processes a stream a run (backfill_assets/dagster_storage.py says why)
     config["compute_logs"] = {"module": "backfill_assets.dagster_storage", "class": "FileComputeLogManager",
-                              "config": {"base_dir": str(home.dagster_home / "storage")}}
+                              "config": {"base_dir": "storage"}}
     config["telemetry"] = {"enabled": False}
     return config
 
@@ -114,9 +119,41 @@ def _read_existing(config: Path) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def check_existing(config: Path, postgres_url: str | None = None) -> str | None:
-    """One line when an existing dagster.yaml lacks what we need (it is kept as it is)."""
+_OUR_STORAGES = ("event_log_storage", "run_storage", "compute_logs")
+
+
+def _elsewhere(document: dict[str, Any], config: Path, home: Home) -> str | None:
+    """Where an existing dagster.yaml written with absolute paths puts this home's Dagster storage
+    or gate in another home (the home was copied or moved), if it does."""
+    folder = config.parent.resolve()
+    for part in _OUR_STORAGES:
+        found = document.get(part)
+        settings = found.get("config") if isinstance(found, dict) else None
+        base = settings.get("base_dir") if isinstance(settings, dict) else None
+        if not (isinstance(found, dict) and found.get("module") == "backfill_assets.dagster_storage"
+                and isinstance(base, str) and os.path.isabs(base)):
+            continue
+        parent = Path(base).resolve().parent
+        if parent != folder and ((parent / "dagster.yaml").exists() or not Path(base).exists()):
+            return f"keeps Dagster's {part.replace('_', ' ')} in {base}, not in its own folder"
+    found = document.get("run_coordinator")
+    settings = found.get("config") if isinstance(found, dict) else None
+    named = settings.get("backfill_home") if isinstance(settings, dict) else None
+    if (isinstance(named, str) and os.path.isabs(named) and folder == (home.root / "dagster").resolve()
+            and Path(named).resolve() != home.root.resolve()):
+        return f"has its run coordinator gate runs with the home {named}, not this one"
+    return None
+
+
+def check_existing(config: Path, postgres_url: str | None = None, home: Home | None = None) -> str | None:
+    """One line when an existing dagster.yaml lacks what we need (it is kept as it is); refused
+    when it names another home's storage or warehouse."""
     document = _read_existing(config)
+    elsewhere = _elsewhere(document, config, home) if home is not None else None
+    if elsewhere:
+        raise UsageError(f"{config} {elsewhere} (was this home copied or moved?)",
+                         fix="give its base_dirs as event_log, history and storage and its backfill_home as .. "
+                             "(relative: of its own folder), or remove it and run `backfill init`")
     found = document.get("run_coordinator")
     coordinator = found if isinstance(found, dict) else {}
     if coordinator.get("class") != COORDINATOR:
@@ -137,11 +174,11 @@ def ensure_dagster_home(home: Home, postgres_url: str | None = None) -> tuple[Pa
     try:
         path.mkdir(parents=True, exist_ok=True)
         if os.path.lexists(config):
-            return path, check_existing(config, postgres_url)
+            return path, check_existing(config, postgres_url, home)
         # exclusive create: two first commands at once never interleave their writes
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        return path, check_existing(config, postgres_url)
+        return path, check_existing(config, postgres_url, home)
     except OSError as exc:
         raise UsageError(f"cannot write {config} ({exc.strerror})",
                          fix="give a DAGSTER_HOME (or --home) in a folder you can write") from None
@@ -185,6 +222,35 @@ def opening_instance(path: Path) -> Iterator[None]:
         os.close(handle)  # and the lock with it
 
 
+@contextmanager
+def _dagster_home_set(path: Path) -> Iterator[None]:
+    """DAGSTER_HOME while an instance opens, where the storages resolve a relative base_dir (a CLI
+    command's home need not set it); as it was afterwards."""
+    was = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(path)
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ["DAGSTER_HOME"]
+        else:
+            os.environ["DAGSTER_HOME"] = was
+
+
+def open_instance(path: Path) -> dg.DagsterInstance:
+    """The Dagster instance of the dagster.yaml in `path` (DAGSTER_HOME), opened now."""
+    with opening_instance(path), _dagster_home_set(path):
+        instance = dg.DagsterInstance.from_config(str(path))
+        instance.compute_log_manager  # noqa: B018 - made now, while a relative base_dir resolves here
+    return instance
+
+
+def stored_elsewhere(home: Home) -> str | None:
+    """What the home's existing dagster.yaml names in another home, if anything (see `_elsewhere`)."""
+    config = home.dagster_home / "dagster.yaml"
+    return _elsewhere(_read_existing(config), config, home) if config.exists() else None
+
+
 def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
     """`quiet`: say no note now (recording the plan state on the way out of a command is not where
     the note about the home's dagster.yaml belongs; the command that runs things says it)."""
@@ -200,8 +266,7 @@ def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:
     from backfill_assets import dagster_storage  # noqa: F401 - its storages' schema checks read the scripts once
 
     try:
-        with opening_instance(path):
-            instance = dg.DagsterInstance.from_config(str(path))
+        instance = open_instance(path)
     except dg.DagsterInvalidConfigError as exc:
         why = "; ".join(e.message for e in getattr(exc, "errors", []) or []) or str(exc)
         import re

@@ -32,6 +32,10 @@ reads the ~90 scripts again for every storage of every instance (~0.1 s of a com
 instance, most of a new home's). `keep_migration_scripts` makes a process read Dagster's script
 folder once: its revisions are the same files for the process's life.
 
+A `base_dir` may be relative (`backfill init` writes them so): it is then a folder of DAGSTER_HOME,
+the folder of the dagster.yaml that names it, so a home copied or moved keeps its Dagster storage
+with it (an absolute path had a copy's commands store their runs in the original's).
+
 `tests/test_dagster_storage.py` fails loudly when an upgrade moves what this relies on; the
 tested range is pinned in pyproject.toml.
 """
@@ -109,6 +113,19 @@ def read_migration_scripts() -> None:
 keep_migration_scripts()
 
 
+def under_dagster_home(base_dir: str) -> str:
+    """`base_dir` as given when absolute; a relative one is a folder of DAGSTER_HOME."""
+    if os.path.isabs(base_dir):
+        return base_dir
+    dagster_home = os.environ.get("DAGSTER_HOME")
+    if not dagster_home or not os.path.isabs(dagster_home):
+        from backfill_assets.errors import UsageError
+
+        raise UsageError(f"dagster.yaml names the folder {base_dir!r} relative to DAGSTER_HOME, which is not set "
+                         "to an absolute path", fix="export DAGSTER_HOME=<the absolute folder of that dagster.yaml>")
+    return os.path.join(dagster_home, base_dir)
+
+
 class _PooledEngine:
     """One pooled SQLAlchemy engine per process for a sqlite file (WAL, `synchronous=NORMAL`)."""
 
@@ -147,7 +164,8 @@ class PooledSqliteRunStorage(_PooledEngine, SqliteRunStorage):
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> PooledSqliteRunStorage:
-        return cls.from_local(inst_data=inst_data, **config_value)
+        return cls.from_local(inst_data=inst_data, **{**config_value,
+                                                      "base_dir": under_dagster_home(config_value["base_dir"])})
 
     @contextmanager
     def connect(self) -> Iterator[db.engine.Connection]:
@@ -165,7 +183,7 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._tables_seen: dict[str, bool] = {}
-        super().__init__(base_dir, inst_data=inst_data)
+        super().__init__(under_dagster_home(base_dir), inst_data=inst_data)
 
     @contextmanager
     def _connect(self) -> Iterator[db.engine.Connection]:
@@ -363,6 +381,12 @@ class FileComputeLogManager(LocalComputeLogManager):
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> FileComputeLogManager:
         return cls(inst_data=inst_data, **config_value)
+
+    def register_instance(self, instance: Any) -> None:
+        # made lazily, by the instance that reads it: a relative folder is one of that instance's
+        super().register_instance(instance)
+        if not os.path.isabs(self._base_dir):
+            self._base_dir = os.path.join(instance.root_directory, self._base_dir)
 
     @contextmanager
     def capture_logs(self, log_key: Sequence[str]) -> Iterator[CapturedLogContext]:

@@ -309,6 +309,7 @@ def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_the
     for store in stores:
         with sqlite3.connect(store) as conn:
             assert [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")] == list(fresh.get_heads())
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))  # as Dagster's own tools find it
     again = dg.DagsterInstance.from_config(str(home.dagster_home))
     try:
         assert again.get_runs() == []

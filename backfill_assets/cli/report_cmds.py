@@ -247,16 +247,17 @@ def _fail_dead_runs(home: Home) -> list[str]:
         return []  # a reading command on a read-only home shows the plans all the same
     import dagster as dg
 
-    from backfill_assets.dagster_setup import opening_instance
+    from backfill_assets.dagster_setup import open_instance, stored_elsewhere
     from backfill_assets.environment import fault_of
     from backfill_assets.execution.runner import fail_dead_runs
 
     try:
-        with opening_instance(home.dagster_home):  # the first to open it creates its storage
-            instance = dg.DagsterInstance.from_config(str(home.dagster_home))
+        if stored_elsewhere(home):
+            return []  # a copied home's: another home's runs are not this command's to mark
+        instance = open_instance(home.dagster_home)
         with instance:
             return fail_dead_runs(instance)
-    except dg.DagsterInvalidConfigError:
+    except (dg.DagsterInvalidConfigError, UsageError):
         return []  # a reading command shows the plans anyway; `backfill run` names the problem
     except Exception as exc:
         if fault_of(exc, str(home.dagster_home)) is None:

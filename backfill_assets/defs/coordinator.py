@@ -170,7 +170,10 @@ class PlanGateRunCoordinator(QueuedRunCoordinator):
 
                 from backfill_assets.home import resolve_home
 
-                home = Home(Path(self._backfill_home)) if self._backfill_home else resolve_home()
+                # a relative backfill_home (`..`, as `backfill init` writes it) is of this instance's
+                # folder: a home copied or moved gates with its own warehouse, not the original's
+                home = Home((Path(self._instance.root_directory) / self._backfill_home).resolve()) \
+                    if self._backfill_home else resolve_home()
                 warehouse = open_warehouse(home, self._warehouse_url)
                 with warehouse.session() as session:
                     plans = record.active_plans(session) if has_control_schema(session) else []
