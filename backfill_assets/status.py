@@ -15,7 +15,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import STALE, proof_verdict, window_verdict
 from backfill_assets.gates.results import SINGLE_CODE_VERSION
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, WRITABLE, Hold, Phase
+from backfill_assets.plan.phases import ENDED, SEEN_BY_CONSUMERS, WRITABLE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
@@ -130,6 +130,30 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
         step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
     return PlanStatus(**{**asdict(status), "next": step})
+
+
+def ended_status(session: Session, state: PlanState) -> PlanStatus:
+    """An ended plan (closed, rolled back, withdrawn) as its record says it ended, for the table of a
+    table's plans that every plan-changing command records: its window's gates and published bytes
+    are not judged again here (a closed 2,526-partition plan cost every later command of the table
+    ~0.9 s, growing with each plan kept in the table); `backfill status PLAN` judges them on demand."""
+    pid = state.plan_id
+    keys = list(state.partition_keys)
+    rows = evidence_log.rows(session, plan_id=pid)
+    sha = state.approved_sha256
+    reconciled = next((f"all gates passed at {r.at}" for r in reversed(rows) if r.kind == "window_reconciled"),
+                      None) if state.phase is Phase.CLOSED else None
+    published_row = next((r for r in reversed(rows) if r.kind == "published"
+                          and r.payload.get("sha256") == sha), None)
+    published = f"published at {published_row.at} by {published_row.actor}" if published_row else None
+    ended = {Phase.CLOSED: "closed", Phase.ROLLED_BACK: "rolled back", Phase.WITHDRAWN: "withdrawn"}[state.phase]
+    ended_row = next((r for r in reversed(rows)), None)
+    publish = (published if state.phase is Phase.CLOSED and published else
+               f"{ended} at {ended_row.at}" if ended_row is not None else ended)
+    status = PlanStatus(pid, state.phase.value, state.hold, state.target, [keys[0], keys[-1]] if keys else [],
+                        len(keys), _approvals(session, state, None), 0, 0, {}, None, reconciled,
+                        published if state.phase is Phase.CLOSED else None, publish)
+    return PlanStatus(**{**asdict(status), "next": next_step(status, state, session)})
 
 
 def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, graph: TableGraph | None,
@@ -275,6 +299,8 @@ def markdown(statuses: list[PlanStatus]) -> str:
     for s in statuses:
         window = f"{s.window[0]}..{s.window[1]} ({s.partitions})" if s.window else "-"
         gates = f"{s.reconciled}/{s.partitions} passed" + (f", {len(s.failed)} failed" if s.failed else "")
+        if Phase(s.phase) in ENDED:  # as recorded when it ended (`ended_status`)
+            gates = s.window_reconciled or "-"
         for asset, member in s.graph.items():  # the other tables of the plan's graph
             window += f"; {asset} {member['window'][0]}..{member['window'][1]} ({member['partitions']})"
             gates += (f"; {asset} {member['written'] - len(member['failed'])}/{member['partitions']} passed"

@@ -331,6 +331,24 @@ def test_the_cli_records_the_plan_state_on_the_asset_when_it_changes_it(world):
     assert latest["recorded_by"].startswith("backfill by ")
 
 
+def test_an_ended_plan_shows_on_the_asset_as_its_record_ended_it(world):
+    """Ended plans stay in the table as they ended (recorded facts), not judged again by every later
+    command of the table: a closed 2,526-partition plan cost each later command ~0.9 s."""
+    path = world.plan("gone", start="2026-01-07", end="2026-01-08", proof=("2026-01-07",))
+    world.approve(path)
+    assert world.cli("plan", "withdraw", "gone") == 0
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    for step in (("run", "fix", "--proof"), ("run", "fix"), ("publish", "fix"), ("plan", "close", "fix")):
+        assert world.cli(*step) == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
+            for line in plan_state_on_asset(world)[0]["backfill_assets/plans"].splitlines()[2:]}
+    closed, withdrawn = rows["fix"], rows["gone"]
+    assert closed[1:4] == ["closed", "2026-01-01..2026-01-02 (2)", "olivia (owner), alice, bob"]
+    assert closed[4].startswith("all gates passed at ") and closed[5].startswith("published at ")
+    assert closed[6] == "nothing: the plan is closed"
+    assert withdrawn[1] == "withdrawn" and withdrawn[4] == "-" and withdrawn[5].startswith("withdrawn at ")
+
+
 def test_a_dagster_run_records_the_plan_state_it_changed_without_a_sensor_tick(world):
     """A run launched from the UI (or any Dagster run) that moves the plan records its state on the
     asset when it ends, as the CLI does: the UI never waits for the sensor's next tick."""
