@@ -40,8 +40,8 @@ def plans_of_table(session: Session, table: str, spec: TableSpec | None = None, 
     are active. Without the table's spec (definitions not loaded) the publish blockers are left out."""
     plans = sorted(record.all_plans(session, target=table), key=lambda s: s.updated_at)
     shown = [s for s in plans if s.phase not in ENDED] + [s for s in plans if s.phase in ENDED][-ENDED_SHOWN:]
-    statuses = [ended_status(session, s) if s.phase in ENDED else plan_status(session, s, *_root(s, spec, scheme, graph))
-                for s in shown]
+    statuses = [ended_status(session, s) if s.phase in ENDED else
+                plan_status(session, s, *_root(s, spec, scheme, graph)) for s in shown]
     return markdown(statuses), sum(1 for s in statuses if Phase(s.phase) in ACTIVE)
 
 
