@@ -23,7 +23,7 @@ import yaml
 from backfill_assets import terminal
 from backfill_assets.bounded import NotRegularFile, read_regular
 from backfill_assets.errors import UsageError
-from backfill_assets.home import WAREHOUSE_URL_ENV, Home
+from backfill_assets.home import WAREHOUSE_FILE, WAREHOUSE_URL_ENV, Home
 from backfill_assets.tags import CAP_TAG, MAX_CAP
 
 DAILY_RUN_LIMIT = 4
@@ -122,26 +122,41 @@ def _read_existing(config: Path) -> dict[str, Any]:
 _OUR_STORAGES = ("event_log_storage", "run_storage", "compute_logs")
 
 
-def _elsewhere(document: dict[str, Any], config: Path, home: Home) -> str | None:
-    """Where an existing dagster.yaml written with absolute paths puts this home's Dagster storage
-    or gate in another home (the home was copied or moved), if it does."""
+def _another_homes(folder: Path) -> bool:
+    """`folder` is the Dagster home of another backfill home: its dagster.yaml, or its home's
+    warehouse or keys beside it."""
+    return (folder / "dagster.yaml").exists() or (folder.parent / WAREHOUSE_FILE).exists() or \
+        (folder.parent / "keys").is_dir()
+
+
+def _elsewhere(document: dict[str, Any], config: Path, home: Home) -> tuple[str, str] | None:
+    """What an existing dagster.yaml puts in another home (a home copied or moved, or a DAGSTER_HOME
+    left exported for another home), if anything, and how to fix it."""
     folder = config.parent.resolve()
+    copied = ("give its base_dirs as event_log, history and storage and its backfill_home as .. (relative: "
+              "of its own folder), or remove it and run `backfill init`")
+    found = document.get("run_coordinator")
+    settings = found.get("config") if isinstance(found, dict) else None
+    named = settings.get("backfill_home") if isinstance(settings, dict) else None
+    if isinstance(found, dict) and found.get("class") == COORDINATOR and isinstance(named, str) and named \
+            and (folder / named).resolve() != home.root.resolve():
+        if folder != (home.root / "dagster").resolve():  # DAGSTER_HOME names another home's instance
+            return (f"is the Dagster instance of the home {(folder / named).resolve()}, not of {home.root} "
+                    "(its run coordinator gates that home's runs)",
+                    f"for this home unset DAGSTER_HOME or export DAGSTER_HOME={home.root / 'dagster'}")
+        return f"has its run coordinator gate runs with the home {named}, not this one (was this home copied " \
+               "or moved?)", copied
     for part in _OUR_STORAGES:
         found = document.get(part)
         settings = found.get("config") if isinstance(found, dict) else None
         base = settings.get("base_dir") if isinstance(settings, dict) else None
         if not (isinstance(found, dict) and found.get("module") == "backfill_assets.dagster_storage"
-                and isinstance(base, str) and os.path.isabs(base)):
+                and isinstance(base, str) and base):
             continue
-        parent = Path(base).resolve().parent
-        if parent != folder and ((parent / "dagster.yaml").exists() or not Path(base).exists()):
-            return f"keeps Dagster's {part.replace('_', ' ')} in {base}, not in its own folder"
-    found = document.get("run_coordinator")
-    settings = found.get("config") if isinstance(found, dict) else None
-    named = settings.get("backfill_home") if isinstance(settings, dict) else None
-    if (isinstance(named, str) and os.path.isabs(named) and folder == (home.root / "dagster").resolve()
-            and Path(named).resolve() != home.root.resolve()):
-        return f"has its run coordinator gate runs with the home {named}, not this one"
+        parent = (folder / base).resolve().parent  # an absolute base stays itself
+        if parent != folder and _another_homes(parent):
+            return (f"keeps Dagster's {part.replace('_', ' ')} in {base}, another home's folder (was this home "
+                    "copied or moved?)", copied)
     return None
 
 
@@ -151,9 +166,7 @@ def check_existing(config: Path, postgres_url: str | None = None, home: Home | N
     document = _read_existing(config)
     elsewhere = _elsewhere(document, config, home) if home is not None else None
     if elsewhere:
-        raise UsageError(f"{config} {elsewhere} (was this home copied or moved?)",
-                         fix="give its base_dirs as event_log, history and storage and its backfill_home as .. "
-                             "(relative: of its own folder), or remove it and run `backfill init`")
+        raise UsageError(f"{config} {elsewhere[0]}", fix=elsewhere[1])
     found = document.get("run_coordinator")
     coordinator = found if isinstance(found, dict) else {}
     if coordinator.get("class") != COORDINATOR:
@@ -245,10 +258,10 @@ def open_instance(path: Path) -> dg.DagsterInstance:
     return instance
 
 
-def stored_elsewhere(home: Home) -> str | None:
-    """What the home's existing dagster.yaml names in another home, if anything (see `_elsewhere`)."""
+def stored_elsewhere(home: Home) -> bool:
+    """The home's existing dagster.yaml names another home's storage or gate (see `_elsewhere`)."""
     config = home.dagster_home / "dagster.yaml"
-    return _elsewhere(_read_existing(config), config, home) if config.exists() else None
+    return config.exists() and _elsewhere(_read_existing(config), config, home) is not None
 
 
 def instance_for(home: Home, *, quiet: bool = False) -> dg.DagsterInstance:

@@ -35,6 +35,9 @@ class Home:
     @property
     def dagster_home(self) -> Path:
         configured = os.environ.get("DAGSTER_HOME")
+        if configured and not os.path.isabs(configured):  # Dagster's rule too; never a folder of the cwd
+            raise UsageError(f"DAGSTER_HOME is {configured!r}, not an absolute path",
+                             fix=f"unset it (this home's is {self.root / 'dagster'}) or export it as an absolute path")
         return Path(configured) if configured else self.root / "dagster"
 
     @property

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from backfill_assets.cli import main as cli_main
 from tests.pg_server import postgres_server, postgres_url  # noqa: F401 - fixtures
@@ -166,7 +167,13 @@ def shared_dagster_home(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as environment:
         environment.delenv("BACKFILL_WAREHOUSE_URL", raising=False)
         environment.setenv("DAGSTER_HOME", str(root / "dagster"))
-        ensure_dagster_home(Home(root))
+        folder, _ = ensure_dagster_home(Home(root))
+    # no backfill_home: its run coordinator gates with the test's own home ($BACKFILL_HOME, set by
+    # each world), as one team instance shared by homes would; a named one is refused for the others
+    config = folder / "dagster.yaml"
+    document = yaml.safe_load(config.read_text())
+    del document["run_coordinator"]["config"]["backfill_home"]
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
     return root / "dagster"
 
 

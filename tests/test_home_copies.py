@@ -84,7 +84,7 @@ def test_a_home_whose_dagster_yaml_names_another_home_is_refused_in_one_line(wor
     assert done.code != 0
     lines = [line for line in done.err.splitlines() if line.strip()]
     assert len(lines) == 1 and "was this home copied or moved?" in lines[0], done.err
-    assert f"keeps Dagster's event log storage in {world.home / 'dagster' / 'event_log'}" in lines[0]
+    assert f"has its run coordinator gate runs with the home {world.home}, not this one" in lines[0]
     assert "its backfill_home as .." in lines[0]
     assert runs_in(world.home) == before
     status = run_subprocess("--home", str(copy), "status", "fix", env=env)
@@ -93,3 +93,49 @@ def test_a_home_whose_dagster_yaml_names_another_home_is_refused_in_one_line(wor
     # the original, where the paths are its own, runs as before
     assert run_subprocess("--home", str(world.home), "run", "fix", "--proof",
                           env={"DAGSTER_HOME": str(world.home / "dagster")}).code == 0
+
+
+def test_a_dagster_home_left_exported_for_another_home_is_refused_in_one_line(world, tmp_path, run_subprocess):
+    """`backfill init` prints `export DAGSTER_HOME=...`: a copy used with the original's still exported
+    stored its runs in the original's instance, whose coordinator gates the original's warehouse."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    copy = copied(world, tmp_path)
+    before = runs_in(world.home)
+    stale = {"BACKFILL_HOME": str(copy), "DAGSTER_HOME": str(world.home / "dagster")}
+    for command in (("run", "fix", "--proof"), ("init",)):
+        done = run_subprocess("--home", str(copy), *command, env=stale)
+        lines = [line for line in done.err.splitlines() if line.strip()]
+        assert done.code != 0 and len(lines) == 1, done.err
+        assert f"is the Dagster instance of the home {world.home}, not of {copy}" in lines[0]
+        assert f"export DAGSTER_HOME={copy / 'dagster'}" in lines[0]
+    assert runs_in(world.home) == before
+
+
+def test_a_relative_dagster_home_is_refused_before_anything_is_written(world, tmp_path, run_subprocess):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = run_subprocess("--home", str(world.home), "run", "fix", "--proof", cwd=elsewhere,
+                          env={"DAGSTER_HOME": "dagster"})
+    assert done.code != 0 and "DAGSTER_HOME is 'dagster', not an absolute path" in done.err, done.err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_storage_in_a_folder_of_another_home_is_refused_and_a_teams_own_volume_is_not(world, tmp_path, run_subprocess):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    other = copied(world, tmp_path)  # another home, beside this one
+    config = world.home / "dagster" / "dagster.yaml"
+    original = config.read_text()
+    document = yaml.safe_load(original)
+    document["event_log_storage"]["config"]["base_dir"] = str(Path("..") / ".." / "copy" / "home" / "dagster" /
+                                                              "event_log")
+    config.write_text(yaml.safe_dump(document))
+    env = {"DAGSTER_HOME": str(world.home / "dagster")}
+    done = run_subprocess("--home", str(world.home), "run", "fix", "--proof", env=env)
+    assert done.code != 0 and "another home's folder" in done.err, done.err
+    assert runs_in(other) == runs_in(world.home)  # nothing of this home's landed in the other's
+    document["event_log_storage"]["config"]["base_dir"] = "event_log"
+    document["compute_logs"]["config"]["base_dir"] = str(tmp_path / "team-volume" / "compute")  # not made yet
+    config.write_text(yaml.safe_dump(document))
+    assert run_subprocess("--home", str(world.home), "run", "fix", "--proof", env=env).code == 0
+    assert list((tmp_path / "team-volume" / "compute").iterdir())
