@@ -166,6 +166,7 @@ def test_quotes_and_marks_in_the_home_path_are_just_a_path(tmp_path, ssh_keys, m
     assert named == ".." and (root / "home" / "dagster" / named).resolve() == (root / "home").resolve()
 
 
+@pytest.mark.own_dagster_home  # a fresh event log grows with each run: the worker's shared one has free pages
 def test_a_full_disk_during_a_load_says_what_failed_committed_nothing_not_the_command(world):
     """`backfill load` over four days in runs of one, on a disk that fills up while Dagster records
     the first run (its sqlite event log cannot grow; the warehouse's write-ahead log still can): the
