@@ -383,6 +383,17 @@ def test_valid_before_and_after_are_respected(keys):
         window.verify_approval("alice", MESSAGE, armored)  # now
 
 
+@pytest.mark.parametrize("listed", ["!backfill-plan,*", "*,!backfill-plan", "!backfill-*,backfill-plan"])
+def test_a_negated_namespace_refuses_as_openssh_reads_it(keys, listed):
+    """`!pattern` in namespaces denies what it matches (OpenSSH's pattern lists); it was read as a
+    pattern to allow, so a key the file denied for plans counted (found by an attack)."""
+    signers = AllowedSigners.parse(f'alice namespaces="{listed}" {pub_line(keys["ed25519"])}')
+    with pytest.raises(SignatureError, match="only for namespaces"):
+        signers.verify_approval("alice", MESSAGE, ssh_sign(keys["ed25519"], MESSAGE))
+    allowed = AllowedSigners.parse(f'alice namespaces="!git,*" {pub_line(keys["ed25519"])}')
+    assert allowed.verify_approval("alice", MESSAGE, ssh_sign(keys["ed25519"], MESSAGE))
+
+
 def test_a_second_valid_line_for_the_same_key_is_enough(keys):
     line = pub_line(keys["ed25519"])
     text = f'alice valid-before="20200101" {line}\nalice namespaces="backfill-plan" {line}\n'
@@ -398,12 +409,15 @@ BAD_FILES = {
     "unknown option": ("alice no-touch-required {key}", "line 1: unknown option 'no-touch-required'"),
     "repeated option": ('alice namespaces="a",namespaces="b" {key}', "line 1: option namespaces given twice"),
     "bad time": ('alice valid-before="2020-01-01" {key}', "line 1: valid-before='2020-01-01' is not a time"),
-    "impossible date": ("alice valid-after=20230230 {key}", "valid-after='20230230' is not a time"),
-    "reversed window": ("alice valid-after=20240101,valid-before=20230101 {key}", "is not after valid-after"),
+    "impossible date": ('alice valid-after="20230230" {key}', "valid-after='20230230' is not a time"),
+    "reversed window": ('alice valid-after="20240101",valid-before="20230101" {key}', "is not after valid-after"),
+    # OpenSSH skips a line whose option value is unquoted: a key it would not trust never counts here
+    "unquoted time": ("alice valid-before=20200101 {key}", 'line 1: valid-before=20200101 is not quoted'),
+    "unquoted namespaces": ("alice namespaces=backfill-plan {key}", "line 1: namespaces=backfill-plan is not quoted"),
     "unbalanced quote": ('alice namespaces="git {key}', "line 1: unbalanced double quote"),
     "no key": ("alice", "line 1: expected a supported key type"),
     "dsa key": ("alice ssh-dss AAAAB3NzaC1kc3M=", "line 1: expected a supported key type"),
-    "dsa key with options": ("alice namespaces=git ssh-dss AAAAB3NzaC1kc3M=", "found 'ssh-dss'"),
+    "dsa key with options": ('alice namespaces="git" ssh-dss AAAAB3NzaC1kc3M=', "found 'ssh-dss'"),
     "certificate": ("alice ssh-ed25519-cert-v01@openssh.com AAAA", "found 'ssh-ed25519-cert-v01@open"),
     "bad base64": ("alice ssh-ed25519 AAAA*", "line 1: 'ssh-ed25519 AAAA*' is not an SSH public key line"),
     "type mismatch": ("alice ssh-rsa {blob}", "line 1: public key line says 'ssh-rsa'"),

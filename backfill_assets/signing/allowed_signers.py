@@ -50,7 +50,7 @@ class SignerEntry:
 
     def refusal(self, namespace: str, at: datetime) -> str | None:
         """Why this line does not allow signing in ``namespace`` at ``at``; None if it does."""
-        if self.namespaces is not None and not any(_glob(p, namespace) for p in self.namespaces):
+        if self.namespaces is not None and not _allows(self.namespaces, namespace):
             return f"only for namespaces {','.join(self.namespaces)[:80]} (line {self.line})"
         if self.valid_after is not None and at < self.valid_after:
             return f"not valid until {_iso(self.valid_after)} (line {self.line})"
@@ -243,7 +243,11 @@ def _options(field: str, where: str) -> dict[str, Any]:
         key = name.replace("-", "_")
         if key in found:
             raise AllowedSignersError(f"{where}: option {name} given twice", fix="give each option once")
-        value = value[1:-1] if len(value) > 1 and value[0] == value[-1] == '"' else value
+        if not (len(value) > 1 and value[0] == value[-1] == '"'):
+            # OpenSSH skips such a line ("missing start quote"): a key it would not trust never counts here
+            raise AllowedSignersError(f"{where}: {name}={value[:40]} is not quoted",
+                                      fix=f'quote it, as OpenSSH requires: {name}="{value[:40]}"')
+        value = value[1:-1]
         found[key] = _namespaces(value, where) if key == "namespaces" else _timestamp(value, name, where)
     after, before = found.get("valid_after"), found.get("valid_before")
     if isinstance(after, datetime) and isinstance(before, datetime) and before <= after:
@@ -270,6 +274,15 @@ def _timestamp(value: str, name: str, where: str) -> datetime:
     except ValueError:
         raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is not a time",
                                   fix="write YYYYMMDD[HHMM[SS]][Z]; times are read as UTC") from None
+
+
+def _allows(patterns: tuple[str, ...], namespace: str) -> bool:
+    """OpenSSH's pattern list: a match of a negated `!pattern` refuses, whatever else matches (read
+    as a plain pattern, `namespaces="!backfill-plan,*"` allowed the very namespace it denies: found
+    by an attack)."""
+    if any(p.startswith("!") and _glob(p[1:], namespace) for p in patterns):
+        return False
+    return any(not p.startswith("!") and _glob(p, namespace) for p in patterns)
 
 
 def _glob(pattern: str, text: str) -> bool:
