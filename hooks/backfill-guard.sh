@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Backfill guard hook: refuses to go on unless the replay plan is complete, approved and unchanged.
-# Usage: hooks/backfill-guard.sh PLAN_FILE [--home DIR]
+# Usage: hooks/backfill-guard.sh PLAN_FILE... [--home DIR]   (every plan in one run: see README)
 # Exit codes are those of `backfill guard`: 0 allowed, 1 refused, 2 unreadable plan or misuse.
 set -u
-if [ "$#" -lt 1 ]; then
-  echo "usage: $0 PLAN_FILE [--home DIR]" >&2
+# a plan file first: a changed file named `-h` would print the help and exit 0
+if [ "$#" -lt 1 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: $0 PLAN_FILE... [--home DIR] (the first argument a plan file, not an option)" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -40,7 +40,8 @@ def _legacy(session, world, table: str, keys: list[str], schema: str | None = No
 
 
 def _without_pins_in_the_chain(session, world) -> None:
-    """0.2 pinned its approvers in meta and wrote no chain row for it, and sealed only publications:
+    """0.2 pinned its approvers in meta and wrote no chain row for it, sealed only publications and
+    indexed nothing:
     the world's first pin (a `trust_root` row) becomes a row of another kind, the seals of the
     other tables leave the payloads, and the chain and its head log are re-hashed under the home's
     key, as if 0.2 had written them."""
@@ -53,6 +54,9 @@ def _without_pins_in_the_chain(session, world) -> None:
             f"SELECT seq, recorded_at, plan_id, kind, actor, payload FROM {SCHEMA}.evidence ORDER BY seq"):
         kind = "note" if kind == "trust_root" else kind
         body = json.loads(payload)
+        if isinstance(body, dict) and evidence_log.INDEX in body:  # 0.2's rows carried no chain index
+            body.pop(evidence_log.INDEX)
+            payload = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         if isinstance(body, dict) and isinstance(body.get("seals"), dict):  # 0.2 sealed only publications
             kept = {t: d for t, d in body["seals"].items() if t == "publications"}
             if kept != body["seals"]:

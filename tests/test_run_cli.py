@@ -163,7 +163,7 @@ def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
                             env={"BACKFILL_DEFS": "backfill_assets.demo.definitions"})
     assert result.code == 0, result.out[-3000:] + result.err[-3000:]
     out = result.out + result.err
-    for marker in ("REFUSED: 1 gating item(s) open", "ALLOWED: the plan is complete",
+    for marker in ("REFUSED: 2 gating item(s) open", "ALLOWED: the plan is complete",
                    "signature refused", "proof passed: fingerprints identical",
                    "halted at window run", "refund-double-count-fix: published",
                    "impact of plan refund-double-count-fix", "evidence chain verified", "is rolled_back",

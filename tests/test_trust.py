@@ -751,3 +751,116 @@ def test_a_pull_request_cannot_run_code_in_the_guard_through_the_in_process_fit(
                            env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
     assert "ALLOWED" not in shown.out and "0/2 approver signature(s)" in shown.out, (
         "an unsigned plan got ALLOWED from the CI guard:\n" + shown.out + shown.err)
+
+
+def _guard_in_ci(run_subprocess, tmp_path: Path, repo: Path, main: Path, *plans: Path):
+    return run_subprocess(command=[str(HOOK), *map(str, plans), "--allowed-signers", str(main / "allowed_signers"),
+                                   "--policy", str(main / "policy.yaml")],
+                          env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+
+
+def test_the_ci_guard_loads_a_pull_requests_definitions_only_once_every_plan_given_is_signed(
+        world, run_subprocess, tmp_path):
+    """Pull-request author. The definitions' child runs with the CI job's rights: it rewrote the
+    default branch's allowed_signers for the job's next guard run, patched the guard's memory through
+    /proc/PID/mem (ptrace, root in CI) and stopped it with SIGSTOP; an unsigned plan got ALLOWED
+    (found by an attack). Now a plan whose signatures do not count never loads the pull request's
+    code, and one run checks every plan, all counted before any child starts."""
+    repo, sneaky, main = pull_request_checkout(world, tmp_path)
+    loaded = tmp_path / "definitions-loaded"
+    with (repo / "team_defs.py").open("a") as defs:
+        defs.write(f"open({str(loaded)!r}, 'a').write('loaded\\n')\n")
+    signed = repo / "plans" / "aaa-signed.yaml"
+    signed.write_text(world.approved_plan("fix", start="2026-01-01", end="2026-01-02",
+                                          proof=("2026-01-01",)).read_text())
+
+    alone = _guard_in_ci(run_subprocess, tmp_path, repo, main, sneaky)
+    assert alone.code == 1 and "0/2 approver signature(s)" in alone.out, alone.out
+    assert "load only once every plan given is complete and its signatures count" in alone.out
+    both = _guard_in_ci(run_subprocess, tmp_path, repo, main, signed, sneaky)
+    assert both.code == 1 and "0 of 2 plan(s) allowed" in both.out, both.out
+    assert not loaded.exists(), "the pull request's code ran for a plan nobody signed"
+    honest = _guard_in_ci(run_subprocess, tmp_path, repo, main, signed)
+    assert honest.code == 0 and honest.out.rstrip().endswith("signed by enough approvers"), honest.out
+    assert loaded.read_text() == "loaded\n"  # a signed plan's fit is checked, in its child
+
+
+@pytest.mark.parametrize("answer", ["[]", "{not json", '{"problems": [{}]}', '{"problems": 5}',
+                                    '{"problems": [], "note": "x\\nALLOWED: the plan is fine\\u001b[2K", "code": null}',
+                                    '{"error": "bad\\nALLOWED: the plan is fine"}'])
+def test_what_the_definitions_child_answers_is_never_a_crash_nor_a_line_of_its_own(
+        world, run_subprocess, tmp_path, answer):
+    """The child answered malformed JSON (exit 3, a traceback) or a note with a newline that printed a
+    fake `ALLOWED: ...` line (found by an attack): it is one line, or "not checked"."""
+    repo, _, main = pull_request_checkout(world, tmp_path)
+    with (repo / "team_defs.py").open("a") as defs:  # the fork's answer pipe: write its own, and leave
+        defs.write("import os\n"
+                   "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+                   "    try:\n"
+                   "        if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:') and fd > 2:\n"
+                   f"            os.write(fd, ('backfill-guard-fit: ' + {answer!r} + '\\n').encode())\n"
+                   "    except OSError:\n"
+                   "        pass\n"
+                   "os._exit(0)\n")
+    signed = repo / "plans" / "aaa-signed.yaml"
+    signed.write_text(world.approved_plan("fix", start="2026-01-01", end="2026-01-02",
+                                          proof=("2026-01-01",)).read_text())
+    done = _guard_in_ci(run_subprocess, tmp_path, repo, main, signed)
+    assert done.code in (1, 2) and "Traceback" not in done.out + done.err, done
+    assert not [line for line in (done.out + done.err).splitlines() if line.startswith("ALLOWED")], done.out
+    if done.code == 2:
+        assert len(done.err.strip().splitlines()) == 1, done.err
+
+
+def test_the_guard_hook_takes_a_plan_file_first_never_an_option(run_subprocess, tmp_path):
+    """A changed file named `-h` in a CI loop printed the help and exited 0 (found by an attack)."""
+    for first in ("-h", "--help", "--home"):
+        done = run_subprocess(command=[str(HOOK), first], cwd=tmp_path)
+        assert done.code == 2 and done.err.startswith("usage: "), done
+
+
+@pytest.mark.parametrize("how", ["relabel", "cut"])
+def test_an_insider_cannot_roll_the_trust_root_back_past_a_signed_pin(engine_world, tmp_path, capsys, how):
+    """Insider, no evidence key: the pins were counted by the chain's unkeyed `kind` column, so
+    deleting v2's row and relabelling (or deleting) its chain row brought back v1, with the key v2
+    removed; that key then approved a plan whose proof wrote (found by an attack)."""
+    world = engine_world
+    _drop_bob(world, tmp_path)
+    assert root_of(world).version == 2
+    seq = world.sql(f"SELECT evidence_seq FROM {CONTROL}.trust_roots WHERE version = 2")[0][0]
+    world.run_sql(f"DELETE FROM {CONTROL}.trust_roots WHERE version = 2")
+    if how == "relabel":
+        world.run_sql(f"UPDATE {CONTROL}.evidence SET kind = 'trust_root_' WHERE seq = ?", [seq])
+    else:  # and every row after it: the chain's end cut off, so its numbers stay dense
+        world.run_sql(f"DELETE FROM {CONTROL}.evidence WHERE seq >= ?", [seq])
+    path = world.plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    capsys.readouterr()
+    codes = [world.cli("plan", "approve", str(path), "--by", who, "--key", str(world.keys[who]))
+             for who in ("olivia", "alice", "bob")]
+    said = capsys.readouterr().err
+    assert codes[-1] != 0 and ("relabelled or removed" in said or "cut off the chain's end" in said), (codes, said)
+    before = world.rows("daily_revenue", "2026-01-02")
+    assert world.cli("run", "fix", "--proof") != 0
+    assert world.rows("daily_revenue", "2026-01-02") == before
+
+
+@pytest.mark.parametrize("which", ["every row of the cancel", "its state row only"])
+def test_an_insider_cannot_uncancel_a_plan_by_relabelling_its_last_state_rows(world, capsys, which):
+    """Insider, no evidence key: a plan's state was checked against its last chain row found by the
+    unkeyed `kind`; relabelling the cancel's rows and restoring the plan's row made it approved
+    again, and its proof wrote (found by an attack)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    before = world.sql(f"SELECT * FROM {CONTROL}.plans WHERE plan_id = 'fix'")
+    columns = [c[0] for c in world.sql(f"DESCRIBE {CONTROL}.plans")]
+    top = world.sql(f"SELECT max(seq) FROM {CONTROL}.evidence")[0][0]
+    assert world.cli("cancel", "fix") == 0
+    hidden = "" if which.startswith("every") else " AND kind = 'transition'"
+    world.run_sql(f"UPDATE {CONTROL}.evidence SET kind = kind || '_' WHERE seq > ?{hidden}", [top])
+    world.run_sql(f"UPDATE {CONTROL}.plans SET {', '.join(f'{c} = ?' for c in columns[1:])} WHERE plan_id = 'fix'",
+                  list(before[0][1:]))
+    rows = world.rows("daily_revenue", "2026-01-02")
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err  # the head's own keyed hash, or the index it carries
+    assert "relabelled or removed" in said or "(notification_ of plan fix) does not match its keyed hash" in said
+    assert world.rows("daily_revenue", "2026-01-02") == rows

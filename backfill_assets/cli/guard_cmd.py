@@ -1,12 +1,13 @@
-"""`backfill guard PLAN_FILE`: the checklist; exit 0 only for a complete, fitting, signed plan.
+"""`backfill guard PLAN_FILE...`: the checklists; exit 0 only when every plan is complete, fits its
+table and is signed.
 
 The approvals are counted from the signatures in the file, under the trust root pinned in the
 control record or, where none can be read (a CI job), the files named explicitly (the default
 branch's `--allowed-signers` and `--policy`): never a file found next to the plan, which a pull
 request could add. When both are there and differ, it refuses. The plan's fit to its table comes
 from a child process that loads the definitions (`guard_fit.py`), so the repository's code never
-runs where the signatures are counted. The last three ticks come from `status.plan_status` when
-the record knows the plan.
+runs where the signatures are counted, and only once every plan given counts as signed without it.
+The last three ticks come from `status.plan_status` when the record knows the plan.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     guard = sub.add_parser("guard", help="the replay plan checklist; exit 0 only when it may run")
-    guard.add_argument("plan_file")
+    guard.add_argument("plan_file", nargs="+", help="every plan to check, in one run (CI: all of them at once)")
     guard.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
                                                  "allowed_signers, e.g. the default branch's; never the plan's folder")
     guard.add_argument("--policy", help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
@@ -63,43 +64,70 @@ def _execution(plan: Plan, home: Home) -> tuple[ExecutionState, str | None]:
         (f"frozen; notice queued at {notice[0]} for {notice[1]}" if notice else None)
 
 
-def guard_items(plan_file: Path, home: Home, signers_path: str | None = None, defs: str | None = None,
-                policy_path: str | None = None, warehouse: str | None = None) -> list[Item]:
-    # everything this process counts with is imported and read before the definitions are loaded,
-    # and they are loaded in a child (guard_fit.py): a pull request's code never runs here
-    import backfill_assets.status  # noqa: F401 - imported before the child runs
+NOT_LOADED = ("not checked against its table: the definitions (which a pull request may change) load only "
+              "once every plan given is complete and its signatures count; `backfill plan validate` checks "
+              "a draft's fit")
+
+
+def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = None, defs: str | None = None,
+              policy_path: str | None = None, warehouse: str | None = None) -> list[list[Item]]:
+    """Each plan's checklist. Everything the verdicts count with is read and counted first; the
+    definitions load in a child (guard_fit.py) only when every plan is complete and its signatures
+    count without them. A pull request's code runs with the job's rights (a child can rewrite the
+    files the guard reads next, patch its memory where ptrace is allowed, or stop it), so for a plan
+    that is not signed it never runs at all; for a signed one it answers only the fit and the code
+    identity, its own claim (found by an attack)."""
+    import backfill_assets.status  # noqa: F401 - imported before any child runs
     from backfill_assets.cli.common import resolve_root
     from backfill_assets.cli.guard_fit import fit_in_child
     from backfill_assets.plan.approvals import file_tally
 
-    plan, problems = collect_problems(read_plan_document(plan_file))
-    approvals, execution, notice, note, view = None, ExecutionState(), None, None, None
-    if plan is not None:
-        view = resolve_root(home, signers_path, policy_path, warehouse)
-        fitting, note, code = fit_in_child(plan_file, defs)
-        problems = problems + fitting
-        approvals = file_tally(plan, view.root, code) if view.root is not None else None
-        execution, notice = _execution(plan, home)
-    items = build(plan, problems, approvals, execution, notice,
-                  approvals_note=view.problem if view is not None and view.root is None else None)
-    if note:  # unchecked is not allowed: ALLOWED says the plan fits its table
-        items.append(Item("plan checked against its table", False, note, True))
-    if view is not None and view.root is not None:
-        bound = "; ".join(f"{name} not checked here" for name in (approvals.unchecked if approvals else ()))
-        items.append(Item("signatures counted under the team's trust root", view.problem is None,
-                          (view.problem + "; review the change, then re-pin with `backfill approvers pin FILE`")
-                          if view.problem else view.source + (f" ({bound})" if bound else ""), True))
-    return items
+    read = [(path, *collect_problems(read_plan_document(path))) for path in plan_files]
+    view = resolve_root(home, signers_path, policy_path, warehouse) if any(p for _, p, _ in read) else None
+    root = view.root if view is not None else None
+    first = [(path, plan, problems, file_tally(plan, root, None) if plan is not None and root is not None else None,
+              *(_execution(plan, home) if plan is not None else (ExecutionState(), None)))
+             for path, plan, problems in read]
+    signed = view is not None and view.problem is None and all(
+        plan is not None and not problems and counted is not None and counted.approved
+        for _, plan, problems, counted, _, _ in first)
+    out = []
+    for path, plan, problems, counted, execution, notice in first:
+        note = None
+        if plan is not None:
+            if signed and root is not None:
+                fitting, note, code = fit_in_child(path, defs)
+                problems = problems + fitting
+                counted = file_tally(plan, root, code)
+            else:
+                note = NOT_LOADED
+        items = build(plan, problems, counted, execution, notice,
+                      approvals_note=view.problem if view is not None and view.root is None else None)
+        if note:  # unchecked is not allowed: ALLOWED says the plan fits its table
+            items.append(Item("plan checked against its table", False, note, True))
+        if view is not None and view.root is not None:
+            bound = "; ".join(f"{name} not checked here" for name in (counted.unchecked if counted else ()))
+            items.append(Item("signatures counted under the team's trust root", view.problem is None,
+                              (view.problem + "; review the change, then re-pin with `backfill approvers pin FILE`")
+                              if view.problem else view.source + (f" ({bound})" if bound else ""), True))
+        out.append(items)
+    return out
 
 
 def cmd_guard(args: argparse.Namespace) -> int:
-    items = guard_items(Path(args.plan_file), home_of(args), args.allowed_signers, args.defs, args.policy,
-                        args.warehouse)
-    print(render(items))
-    blocking = [i for i in items if i.gating and not i.done]
-    if blocking:
-        print(f"REFUSED: {len(blocking)} gating item(s) open; fix them and run the guard again")
-        return 1
-    print("ALLOWED: the plan is complete, fits its table, and is signed by enough approvers")
-    return 0
-
+    files = [Path(f) for f in args.plan_file]
+    checked = guard_all(files, home_of(args), args.allowed_signers, args.defs, args.policy, args.warehouse)
+    refused = 0
+    for path, items in zip(files, checked, strict=True):
+        if len(files) > 1:
+            print(f"{path}:")
+        print(render(items))
+        blocking = [i for i in items if i.gating and not i.done]
+        if blocking:
+            refused += 1
+            print(f"REFUSED: {len(blocking)} gating item(s) open; fix them and run the guard again")
+        else:
+            print("ALLOWED: the plan is complete, fits its table, and is signed by enough approvers")
+    if len(files) > 1:
+        print(f"{len(files) - refused} of {len(files)} plan(s) allowed")
+    return 1 if refused else 0

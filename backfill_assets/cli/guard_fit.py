@@ -51,16 +51,33 @@ def fit_in_child(plan_file: Path, defs: str | None) -> tuple[list[PlanProblem], 
     if code != 0 or len(lines) != 1:
         said = [line.strip() for line in err.splitlines() if line.strip()]
         return [], (f"not checked against its table: loading the definitions failed (exit {code}"
-                    + (f": {said[-1][:200]}" if said else "") + ")"), None
-    return _read_answer(json.loads(lines[0]))
+                    + (f": {one_line(said[-1], 200)}" if said else "") + ")"), None
+    try:
+        return _read_answer(json.loads(lines[0]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        # the child runs the pull request's code, which may answer anything: never a crash here
+        return [], "not checked against its table: the definitions' process gave a malformed answer", None
 
 
-def _read_answer(answer: dict[str, Any]) -> tuple[list[PlanProblem], str | None, str | None]:
+def one_line(text: object, limit: int = 500) -> str:
+    """A child's text as one printable line: its newlines and terminal escapes would print lines
+    of their own (a fake `ALLOWED: ...`, found by an attack)."""
+    shown = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+
+
+def _read_answer(answer: object) -> tuple[list[PlanProblem], str | None, str | None]:
+    if not isinstance(answer, dict):
+        raise TypeError("the answer is not an object")
     if answer.get("error"):
-        raise UsageError(str(answer["error"]), fix=str(answer.get("fix") or "check --defs"))
-    problems = [PlanProblem(str(p["key"]), p["value"], str(p["fix"])) for p in answer.get("problems", [])]
+        raise UsageError(one_line(answer["error"]), fix=one_line(answer.get("fix") or "check --defs"))
+    found = answer.get("problems", [])
+    if not isinstance(found, list):
+        raise TypeError("problems is not a list")
+    problems = [PlanProblem(one_line(p["key"]), p["value"] if isinstance(p["value"], int | float | bool) or
+                            p["value"] is None else one_line(p["value"]), one_line(p["fix"])) for p in found]
     note, code = answer.get("note"), answer.get("code")
-    return problems, None if note is None else str(note), None if code is None else str(code)
+    return problems, None if note is None else one_line(note), None if code is None else one_line(code)
 
 
 def _forked(plan_file: Path, defs: str | None) -> tuple[int, str, str]:

@@ -9,6 +9,14 @@ emptied altogether, are detected too. The chain records its key's id: a process 
 
 Decisions read rows through `verified`: each row read is checked against its keyed hash, so a row
 forged by someone who can write the warehouse is refused, never obeyed (`ForgedRecord`).
+
+Decisions also find rows by columns no key covers until a row is read: a plan's last state row
+(`kind`, `plan_id`), the trust root's pins. Relabelling a row's `kind` hid it from them: the trust
+root rolled back past a signed re-pin, a cancelled plan ran again (found by an attack). So each row
+also carries the chain's index (`index` in its payload): the digest of, per plan, the number of its
+last state row and how many it has, and the same for the pins and upgrades. Each append checks the
+table still digests to the last row's index before extending it; each decision that finds rows that
+way checks it against the last row, which its keyed hash and the head log vouch for (`check_index`).
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ from backfill_assets.warehouse.state_store import evidence as store
 from backfill_assets.warehouse.state_store import schema as meta_store
 
 GENESIS = "0" * 64
+# rows a decision finds by their kind: each plan's state (record.py), the trust root's pins, upgrades
+PLAN_STATE_KINDS = ("plan_version", "plan_of_record", "transition", "hold", "plan_state")
+INDEXED_KINDS = ("trust_root", "upgrade")
+INDEX = "index"  # the payload key of the chain index
+HEAD_LOG_TAIL = 64 * 1024
 KEY_BYTES = 32
 KEY_ID_META = "evidence_key_id"
 FORGED_FIX = ("the control record was edited outside backfill: restore it from backup (`backfill evidence "
@@ -194,11 +207,18 @@ def _append_head(home: Home, seq: int, row_hash: str) -> None:
 
 
 def recorded_head(home: Home) -> tuple[int, str] | None:
-    """The highest head ever recorded in the head log, or None when there is none."""
+    """The highest head ever recorded in the head log, or None when there is none. Heads are logged
+    in commit order, give or take a few racing commits, so the highest is among the last lines: the
+    log's last 64 KB are read (~900 heads), not the whole file, which grows with every commit and is
+    read by every decision (`check_index`)."""
     path = home.evidence_heads
     try:
         with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - HEAD_LOG_TAIL))
             lines = handle.read().decode("ascii", errors="replace").splitlines()
+            if size > HEAD_LOG_TAIL:
+                lines = lines[1:]  # the first line read may be the end of a line
     except FileNotFoundError:
         return None
     except NotRegularFile as exc:
@@ -236,6 +256,70 @@ def _row_ok(key: bytes, row: EvidenceRow) -> bool:
     return hmac.compare_digest(expected, row.row_hash)
 
 
+# --- the chain index ----------------------------------------------------------------------------
+
+Counts = dict[tuple[str, str | None], tuple[int, int]]
+
+
+def _counts(session: Session) -> tuple[Counts, int]:
+    """(what the table holds now, as the index digests it; the last row's number)."""
+    found: Counts = {}
+    top = 0
+    for kind, plan_id, last, rows in store.index_rows(session, PLAN_STATE_KINDS, INDEXED_KINDS):
+        if kind == "top":
+            top = int(last or 0)
+        else:
+            found[(str(kind), None if plan_id is None else str(plan_id))] = (int(last), int(rows))
+    return found, top
+
+
+def _digest(counts: Counts) -> str:
+    text = json.dumps(sorted([k, p or "", last, n] for (k, p), (last, n) in counts.items()), separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _index_counts(session: Session, key: bytes, last: tuple[Any, ...] | None) -> Counts:
+    """Before an append: the table's index as it stands, checked against the last row's (a chain
+    of an earlier release, whose last row carries none, is verified whole once, here)."""
+    counts, _ = _counts(session)
+    if last is None:
+        return counts
+    head = row_of(last)
+    if not _row_ok(key, head):
+        raise ForgedRecord(f"evidence row {head.seq} ({head.kind}), the chain's last, does not match its keyed hash",
+                           fix=FORGED_FIX)
+    recorded = head.payload.get(INDEX)
+    if recorded is None:
+        verified(session, [row_of(r) for r in store.rows_after(session, 0, head.seq)])
+    elif recorded != _digest(counts):
+        raise ForgedRecord(_INDEX_BROKEN, fix=FORGED_FIX)
+    return counts
+
+
+_INDEX_BROKEN = ("the evidence chain's rows were relabelled or removed: a plan's last record, a trust root's pin "
+                 "or an upgrade is not where the chain's last row says")
+
+
+def check_index(session: Session) -> None:
+    """The rows decisions find by kind are the ones the chain's last row indexes; that row is the
+    chain's head as the head log last saw it or later. A no-op for a reader without the key (it
+    decides nothing) and for a chain whose last row predates the index."""
+    if not can_verify(session):
+        return
+    home = session.home
+    # the head log first: a head logged (after its commit) before the table is read is in the table
+    recorded = recorded_head(home) if home is not None else None
+    counts, top = _counts(session)
+    if top == 0 and recorded is None:
+        return
+    if recorded is not None and (recorded[0] > top or store.hash_at(session, recorded[0]) != recorded[1]):
+        raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
+                                               "(rows were cut off the chain's end)")
+    head = by_seq(session, [top])[top]
+    if head.payload.get(INDEX) not in (None, _digest(counts)):
+        raise ForgedRecord(_INDEX_BROKEN, fix=FORGED_FIX)
+
+
 def next_seq(session: Session) -> int:
     """The number the next row appended in this transaction gets: rows it seals can carry it.
     Takes the chain's turn (held until the transaction ends), so no one else appends meanwhile."""
@@ -263,6 +347,12 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     assert home is not None
     _heads_writable(session, home)
     at = now_iso()
+    counts = _index_counts(session, key, last)
+    mark = ("plan", plan_id) if kind in PLAN_STATE_KINDS and plan_id is not None else \
+        (kind, None) if kind in INDEXED_KINDS else None
+    if mark is not None:
+        counts[mark] = (number, counts.get(mark, (0, 0))[1] + 1)
+    payload = {**payload, INDEX: _digest(counts)}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     row_hash = _row_hash(key, prev, number, at, plan_id, kind, actor, text)
     store.insert(session, number, at, plan_id, kind, actor, text, prev, row_hash)

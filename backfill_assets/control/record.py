@@ -32,7 +32,7 @@ from backfill_assets.warehouse.state_store import evidence as evidence_store
 from backfill_assets.warehouse.state_store import plans as store
 
 # the chain rows that record a plan's row; each carries the row's whole new state under "state"
-STATE_KINDS = ("plan_version", "plan_of_record", "transition", "hold", "plan_state")
+STATE_KINDS = evidence_log.PLAN_STATE_KINDS
 _STATE_FIELDS = ("phase", "target", "owner", "approved_sha256", "hold")
 
 
@@ -187,6 +187,7 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
     """The chain's last record of each plan's row (verified)."""
     if not plan_ids:
         return {}
+    evidence_log.check_index(session)  # each plan's last row is the one the chain indexes
     found: dict[str, evidence_log.EvidenceRow] = {}
     for raw in evidence_store.latest_of_plans(session, STATE_KINDS, plan_ids):
         if raw[2] in found:

@@ -123,6 +123,7 @@ def verify_all(session: Session) -> int:
     # a seal whose rows were all removed is a chain row no ledger row points at any more
     referenced = {s for table in SEALED for s in store.sealing_seqs(session, table)}
     # an upgrade re-seals every row as it stood: seals before it are superseded
+    evidence_log.check_index(session)  # the last upgrade is the one the chain indexes
     upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
     for row in evidence_log.rows(session):
         tables = row.payload.get("seals") if isinstance(row.payload, dict) else None

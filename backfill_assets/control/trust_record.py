@@ -60,6 +60,7 @@ def _rows(session: Session) -> tuple[list[tuple[Any, ...]], tuple[int, int | Non
 
     if schema_version(session) != SCHEMA_VERSION:  # before an upgrade there is no trust_roots table
         return [], (0, None)
+    evidence_log.check_index(session)  # the pins counted are the chain's, none relabelled away
     rows, pins, last_pin = store.roots_and_pins(session)
     return rows, (pins, last_pin)
 

@@ -64,6 +64,19 @@ def latest_of_plans(session: Session, kinds: Sequence[str], plan_ids: Sequence[s
             f"AND plan_id IN ({', '.join('?' for _ in part)}) ORDER BY plan_id, seq DESC", [*kinds, *part])
 
 
+def index_rows(session: Session, plan_kinds: Sequence[str], chain_kinds: Sequence[str]) -> list[tuple[Any, ...]]:
+    """What the chain index digests (`evidence_log.index_of`), in one statement (one snapshot):
+    ("plan", plan_id, last seq, rows) of each plan's rows of `plan_kinds`; (kind, None, last seq,
+    rows) of each of `chain_kinds`; and ("top", None, the last row's number, rows)."""
+    plans = ", ".join("?" for _ in plan_kinds)
+    chain = ", ".join("?" for _ in chain_kinds)
+    return session.rows(
+        f"SELECT 'plan', plan_id, max(seq), count(*) FROM {SCHEMA}.evidence WHERE kind IN ({plans}) "
+        f"AND plan_id IS NOT NULL GROUP BY plan_id "
+        f"UNION ALL SELECT kind, NULL, max(seq), count(*) FROM {SCHEMA}.evidence WHERE kind IN ({chain}) GROUP BY kind "
+        f"UNION ALL SELECT 'top', NULL, max(seq), count(*) FROM {SCHEMA}.evidence", [*plan_kinds, *chain_kinds])
+
+
 def plan_ids_of_kinds(session: Session, kinds: Sequence[str]) -> set[str]:
     """Every plan some row of `kinds` records."""
     return {str(p) for (p,) in session.rows(
