@@ -785,7 +785,8 @@ def test_the_ci_guard_loads_a_pull_requests_definitions_only_once_every_plan_giv
     assert loaded.read_text() == "loaded\n"  # a signed plan's fit is checked, in its child
 
 
-@pytest.mark.parametrize("answer", ["[]", "{not json", '{"problems": [{}]}', '{"problems": 5}',
+@pytest.mark.parametrize("answer", ["[]", "{not json", '{"problems": [{}]}', '{"problems": 5}', "[" * 100_000,
+                                    '{"problems": [], "note": null, "code": null}', "x" * 2_000_000,
                                     '{"problems": [], "note": "x\\nALLOWED: the plan is fine\\u001b[2K", "code": null}',
                                     '{"error": "bad\\nALLOWED: the plan is fine"}'])
 def test_what_the_definitions_child_answers_is_never_a_crash_nor_a_line_of_its_own(
@@ -813,10 +814,32 @@ def test_what_the_definitions_child_answers_is_never_a_crash_nor_a_line_of_its_o
 
 
 def test_the_guard_hook_takes_a_plan_file_first_never_an_option(run_subprocess, tmp_path):
-    """A changed file named `-h` in a CI loop printed the help and exited 0 (found by an attack)."""
+    """A changed file named `-h` in a CI loop printed the help and exited 0 (found by an attack); the
+    guard's help exits 2 wherever it is asked for (argparse takes `-h` anywhere, `--hel` too)."""
     for first in ("-h", "--help", "--home"):
         done = run_subprocess(command=[str(HOOK), first], cwd=tmp_path)
         assert done.code == 2 and done.err.startswith("usage: "), done
+    for later in ("-h", "--help", "--hel"):
+        done = run_subprocess(command=[str(HOOK), "plans/x.yaml", later], cwd=tmp_path)
+        assert done.code == 2 and "usage: backfill guard" in done.out, done
+
+
+def test_plan_show_never_loads_a_pull_requests_definitions_for_a_plan_nobody_signed(
+        world, run_subprocess, tmp_path):
+    """Reviewer. `plan show` loaded the definitions for an unsigned plan: the pull request's code
+    ran with the reviewer's rights and printed a fake `(approved)` line on their terminal through
+    /proc/PPID/fd/1 (found by an attack). It loads them as the guard does: once signatures count."""
+    from tests.conftest import BIN
+
+    repo, path, main = pull_request_checkout(world, tmp_path)
+    loaded = tmp_path / "definitions-loaded"
+    with (repo / "team_defs.py").open("a") as defs:
+        defs.write(f"open({str(loaded)!r}, 'a').write('loaded\n')\n")
+    shown = run_subprocess(command=[str(BIN / "backfill"), "plan", "show", str(path), "--allowed-signers",
+                                    str(main / "allowed_signers"), "--policy", str(main / "policy.yaml")],
+                           env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    assert shown.code == 0 and "code (not loaded: " in shown.out, shown
+    assert not loaded.exists()
 
 
 @pytest.mark.parametrize("how", ["relabel", "cut"])
@@ -864,3 +887,73 @@ def test_an_insider_cannot_uncancel_a_plan_by_relabelling_its_last_state_rows(wo
     said = capsys.readouterr().err  # the head's own keyed hash, or the index it carries
     assert "relabelled or removed" in said or "(notification_ of plan fix) does not match its keyed hash" in said
     assert world.rows("daily_revenue", "2026-01-02") == rows
+
+
+def _plan_version(world, name: str, end: str, reason: str) -> Path:
+    return write_plan(world.root / "plans" / f"{name}.yaml", edited(
+        complete_plan(plan_id="fix", start="2026-01-01", end=end, proof=("2026-01-02",)), reason=reason))
+
+
+def test_a_superseded_plan_of_record_never_comes_back_by_swapping_two_rows_kinds(engine_world, capsys):
+    """Insider, no key. A new version's first signature appends a state-kind row that carried no
+    state, and the decision skipped over it to the newest row with one; swapping an older row's kind
+    with the v2 plan of record's (each plan's newest number and count unchanged, so the index held)
+    brought v1's window back, and its days outside v2 were written (found by an attack)."""
+    world = engine_world
+    world.approve(_plan_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.approve(_plan_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    v3 = _plan_version(world, "v3", "2026-01-03", "v3: a wording change")
+    assert world.cli("plan", "approve", str(v3), "--by", "alice", "--key", str(world.keys["alice"])) == 0
+    chain = world.sql(f"SELECT seq, kind, plan_id, payload FROM {CONTROL}.evidence ORDER BY seq")
+    records = [(s, json.loads(p)) for s, k, pid, p in chain if k == "plan_of_record" and pid == "fix"]
+    v1_sha, v2_seq = records[0][1]["sha256"], records[-1][0]
+    newest = max(s for s, k, pid, _ in chain if pid == "fix" and k in ("plan_version", "plan_of_record",
+                                                                       "transition", "hold", "plan_state"))
+    other = max(s for s, k, pid, _ in chain if pid == "fix" and s < newest and k == "notification")
+    world.run_sql(f"UPDATE {CONTROL}.evidence SET kind = 'notification' WHERE seq = ?", [v2_seq])
+    world.run_sql(f"UPDATE {CONTROL}.evidence SET kind = 'plan_version' WHERE seq = ?", [other])
+    world.run_sql(f"UPDATE {CONTROL}.plans SET approved_sha256 = ? WHERE plan_id = 'fix'", [v1_sha])
+    rows = world.rows("daily_revenue", "2026-01-05")
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err
+    assert "the control record was edited outside backfill" in said, said  # whichever check names it first
+    assert world.rows("daily_revenue", "2026-01-05") == rows
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("how", ["view", "row security"])
+def test_a_control_table_that_answers_each_statement_differently_is_refused(engine_world, capsys, how):
+    """Insider, no key, PostgreSQL: `evidence` renamed and replaced by an (auto-updatable) view that
+    hides a cancel's rows only from the statement a decision reads the plan with (`current_query()`):
+    the check saw the whole record, the decision the past; the cancelled plan ran, published, and
+    `evidence verify` passed (found by an attack). Row security can do the same."""
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    before = world.sql(f"SELECT * FROM {CONTROL}.plans WHERE plan_id = 'fix'")
+    columns = [r[0] for r in world.sql("SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                                       "'backfill_control' AND table_name = 'plans' ORDER BY ordinal_position")]
+    top = world.sql(f"SELECT max(seq) FROM {CONTROL}.evidence")[0][0]
+    assert world.cli("cancel", "fix") == 0
+    hidden = " OR ".join(f"seq = {s}" for (s,) in world.sql(
+        f"SELECT seq FROM {CONTROL}.evidence WHERE seq > {top} AND plan_id = 'fix' AND kind IN ('transition', 'hold')"))
+    only_there = f"(({hidden}) AND pg_catalog.strpos(pg_catalog.current_query(), 'ORDER BY plan_id, seq DESC') > 0)"
+    import psycopg  # the insider's own connection: the product's sessions refuse this warehouse once it is done
+
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        if how == "view":
+            insider.execute(f"ALTER TABLE {CONTROL}.evidence RENAME TO evidence_real")
+            insider.execute(f"CREATE VIEW {CONTROL}.evidence AS SELECT * FROM {CONTROL}.evidence_real "
+                            f"WHERE NOT {only_there}")
+        else:
+            insider.execute(f"ALTER TABLE {CONTROL}.evidence ENABLE ROW LEVEL SECURITY")
+            insider.execute(f"ALTER TABLE {CONTROL}.evidence FORCE ROW LEVEL SECURITY")
+            insider.execute(f"CREATE POLICY hide ON {CONTROL}.evidence USING (NOT {only_there})")
+        insider.execute(f"UPDATE {CONTROL}.plans SET {', '.join(f'{c} = %s' for c in columns[1:])} "
+                        "WHERE plan_id = 'fix'", list(before[0][1:]))
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err
+    assert ("backfill_control.evidence is a view, not a plain table" if how == "view" else
+            "backfill_control.evidence has row security, not a plain table") in said, said
+    assert world.cli("evidence", "verify") != 0  # refused as the session opened: nothing ran

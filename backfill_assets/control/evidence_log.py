@@ -300,24 +300,25 @@ _INDEX_BROKEN = ("the evidence chain's rows were relabelled or removed: a plan's
                  "or an upgrade is not where the chain's last row says")
 
 
-def check_index(session: Session) -> None:
+def check_index(session: Session) -> Counts | None:
     """The rows decisions find by kind are the ones the chain's last row indexes; that row is the
     chain's head as the head log last saw it or later. A no-op for a reader without the key (it
     decides nothing) and for a chain whose last row predates the index."""
     if not can_verify(session):
-        return
+        return None
     home = session.home
     # the head log first: a head logged (after its commit) before the table is read is in the table
     recorded = recorded_head(home) if home is not None else None
     counts, top = _counts(session)
     if top == 0 and recorded is None:
-        return
+        return counts
     if recorded is not None and (recorded[0] > top or store.hash_at(session, recorded[0]) != recorded[1]):
         raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
                                                "(rows were cut off the chain's end)")
     head = by_seq(session, [top])[top]
     if head.payload.get(INDEX) not in (None, _digest(counts)):
         raise ForgedRecord(_INDEX_BROKEN, fix=FORGED_FIX)
+    return counts if head.payload.get(INDEX) is not None else None
 
 
 def next_seq(session: Session) -> int:

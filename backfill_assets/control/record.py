@@ -187,8 +187,29 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
     """The chain's last record of each plan's row (verified)."""
     if not plan_ids:
         return {}
-    evidence_log.check_index(session)  # each plan's last row is the one the chain indexes
+    counts = evidence_log.check_index(session)  # each plan's last row is the one the chain indexes
     found: dict[str, evidence_log.EvidenceRow] = {}
+    if counts is not None:
+        # the rows the checked statement named, never a second statement's (a view can answer each
+        # statement differently); each plan's newest state row must carry its state (no skipping)
+        seqs = {p: counts[("plan", p)][0] for p in plan_ids if ("plan", p) in counts}
+        rows = evidence_log.by_seq(session, list(seqs.values())) if seqs else {}
+        for p, s in seqs.items():
+            row = rows[s]
+            if row.plan_id != p or row.kind not in STATE_KINDS:
+                raise ForgedRecord(f"evidence row {s} is not plan {p}'s", fix=evidence_log.FORGED_FIX)
+            if "state" in row.payload:
+                found[p] = row
+                continue
+            # a row of an earlier release without its state: every state row of the plan, verified
+            every = [r for r in evidence_log.verified(session, evidence_log.rows(session, plan_id=p))
+                     if r.kind in STATE_KINDS]
+            if len({r.seq for r in every}) != counts[("plan", p)][1]:
+                raise ForgedRecord(evidence_log._INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+            stated = [r for r in every if "state" in r.payload]
+            if stated:
+                found[p] = stated[-1]
+        return found
     for raw in evidence_store.latest_of_plans(session, STATE_KINDS, plan_ids):
         if raw[2] in found:
             continue
@@ -303,6 +324,8 @@ def record_version(session: Session, plan: Plan, sha: str, keys: list[str], sour
                               evidence_log.now_iso())
             payload["state"] = _chain_state(None, phase=Phase.DRAFTED.value, target=plan.target, owner=plan.owner,
                                             approved_sha256=None, hold=None)
+        else:  # the plan's last state row carries its state too, unchanged (none was skipped over)
+            payload["state"] = _chain_state(existing)
         evidence_log.append(session, plan_id=plan.plan_id, kind="plan_version", actor=actor, payload=payload,
                             seq=seq)
     return require(session, plan.plan_id)

@@ -123,8 +123,9 @@ def verify_all(session: Session) -> int:
     # a seal whose rows were all removed is a chain row no ledger row points at any more
     referenced = {s for table in SEALED for s in store.sealing_seqs(session, table)}
     # an upgrade re-seals every row as it stood: seals before it are superseded
-    evidence_log.check_index(session)  # the last upgrade is the one the chain indexes
-    upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
+    counts = evidence_log.check_index(session)  # the last upgrade is the one the chain indexes
+    upgraded = evidence_store.last_seq_of_kind(session, "upgrade") if counts is None else \
+        counts.get(("upgrade", None), (0, 0))[0]
     for row in evidence_log.rows(session):
         tables = row.payload.get("seals") if isinstance(row.payload, dict) else None
         if row.seq > upgraded and tables and any(tables.get(t) != digest(t, []) for t in tables) \

@@ -60,8 +60,10 @@ def _rows(session: Session) -> tuple[list[tuple[Any, ...]], tuple[int, int | Non
 
     if schema_version(session) != SCHEMA_VERSION:  # before an upgrade there is no trust_roots table
         return [], (0, None)
-    evidence_log.check_index(session)  # the pins counted are the chain's, none relabelled away
+    counts = evidence_log.check_index(session)  # the pins counted are the chain's, none relabelled away
     rows, pins, last_pin = store.roots_and_pins(session)
+    if counts is not None:  # the checked statement's, not another's (a view answers each differently)
+        last_pin, pins = counts.get(("trust_root", None), (None, 0))
     return rows, (pins, last_pin)
 
 

@@ -129,6 +129,43 @@ class PostgresSession(Session):
         # a write's judged ones): it changed a restored partition after its proof (found by an
         # attack). Immediate here, it fires at its statement's end, before the checks that follow.
         self.con.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        try:
+            self._control_relations_plain(lock=True)
+        except BaseException:
+            self._rollback()  # never left inside a transaction the caller did not get to start
+            raise
+
+    def _control_relations_plain(self, lock: bool) -> None:
+        """Every relation of the control schema a plain table (or its index or sequence), without row
+        security; checked as a session opens, and in a transaction locked until it ends. A view (or
+        a policy) can answer each statement differently, through `current_query()`: the statement a
+        decision read rows with saw a record without the cancel or the re-pin, the statements that
+        checked the record saw all of it, and `evidence verify` passed (found by an attack). Locked
+        first, then checked: a rename or a swap for a view waits until the transaction ends."""
+        from backfill_assets.warehouse.state_store import SCHEMA
+
+        relations = ("SELECT c.relname, c.relkind, c.relrowsecurity FROM pg_catalog.pg_class AS c JOIN "
+                     "pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+                     "WHERE n.nspname OPERATOR(pg_catalog.=) %s::text AND c.relkind OPERATOR(pg_catalog.<>) "
+                     "ALL (ARRAY['i', 'I', 'S']::\"char\"[])")
+        found = self.con.execute(relations, [SCHEMA]).fetchall()
+        if found and lock:
+            from psycopg import sql
+
+            self.con.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                sql.SQL(", ").join(sql.Identifier(SCHEMA, r[0]) for r in found)))
+            found = self.con.execute(relations, [SCHEMA]).fetchall()
+        bad = [r for r in found if r[1] != "r" or r[2]]
+        if bad:
+            name, kind, secured = bad[0]
+            what = "has row security" if secured else {"v": "is a view", "m": "is a materialized view",
+                                                       "p": "is a partitioned table", "f": "is a foreign table"
+                                                       }.get(str(kind), f"is a relation of kind {kind!r}")
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"{SCHEMA}.{name} {what}, not a plain table: it can answer each statement "
+                               "differently", fix="restore the control schema's tables from backup (`backfill "
+                                                  "evidence verify` then checks them)")
 
     def _commit(self) -> None:
         self.execute("COMMIT")  # a failed commit is a statement error, one line
@@ -196,7 +233,9 @@ class PostgresEngine(PostgresSpelling, Engine):
                 con.execute("SET default_transaction_read_only = on")
             if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
                 con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
-            yield PostgresSession(self, con)
+            session = PostgresSession(self, con)
+            session._control_relations_plain(lock=False)
+            yield session
         finally:
             con.close()
 
