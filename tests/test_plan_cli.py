@@ -390,8 +390,11 @@ def test_show_prints_the_hash_and_a_signing_command_that_ssh_keygen_runs(world, 
     assert f"sha256     {sha}\n" in out
     assert "window     2026-01-01..2026-01-08  (8 partitions)\n" in out
     assert "approvals  owner olivia has not signed; 0/2 approver signature(s) counted" in out
-    assert re.search(r"^signs      plan [0-9a-f]{12}; code 2/[0-9a-f]{64}; warehouse wh-[0-9a-f]{16}; expires at most "
-                     r"14 day\(s\) after signing$", out, re.M), out
+    # unsigned: the definitions are not loaded (a pull request's would run with the reviewer's rights)
+    assert re.search(r"^signs      plan [0-9a-f]{12}; code \(not loaded: the definitions, which a pull request may "
+                     r"change, load only once the plan's signatures count; `backfill plan statement` shows the code "
+                     r"to sign\); warehouse wh-[0-9a-f]{16}; expires at most 14 day\(s\) after signing$",
+                     out, re.M), out
     command = re.search(r"^to sign    (.+)$", out, re.MULTILINE).group(1)
     assert str(path) in command and "-n backfill-plan" in command
 

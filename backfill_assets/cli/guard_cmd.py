@@ -25,8 +25,17 @@ if TYPE_CHECKING:
     from backfill_assets.plan.model import Plan
 
 
+class _HelpNotAllowed(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.print_help()
+        parser.exit(2)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    guard = sub.add_parser("guard", help="the replay plan checklist; exit 0 only when it may run")
+    guard = sub.add_parser("guard", help="the replay plan checklist; exit 0 only when it may run", add_help=False)
+    # its help exits 2, never 0: a file named `-h` among a pull request's plans got exit 0 in CI
+    guard.add_argument("-h", "--help", action=_HelpNotAllowed, nargs=0, help="show this help and exit 2")
     guard.add_argument("plan_file", nargs="+", help="every plan to check, in one run (CI: all of them at once)")
     guard.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
                                                  "allowed_signers, e.g. the default branch's; never the plan's folder")

@@ -28,6 +28,7 @@ from backfill_assets.errors import BackfillError, PlanProblem, UsageError
 
 MARK = "backfill-guard-fit: "
 TIMEOUT_SECONDS = 600
+ANSWER_BYTES = 1024 * 1024
 
 
 def fit_in_child(plan_file: Path, defs: str | None) -> tuple[list[PlanProblem], str | None, str | None]:
@@ -54,7 +55,7 @@ def fit_in_child(plan_file: Path, defs: str | None) -> tuple[list[PlanProblem], 
                     + (f": {one_line(said[-1], 200)}" if said else "") + ")"), None
     try:
         return _read_answer(json.loads(lines[0]))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         # the child runs the pull request's code, which may answer anything: never a crash here
         return [], "not checked against its table: the definitions' process gave a malformed answer", None
 
@@ -77,6 +78,8 @@ def _read_answer(answer: object) -> tuple[list[PlanProblem], str | None, str | N
     problems = [PlanProblem(one_line(p["key"]), p["value"] if isinstance(p["value"], int | float | bool) or
                             p["value"] is None else one_line(p["value"]), one_line(p["fix"])) for p in found]
     note, code = answer.get("note"), answer.get("code")
+    if note is None and code is None:  # the fit either names the table's code or says why it could not
+        raise TypeError("neither a code identity nor a note")
     return problems, None if note is None else one_line(note), None if code is None else one_line(code)
 
 
@@ -116,6 +119,10 @@ def _forked(plan_file: Path, defs: str | None) -> tuple[int, str, str]:
             if not chunk:
                 break
             chunks.append(chunk)
+            if sum(map(len, chunks)) > ANSWER_BYTES:  # an answer is a line; more is not an answer
+                os.kill(pid, signal.SIGKILL)
+                chunks = [b"the answer was larger than 1 MB"]
+                break
     finally:
         os.close(read)
         _, status = os.waitpid(pid, 0)

@@ -285,8 +285,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
     # the definitions (a pull request's, on a reviewer's checkout) load in a child, as the guard's
-    # do: never where the signatures are counted
-    _, why, code = fit_in_child(path, args.defs)
+    # do: never where the signatures are counted, and only once they count without them (that
+    # child runs with the reviewer's rights: it printed a fake "(approved)" on their terminal
+    # through /proc/PPID/fd/1 for a plan nobody signed, found by an attack)
+    signed = view.root is not None and view.problem is None and file_tally(plan, view.root, None).approved
+    code: str | None = None
+    why: str | None = ("not loaded: the definitions, which a pull request may change, load only once the plan's "
+           "signatures count; `backfill plan statement` shows the code to sign")
+    if signed:
+        _, why, code = fit_in_child(path, args.defs)
     size = estimate_window(plan.window.start, plan.window.end)
     print(f"plan       {plan.plan_id}  (owner {plan.owner})")
     print(f"sha256     {sha}")
