@@ -957,3 +957,25 @@ def test_a_control_table_that_answers_each_statement_differently_is_refused(engi
     assert ("backfill_control.evidence is a view, not a plain table" if how == "view" else
             "backfill_control.evidence has row security, not a plain table") in said, said
     assert world.cli("evidence", "verify") != 0  # refused as the session opened: nothing ran
+
+
+def test_a_rolled_back_append_is_never_obeyed_in_place_of_the_row_that_takes_its_number(world):
+    """A process remembers verified chain rows by number; a row its own transaction appended and
+    then rolled back was remembered too, and the next row given that number (another plan's state)
+    would be read as the remembered one: each plan's newest state row is read by number since the
+    chain index (a reviewer's find)."""
+    from backfill_assets import lifecycle
+    from backfill_assets.control import record
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    world.approved_plan("other", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        with pytest.raises(RuntimeError), session.transaction():
+            lifecycle.paused(session, record.require(session, "fix"), "tester")
+            assert record.require(session, "fix").hold is not None  # read back, by number, in the transaction
+            raise RuntimeError("the step after it failed")
+        with session.transaction():
+            lifecycle.paused(session, record.require(session, "other"), "tester")  # takes the same number
+        assert record.require(session, "fix").hold is None and record.require(session, "other").hold is not None
+    assert world.cli("status", "fix") == 0

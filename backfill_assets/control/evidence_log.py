@@ -292,11 +292,11 @@ def _index_counts(session: Session, key: bytes, last: tuple[Any, ...] | None) ->
     if recorded is None:
         verified(session, [row_of(r) for r in store.rows_after(session, 0, head.seq)])
     elif recorded != _digest(counts):
-        raise ForgedRecord(_INDEX_BROKEN, fix=FORGED_FIX)
+        raise ForgedRecord(INDEX_BROKEN, fix=FORGED_FIX)
     return counts
 
 
-_INDEX_BROKEN = ("the evidence chain's rows were relabelled or removed: a plan's last record, a trust root's pin "
+INDEX_BROKEN = ("the evidence chain's rows were relabelled or removed: a plan's last record, a trust root's pin "
                  "or an upgrade is not where the chain's last row says")
 
 
@@ -317,7 +317,7 @@ def check_index(session: Session) -> Counts | None:
                                                "(rows were cut off the chain's end)")
     head = by_seq(session, [top])[top]
     if head.payload.get(INDEX) not in (None, _digest(counts)):
-        raise ForgedRecord(_INDEX_BROKEN, fix=FORGED_FIX)
+        raise ForgedRecord(INDEX_BROKEN, fix=FORGED_FIX)
     return counts if head.payload.get(INDEX) is not None else None
 
 
@@ -357,6 +357,8 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     row_hash = _row_hash(key, prev, number, at, plan_id, kind, actor, text)
     store.insert(session, number, at, plan_id, kind, actor, text, prev, row_hash)
+    # never remembered as verified until it commits: rolled back, its number goes to another row
+    session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
     return EvidenceRow(number, at, plan_id, kind, actor, text, json.loads(text), prev, row_hash)
 
@@ -404,7 +406,10 @@ def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
     verified(session, list(found.values()))
     if len(_VERIFIED) > 100_000:
         _VERIFIED.clear()
-    _VERIFIED.update({(where, s): row for s, row in found.items()})
+    # a row this session appended may still roll back, and its number then goes to another row: a
+    # cached copy would be obeyed in its place (the chain index reads each plan's newest row by number)
+    uncommitted = session.__dict__.get("_appended", ())
+    _VERIFIED.update({(where, s): row for s, row in found.items() if s not in uncommitted})
     return {**known, **found}
 
 

@@ -205,7 +205,7 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
             every = [r for r in evidence_log.verified(session, evidence_log.rows(session, plan_id=p))
                      if r.kind in STATE_KINDS]
             if len({r.seq for r in every}) != counts[("plan", p)][1]:
-                raise ForgedRecord(evidence_log._INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+                raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
             stated = [r for r in every if "state" in r.payload]
             if stated:
                 found[p] = stated[-1]
