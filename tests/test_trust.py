@@ -979,3 +979,51 @@ def test_a_rolled_back_append_is_never_obeyed_in_place_of_the_row_that_takes_its
             lifecycle.paused(session, record.require(session, "other"), "tester")  # takes the same number
         assert record.require(session, "fix").hold is None and record.require(session, "other").hold is not None
     assert world.cli("status", "fix") == 0
+
+
+_DOMAIN_EQUALITY = """
+CREATE DOMAIN public.kind_t AS text;
+CREATE FUNCTION public.kind_eq(a public.kind_t, b public.kind_t) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  IF a::text = 'plan_version' AND b::text = 'published'
+     AND pg_catalog.strpos(pg_catalog.current_query(), 'AND kind = ') > 0 THEN
+    RETURN true;
+  END IF;
+  RETURN a::text = b::text;
+END $$;
+CREATE FUNCTION public.kind_eq_t(a public.kind_t, b text) RETURNS boolean LANGUAGE sql AS
+  'SELECT public.kind_eq(a, b::public.kind_t)';
+CREATE OPERATOR public.= (LEFTARG = public.kind_t, RIGHTARG = public.kind_t, FUNCTION = public.kind_eq);
+CREATE OPERATOR public.= (LEFTARG = public.kind_t, RIGHTARG = text, FUNCTION = public.kind_eq_t);
+ALTER TABLE backfill_control.evidence ALTER COLUMN kind TYPE public.kind_t;
+"""
+_VARCHAR_EQUALITY = """
+CREATE FUNCTION public.vc_eq(a varchar, b varchar) RETURNS boolean LANGUAGE sql AS 'SELECT a::text = b::text';
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.vc_eq);
+"""
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("how", ["a domain with its own =", "an = over varchar", "an inheriting table"])
+def test_a_plain_control_table_read_through_code_of_ones_own_is_refused(engine_world, capsys, how):
+    """Insider, no key, PostgreSQL: `evidence` stayed a plain table, but its `kind` became a domain
+    whose `=` (plpgsql reading current_query()) let a plan's own plan_version row pass for its
+    `published` one: a cutover its dual-run streak refused published, and `evidence verify` passed
+    (found by an attack). An `=` of one's own over varchar, or a table inheriting the rows, reads
+    the same way."""
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        if how.startswith("a domain"):
+            insider.execute(_DOMAIN_EQUALITY)
+        elif how.startswith("an ="):
+            insider.execute(_VARCHAR_EQUALITY)
+        else:
+            insider.execute("CREATE TABLE public.more () INHERITS (backfill_control.evidence)")
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err
+    assert "backfill_control is read through the " in said and "move or drop what else is there" in said, said
+    assert world.cli("evidence", "verify") != 0

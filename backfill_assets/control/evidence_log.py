@@ -364,8 +364,11 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
 
 
 def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[EvidenceRow]:
-    """Rows as stored, for reports; decisions read through `verified`."""
-    return [row_of(r) for r in store.rows(session, plan_id, kind)]
+    """Rows as stored, for reports; decisions read through `verified`. Each row returned is of
+    `plan_id` and `kind` as Python compares them, whatever the warehouse's `=` answered (an operator
+    of one's own made a plan's `plan_version` row pass for its `published` one: found by an attack)."""
+    return [r for r in (row_of(x) for x in store.rows(session, plan_id, kind))
+            if (plan_id is None or r.plan_id == plan_id) and (kind is None or r.kind == kind)]
 
 
 def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:

@@ -155,7 +155,8 @@ def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, fr
 def cut_over(session: Session, plan: PlanState) -> bool:
     """The plan's approved version was published (its chain row, checked against its keyed hash)."""
     rows = evidence_log.rows(session, plan.plan_id, "published")
-    return any(r.payload.get("sha256") == plan.approved_sha256 for r in evidence_log.verified(session, rows))
+    return any(r.kind == "published" and r.plan_id == plan.plan_id and r.payload.get("sha256") == plan.approved_sha256
+               for r in evidence_log.verified(session, rows))
 
 
 def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState,

@@ -97,6 +97,37 @@ class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
 LOCK_NOT_AVAILABLE = "55P03"
 
 
+_EQ, _NE = "OPERATOR(pg_catalog.=)", "OPERATOR(pg_catalog.<>)"
+_CATALOG = "'pg_catalog'::pg_catalog.regnamespace"
+# What makes a plain table of the control schema answer each statement differently all the same
+# (found by an attack): a column of a type of one's own (a domain with its own `=`, which then reads
+# `current_query()`), or of a collation of one's own; a table inheriting from it (its rows join every
+# read); and a comparison operator of one's own over pg_catalog's types (`=(varchar, varchar)` is the
+# exact match where pg_catalog has none, so it wins in every `kind = ?`).
+_ODD_FIX = ("the control schema holds only backfill's own plain tables: move or drop what else is there (a view of "
+            "your own belongs in another schema), or restore a replaced table from backup; `backfill evidence "
+            "verify` then checks the record")
+_ODD_CONTROL_SQL = (
+    "SELECT 'the column ' OPERATOR(pg_catalog.||) c.relname OPERATOR(pg_catalog.||) '.' "
+    "OPERATOR(pg_catalog.||) a.attname OPERATOR(pg_catalog.||) ' of type ' OPERATOR(pg_catalog.||) "
+    "pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute AS a "
+    f"JOIN pg_catalog.pg_class AS c ON c.oid {_EQ} a.attrelid JOIN pg_catalog.pg_namespace AS n "
+    f"ON n.oid {_EQ} c.relnamespace JOIN pg_catalog.pg_type AS t ON t.oid {_EQ} a.atttypid "
+    f"LEFT JOIN pg_catalog.pg_collation AS k ON k.oid {_EQ} a.attcollation "
+    f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 "
+    f"AND NOT a.attisdropped AND (t.typnamespace {_NE} {_CATALOG} OR t.typtype {_NE} 'b'::pg_catalog.\"char\" "
+    f"OR (k.oid IS NOT NULL AND k.collnamespace {_NE} {_CATALOG})) "
+    "UNION ALL SELECT 'the table ' OPERATOR(pg_catalog.||) i.inhrelid::pg_catalog.regclass::pg_catalog.text "
+    "OPERATOR(pg_catalog.||) ', which inherits from it' FROM pg_catalog.pg_inherits AS i "
+    f"JOIN pg_catalog.pg_class AS p ON p.oid {_EQ} i.inhparent JOIN pg_catalog.pg_namespace AS n "
+    f"ON n.oid {_EQ} p.relnamespace WHERE n.nspname {_EQ} %s::pg_catalog.text "
+    "UNION ALL SELECT 'the operator ' OPERATOR(pg_catalog.||) o.oid::pg_catalog.regoperator::pg_catalog.text "
+    "FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_type AS l ON l.oid "
+    f"{_EQ} o.oprleft JOIN pg_catalog.pg_type AS r ON r.oid {_EQ} o.oprright WHERE o.oprnamespace {_NE} {_CATALOG} "
+    f"AND l.typnamespace {_EQ} {_CATALOG} AND r.typnamespace {_EQ} {_CATALOG} AND o.oprname "
+    "OPERATOR(pg_catalog.=) ANY ('{=,<>,<,>,<=,>=}'::pg_catalog.name[]) LIMIT 1")
+
+
 class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
@@ -147,7 +178,7 @@ class PostgresSession(Session):
         relations = ("SELECT c.relname, c.relkind, c.relrowsecurity FROM pg_catalog.pg_class AS c JOIN "
                      "pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
                      "WHERE n.nspname OPERATOR(pg_catalog.=) %s::text AND c.relkind OPERATOR(pg_catalog.<>) "
-                     "ALL (ARRAY['i', 'I', 'S']::\"char\"[])")
+                     "ALL (ARRAY['i', 'I', 'S', 'c']::\"char\"[])")
         found = self.con.execute(relations, [SCHEMA]).fetchall()
         if found and lock:
             from psycopg import sql
@@ -156,6 +187,13 @@ class PostgresSession(Session):
                 sql.SQL(", ").join(sql.Identifier(SCHEMA, r[0]) for r in found)))
             found = self.con.execute(relations, [SCHEMA]).fetchall()
         bad = [r for r in found if r[1] != "r" or r[2]]
+        if found and not bad:
+            odd = self.con.execute(_ODD_CONTROL_SQL, [SCHEMA, SCHEMA]).fetchall()
+            if odd:
+                from backfill_assets.errors import ForgedRecord
+
+                raise ForgedRecord(f"{SCHEMA} is read through {odd[0][0]}, not PostgreSQL's own: it can answer "
+                                   "each statement differently", fix=_ODD_FIX)
         if bad:
             name, kind, secured = bad[0]
             what = "has row security" if secured else {"v": "is a view", "m": "is a materialized view",
@@ -164,8 +202,7 @@ class PostgresSession(Session):
             from backfill_assets.errors import ForgedRecord
 
             raise ForgedRecord(f"{SCHEMA}.{name} {what}, not a plain table: it can answer each statement "
-                               "differently", fix="restore the control schema's tables from backup (`backfill "
-                                                  "evidence verify` then checks them)")
+                               "differently", fix=_ODD_FIX)
 
     def _commit(self) -> None:
         self.execute("COMMIT")  # a failed commit is a statement error, one line
