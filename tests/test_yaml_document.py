@@ -499,7 +499,7 @@ def test_dumped_documents_round_trip_or_refuse_shared_values(data: dict[str, Any
         data["shared_twice"] = [data[first], data[first]] if isinstance(data[first], list | dict) else 1
     unicode = bool(len(data) % 2)
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=unicode)
-    if "&id" in text:
+    if re.search(r"(?m)(?:^|[:\-]\s)&id\d{3}(?:\s|$)", text):  # an anchor, not a key that merely reads "&id"
         assert "anchors and aliases" in refusal(text)
         return
     loaded = read_yaml_text(text, "dumped.yaml")
