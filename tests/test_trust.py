@@ -1025,5 +1025,34 @@ def test_a_plain_control_table_read_through_code_of_ones_own_is_refused(engine_w
     capsys.readouterr()
     assert world.cli("run", "fix", "--proof") != 0
     said = capsys.readouterr().err
-    assert "backfill_control is read through the " in said and "move or drop what else is there" in said, said
+    assert "read backfill_control and the gates' tables through the " in said and "drop or rename it" in said, said
+    assert world.cli("evidence", "verify") != 0
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("shadow", ["count(varchar)", "count(bigint)", "nextval(text)"])
+def test_a_function_named_like_pg_catalogs_over_its_types_is_refused(engine_world, capsys, shadow):
+    """Insider, no key, CREATE on public only, PostgreSQL: `public.count(varchar)` is an exact match
+    where pg_catalog's `count("any")` is not, so the product's `count(DISTINCT partition_key)` was
+    theirs: a plan that wrote was withdrawn, its writes never rolled back; `count(bigint)` turned a
+    duplicates gate over a doubled source into a pass; `nextval(text)` chose the record's ids (found
+    by an attack). Any such function is refused as the session opens."""
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0  # it wrote: a withdraw must be refused, a rollback named
+    name, argument = shadow.rstrip(")").split("(")
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        if name == "count":
+            insider.execute(f"CREATE FUNCTION public.zero_step(bigint, {argument}) RETURNS bigint LANGUAGE sql "
+                            "IMMUTABLE AS 'SELECT 0::bigint'")
+            insider.execute(f"CREATE AGGREGATE public.count({argument}) (SFUNC = public.zero_step, STYPE = bigint, "
+                            "INITCOND = '0')")
+        else:
+            insider.execute("CREATE FUNCTION public.nextval(text) RETURNS bigint LANGUAGE sql AS 'SELECT 7::bigint'")
+    capsys.readouterr()
+    assert world.cli("plan", "withdraw", "fix") != 0
+    said = capsys.readouterr().err
+    assert f"read backfill_control and the gates' tables through the function public.{name}(" in said, said
     assert world.cli("evidence", "verify") != 0

@@ -102,11 +102,12 @@ _CATALOG = "'pg_catalog'::pg_catalog.regnamespace"
 # What makes a plain table of the control schema answer each statement differently all the same
 # (found by an attack): a column of a type of one's own (a domain with its own `=`, which then reads
 # `current_query()`), or of a collation of one's own; a table inheriting from it (its rows join every
-# read); and a comparison operator of one's own over pg_catalog's types (`=(varchar, varchar)` is the
-# exact match where pg_catalog has none, so it wins in every `kind = ?`).
-_ODD_FIX = ("the control schema holds only backfill's own plain tables: move or drop what else is there (a view of "
-            "your own belongs in another schema), or restore a replaced table from backup; `backfill evidence "
-            "verify` then checks the record")
+# read); a comparison operator of one's own over pg_catalog's types (`=(varchar, varchar)` is the
+# exact match where pg_catalog has none, so it wins in every `kind = ?`); a function named like
+# pg_catalog's over its types (below).
+_ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL's tables, types, operators or "
+            "functions where backfill reads (a view of yours belongs in another schema, a function under another "
+            "name); restore a replaced table from backup; `backfill evidence verify` then checks the record")
 _ODD_CONTROL_SQL = (
     "SELECT 'the column ' OPERATOR(pg_catalog.||) c.relname OPERATOR(pg_catalog.||) '.' "
     "OPERATOR(pg_catalog.||) a.attname OPERATOR(pg_catalog.||) ' of type ' OPERATOR(pg_catalog.||) "
@@ -125,7 +126,19 @@ _ODD_CONTROL_SQL = (
     "FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_type AS l ON l.oid "
     f"{_EQ} o.oprleft JOIN pg_catalog.pg_type AS r ON r.oid {_EQ} o.oprright WHERE o.oprnamespace {_NE} {_CATALOG} "
     f"AND l.typnamespace {_EQ} {_CATALOG} AND r.typnamespace {_EQ} {_CATALOG} AND o.oprname "
-    "OPERATOR(pg_catalog.=) ANY ('{=,<>,<,>,<=,>=}'::pg_catalog.name[]) LIMIT 1")
+    "OPERATOR(pg_catalog.=) ANY ('{=,<>,<,>,<=,>=}'::pg_catalog.name[]) "
+    # and a function or aggregate of one's own named like pg_catalog's over pg_catalog's types:
+    # `count(varchar)` is an exact match where pg_catalog's `count("any")` is not, so it wins in the
+    # product's SQL and the gates' (a withdraw passed over a plan's writes, a duplicates gate over a
+    # doubled source: found by an attack)
+    "UNION ALL SELECT 'the function ' OPERATOR(pg_catalog.||) f.pronamespace::pg_catalog.regnamespace::pg_catalog.text "
+    "OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) f.proname::pg_catalog.text OPERATOR(pg_catalog.||) '(' "
+    "OPERATOR(pg_catalog.||) pg_catalog.pg_get_function_identity_arguments(f.oid) OPERATOR(pg_catalog.||) ')' "
+    f"FROM pg_catalog.pg_proc AS f WHERE f.pronamespace {_NE} {_CATALOG} "
+    "AND f.pronargs OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS g "
+    f"WHERE g.pronamespace {_EQ} {_CATALOG} AND g.proname {_EQ} f.proname) AND NOT EXISTS (SELECT 1 FROM "
+    "pg_catalog.unnest(f.proargtypes::pg_catalog.oid[]) AS x(t) JOIN pg_catalog.pg_type AS y ON y.oid "
+    f"{_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG}) LIMIT 1")
 
 
 class PostgresSession(Session):
@@ -192,8 +205,8 @@ class PostgresSession(Session):
             if odd:
                 from backfill_assets.errors import ForgedRecord
 
-                raise ForgedRecord(f"{SCHEMA} is read through {odd[0][0]}, not PostgreSQL's own: it can answer "
-                                   "each statement differently", fix=_ODD_FIX)
+                raise ForgedRecord(f"the warehouse would read {SCHEMA} and the gates' tables through {odd[0][0]}, "
+                                   "not PostgreSQL's own: it can answer each statement differently", fix=_ODD_FIX)
         if bad:
             name, kind, secured = bad[0]
             what = "has row security" if secured else {"v": "is a view", "m": "is a materialized view",
