@@ -62,10 +62,9 @@ def test_duckdb_a_user_macro_named_sha256_keeps_a_tampered_partition_s_fingerpri
         # the row digest's argument is VARCHAR (its field put back), the partition digest's a BLOB (as is)
         insider.execute("CREATE MACRO sha256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' "
                         "THEN CAST(x AS BLOB) ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
-    with engine.session() as session:
-        assert _amount_of_alice(session) == "999.00"  # the stored bytes changed
-        with pytest.raises(ForgedRecord, match="macro.s. sha256 shadow built-ins"):
-            fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+    # refused as the session opens: a macro shadowing a built-in answers every statement calling it
+    with pytest.raises(ForgedRecord, match="macro.s. sha256 shadow built-ins"), engine.session() as session:
+        fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
     assert recorded["2026-01-01"].rows == 3
 
 
@@ -80,10 +79,8 @@ def test_duckdb_a_user_macro_named_current_schema_lets_a_view_pass_as_no_relatio
         make_table(session)
         two_faced_view(session.execute)
         session.execute("CREATE MACRO current_schema() AS 'elsewhere'")
-    with engine.session() as session:
-        assert str(session.scalar("SELECT amount FROM seen WHERE name = 'alice'")) == "999.00"
-        with pytest.raises(ForgedRecord, match="current_schema shadow built-ins"):
-            fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
+    with pytest.raises(ForgedRecord, match="current_schema shadow built-ins"), engine.session() as session:
+        fingerprints(session, "seen", COLUMNS, SCHEME, "day", KEYS)
 
 
 def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_process_had_the_file(tmp_path):
@@ -115,7 +112,7 @@ def test_duckdb_what_a_command_found_in_the_catalog_is_asked_again_once_another_
         engine.let_go()
         subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).execute("
                         "\"CREATE MACRO SHA256(x) AS system.main.sha256(x)\")", str(path)], check=True)
-        with engine.session() as session, pytest.raises(ForgedRecord, match="sha256 shadow built-ins"):
+        with pytest.raises(ForgedRecord, match="sha256 shadow built-ins"), engine.session() as session:
             fingerprints(session, "kept", COLUMNS, SCHEME, "day", KEYS)
     assert recorded["2026-01-01"].rows == 3
 
@@ -172,11 +169,9 @@ def test_duckdb_a_forgery_behind_the_kept_path_swapped_for_a_symlink_is_refused(
         with engine.session() as session:
             recorded = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
         subprocess.run([sys.executable, "-c", SWAP, str(path), *FORGERIES[refusal]], check=True)
-        with engine.session() as session:
-            assert _amount_of_alice(session) == "999.00"
-            with pytest.raises(ForgedRecord, match=refusal):
-                seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
-                assert seen == recorded  # the insider's win: the tampered partition keeps its record
+        with pytest.raises(ForgedRecord, match=refusal), engine.session() as session:  # or as it opens
+            seen = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
+            assert seen == recorded  # the insider's win: the tampered partition keeps its record
 
 
 # --- PostgreSQL: a user function, operator or cast answers the fingerprint's call ------------------
@@ -283,12 +278,11 @@ def test_duckdb_a_macro_named_like_a_built_in_in_other_case_is_not_refused(tmp_p
         insider_session.execute(
             "CREATE MACRO SHA256(x) AS system.main.sha256(CASE WHEN typeof(x) = 'BLOB' "
             "THEN CAST(x AS BLOB) ELSE encode(replace(CAST(x AS VARCHAR), '6:999.00', '5:12.50')) END)")
-    with engine.session() as session:
-        assert _amount_of_alice(session) == "999.00"  # the stored bytes changed
-        try:
+    try:
+        with engine.session() as session:
             now = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
-        except ForgedRecord:
-            return  # refused: the hole is closed
+    except ForgedRecord:
+        return  # refused (as the session opens): the hole is closed
     assert now["2026-01-01"] != recorded["2026-01-01"], \
         "macro SHA256 (other case) made different stored bytes give the recorded fingerprint"
 

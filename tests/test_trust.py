@@ -1056,3 +1056,56 @@ def test_a_function_named_like_pg_catalogs_over_its_types_is_refused(engine_worl
     said = capsys.readouterr().err
     assert f"read backfill_control and the gates' tables through the function public.{name}(" in said, said
     assert world.cli("evidence", "verify") != 0
+
+
+def _insider_duckdb(world, *statements: str) -> None:
+    """Statements as an insider runs them on the DuckDB file with their own duckdb, while no command
+    holds it (the product's sessions refuse the file once they are done)."""
+    import duckdb
+
+    world.warehouse().engine.let_go()
+    with duckdb.connect(str(world.warehouse_path)) as con:
+        for statement in statements:
+            con.execute(statement)
+
+
+def _published_rows(world, day: str) -> int:
+    import duckdb
+
+    world.warehouse().engine.let_go()
+    with duckdb.connect(str(world.warehouse_path), read_only=True) as con:
+        return con.execute("SELECT count(*) FROM published_revenue WHERE order_date = ?", [day]).fetchone()[0]
+
+
+@pytest.mark.parametrize("how", ["a view", "an enum column"])
+def test_a_duckdb_control_table_that_answers_each_statement_differently_is_refused(world, capsys, how):
+    """Insider, no key, DuckDB (while no command holds the file): `gate_results` copied, dropped and
+    replaced by a view that says `passed = true` only to the statement a decision reads the latest
+    results with (`current_query()`), the sealed rows to the seal check's: a partition whose gates
+    failed was published, and `evidence verify` passed; a `snapshots` view the same way had a
+    rollback restore edited rows (found by an attack)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
+    assert world.cli("run", "fix") == 1
+    before = _published_rows(world, "2026-01-03")
+    if how == "a view":
+        mark = "PARTITION BY write_id, gate"
+        _insider_duckdb(
+            world, f"CREATE TABLE {CONTROL}.gate_results_real AS SELECT * FROM {CONTROL}.gate_results",
+            f"DROP TABLE {CONTROL}.gate_results",
+            f"CREATE VIEW {CONTROL}.gate_results AS SELECT * REPLACE (true AS passed) FROM {CONTROL}.gate_results_real "
+            f"WHERE strpos(current_query(), '{mark}') > 0 UNION ALL SELECT * FROM {CONTROL}.gate_results_real "
+            f"WHERE strpos(current_query(), '{mark}') = 0")
+    else:
+        _insider_duckdb(world, f"DROP INDEX {CONTROL}.results_by_write",
+                        f"CREATE TYPE {CONTROL}.verdict AS ENUM ('false', 'true')",
+                        f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN passed TYPE {CONTROL}.verdict "
+                        "USING CAST(CAST(passed AS VARCHAR) AS backfill_control.verdict)")
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    said = capsys.readouterr().err
+    assert ("holds the view gate_results" if how == "a view" else "holds the column gate_results.passed (of type") \
+        in said, said
+    assert _published_rows(world, "2026-01-03") == before
+    assert world.cli("evidence", "verify") != 0

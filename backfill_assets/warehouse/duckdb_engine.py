@@ -51,11 +51,12 @@ class CatalogMemo:
         self.files: tuple[str, ...] | None = None  # what the answers are of
         self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
         self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
+        self.control_plain = False  # the control schema found to hold only plain tables of plain types
 
     def of(self, files: tuple[str, ...]) -> CatalogMemo:
         """This memo when its answers are of these files, else emptied for them."""
         if files != self.files:
-            self.files, self.shadowing, self.plain_tables = files, None, set()
+            self.files, self.shadowing, self.plain_tables, self.control_plain = files, None, set(), False
         return self
 
 
@@ -77,6 +78,48 @@ class DuckDBSession(Session):
             return self.con.execute(sql, params if isinstance(params, dict) else list(params))
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
+
+    def control_relations_plain(self, lock: bool = False) -> None:  # noqa: ARG002 - the file lock holds the catalog
+        """Every relation of the control schema a plain table of DuckDB's own types, without computed
+        columns. A view can answer each statement differently (`current_query()`): a decision read
+        `passed = true` for a failed gate while the seal check, reading the same rows by another
+        statement, saw the sealed ones; a rollback restored edited snapshot rows; `evidence verify`
+        passed (found by an attack). Asked of the system catalog by its full name, the filtering
+        done here, so nothing the database defines answers it; remembered while this process holds
+        the file (no other process can change its catalog meanwhile)."""
+        from backfill_assets.warehouse.state_store import SCHEMA
+
+        memo = self.catalog.of(tuple(sorted(str(path) for (path,) in self.rows(
+            "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
+        if memo.control_plain:
+            return
+        if memo.shadowing is None:  # a macro named like a built-in answers every call of it (`count`)
+            memo.shadowing = _shadowing(self)
+        if memo.shadowing:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"the database's macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins: "
+                               "every statement calling them would answer as the macro says",
+                               fix="drop the macro (`DROP MACRO name`), or name it otherwise")
+        mine = {str(t) for (t, internal) in self.rows("SELECT type_name, internal FROM system.main.duckdb_types()")
+                if not internal}
+        odd = [f"the view {v}" for (schema, v, internal) in self.rows(
+            "SELECT schema_name, view_name, internal FROM system.main.duckdb_views()")
+            if schema == SCHEMA and not internal]
+        for schema, table, column, kind, generated in self.rows(
+                "SELECT schema_name, table_name, column_name, data_type, is_generated "
+                "FROM system.main.duckdb_columns()"):
+            if schema == SCHEMA and (generated or str(kind) in mine or str(kind).upper().startswith("ENUM")):
+                odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
+        if odd:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"{SCHEMA} holds {odd[0]}, not a plain table's plain column: it can answer each "
+                               "statement differently", fix="the control schema holds only backfill's own plain "
+                                                            "tables: move or drop what else is there, or restore a "
+                                                            "replaced table from backup; `backfill evidence verify` "
+                                                            "then checks the record")
+        memo.control_plain = True
 
     def _begin(self) -> None:
         self.con.execute("BEGIN TRANSACTION")
@@ -100,6 +143,15 @@ def _builtin_names(session: Session) -> set[str]:
         _BUILTINS.update(str(name).lower() for (name,) in session.rows(
             "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE internal"))
     return _BUILTINS
+
+
+def _shadowing(session: Session) -> frozenset[str]:
+    """The database's macros named like built-ins: a macro of the database's own answers every call
+    of that name in it (`sha256`, `current_schema`, `count`): then no statement here says what it
+    seems to. Asked of the system catalog by its full name, which no macro shadows (names compared
+    as DuckDB calls them: without regard to case)."""
+    return frozenset({str(name).lower() for (name,) in session.rows(
+        "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")} & _builtin_names(session))
 
 
 class DuckDBStatementError(WarehouseError):
@@ -351,7 +403,9 @@ class DuckDBEngine(PostgresSpelling, Engine):
             mode = read_only
             con = self._connect(mode, wait, threads)
         try:
-            yield DuckDBSession(self, con, catalog)
+            session = DuckDBSession(self, con, catalog)
+            session.control_relations_plain()
+            yield session
         finally:
             try:
                 with _kept.lock:
@@ -454,13 +508,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         memo = session.catalog.of(tuple(sorted(str(path) for (path,) in session.rows(
             "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
         if memo.shadowing is None:
-            # a macro of the database's own named like a built-in answers every call of that name in
-            # it (`sha256`, `current_schema`): then no statement here says what it seems to; asked of
-            # the system catalog by its full name, which no macro shadows
-            # (names compared as DuckDB calls them: without regard to case)
-            memo.shadowing = frozenset({str(name).lower() for (name,) in session.rows(
-                "SELECT function_name FROM system.main.duckdb_functions() WHERE NOT internal")}
-                & _builtin_names(session))
+            memo.shadowing = _shadowing(session)
         if memo.shadowing:
             return f"table in a database whose macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins"
         name = (schema, table.lower())

@@ -174,12 +174,12 @@ class PostgresSession(Session):
         # attack). Immediate here, it fires at its statement's end, before the checks that follow.
         self.con.execute("SET CONSTRAINTS ALL IMMEDIATE")
         try:
-            self._control_relations_plain(lock=True)
+            self.control_relations_plain(lock=True)
         except BaseException:
             self._rollback()  # never left inside a transaction the caller did not get to start
             raise
 
-    def _control_relations_plain(self, lock: bool) -> None:
+    def control_relations_plain(self, lock: bool) -> None:
         """Every relation of the control schema a plain table (or its index or sequence), without row
         security; checked as a session opens, and in a transaction locked until it ends. A view (or
         a policy) can answer each statement differently, through `current_query()`: the statement a
@@ -284,7 +284,7 @@ class PostgresEngine(PostgresSpelling, Engine):
             if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
                 con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
             session = PostgresSession(self, con)
-            session._control_relations_plain(lock=False)
+            session.control_relations_plain(lock=False)
             yield session
         finally:
             con.close()
