@@ -306,6 +306,7 @@ def check_index(session: Session) -> Counts | None:
     decides nothing) and for a chain whose last row predates the index."""
     if not can_verify(session):
         return None
+    session.refuse_shadowed_code()  # no macro answers the SQL below, nor the decision's
     home = session.home
     # the head log first: a head logged (after its commit) before the table is read is in the table
     recorded = recorded_head(home) if home is not None else None

@@ -79,6 +79,25 @@ class DuckDBSession(Session):
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
 
+    def refuse_shadowed_code(self) -> None:
+        """A macro named like a built-in answers every call of it (`sha256`, `count`): asked once
+        while this process holds the file (~9 ms: every function DuckDB has), before the first
+        decision reads the control record, not as every session opens (+40 CPU-s over the suite)."""
+        memo = self._memo()
+        if memo.shadowing is None:
+            memo.shadowing = _shadowing(self)
+        if memo.shadowing:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"the database's macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins: "
+                               "every statement calling them would answer as the macro says",
+                               fix="drop the macro (`DROP MACRO name`), or name it otherwise")
+
+    def _memo(self) -> CatalogMemo:
+        """The catalog memo of the database files this connection reaches, as DuckDB resolved them."""
+        return self.catalog.of(tuple(sorted(str(path) for (path,) in self.rows(
+            "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
+
     def control_relations_plain(self, lock: bool = False) -> None:  # noqa: ARG002 - the file lock holds the catalog
         """Every relation of the control schema a plain table of DuckDB's own types, without computed
         columns. A view can answer each statement differently (`current_query()`): a decision read
@@ -89,27 +108,22 @@ class DuckDBSession(Session):
         the file (no other process can change its catalog meanwhile)."""
         from backfill_assets.warehouse.state_store import SCHEMA
 
-        memo = self.catalog.of(tuple(sorted(str(path) for (path,) in self.rows(
-            "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
+        memo = self._memo()
         if memo.control_plain:
             return
-        if memo.shadowing is None:  # a macro named like a built-in answers every call of it (`count`)
-            memo.shadowing = _shadowing(self)
-        if memo.shadowing:
-            from backfill_assets.errors import ForgedRecord
-
-            raise ForgedRecord(f"the database's macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins: "
-                               "every statement calling them would answer as the macro says",
-                               fix="drop the macro (`DROP MACRO name`), or name it otherwise")
-        mine = {str(t) for (t, internal) in self.rows("SELECT type_name, internal FROM system.main.duckdb_types()")
-                if not internal}
-        odd = [f"the view {v}" for (schema, v, internal) in self.rows(
-            "SELECT schema_name, view_name, internal FROM system.main.duckdb_views()")
-            if schema == SCHEMA and not internal]
-        for schema, table, column, kind, generated in self.rows(
-                "SELECT schema_name, table_name, column_name, data_type, is_generated "
-                "FROM system.main.duckdb_columns()"):
-            if schema == SCHEMA and (generated or str(kind) in mine or str(kind).upper().startswith("ENUM")):
+        # one statement (a session opens often; each statement costs): the database's own types, the
+        # views and the columns, the filtering done here
+        found = self.rows(
+            "SELECT 't', NULL, type_name, NULL, internal, NULL FROM system.main.duckdb_types() "
+            "UNION ALL SELECT 'v', schema_name, view_name, NULL, internal, NULL FROM system.main.duckdb_views() "
+            "UNION ALL SELECT 'c', schema_name, table_name, column_name, is_generated, data_type "
+            "FROM system.main.duckdb_columns()")
+        mine = {str(name) for (what, _, name, _, internal, _) in found if what == "t" and not internal}
+        odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
+               if what == "v" and schema == SCHEMA and not internal]
+        for what, schema, table, column, generated, kind in found:
+            if what == "c" and schema == SCHEMA and (generated or str(kind) in mine
+                                                     or str(kind).upper().startswith("ENUM")):
                 odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
         if odd:
             from backfill_assets.errors import ForgedRecord

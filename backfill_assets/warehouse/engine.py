@@ -51,6 +51,10 @@ class Session(ABC):
         self._depth = 0
         self._after_commit: list[Callable[[], None]] = []
 
+    def refuse_shadowed_code(self) -> None:  # noqa: B027 - an engine whose session checks it all as it opens
+        """Before a decision reads the control record: refused (ForgedRecord) when code the database
+        defines would answer a built-in's calls (DuckDB: a macro named like a built-in)."""
+
     # --- statements -----------------------------------------------------------------------------
     @abstractmethod
     def execute(self, sql: str, params: Params = ()) -> None:
