@@ -147,9 +147,8 @@ def ended_status(session: Session, state: PlanState) -> PlanStatus:
                           and r.payload.get("sha256") == sha), None)
     published = f"published at {published_row.at} by {published_row.actor}" if published_row else None
     ended = {Phase.CLOSED: "closed", Phase.ROLLED_BACK: "rolled back", Phase.WITHDRAWN: "withdrawn"}[state.phase]
-    ended_row = next((r for r in reversed(rows)), None)
     publish = (published if state.phase is Phase.CLOSED and published else
-               f"{ended} at {ended_row.at}" if ended_row is not None else ended)
+               f"{ended} at {rows[-1].at}" if rows else ended)
     status = PlanStatus(pid, state.phase.value, state.hold, state.target, [keys[0], keys[-1]] if keys else [],
                         len(keys), _approvals(session, state, None), 0, 0, {}, None, reconciled,
                         published if state.phase is Phase.CLOSED else None, publish)

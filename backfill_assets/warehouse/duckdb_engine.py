@@ -519,8 +519,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         assert isinstance(session, DuckDBSession)
         # the files of the databases this connection reaches, as DuckDB resolved their paths (the
         # system catalog by its full name, no function called: nothing a database holds answers it)
-        memo = session.catalog.of(tuple(sorted(str(path) for (path,) in session.rows(
-            "SELECT path FROM system.main.duckdb_databases() WHERE path IS NOT NULL"))))
+        memo = session._memo()
         if memo.shadowing is None:
             memo.shadowing = _shadowing(session)
         if memo.shadowing:
