@@ -157,6 +157,52 @@ def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, run_cli
     assert final["publish"].startswith("published at") and "plan close fix" in final["next"]
 
 
+def test_run_and_publish_proves_runs_reconciles_and_publishes_in_one_command(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-05", proof=("2026-01-03",), per_run=2)
+    days = [f"2026-01-0{d}" for d in range(1, 6)]
+    done = run_cli("run", "fix", "--and-publish")
+    assert done.code == 0, done.err
+    out = done.out
+    # each step in order, as its own command says it
+    steps = ["proof passed: fingerprints identical on both runs", "plan fix is reconciled",
+             "all gates passed; plan fix is reconciled", "published published_revenue for 2026-01-01..2026-01-05"]
+    assert [out.find(s) for s in steps] == sorted(out.find(s) for s in steps) and -1 not in [out.find(s) for s in steps]
+    assert "reopen sensor" not in out  # the next step is this command's, not the sensor's
+    assert "Traceback" not in out + done.err and "dagster - " not in done.err
+    assert world.phase() == "published"
+    assert world.fingerprints("published_revenue", days) == world.fingerprints("daily_revenue", days)
+    runs = world.sql("SELECT count(DISTINCT run_id) FROM backfill_control.writes")[0][0]
+    assert runs == 2 + 2  # the proof twice, then the window's two ranges: nothing written twice
+    again = run_cli("run", "fix", "--and-publish")
+    assert again.code == 1 and "plan fix is published; it cannot run" in again.err
+
+
+def test_run_and_publish_stops_at_a_failing_slice_and_publishes_nothing(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-05", proof=("2026-01-01",), per_run=2)
+    world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, "
+                  "amount, status FROM orders WHERE order_date = '2026-01-04' LIMIT 2")
+    halted = run_cli("run", "fix", "--and-publish")
+    assert halted.code == 1
+    assert "proof passed" in halted.out and "2026-01-04: contract_holds failed" in halted.err
+    assert "all gates passed" not in halted.out and "published " not in halted.out
+    assert world.phase() == "running"
+    assert world.rows("published_revenue", "2026-01-01") == 0  # consumers keep the last good data
+    # the repair, then the same command goes on from where the plan stands (no second proof)
+    world.run_sql("DELETE FROM orders WHERE region IS NULL")
+    assert run_cli("run", "fix", "--partitions", "2026-01-04").code == 0
+    rest = run_cli("run", "fix", "--and-publish")
+    assert rest.code == 0, rest.err
+    assert "proof passed" not in rest.out and world.phase() == "published"
+
+
+@pytest.mark.parametrize("extra", [["--proof"], ["--dry-run"], ["--partitions", "2026-01-02"]])
+def test_run_and_publish_takes_no_step_options(world, run_cli, extra):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    refused = run_cli("run", "fix", "--and-publish", *extra)
+    assert refused.code == 2 and "--and-publish runs the whole plan from where it stands" in refused.err
+    assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)] and world.phase() == "approved"
+
+
 def test_the_demo_tells_the_whole_story(tmp_path, run_subprocess):
     # the demo's own definitions: the days, their month and the report its plan names
     result = run_subprocess("demo", "--home", str(tmp_path / "demo"), timeout=600,

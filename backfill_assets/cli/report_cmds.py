@@ -75,39 +75,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from backfill_assets.execution.reconcile import reconcile
     from backfill_assets.loaded_defs import load_defs
 
-    loaded = load_defs(args.defs)
+    return reconcile_plan(args, load_defs(args.defs))
+
+
+def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool = False) -> int:
+    """`brief` (a step of `run --and-publish`): a window that passed is one line, not its table."""
+    from backfill_assets.execution.reconcile import reconcile
+
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
         result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph)
-    if args.json:
+    if getattr(args, "json", False):
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
     else:
-        print(result.table())
+        if not (brief and result.passed):
+            print(result.table())
         print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan {state.plan_id} is "
               f"{result.state.phase}")
     return 0 if result.passed else 1
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from backfill_assets.execution.runner import enable_event_batching
+    from backfill_assets.loaded_defs import load_defs
+
+    enable_event_batching()  # the window's materializations stored in a few writes, not one each
+    os.environ["BACKFILL_HOME"] = str(home_of(args).root)
+    return publish_plan(args, load_defs(args.defs))
+
+
+def publish_plan(args: argparse.Namespace, loaded: LoadedDefs) -> int:
+    """Publish the plan's window, or raise what blocks it (`BACKFILL_HOME` set, events batched)."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
-    from backfill_assets.execution.runner import enable_event_batching, failure_messages
+    from backfill_assets.execution.runner import failure_messages
     from backfill_assets.impact import consumers_line
-    from backfill_assets.loaded_defs import load_defs
     from backfill_assets.plan.phases import Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
 
-    enable_event_batching()  # the window's materializations stored in a few writes, not one each
     home = home_of(args)
-    os.environ["BACKFILL_HOME"] = str(home.root)
-    loaded = load_defs(args.defs)
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)

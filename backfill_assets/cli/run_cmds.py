@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--asset", help="with --partition(s): the table of the plan's graph they belong to "
                                      "(default: the plan's target)")
     run.add_argument("--dry-run", action="store_true", help="print the runs, write nothing")
+    run.add_argument("--and-publish", action="store_true",
+                     help="from where the plan stands, in this one command: the proof (when it has not "
+                          "passed), the window, reconcile, publish; stops at the first step that does not pass")
     add_defs(run)
     add_home(run)
     run.set_defaults(handler=cmd_run, relay=True)
@@ -106,25 +109,54 @@ def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stag
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from backfill_assets.dagster_setup import instance_for
-    from backfill_assets.execution.advance import advance, proof_verdict
-    from backfill_assets.execution.runner import (
-        enable_event_batching,
-        execute,
-        fail_dead_runs,
-        run_range,
-        worker_run,
-    )
+    from backfill_assets.execution.runner import enable_event_batching
     from backfill_assets.loaded_defs import load_defs
 
     if args.proof and partition_args.given(args):
         raise UsageError("--proof runs the proof partitions; it takes no --partition(s)",
                          fix="pass either --proof or the partitions to re-run")
+    if args.and_publish and (args.proof or args.dry_run or partition_args.given(args) or args.asset):
+        raise UsageError("--and-publish runs the whole plan from where it stands; it takes no --proof, "
+                         "--dry-run, --partition(s) or --asset",
+                         fix="run those steps on their own, or drop them from this command")
     home = home_of(args)
     os.environ["BACKFILL_HOME"] = str(home.root)  # in-process runs resolve the warehouse like UI runs
     enable_event_batching()
-    warehouse = warehouse_of(args)
     loaded = load_defs(args.defs)
+    if args.and_publish:
+        return _run_and_publish(args, loaded)
+    return _run(args, loaded)
+
+
+def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
+    """Each step is what its own command does, in one process (one Python start, one load of the
+    definitions, one Dagster instance: ~1 s a command saved); the proof still passes before the
+    window starts, and publish still decides on everything again."""
+    from backfill_assets.cli.report_cmds import publish_plan, reconcile_plan
+
+    with writing(args) as session:
+        phase = plan_state(session, args.plan).phase
+    if phase in (Phase.APPROVED, Phase.PROVING):
+        code = _run(argparse.Namespace(**{**vars(args), "proof": True}), loaded, chained=True)
+        if code:
+            return code
+    code = _run(args, loaded, chained=True)
+    if code:
+        return code
+    code = reconcile_plan(args, loaded, brief=True)
+    if code:
+        return code
+    return publish_plan(args, loaded)
+
+
+def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False) -> int:
+    """`chained`: a step of --and-publish, whose next step is not the reopen sensor."""
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.execution.advance import advance, proof_verdict
+    from backfill_assets.execution.runner import execute, fail_dead_runs, run_range, worker_run
+
+    home = home_of(args)
+    warehouse = warehouse_of(args)
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
@@ -233,8 +265,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"proof passed: fingerprints identical on both runs; plan {after.plan_id} is {after.phase}")
         return 0
     print(f"plan {after.plan_id} is {after.phase}"
-          + ("; the reopen sensor (or `backfill publish`) reopens publish" if after.phase is Phase.RECONCILED
-             else ""))
+          + ("; the reopen sensor (or `backfill publish`) reopens publish"
+             if after.phase is Phase.RECONCILED and not chained else ""))
     return 0
 
 
