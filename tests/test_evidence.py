@@ -143,6 +143,30 @@ def test_rows_cut_off_the_end_or_an_emptied_chain_are_detected_without_against(w
         f"{heads_log(world)} recorded rows up to it)")
 
 
+@pytest.mark.parametrize("number", [0, -5])
+def test_rows_numbered_outside_the_chain_are_found_by_verify_the_render_and_every_decision(world, backfill, number):
+    """An insider without the key added rows numbered 0 and below, copying row 1's hashes: verify
+    walked rows numbered above 0 and the index digested no row count, so `evidence verify` passed
+    and the rendered file said `published: {by: mallory, rows: 999}` under `verified: true`
+    (found by an attack)."""
+    approved(world)
+    assert world.cli("run", "fix", "--proof") == 0
+    first = chain(world)[0]
+    forged = [("rollback", {"rows": 3}), ("published", {"rows": 999})]
+    tamper(world, *[("INSERT INTO backfill_control.evidence VALUES (?, ?, 'fix', ?, 'mallory', ?, ?, ?)",
+                     [number - i, first[1], kind, json.dumps(payload), first[6], first[7]])
+                    for i, (kind, payload) in enumerate(forged)])
+    last = max(r[0] for r in chain(world))
+    why = f"evidence row {last} does not verify (the chain holds {last + 2} row(s) numbered up to {last}"
+    verify = backfill("evidence", "verify")
+    assert verify.code == 1 and one_line(verify.err).startswith(f"backfill: {why}"), verify.err
+    rendered = backfill("evidence", "fix")  # reading the plan's state finds it: no document at all
+    assert rendered.code == 1 and why in one_line(rendered.err) and "mallory" not in rendered.out
+    window = backfill("run", "fix")  # a decision: the index's count of rows says it too
+    assert window.code == 1 and why in one_line(window.err)
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE partition_key <> '2026-01-02'") == [(0,)]
+
+
 def test_evidence_render_exits_1_when_the_chain_does_not_verify_and_the_file_says_why(world, backfill):
     path = approved(world)
     good = world.root / "evidence" / "good.yaml"

@@ -262,15 +262,25 @@ Counts = dict[tuple[str, str | None], tuple[int, int]]
 
 
 def _counts(session: Session) -> tuple[Counts, int]:
-    """(what the table holds now, as the index digests it; the last row's number)."""
+    """(what the table holds now, as the index digests it; the last row's number). A table whose
+    rows are not exactly those numbered 1 to the last is no chain: rows numbered 0 or below, which
+    no walk from row 1 reads, were planted (found by an attack), or rows were removed."""
     found: Counts = {}
-    top = 0
+    top = total = 0
     for kind, plan_id, last, rows in store.index_rows(session, PLAN_STATE_KINDS, INDEXED_KINDS):
         if kind == "top":
-            top = int(last or 0)
+            top, total = int(last or 0), int(rows or 0)
         else:
             found[(str(kind), None if plan_id is None else str(plan_id))] = (int(last), int(rows))
+    _numbered_from_one(total, top)
     return found, top
+
+
+def _numbered_from_one(total: int, top: int) -> None:
+    if total != top:
+        raise EvidenceChainBroken(top, f"the chain holds {total} row(s) numbered up to {top}: "
+                                       + ("rows were removed" if total < top else
+                                          "rows outside its numbering were added"))
 
 
 def _digest(counts: Counts) -> str:
@@ -421,8 +431,7 @@ def check_links(session: Session) -> None:
     """One pass in the engine, without the key: no row removed, none re-linked, none cut off the
     end the head log saw. Rows edited in place are found by their keyed hash (`verified`, `verify`)."""
     count, top = store.count_and_top(session)
-    if count != top:
-        raise EvidenceChainBroken(int(top), f"the chain holds {count} row(s) numbered up to {top}: rows were removed")
+    _numbered_from_one(int(count), int(top))
     broken = store.first_broken_link(session, GENESIS)
     if broken is not None:
         raise EvidenceChainBroken(broken, "its link to the previous row was changed")
@@ -469,6 +478,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
             prev, expected_seq, last_seq = row_hash, expected_seq + 1, seq
         if len(batch) < chunk:
             break
+    _numbered_from_one(count, last_seq)  # the walk reads from row 1: none numbered below it is read
     for what, mark in (("the head log", recorded), ("the rendered evidence", pinned)):
         if mark is None or mark[0] == 0:
             continue
