@@ -167,6 +167,18 @@ def test_rows_numbered_outside_the_chain_are_found_by_verify_the_render_and_ever
     assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE partition_key <> '2026-01-02'") == [(0,)]
 
 
+def test_approvals_deleted_from_their_table_are_found_by_verify(world, backfill):
+    """An insider deleted the approvals: every run asked for the signatures again, and `evidence
+    verify` said the record was intact (found by an attack). The chain's approval rows hold each
+    signature, so verify names the one gone."""
+    approved(world)
+    seq = world.sql("SELECT min(seq) FROM backfill_control.evidence WHERE kind = 'approval'")[0][0]
+    tamper(world, ("DELETE FROM backfill_control.approvals", []))
+    verify = backfill("evidence", "verify")
+    assert verify.code == 1
+    assert f"is in the evidence chain (row {seq}), but gone from backfill_control.approvals" in one_line(verify.err)
+
+
 def test_evidence_render_exits_1_when_the_chain_does_not_verify_and_the_file_says_why(world, backfill):
     path = approved(world)
     good = world.root / "evidence" / "good.yaml"

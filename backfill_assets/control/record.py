@@ -264,6 +264,15 @@ def verify_all(session: Session) -> list[PlanState]:
         if sha and sha not in stored:
             raise ForgedRecord(f"version {sha[:12]} of plan {row.plan_id} is in the evidence chain (row {row.seq}), "
                                f"but gone from {SCHEMA}.plan_versions", fix=evidence_log.FORGED_FIX)
+    # approvals deleted had every run ask for the signatures again (found by an attack); those an
+    # upgrade from schema 2 moved aside (`approvals_v2`) are the chain's rows before the upgrade
+    upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
+    held = store.approval_seqs(session)
+    for row in evidence_log.rows(session, kind="approval"):
+        if row.seq > upgraded and row.seq not in held:
+            raise ForgedRecord(f"the approval by {row.payload.get('principal')} of plan {row.plan_id} is in the "
+                               f"evidence chain (row {row.seq}), but gone from {SCHEMA}.approvals",
+                               fix=evidence_log.FORGED_FIX)
     return states
 
 

@@ -104,6 +104,12 @@ def approval_rows(session: Session, sha: str) -> list[tuple[Any, ...]]:
         f"FROM {SCHEMA}.approvals WHERE sha256 = ? ORDER BY approval_id", [sha])
 
 
+def approval_seqs(session: Session) -> set[int]:
+    """The chain rows that recorded each approval held."""
+    return {int(seq) for (seq,) in session.rows(f"SELECT evidence_seq FROM {SCHEMA}.approvals "
+                                                "WHERE evidence_seq IS NOT NULL")}
+
+
 def insert_approval(session: Session, sha: str, plan_id: str, principal: str, statement: str, signature: str,
                     key_fingerprint: str, trust_version: int, actor: str, approved_at: str, seq: int) -> None:
     session.execute(f"INSERT INTO {SCHEMA}.approvals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
