@@ -179,6 +179,20 @@ def test_approvals_deleted_from_their_table_are_found_by_verify(world, backfill)
     assert f"is in the evidence chain (row {seq}), but gone from backfill_control.approvals" in one_line(verify.err)
 
 
+def test_a_notice_deleted_from_the_outbox_is_found_by_verify(world, backfill):
+    """Deleting an undelivered notice (the freeze told to downstream owners) dropped it silently;
+    the chain's notification row names it, so verify says which is gone."""
+    approved(world)
+    assert world.cli("run", "fix", "--proof") == 0  # the freeze: downstream owners are told
+    notice, seq = world.sql("SELECT CAST(json_extract_string(payload, '$.notice_id') AS BIGINT), seq FROM "
+                            "backfill_control.evidence WHERE kind = 'notification' ORDER BY seq LIMIT 1")[0]
+    tamper(world, ("DELETE FROM backfill_control.outbox WHERE notice_id = ?", [notice]))
+    verify = backfill("evidence", "verify")
+    assert verify.code == 1
+    assert f"notice {notice} of plan fix is in the evidence chain (row {seq}), but gone from " \
+           "backfill_control.outbox" in one_line(verify.err)
+
+
 def test_evidence_render_exits_1_when_the_chain_does_not_verify_and_the_file_says_why(world, backfill):
     path = approved(world)
     good = world.root / "evidence" / "good.yaml"

@@ -5,7 +5,7 @@ decisions consumers see (publish, a rollback) check before they act.
 - every ledger row (writes, snapshots, gate results) against the seal of the chain row that
   recorded it, and no seal whose rows are gone;
 - every plan's row against the chain's last record of it, every version against its sha256, and
-  every plan and version the chain recorded still there;
+  every plan, version, approval and notice the chain recorded still there;
 - the trust root's whole history (the first pin under the key, each change under its quorum).
 
 Cheaper decisions (each run's permission, the sensor's tick) verify only the rows they read;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backfill_assets.control import evidence_log, record, seals, trust_record
+from backfill_assets.control import evidence_log, outbox, record, seals, trust_record
 from backfill_assets.warehouse.engine import Session
 
 
@@ -37,5 +37,6 @@ def verify_record(session: Session, pinned: tuple[int, str] | None = None) -> Ve
     rows = evidence_log.verify(session, pinned)
     ledger = seals.verify_all(session)
     plans = record.verify_all(session)
+    outbox.verify_all(session)
     roots = trust_record.history(session)
     return Verified(rows, ledger, len(plans), len(roots))

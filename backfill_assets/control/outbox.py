@@ -50,6 +50,22 @@ def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str]
     return notice_id
 
 
+def verify_all(session: Session) -> int:
+    """Every notice the chain recorded since the last upgrade is still in the outbox: one deleted
+    (a freeze downstream owners were to be told of) was dropped without a trace. Returns how many."""
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse.state_store import evidence as evidence_store
+
+    upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
+    held = store.notice_ids(session)
+    recorded = [r for r in evidence_log.rows(session, kind="notification") if r.seq > upgraded]
+    for row in recorded:
+        if row.payload.get("notice_id") not in held:
+            raise ForgedRecord(f"notice {row.payload.get('notice_id')} of plan {row.plan_id} is in the evidence chain "
+                               f"(row {row.seq}), but gone from {store.SCHEMA}.outbox", fix=evidence_log.FORGED_FIX)
+    return len(recorded)
+
+
 @dataclass(frozen=True)
 class Delivery:
     notice_id: int

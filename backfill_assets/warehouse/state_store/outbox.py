@@ -20,6 +20,13 @@ def _has_retries(session: Session) -> bool:
     return session.engine.table_exists(session, "outbox_retries", SCHEMA)
 
 
+def notice_ids(session: Session) -> set[int]:
+    """Every notice the outbox holds (an empty set when it has no outbox)."""
+    if not has_outbox(session):
+        return set()
+    return {int(n) for (n,) in session.rows(f"SELECT notice_id FROM {SCHEMA}.outbox")}
+
+
 def insert(session: Session, notice_id: int, plan_id: str, event: str, recipients: str, message: str,
            body: str, webhook_url: str | None, at: str) -> None:
     """A notice not yet attempted."""
