@@ -366,3 +366,23 @@ def test_a_dagster_run_records_the_plan_state_it_changed_without_a_sensor_tick(w
                   "amount, status FROM orders WHERE order_date = '2026-01-02' LIMIT 2")
     assert not world.plan_run("fix", ["2026-01-02"]).success
     assert "| 0/4 passed, 1 failed |" in plan_state_on_asset(world)[0]["backfill_assets/plans"]
+
+
+@pytest.mark.parametrize("hold", ["cancel", "pause"])
+def test_a_held_plan_is_never_published_by_the_cli_the_sensor_or_the_publish_asset(world, hold):
+    """A plan cancelled (or paused) once its window passed was published anyway: by `backfill
+    publish`, and by `run --and-publish` going on after a cancel from another shell (found by an
+    attack). The operator holds a plan to stop what comes next; publish is what comes next."""
+    reconciled_plan(world)
+    assert world.cli(hold, "fix") == 0
+    assert world.cli("publish", "fix") == 1
+    assert world.rows("published_revenue", "2026-01-02") == 0
+    assert evaluate_sensor(world).run_requests == []
+    tags = {"dagster/asset_partition_range_start": "2026-01-01", "dagster/asset_partition_range_end": "2026-01-04"}
+    asset = world.materialize(keys(1, 4), tags=tags, target=False, publish=True)
+    word = "cancelled" if hold == "cancel" else "paused"
+    assert not asset.success and f"frozen by plan fix (reconciled, {word})" in failure_text(asset)
+    assert world.rows("published_revenue", "2026-01-02") == 0
+    if hold == "pause":  # the way out: `backfill run` resumes the plan, then publish goes ahead
+        assert world.cli("run", "fix") == 0
+        assert world.cli("publish", "fix") == 0 and world.phase() == "published"

@@ -173,8 +173,8 @@ def test_run_and_publish_proves_runs_reconciles_and_publishes_in_one_command(wor
     assert world.fingerprints("published_revenue", days) == world.fingerprints("daily_revenue", days)
     runs = world.sql("SELECT count(DISTINCT run_id) FROM backfill_control.writes")[0][0]
     assert runs == 2 + 2  # the proof twice, then the window's two ranges: nothing written twice
-    again = run_cli("run", "fix", "--and-publish")
-    assert again.code == 1 and "plan fix is published; it cannot run" in again.err
+    again = run_cli("run", "fix", "--and-publish")  # a retry after success succeeds, doing nothing
+    assert again.code == 0 and "plan fix is already published: nothing to run or publish" in again.out
 
 
 def test_run_and_publish_stops_at_a_failing_slice_and_publishes_nothing(world, run_cli):
@@ -193,6 +193,43 @@ def test_run_and_publish_stops_at_a_failing_slice_and_publishes_nothing(world, r
     rest = run_cli("run", "fix", "--and-publish")
     assert rest.code == 0, rest.err
     assert "proof passed" not in rest.out and world.phase() == "published"
+
+
+@pytest.mark.parametrize("hold", ["pause", "cancel"])
+@pytest.mark.parametrize("after", [1, 2])  # the operator in another shell: after the proof, after the window
+def test_run_and_publish_stops_at_a_hold_issued_while_it_ran(world, run_cli, monkeypatch, hold, after):
+    """A pause from another shell between the proof and the window was lifted by the window step
+    (it read itself as a `backfill run` typed to resume); a cancel after the window was published
+    (found by an attack). Only the command's first step resumes a plan paused before it started."""
+    from backfill_assets.cli import run_cmds
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-05", proof=("2026-01-03",), per_run=2)
+    step, calls = run_cmds._run, []
+
+    def operator_holds_it_after(*args, **kwargs):
+        code = step(*args, **kwargs)
+        calls.append(code)
+        if len(calls) == after:
+            assert run_cli(hold, "fix").code == 0  # as if typed in another shell while the chain ran
+        return code
+
+    monkeypatch.setattr(run_cmds, "_run", operator_holds_it_after)
+    chained = run_cli("run", "fix", "--and-publish")
+    word = {"pause": "paused", "cancel": "cancelled"}[hold]
+    assert chained.code == 1 and f"plan fix was {word} while this command ran" in chained.err, chained.err
+    assert "Traceback" not in chained.err and "published published_revenue" not in chained.out
+    assert len(calls) == after  # nothing ran after the hold
+    assert world.rows("published_revenue", "2026-01-01") == 0
+    status = json.loads(run_cli("status", "fix", "--json").out)
+    assert status["hold"] == word
+
+
+def test_run_and_publish_of_a_plan_paused_before_it_started_resumes_it(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    assert run_cli("pause", "fix").code == 0
+    done = run_cli("run", "fix", "--and-publish")
+    assert done.code == 0, done.err
+    assert world.phase() == "published"
 
 
 @pytest.mark.parametrize("extra", [["--proof"], ["--dry-run"], ["--partitions", "2026-01-02"]])
@@ -309,3 +346,12 @@ def test_status_never_suggests_a_run_the_approvals_no_longer_authorise(world, ru
     assert json.loads(run_cli("status", "ver", "--json").out)["next"] == \
         "resume with `backfill run ver --proof`, or end it with `backfill cancel ver`"
     assert run_cli("run", "ver", "--proof").code == 0
+
+
+def test_publish_of_a_rolled_back_plan_says_there_is_nothing_to_publish(world, run_cli):
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    assert run_cli("run", "fix", "--proof").code == 0 and run_cli("run", "fix").code == 0
+    assert run_cli("rollback", "fix").code == 0
+    refused = run_cli("publish", "fix")
+    assert refused.code == 1 and "plan fix is rolled_back: it has nothing to publish" in refused.err, refused.err
+    assert "every gate" not in refused.err  # it was no gate that stopped it

@@ -32,22 +32,25 @@ def test_a_paused_reconciled_plan_is_resumed_by_the_run_status_names(world, run_
     assert _next(run_cli, "fix") != hint, (resumed.out, world.sql("SELECT phase, hold FROM backfill_control.plans"))
 
 
-def test_a_plan_paused_then_published_is_told_its_phase_s_step_not_resume_or_cancel(world, run_cli):
-    """Paused while reconciled (pause allows it), then published (publish ignores the hold): status
-    still says resume with `backfill run` or end it with `backfill cancel`; both are refused."""
+def test_a_plan_paused_once_reconciled_is_not_published_until_the_step_status_names_resumes_it(world, run_cli):
+    """Paused while reconciled (pause allows it): publish refuses a held plan (it used to ignore
+    the hold, and a cancelled plan was published: found by an attack); the step status names
+    resumes it, then publish goes ahead and status says close."""
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
     assert run_cli("run", "fix", "--proof").code == 0
     assert run_cli("run", "fix").code == 0
     assert run_cli("pause", "fix").code == 0
-    assert run_cli("publish", "fix").code == 0 and world.phase() == "published"
+    refused = run_cli("publish", "fix")
+    assert refused.code == 1 and "frozen by plan fix (reconciled, paused)" in refused.err
     hint = _next(run_cli, "fix")
     failures = []
-    for command in _commands(hint):
+    for command in _commands(hint)[:1]:  # the first: resume (the other is to end it)
         result = run_cli(*command)
         if result.code != 0:
             failures.append((command, result.err.strip()))
     assert not failures, (hint, failures)
-    assert "close" in hint, hint
+    assert run_cli("publish", "fix").code == 0 and world.phase() == "published"
+    assert "close" in _next(run_cli, "fix")
 
 
 def _approve_expiring(world, path, seconds: int):

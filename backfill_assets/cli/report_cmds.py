@@ -115,7 +115,7 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     from backfill_assets.execution.advance import advance
     from backfill_assets.execution.runner import failure_messages
     from backfill_assets.impact import consumers_line
-    from backfill_assets.plan.phases import Phase
+    from backfill_assets.plan.phases import ENDED, Phase
     from backfill_assets.publish import rule
     from backfill_assets.status import plan_status
 
@@ -129,6 +129,9 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs) -> int:
             if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
                 print(f"plan {state.plan_id} is already {state.phase}: {status.published or 'published'}")
                 return 0
+            if state.phase in ENDED:
+                raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: it has nothing to publish",
+                                     fix=status.next)
             raise PublishBlocked(f"plan {state.plan_id} is {state.phase}: publish reopens only after every "
                                  f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
                                  fix=status.next)

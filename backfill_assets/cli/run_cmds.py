@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from backfill_assets import lifecycle
@@ -135,22 +136,41 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     from backfill_assets.cli.report_cmds import publish_plan, reconcile_plan
 
     with writing(args) as session:
-        phase = plan_state(session, args.plan).phase
-    if phase in (Phase.APPROVED, Phase.PROVING):
-        code = _run(argparse.Namespace(**{**vars(args), "proof": True}), loaded, chained=True)
+        state = plan_state(session, args.plan)
+    if state.phase in (Phase.PUBLISHED, Phase.CLOSED):  # a retry after success succeeds
+        print(f"plan {state.plan_id} is already {state.phase}: nothing to run or publish")
+        return 0
+    steps: list[Callable[[bool], int]] = []
+    if state.phase in (Phase.APPROVED, Phase.PROVING):
+        proof = argparse.Namespace(**{**vars(args), "proof": True})
+        steps.append(lambda first: _run(proof, loaded, chained=True, resume=first))
+    steps += [lambda first: _run(args, loaded, chained=True, resume=first),
+              lambda _: reconcile_plan(args, loaded, brief=True),
+              lambda _: publish_plan(args, loaded)]
+    for number, step in enumerate(steps):
+        if number:  # a pause or cancel from another shell stops what comes next (found by an attack)
+            with writing(args) as session:
+                _refuse_new_hold(plan_state(session, args.plan))
+        code = step(number == 0)
         if code:
             return code
-    code = _run(args, loaded, chained=True)
-    if code:
-        return code
-    code = reconcile_plan(args, loaded, brief=True)
-    if code:
-        return code
-    return publish_plan(args, loaded)
+    return 0
 
 
-def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False) -> int:
-    """`chained`: a step of --and-publish, whose next step is not the reopen sensor."""
+def _refuse_new_hold(state: record.PlanState) -> None:
+    """Only the first step of `--and-publish` resumes a plan paused before the command started; a
+    later step treated a pause typed meanwhile as its own `backfill run` and lifted it."""
+    if state.hold is Hold.PAUSED:
+        raise PlanRefused(f"plan {state.plan_id} was paused while this command ran: it stops here",
+                          fix=f"`backfill run {state.plan_id} --and-publish` resumes it")
+    if state.hold is Hold.CANCELLED:
+        raise PlanRefused(f"plan {state.plan_id} was cancelled while this command ran: it stops here",
+                          fix=f"roll it back: `backfill rollback {state.plan_id}`")
+
+
+def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False, resume: bool = True) -> int:
+    """`chained`: a step of --and-publish, whose next step is not the reopen sensor; `resume`: a
+    pause is lifted, as a `backfill run` typed to resume it (not a later step of --and-publish)."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.execution.advance import advance, proof_verdict
     from backfill_assets.execution.runner import execute, fail_dead_runs, run_range, worker_run
@@ -175,6 +195,8 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False)
             return 0
         for stage in stages:
             _refuse_phase(args, state, stage)
+        if not resume:
+            _refuse_new_hold(state)
         from backfill_assets.control import authority
         from backfill_assets.permission import code_identity
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.control import evidence_log
-from backfill_assets.control.names import next_id
+from backfill_assets.control.names import SCHEMA, next_id
 from backfill_assets.control.webhook import post
 from backfill_assets.settings import number
 from backfill_assets.warehouse import Warehouse, release_kept
@@ -62,7 +62,7 @@ def verify_all(session: Session) -> int:
     for row in recorded:
         if row.payload.get("notice_id") not in held:
             raise ForgedRecord(f"notice {row.payload.get('notice_id')} of plan {row.plan_id} is in the evidence chain "
-                               f"(row {row.seq}), but gone from {store.SCHEMA}.outbox", fix=evidence_log.FORGED_FIX)
+                               f"(row {row.seq}), but gone from {SCHEMA}.outbox", fix=evidence_log.FORGED_FIX)
     return len(recorded)
 
 

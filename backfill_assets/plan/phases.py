@@ -33,8 +33,8 @@ class Phase(StrEnum):
 
 class Hold(StrEnum):
     """What stops a plan's runs without ending it (`backfill pause`, `backfill cancel`): a paused
-    plan resumes with `backfill run`; a cancelled one only rolls back. Publish's own stop is the
-    claim on a window by an active plan, not a hold."""
+    plan resumes with `backfill run`; a cancelled one only rolls back. A held plan's window is not
+    published either (its stop is also the claim on a window by any active plan)."""
 
     PAUSED = "paused"
     CANCELLED = "cancelled"

@@ -30,7 +30,7 @@ from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import code_identity
-from backfill_assets.plan.phases import Phase
+from backfill_assets.plan.phases import Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
@@ -81,7 +81,13 @@ def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: S
         if why:
             found.problems.append(f"plan {plan.plan_id}: {why}")
         name = "" if spec.name == plan.target else f"{spec.name} "
-        if plan.phase is not Phase.RECONCILED:
+        if plan.hold is not None:
+            # held to stop what comes next, and publish is what comes next (a cancelled plan was
+            # published by `backfill publish` and by `run --and-publish`: found by an attack)
+            found.problems.append(f"{name}{held[0]}..{held[-1]} frozen by plan {plan.plan_id} ({plan.phase}, "
+                                  f"{plan.hold}): a {plan.hold} plan does not publish"
+                                  + (" until `backfill run` resumes it" if plan.hold is Hold.PAUSED else ""))
+        elif plan.phase is not Phase.RECONCILED:
             found.problems.append(f"{name}{held[0]}..{held[-1]} frozen by plan {plan.plan_id} ({plan.phase}): "
                                   "publish reopens only after every gate of the window passed")
         elif not set(plan.keys_of(spec.name)) <= wanted:
