@@ -54,3 +54,34 @@ def test_a_gate_result_planted_under_a_future_chain_row_is_never_sealed_by_it(en
     assert published == 1 and f"evidence row {future}" in err, err
     assert world.rows("published_revenue", "2026-01-03") == 0
     assert world.cli("evidence", "verify") == 1
+
+
+def test_a_partition_rewritten_without_a_plan_behind_hidden_history_is_never_published(world, run_cli):
+    """The insider hid a written day (its rows, its ledger rows) so a plan-free Materialize passed
+    for a never-written partition, put the ledger back, and published: consumers read unplanned data
+    and `evidence verify` passed (found by an attack). The permission never lets a plan-free write
+    follow another write of its partition, so the ledger holding one is the sign of the edit."""
+    day = "2026-01-02"
+    assert world.materialize([day], publish=True).success
+    published = world.fingerprints("published_revenue", [day])
+    for table in ("writes", "gate_results", "publications"):
+        world.run_sql(f"CREATE TABLE main.saved_{table} AS SELECT * FROM {CONTROL}.{table} WHERE partition_key = ?",
+                      [day])
+    world.run_sql("CREATE TABLE main.saved_published AS SELECT * FROM published_revenue WHERE order_date = ?", [day])
+    world.run_sql("UPDATE orders SET amount = amount * 10 WHERE order_date = ?", [day])  # needs a plan
+    world.run_sql("DELETE FROM daily_revenue WHERE order_date = ?", [day])
+    world.run_sql("DELETE FROM published_revenue WHERE order_date = ?", [day])
+    for table in ("gate_results", "writes", "publications"):
+        world.run_sql(f"DELETE FROM {CONTROL}.{table} WHERE partition_key = ?", [day])
+    assert world.materialize([day]).success  # a plan-free write of a partition that looks new
+    for table in ("writes", "gate_results", "publications"):
+        world.run_sql(f"INSERT INTO {CONTROL}.{table} SELECT * FROM main.saved_{table}")
+    world.run_sql("INSERT INTO published_revenue SELECT * FROM main.saved_published")
+    [(first, second)] = world.sql(f"SELECT min(write_id), max(write_id) FROM {CONTROL}.writes WHERE partition_key = ?",
+                                  [day])
+    why = f"{day}: written without a plan (write {second}) over a partition written before (write {first})"
+    verify = run_cli("evidence", "verify")
+    assert verify.code == 1 and why in verify.err, verify.err
+    refused = world.publish([day])
+    assert not refused.success and why in failure_text(refused)
+    assert world.fingerprints("published_revenue", [day]) == published  # consumers keep the last good data

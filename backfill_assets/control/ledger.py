@@ -152,6 +152,18 @@ def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
     return store.tables_claimed(session)
 
 
+def rewrites_without_plan(session: Session, asset: str | None = None, keys: Sequence[str] = ()) -> list[str]:
+    """One line for each write under no plan of a partition written before it (all, or of `asset`'s
+    `keys`). The permission never lets one through (a partition ever written is history, which only
+    a plan rewrites), so the ledger holding one says its rows were hidden to let the write in and put
+    back: a Materialize then wrote unplanned data that publish copied and `evidence verify` passed
+    (found by an attack). Read after the rows were checked against their seals (publish, verify)."""
+    if asset is not None and not keys:
+        return []
+    return [f"{'' if asset else f'{a} '}{key}: written without a plan (write {wid}) over a partition written "
+            f"before (write {first})" for a, key, wid, first in store.rewrites_without_plan(session, asset, keys)]
+
+
 def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
     """The keys of `asset` the framework ever wrote, under a plan or not: such a partition is
     history even when it holds no rows now. Not checked against seals: a row forged into `writes`

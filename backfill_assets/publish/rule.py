@@ -137,6 +137,8 @@ def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: S
             found.changed[key] = (current, entry.fingerprint, entry.write_id)
             found.problems.append(f"{key}: changed since its gates checked it (now {current}, checked "
                                   f"{entry.fingerprint})")
+    planless = [k for k, entry in latest.items() if entry is not None and entry.plan_id is None]
+    found.problems += ledger.rewrites_without_plan(session, spec.name, planless)
     found.problems += _foreign_rows(session, spec, scheme, [k for k in keys
                                                             if not any(p.covers(k, spec.name) for p in found.plans)])
     return found

@@ -106,6 +106,21 @@ def keys_ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[
         f"SELECT DISTINCT partition_key FROM {SCHEMA}.writes WHERE asset = ? AND {within}", [asset, *listed])}
 
 
+def rewrites_without_plan(session: Session, asset: str | None = None,
+                          keys: Sequence[str] = ()) -> list[tuple[Any, ...]]:
+    """(asset, partition, write id, the first write id before it) of each write under no plan of a
+    partition some write wrote before it, in chain order (all, or of `asset`'s `keys`)."""
+    where, params = "", []
+    if asset is not None:
+        within, listed = session.engine.in_list_sql("w.partition_key", keys)
+        where, params = f" AND w.asset = ? AND {within}", [asset, *listed]
+    return session.rows(
+        f"SELECT w.asset, w.partition_key, w.write_id, min(e.write_id) FROM {SCHEMA}.writes AS w "
+        f"JOIN {SCHEMA}.writes AS e ON e.asset = w.asset AND e.partition_key = w.partition_key "
+        f"AND coalesce(e.evidence_seq, 0) < coalesce(w.evidence_seq, 0) WHERE w.plan_id IS NULL{where} "
+        "GROUP BY w.asset, w.partition_key, w.write_id ORDER BY w.asset, w.partition_key, w.write_id", params)
+
+
 def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
     """(asset, the target that wrote it) of every table the ledger has: each target written
     (itself), and each published table with the target whose write it published (None: put back
