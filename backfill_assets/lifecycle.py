@@ -189,18 +189,23 @@ def cancel_withdraws(state: PlanState, wrote: int) -> bool:
 
 def paused(session: Session, state: PlanState, actor: str) -> PlanState:
     """`backfill pause`: the plan stops before its next run; `backfill run` resumes."""
-    if not state.active:
-        raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to pause",
-                          fix=f"see `backfill status {state.plan_id}`")
-    return record.set_hold(session, state.plan_id, Hold.PAUSED, actor)
+    return _held(session, state, Hold.PAUSED, actor, "pause")
 
 
 def cancelled(session: Session, state: PlanState, actor: str) -> PlanState:
     """`backfill cancel` of a plan that wrote: no new run may write; it only rolls back."""
-    if not state.active:
-        raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to cancel",
-                          fix=f"see `backfill status {state.plan_id}`")
-    return record.set_hold(session, state.plan_id, Hold.CANCELLED, actor)
+    return _held(session, state, Hold.CANCELLED, actor, "cancel")
+
+
+def _held(session: Session, state: PlanState, hold: Hold, actor: str, verb: str) -> PlanState:
+    """The plan is judged again with its row held: a cancel that waited on a rollback (PostgreSQL)
+    landed on the rolled-back plan, whose status then said to roll it back (found by an attack)."""
+    with session.transaction():
+        state = record.require(session, state.plan_id, exclusive=True)
+        if not state.active:
+            raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to {verb}",
+                              fix=f"see `backfill status {state.plan_id}`")
+        return record.set_hold(session, state.plan_id, hold, actor)
 
 
 def run_resumed(session: Session, state: PlanState, actor: str) -> PlanState:

@@ -355,3 +355,25 @@ def test_publish_of_a_rolled_back_plan_says_there_is_nothing_to_publish(world, r
     refused = run_cli("publish", "fix")
     assert refused.code == 1 and "plan fix is rolled_back: it has nothing to publish" in refused.err, refused.err
     assert "every gate" not in refused.err  # it was no gate that stopped it
+
+
+@pytest.mark.parametrize("verb", ["pause", "cancel"])
+def test_a_hold_that_waited_on_a_rollback_is_judged_on_the_plan_as_it_is_then(world, run_cli, verb):
+    """On PostgreSQL a cancel typed during a rollback waited for its lock, then held the rolled-back
+    plan on the state it had read before: status said to roll it back, and rollback said there was
+    nothing to do (found by an attack). The hold is judged again under the plan's row lock."""
+    from backfill_assets import lifecycle
+    from backfill_assets.control import record
+    from backfill_assets.errors import PlanRefused
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    assert run_cli("run", "fix", "--proof").code == 0
+    with world.warehouse().session() as session:
+        read_before = record.require(session, "fix")  # what the waiting command had read
+    assert read_before.active
+    assert run_cli("rollback", "fix").code == 0  # the command it waited on
+    with world.warehouse().session() as session:
+        with pytest.raises(PlanRefused, match=f"plan fix is rolled_back; there is nothing to {verb}"):
+            (lifecycle.paused if verb == "pause" else lifecycle.cancelled)(session, read_before, "op@host")
+    status = json.loads(run_cli("status", "fix", "--json").out)
+    assert (status["phase"], status["hold"]) == ("rolled_back", None)

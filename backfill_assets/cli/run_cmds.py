@@ -313,8 +313,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             print(f"plan {state.plan_id} wrote nothing and is withdrawn")
             return 0
         state = lifecycle.cancelled(session, state, actor())
-    print(f"plan {state.plan_id} is cancelled: no new run may write; it wrote {wrote} partition(s): roll them "
-          f"back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
+    # the phase as the cancel found it under the plan's lock: a cancel typed during a publish may
+    # land just after it, and then says so
+    print(f"plan {state.plan_id} ({state.phase}) is cancelled: no new run may write; it wrote {wrote} partition(s): "
+          f"roll them back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
     return 0
 
 
