@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -135,3 +136,28 @@ def test_while_backfill_run_holds_the_lease_no_other_run_of_the_plan_writes(engi
         holder.stdin.close()
         assert holder.wait(timeout=60) == 0
     assert world.plan_run("fix", keys(2, 3)).success  # the lease released: the plan's runs go again
+
+
+def test_a_run_carrying_the_holders_launcher_label_is_still_refused_outside_its_process(world):
+    """The refusal names the holder (pid, host), and the label the holder's runs carry is made of
+    those: an operator who copied it into a UI run's tags wrote beside the live `backfill run`
+    (found by an attack). A tag is a label, not identity: a run is the holder's only when it
+    executes in the holder's process or a worker process it started."""
+    from backfill_assets.tags import LAUNCHER_TAG, PLAN_TAG
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    before = world.fingerprints("daily_revenue", keys(1, 4))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(world.home), world.url or "", "fix"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        label = f"{socket.gethostname()}:{holder.pid}"
+        copied = world.materialize(keys(2, 3), tags={PLAN_TAG: "fix", LAUNCHER_TAG: label})
+        assert not copied.success
+        assert f"plan fix is being run by backfill run by ops@vm (pid {holder.pid}" in failure_text(copied)
+        assert world.fingerprints("daily_revenue", keys(1, 4)) == before
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0

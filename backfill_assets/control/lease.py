@@ -99,11 +99,18 @@ def launcher_label(lease: Lease) -> str:
     return f"{lease.host}:{lease.pid}"
 
 
+def _in_holder(found: Lease) -> bool:
+    """This run executes in the holder's process (its in-process runs) or in a worker process it
+    started (its runs on a server engine): the label alone is text anyone can copy into a run's tags
+    from the refusal, which names the holder's pid and host (found by an attack)."""
+    return found.host == socket.gethostname() and found.pid in (os.getpid(), os.getppid())
+
+
 def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], first_key: str) -> None:
     """While a `backfill run` holds the plan's lease, only the runs it launched may write the plan:
     a run launched elsewhere (the UI, `dagster asset materialize`) is refused before it writes."""
     found = _lease(store.lease_row(session, plan_id))
-    if found is None or not found.alive() or tags.get(LAUNCHER_TAG) == launcher_label(found):
+    if found is None or not found.alive() or (tags.get(LAUNCHER_TAG) == launcher_label(found) and _in_holder(found)):
         return
     raise PartitionRefused(f"plan {plan_id} is being run by {found.describe()}: no other run of the plan "
                            "may write meanwhile", plan_id=plan_id, partition=first_key,
