@@ -177,6 +177,21 @@ def test_run_and_publish_proves_runs_reconciles_and_publishes_in_one_command(wor
     assert again.code == 0 and "plan fix is already published: nothing to run or publish" in again.out
 
 
+def test_run_and_publish_of_a_published_plan_whose_published_table_was_edited_puts_the_checked_bytes_back(
+        world, run_cli):
+    """It answered "already published" from the record without looking, and consumers kept the
+    edited bytes (found by an attack); `backfill publish` looks first, and so does it now."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    days = ["2026-01-01", "2026-01-02", "2026-01-03"]
+    assert run_cli("run", "fix", "--and-publish").code == 0
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-02'")
+    again = run_cli("run", "fix", "--and-publish")
+    assert again.code == 0, again.err
+    assert "already published" not in again.out and "this publish put the checked bytes back" in again.out
+    assert world.fingerprints("published_revenue", days) == world.fingerprints("daily_revenue", days)
+    assert world.phase() == "published"
+
+
 def test_run_and_publish_stops_at_a_failing_slice_and_publishes_nothing(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-05", proof=("2026-01-01",), per_run=2)
     world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, "
