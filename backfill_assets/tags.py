@@ -13,6 +13,7 @@ import socket
 BACKFILL_TAG = "dagster/backfill"
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
+RUN_KEY = "dagster/run_key"  # a sensor's run key, on the run the daemon launched for it
 
 PLAN_TAG = "backfill_assets/plan"
 # on a replayable table's op (its value: the table) and, reserved, on its target asset

@@ -315,3 +315,15 @@ def test_a_process_reads_dagsters_migration_scripts_once_and_stamps_homes_at_the
         assert again.get_runs() == []
     finally:
         again.dispose()
+
+
+def test_the_dagster_tags_we_name_are_dagsters_own():
+    """Dagster's system tags we read or set by name (its module is internal): an upgrade that renames
+    one fails here, not as a sensor that requests a publish run forever under a key it never sees."""
+    from dagster._core.storage import tags as dagster_tags
+
+    from backfill_assets import tags
+
+    assert (tags.BACKFILL_TAG, tags.RANGE_START, tags.RANGE_END, tags.RUN_KEY) == (
+        dagster_tags.BACKFILL_ID_TAG, dagster_tags.ASSET_PARTITION_RANGE_START_TAG,
+        dagster_tags.ASSET_PARTITION_RANGE_END_TAG, dagster_tags.RUN_KEY_TAG)

@@ -386,3 +386,21 @@ def test_a_held_plan_is_never_published_by_the_cli_the_sensor_or_the_publish_ass
     if hold == "pause":  # the way out: `backfill run` resumes the plan, then publish goes ahead
         assert world.cli("run", "fix") == 0
         assert world.cli("publish", "fix") == 0 and world.phase() == "published"
+
+
+def test_a_publish_run_of_the_sensor_that_failed_is_requested_again_under_a_new_key(world):
+    """Dagster launches one run per run key, ever: a publish run that failed (the plan was paused
+    between the request and the run; a deadlock on PostgreSQL) was requested again under the same
+    key, so the sensor never published the plan that `status` said it would (found by an attack)."""
+    reconciled_plan(world)
+    [first] = evaluate_sensor(world).run_requests
+    assert world.cli("pause", "fix") == 0
+    tags = {**first.tags, "dagster/run_key": first.run_key, "dagster/sensor_name": SENSOR}
+    failed = world.materialize(keys(1, 4), tags=tags, target=False, publish=True)  # the daemon's launch of it
+    assert not failed.success and "frozen by plan fix (reconciled, paused)" in failure_text(failed)
+    assert world.cli("run", "fix") == 0  # resumed
+    [second] = evaluate_sensor(world).run_requests
+    assert second.run_key != first.run_key
+    assert world.materialize(keys(1, 4), tags={**second.tags, "dagster/run_key": second.run_key}, target=False,
+                             publish=True).success
+    assert world.phase() == "published"

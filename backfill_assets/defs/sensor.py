@@ -24,7 +24,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.settings import whole_number
 from backfill_assets.table import TableSpec
-from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START
+from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START, RUN_KEY
 from backfill_assets.warehouse.engine import Session
 
 SENSOR_LOCK_WAIT_SECONDS = 10.0
@@ -41,6 +41,27 @@ def publish_run_tags(state: record.PlanState) -> dict[str, str]:
     keys = state.partition_keys
     return {PLAN_TAG: state.plan_id, RANGE_START: keys[0], RANGE_END: keys[-1],
             ACTOR_TAG: "reopen-sensor"}
+
+
+PUBLISH_ATTEMPTS = 3
+
+
+def publish_run_key(instance: dg.DagsterInstance, plan_id: str, reconciled_seq: int) -> str | None:
+    """The key of the publish run of a window reconciled at chain row `reconciled_seq`, or None once
+    it failed PUBLISH_ATTEMPTS times. Dagster launches one run per key, ever: a publish run that
+    failed (the plan paused between the request and the run, a deadlock on PostgreSQL) was asked
+    for again under the same key and never ran (found by an attack); each failure allows the next
+    attempt under the next key. Past the last one `backfill publish` says what blocks it."""
+    base = f"publish:{plan_id}:{reconciled_seq}"
+    keys = [base] + [f"{base}:{n}" for n in range(2, PUBLISH_ATTEMPTS + 1)]
+    runs = instance.get_runs(dg.RunsFilter(tags={PLAN_TAG: plan_id, RUN_KEY: keys}))
+    tried = {str(run.tags.get(RUN_KEY)): run.status for run in runs}
+    for key in keys:
+        if key not in tried:
+            return key
+        if tried[key] not in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+            return key  # queued, running or done: the same key, which Dagster does not launch twice
+    return None
 
 
 def consumer_requests(session: Session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
@@ -94,9 +115,10 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     if state.phase is Phase.RECONCILED and not rule.plan_blockers(
                             session, state, spec, scheme, graph).problems:
                         reconciled = evidence_log.rows(session, state.plan_id, "window_reconciled")
-                        requests.append(dg.RunRequest(
-                            run_key=f"publish:{state.plan_id}:{reconciled[-1].seq}",
-                            asset_selection=[publish_key], tags=publish_run_tags(state)))
+                        key = publish_run_key(context.instance, state.plan_id, reconciled[-1].seq)
+                        if key is not None:
+                            requests.append(dg.RunRequest(run_key=key, asset_selection=[publish_key],
+                                                          tags=publish_run_tags(state)))
                 if graph is not None:
                     for state in record.all_plans(session, target=spec.name):
                         if state.target == spec.name and state.phase is Phase.PUBLISHED:
