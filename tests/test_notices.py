@@ -285,3 +285,39 @@ def test_a_webhook_url_no_resolver_takes_is_refused_before_signing_and_never_fai
     [outcome] = outbox.relay(world.warehouse())
     assert not outcome.ok and "label empty or too long" in outcome.detail, outcome.detail
     assert world.sql("SELECT attempts FROM backfill_control.outbox") == [(1,)]  # retried later, never dropped
+
+
+def test_a_notice_edited_in_the_outbox_is_never_delivered_and_verify_names_it(world, run_cli, receiver):
+    """The insider pointed an undelivered freeze notice at a URL of their own with a body of their
+    own: the relay posted it there, past the plan's webhook check, and `evidence verify` passed
+    (found by an attack). The chain row of each notice holds the digest of what it says and where
+    it goes: an outbox row that differs is not delivered, and verify names it."""
+    url, server = receiver
+    server.failures = 1
+    queue(world, url, 1)
+    [failed] = outbox.relay(world.warehouse())
+    assert not failed.ok
+    world.run_sql("UPDATE backfill_control.outbox SET webhook_url = ?, body = '{}', recipients = 'nobody'",
+                  [url + "/elsewhere"])
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    [refused] = outbox.relay(world.warehouse())
+    assert not refused.ok and "differs from what the evidence chain recorded" in refused.detail
+    assert len(server.posts) == 1  # only the first, failed, attempt reached a receiver
+    verify = run_cli("evidence", "verify")
+    assert verify.code == 1 and "notice 1 of plan fix in backfill_control.outbox differs from" in verify.err, \
+        verify.err
+
+
+def test_a_notice_marked_delivered_outside_the_relay_is_found_by_verify(world, run_cli, receiver):
+    """`UPDATE outbox SET delivered_at = ...` dropped a freeze notice nobody received, and `notices`
+    said delivered (found by an attack). A delivery is a chain row now."""
+    url, server = receiver
+    server.failures = 1
+    queue(world, url, 2)
+    outbox.relay(world.warehouse())  # the first fails; the second is delivered: a chain row says so
+    assert [p["message"] for p in server.posts] == ["notice 0", "notice 1"]
+    assert run_cli("evidence", "verify").code == 0
+    world.run_sql("UPDATE backfill_control.outbox SET delivered_at = '2026-01-01T00:00:00Z' WHERE delivered_at IS NULL")
+    verify = run_cli("evidence", "verify")
+    assert verify.code == 1 and "is marked delivered, but no delivery of it is in the evidence chain" in verify.err, \
+        verify.err

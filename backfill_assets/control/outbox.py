@@ -14,6 +14,7 @@ each tick) until it is delivered. Delivery is at least once; receivers deduplica
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -37,17 +38,41 @@ BACKOFF_MAX_SECONDS = 3600.0
 RETRIES = store.RETRIES
 
 
+DELIVERED = "notice_delivered"  # the chain row of a delivery: `delivered_at` alone is the table's word
+
+
+def _digest(plan_id: Any, event: Any, recipients: Any, message: Any, body: Any, webhook_url: Any) -> str:
+    """What a notice says and where it goes, as its outbox row stores it."""
+    text = json.dumps([plan_id, event, recipients, message, body, webhook_url], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def enqueue(session: Session, *, plan_id: str, event: str, recipients: list[str], message: str,
             body: dict[str, Any], webhook_url: str | None, actor: str) -> int:
     notice_id = next_id(session)
     payload = {**body, "notice_id": notice_id, "event": event, "message": message,
                "recipients": recipients}
-    store.insert(session, notice_id, plan_id, event, ", ".join(recipients), message,
-                 json.dumps(payload, sort_keys=True, default=str), webhook_url, evidence_log.now_iso())
+    told, text = ", ".join(recipients), json.dumps(payload, sort_keys=True, default=str)
+    store.insert(session, notice_id, plan_id, event, told, message, text, webhook_url, evidence_log.now_iso())
     evidence_log.append(session, plan_id=plan_id, kind="notification", actor=actor, payload={
-        "notice_id": notice_id, "event": event, "recipients": recipients,
-        "webhook": bool(webhook_url)})
+        "notice_id": notice_id, "event": event, "recipients": recipients, "webhook": bool(webhook_url),
+        "digest": _digest(plan_id, event, told, message, text, webhook_url)})
     return notice_id
+
+
+def _recorded(session: Session) -> dict[int, Any]:
+    """notice_id -> its chain row (verified under the key when this process has it: the relay of a
+    process without it compares with the rows as stored, and `evidence verify` checks them)."""
+    rows = evidence_log.rows(session, kind="notification")
+    if evidence_log.can_verify(session):
+        rows = evidence_log.verified(session, rows)
+    return {int(r.payload["notice_id"]): r for r in rows if isinstance(r.payload.get("notice_id"), int)}
+
+
+def _differs(row: Any, stored: tuple[Any, ...]) -> bool:
+    """The outbox row is not the notice the chain recorded (chain rows before the digest: not told)."""
+    digest = row.payload.get("digest")
+    return digest is not None and digest != _digest(*stored[:6])
 
 
 def verify_all(session: Session) -> int:
@@ -57,12 +82,22 @@ def verify_all(session: Session) -> int:
     from backfill_assets.warehouse.state_store import evidence as evidence_store
 
     upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
-    held = store.notice_ids(session)
+    held = store.contents(session)
+    delivered = {r.payload.get("notice_id") for r in evidence_log.rows(session, kind=DELIVERED)}
     recorded = [r for r in evidence_log.rows(session, kind="notification") if r.seq > upgraded]
     for row in recorded:
-        if row.payload.get("notice_id") not in held:
-            raise ForgedRecord(f"notice {row.payload.get('notice_id')} of plan {row.plan_id} is in the evidence chain "
+        nid = row.payload.get("notice_id")
+        stored = held.get(nid) if isinstance(nid, int) else None
+        if stored is None:
+            raise ForgedRecord(f"notice {nid} of plan {row.plan_id} is in the evidence chain "
                                f"(row {row.seq}), but gone from {SCHEMA}.outbox", fix=evidence_log.FORGED_FIX)
+        if _differs(row, stored):
+            # pointed elsewhere, told to others, or saying something else (found by an attack)
+            raise ForgedRecord(f"notice {nid} of plan {row.plan_id} in {SCHEMA}.outbox differs from what the "
+                               f"evidence chain recorded (row {row.seq})", fix=evidence_log.FORGED_FIX)
+        if stored[6] is not None and "digest" in row.payload and nid not in delivered:
+            raise ForgedRecord(f"notice {nid} of plan {row.plan_id} is marked delivered, but no delivery of it is "
+                               "in the evidence chain: the notice was dropped", fix=evidence_log.FORGED_FIX)
     return len(recorded)
 
 
@@ -98,6 +133,7 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         if not store.has_outbox(session):
             return []
         pending = store.due(session, time.time())
+        recorded = _recorded(session) if pending else {}
     # the connection (and with DuckDB the file lock) is released while receivers answer, also one
     # the command kept open
     if pending:
@@ -105,19 +141,30 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
     ends = time.monotonic() + budget
     outcomes: list[Delivery] = []
     attempts: dict[int, int] = {}
-    for nid, url, body, tried in pending:
+    for nid, url, body, tried, plan_id, event, recipients, message in pending:
         left = ends - time.monotonic()
         if left <= 0:
             break  # the rest keep their turn for the next relay
-        outcomes.append(Delivery(int(nid), *post(url, body, min(per_delivery, left))))
         attempts[int(nid)] = int(tried) + 1
+        row = recorded.get(int(nid))
+        if row is None or _differs(row, (plan_id, event, recipients, message, body, url)):
+            # an outbox row edited (or planted) posted a body of the insider's to a URL of theirs,
+            # past the plan's webhook check (found by an attack): only the notice recorded goes out
+            outcomes.append(Delivery(int(nid), False, "the outbox row differs from what the evidence chain recorded: "
+                                                      "not delivered (restore the control record from backup)"))
+            continue
+        outcomes.append(Delivery(int(nid), *post(url, body, min(per_delivery, left))))
     if outcomes:
         with warehouse.session(wait_seconds=wait_seconds) as session, session.transaction():
             now, at = time.time(), evidence_log.now_iso()
             for outcome in outcomes:
                 store.attempted(session, outcome.notice_id, None if outcome.ok else outcome.detail,
                                 at if outcome.ok else None)
-                if not outcome.ok:
+                if outcome.ok:  # a delivery is the chain's word, not only the table's
+                    row = recorded[outcome.notice_id]
+                    evidence_log.append(session, plan_id=row.plan_id, kind=DELIVERED, actor="notice relay",
+                                        payload={"notice_id": outcome.notice_id, "at": at})
+                else:
                     store.retry_at(session, outcome.notice_id, now + backoff_seconds(attempts[outcome.notice_id]), at)
     return outcomes
 

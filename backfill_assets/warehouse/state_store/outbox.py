@@ -27,6 +27,16 @@ def notice_ids(session: Session) -> set[int]:
     return {int(n) for (n,) in session.rows(f"SELECT notice_id FROM {SCHEMA}.outbox")}
 
 
+def contents(session: Session) -> dict[int, tuple[Any, ...]]:
+    """notice_id -> (plan_id, event, recipients, message, body, webhook_url, delivered_at) of every
+    notice (none when there is no outbox)."""
+    if not has_outbox(session):
+        return {}
+    return {int(r[0]): tuple(r[1:]) for r in session.rows(
+        f"SELECT notice_id, plan_id, event, recipients, message, body, webhook_url, delivered_at "
+        f"FROM {SCHEMA}.outbox")}
+
+
 def insert(session: Session, notice_id: int, plan_id: str, event: str, recipients: str, message: str,
            body: str, webhook_url: str | None, at: str) -> None:
     """A notice not yet attempted."""
@@ -35,13 +45,14 @@ def insert(session: Session, notice_id: int, plan_id: str, event: str, recipient
 
 
 def due(session: Session, now: float) -> list[tuple[Any, ...]]:
-    """(notice_id, webhook_url, body, attempts) of each undelivered webhook notice whose next attempt
-    is due at `now`, in order."""
+    """(notice_id, webhook_url, body, attempts, plan_id, event, recipients, message) of each
+    undelivered webhook notice whose next attempt is due at `now`, in order."""
     retries = _has_retries(session)
     join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
     when = "AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= ?)" if retries else ""
     return session.rows(
-        f"SELECT o.notice_id, o.webhook_url, o.body, o.attempts FROM {SCHEMA}.outbox AS o {join} "
+        f"SELECT o.notice_id, o.webhook_url, o.body, o.attempts, o.plan_id, o.event, o.recipients, o.message "
+        f"FROM {SCHEMA}.outbox AS o {join} "
         f"WHERE o.webhook_url IS NOT NULL AND o.delivered_at IS NULL {when} ORDER BY o.notice_id",
         [now] if retries else [])
 
