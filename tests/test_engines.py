@@ -3,6 +3,9 @@ and a real PostgreSQL server (started by tests/pg_server.py as a non-root user o
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import dagster as dg
 import pytest
 import yaml
@@ -251,3 +254,48 @@ def test_a_table_of_bound_rows_holds_them_as_given_on_each_engine(engine):
         got = session.rows(f"SELECT k, CAST(n AS BIGINT), x, CAST(ok AS BOOLEAN), t FROM {sql}", params)
     assert got == rows
     assert engine.rows_table_sql([], ("k",), "v")[1] in ([], [[]])
+
+
+@pytest.mark.parametrize("verb", ["cancel", "pause"])
+def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadlocking(
+        postgres_url, tmp_path, instance, ssh_keys, monkeypatch, verb):
+    """Publish appended to the chain (the evidence lock) before it moved the plan (its row), and a
+    cancel took the plan's row before appending: each waited on the other and PostgreSQL killed the
+    publish, `deadlock detected` (found by an attack). Publish takes the plans' rows first now, and
+    the hold then finds the plan published (a hold is judged under the row lock)."""
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "publish.between_delete_and_insert=4"}
+    backfill = [str(Path(sys.executable).parent / "backfill"), "--home", str(world.home)]
+    publish = subprocess.Popen([*backfill, "publish", "fix"], env=env, cwd=tmp_path, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as watch:  # the publish waits inside its copy
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                    "AND datname = current_database() AND now() - state_change > interval '0.5 seconds'"
+            ).fetchone()[0]:
+                time.sleep(0.05)
+        held = subprocess.run([*backfill, verb, "fix"], env={**env, "BACKFILL_STALL_AT": ""}, cwd=tmp_path,
+                              text=True, capture_output=True, timeout=120)
+    finally:
+        out, err = publish.communicate(timeout=120)
+    assert publish.returncode == 0 and "deadlock" not in err, err
+    assert "published published_revenue" in out
+    # it waited for the publish, then judged the plan as the publish left it (under its row lock)
+    assert held.returncode == 1 and held.stderr.startswith(f"backfill: plan fix is published; there is nothing to "
+                                                           f"{verb}"), held.stderr
+    assert world.sql("SELECT phase, hold FROM backfill_control.plans WHERE plan_id = 'fix'") == [("published", None)]
