@@ -321,3 +321,19 @@ def test_a_notice_marked_delivered_outside_the_relay_is_found_by_verify(world, r
     verify = run_cli("evidence", "verify")
     assert verify.code == 1 and "is marked delivered, but no delivery of it is in the evidence chain" in verify.err, \
         verify.err
+
+
+def test_a_next_attempt_time_out_of_range_is_one_line_and_holds_nothing_off(world, run_cli, receiver):
+    """`next_attempt_at = 1e300` made `backfill notices` an internal error (OverflowError), and held
+    the notice off for good (found by an attack)."""
+    url, server = receiver
+    server.failures = 1
+    queue(world, url, 1)
+    outbox.relay(world.warehouse())
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 1e300")
+    listed = run_cli("notices")
+    assert listed.code == 0 and "internal error" not in listed.err, listed.err
+    assert "next attempt not a time" in listed.out
+    # the relay after the command: a time past every backoff is due, never held off for good
+    assert len(server.posts) == 2
+    assert world.sql("SELECT delivered_at IS NOT NULL FROM backfill_control.outbox") == [(True,)]

@@ -132,7 +132,8 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
     with warehouse.session(wait_seconds=wait_seconds) as session:
         if not store.has_outbox(session):
             return []
-        pending = store.due(session, time.time())
+        now = time.time()
+        pending = store.due(session, now, now + BACKOFF_MAX_SECONDS + 60)
         recorded = _recorded(session) if pending else {}
     # the connection (and with DuckDB the file lock) is released while receivers answer, also one
     # the command kept open
@@ -193,8 +194,11 @@ class Notice:
             return "queued: the next relay delivers it"
         import datetime as dt
 
-        when = dt.datetime.fromtimestamp(self.next_attempt_at or 0, dt.UTC).isoformat(timespec="seconds") \
-            if self.next_attempt_at else "the next relay"
+        try:
+            when = dt.datetime.fromtimestamp(self.next_attempt_at or 0, dt.UTC).isoformat(timespec="seconds") \
+                if self.next_attempt_at else "the next relay"
+        except (OverflowError, ValueError, OSError):  # a time no clock reaches: the table was edited
+            when = f"not a time ({self.next_attempt_at})"
         return f"undelivered after {self.attempts} attempt(s): {self.last_error}; next attempt {when}"
 
     @property

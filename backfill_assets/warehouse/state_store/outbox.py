@@ -44,17 +44,18 @@ def insert(session: Session, notice_id: int, plan_id: str, event: str, recipient
                     [notice_id, plan_id, event, recipients, message, body, webhook_url, at])
 
 
-def due(session: Session, now: float) -> list[tuple[Any, ...]]:
+def due(session: Session, now: float, horizon: float) -> list[tuple[Any, ...]]:
     """(notice_id, webhook_url, body, attempts, plan_id, event, recipients, message) of each
-    undelivered webhook notice whose next attempt is due at `now`, in order."""
+    undelivered webhook notice whose next attempt is due at `now` (or set past `horizon`, which no
+    backoff reaches: an edit that would hold it off for good)."""
     retries = _has_retries(session)
     join = f"LEFT JOIN {RETRIES} AS r ON r.notice_id = o.notice_id" if retries else ""
-    when = "AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= ?)" if retries else ""
+    when = "AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= ? OR r.next_attempt_at > ?)" if retries else ""
     return session.rows(
         f"SELECT o.notice_id, o.webhook_url, o.body, o.attempts, o.plan_id, o.event, o.recipients, o.message "
         f"FROM {SCHEMA}.outbox AS o {join} "
         f"WHERE o.webhook_url IS NOT NULL AND o.delivered_at IS NULL {when} ORDER BY o.notice_id",
-        [now] if retries else [])
+        [now, horizon] if retries else [])
 
 
 def attempted(session: Session, notice_id: int, error: str | None, delivered_at: str | None) -> None:
