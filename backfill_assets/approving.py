@@ -114,6 +114,9 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
         with session.transaction():
             for asset in sorted(members):  # every table's turn, in one order: two approvals never wait in a circle
                 session.lock(approval_lock(asset))
+            # the plan's row before the chain (the order of publish, a cancel, a run): an approval
+            # that completed a version took the chain, then the row, and deadlocked a publish
+            record.get(session, plan.plan_id, exclusive=True)
             root = trust_record.require(session)
             mine = _verified_one(root, plan, sha, code, Candidate(name, statement, signature))
             # the file may have changed while we waited for the lock: what was signed must be it

@@ -299,3 +299,54 @@ def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadl
     assert held.returncode == 1 and held.stderr.startswith(f"backfill: plan fix is published; there is nothing to "
                                                            f"{verb}"), held.stderr
     assert world.sql("SELECT phase, hold FROM backfill_control.plans WHERE plan_id = 'fix'") == [("published", None)]
+
+
+def test_a_publish_and_an_approval_that_completes_another_plan_never_deadlock_on_postgres(
+        postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
+    """Publish took the rows of every active plan of its table, then the chain; the approval that
+    completed a new version of another plan took the chain, then that plan's row: PostgreSQL killed
+    the publish, `deadlock detected` (found by an attack on the lock order). Publish takes only the
+    rows of the plans its window holds, and an approval takes its plan's row before the chain."""
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    other = world.approved_plan("other", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
+    doc = yaml.safe_load(other.read_text())
+    doc["execution"]["proof_partitions"] = ["2026-01-06"]  # a new version: the owner and alice sign it, bob last
+    other.write_text(yaml.safe_dump(doc))
+    world.approve(other, "alice")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    backfill = [str(Path(sys.executable).parent / "backfill"), "--home", str(world.home)]
+
+    def waiting(watch, count: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()").fetchone()[0] < count:
+            time.sleep(0.05)
+
+    with psycopg.connect(postgres_url) as writer, psycopg.connect(postgres_url, autocommit=True) as watch:
+        writer.execute("LOCK TABLE daily_revenue IN ROW EXCLUSIVE MODE")  # a write in flight: publish waits
+        publish = subprocess.Popen([*backfill, "publish", "fix"], env=env, cwd=tmp_path, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        waiting(watch, 1)
+        approve = subprocess.Popen([*backfill, "plan", "approve", str(other), "--by", "bob", "--key",
+                                    str(world.keys["bob"])], env=env, cwd=tmp_path, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(3)  # the approval reaches its locks (or waits on one)
+        writer.rollback()
+    out, err = publish.communicate(timeout=120)
+    approved_out, approved_err = approve.communicate(timeout=120)
+    assert publish.returncode == 0 and "deadlock" not in err, err
+    assert approve.returncode == 0 and "deadlock" not in approved_err, approved_err

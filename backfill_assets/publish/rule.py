@@ -288,10 +288,13 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             # tables of a graph in one order, so two publishes never wait on each other in a circle
             for table in sorted(tables, key=lambda t: t.spec.publish_table):
                 session.lock(publish_lock(table.spec))
-            # the plans' rows before the tables and the chain, the order every writer takes them in:
-            # publish appended to the chain before it moved the plan, a cancel took the plan's row
-            # before appending, and PostgreSQL killed one of them, `deadlock detected` (found by an attack)
-            moved = {p.plan_id for t in tables for p in record.active_plans(session, target=t.spec.name)}
+            # the rows of the plans its window holds before the tables and the chain, the order every
+            # writer takes them in: publish appended to the chain before it moved the plan, a cancel
+            # took the plan's row before appending, and PostgreSQL killed one of them, `deadlock
+            # detected` (found by an attack); only those plans (another's row, taken here, met an
+            # approval of that plan holding the chain: found by the next attack)
+            moved = {p.plan_id for t in tables for p in record.active_plans(session, target=t.spec.name)
+                     if any(p.covers(k, t.spec.name) for k in t.keys)}
             for plan_id in sorted(moved):
                 record.get(session, plan_id, exclusive=True)
             for table in sorted(tables, key=lambda t: t.spec.table):
