@@ -256,7 +256,7 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False,
                 def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
                                            asset, keys, actor(), output.verbose(),
-                                           lease.launcher_label(held)) for keys in wave]
+                                           lease.launcher_label(held), lease.identity(held)) for keys in wave]
                     return [f.result() for f in futures]
             else:
                 def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:

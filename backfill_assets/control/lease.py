@@ -71,6 +71,7 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
         if found is not None and (found.host, found.pid) != mine:
             evidence_log.append(session, plan_id=plan_id, kind="lease_taken_over", actor=holder,
                                 payload={"from": found.describe()})
+    _HELD_HERE.add(identity(lease))
     return lease
 
 
@@ -99,11 +100,27 @@ def launcher_label(lease: Lease) -> str:
     return f"{lease.host}:{lease.pid}"
 
 
+Identity = tuple[str, str, int, str]
+
+# the leases this process took (or, a worker, was handed by the process that took them): a run is
+# the holder's only where its lease is known. The label alone is text anyone can copy into a run's
+# tags from the refusal, which names the holder's pid and host (found by an attack); a pid alone is
+# another container's too, where containers share a hostname (found by the next one)
+_HELD_HERE: set[Identity] = set()
+
+
+def identity(lease: Lease) -> Identity:
+    return (lease.plan_id, lease.host, lease.pid, lease.acquired_at)
+
+
+def held_here(known: Identity) -> None:
+    """A worker process of the holder runs under its lease (handed over as an argument, never read
+    from a run's tags or the environment)."""
+    _HELD_HERE.add(tuple(known))  # type: ignore[arg-type]
+
+
 def _in_holder(found: Lease) -> bool:
-    """This run executes in the holder's process (its in-process runs) or in a worker process it
-    started (its runs on a server engine): the label alone is text anyone can copy into a run's tags
-    from the refusal, which names the holder's pid and host (found by an attack)."""
-    return found.host == socket.gethostname() and found.pid in (os.getpid(), os.getppid())
+    return identity(found) in _HELD_HERE
 
 
 def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], first_key: str) -> None:
@@ -120,3 +137,4 @@ def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], 
 
 def release(session: Session, lease: Lease) -> None:
     store.remove(session, lease.plan_id, lease.host, lease.pid)
+    _HELD_HERE.discard(identity(lease))

@@ -192,8 +192,10 @@ def _at(stage: Stage, key: str) -> str:
 
 
 def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, plan_id: str, target: str,
-               keys: list[str], actor: str, verbose: bool, launcher: str | None = None) -> tuple[str, list[str]]:
-    """One run in a worker process (runs_at_once > 1 on a server engine)."""
+               keys: list[str], actor: str, verbose: bool, launcher: str | None = None,
+               held: lease.Identity | None = None) -> tuple[str, list[str]]:
+    """One run in a worker process (runs_at_once > 1 on a server engine), under the lease `held` of
+    the process that started it."""
     from pathlib import Path
 
     from backfill_assets import terminal
@@ -201,6 +203,8 @@ def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, 
     from backfill_assets.home import HOME_ENV, WAREHOUSE_URL_ENV, Home
     from backfill_assets.loaded_defs import load_defs
 
+    if held is not None:
+        lease.held_here(held)
     os.environ[HOME_ENV] = home_root
     if warehouse_url:
         os.environ[WAREHOUSE_URL_ENV] = warehouse_url
