@@ -153,14 +153,20 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     steps += [lambda first: _run(args, loaded, chained=True, resume=first),
               lambda _: reconcile_plan(args, loaded, brief=True),
               lambda _: publish_plan(args, loaded)]
-    for number, step in enumerate(steps):
-        if number:  # a pause or cancel from another shell stops what comes next (found by an attack)
-            with writing(args) as session:
-                _refuse_new_hold(plan_state(session, args.plan))
-        code = step(number == 0)
-        if code:
-            return code
-    return 0
+    published = False
+    try:
+        for number, step in enumerate(steps):
+            if number:  # a pause or cancel from another shell stops what comes next (found by an attack)
+                with writing(args) as session:
+                    _refuse_new_hold(plan_state(session, args.plan))
+            code = step(number == 0)
+            if code:
+                return code
+        published = True  # publish recorded the plan's state as it ended
+        return 0
+    finally:
+        if not published:  # the state each step left, on the assets once (~0.2 s a recording)
+            record_plan_state(args, state.plan_id, loaded.table(state.target).graph)
 
 
 def _refuse_new_hold(state: record.PlanState) -> None:
@@ -219,7 +225,8 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False,
             state = lifecycle.run_resumed(session, state, actor())
             state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
             print(f"plan {state.plan_id} is {state.phase}")
-            record_plan_state(args, state.plan_id, table.graph, instance)
+            if not chained:  # --and-publish records it once, as it ends
+                record_plan_state(args, state.plan_id, table.graph, instance)
             return 0
         from backfill_assets.control import evidence_log
 
@@ -279,7 +286,8 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False,
                             table.scheme(), table.graph) if reports else None
             verdict = proof_verdict(session, after) if args.proof and after else None
     assert after is not None
-    record_plan_state(args, after.plan_id, table.graph, instance)
+    if not chained:  # --and-publish records it once, as it ends
+        record_plan_state(args, after.plan_id, table.graph, instance)
     print(f"{sum(len(r.run_ids) for r in reports)} Dagster run(s) on {home.dagster_home}")
     if not all(r.ok for r in reports):
         print(f"plan {after.plan_id} is {after.phase}; Dagster's log: {log}")
