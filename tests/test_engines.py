@@ -256,6 +256,19 @@ def test_a_table_of_bound_rows_holds_them_as_given_on_each_engine(engine):
     assert engine.rows_table_sql([], ("k",), "v")[1] in ([], [[]])
 
 
+def _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
+    """A world on PostgreSQL whose plan `fix` (2026-01-01..03) is reconciled: ready to publish."""
+    from tests.world import DEMO_DEFS, make_world
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
+    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    return world
+
+
 @pytest.mark.parametrize("verb", ["cancel", "pause"])
 def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadlocking(
         postgres_url, tmp_path, instance, ssh_keys, monkeypatch, verb):
@@ -269,14 +282,7 @@ def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadl
 
     import psycopg
 
-    from tests.world import DEMO_DEFS, make_world
-
-    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
-    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world = _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "publish.between_delete_and_insert=4"}
     backfill = [str(Path(sys.executable).parent / "backfill"), "--home", str(world.home)]
     publish = subprocess.Popen([*backfill, "publish", "fix"], env=env, cwd=tmp_path, text=True,
@@ -313,14 +319,7 @@ def test_a_publish_and_an_approval_that_completes_another_plan_never_deadlock_on
 
     import psycopg
 
-    from tests.world import DEMO_DEFS, make_world
-
-    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
-    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
-    world = make_world(tmp_path, instance, ssh_keys, postgres_url)
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world = _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
     other = world.approved_plan("other", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
     doc = yaml.safe_load(other.read_text())
     doc["execution"]["proof_partitions"] = ["2026-01-06"]  # a new version: the owner and alice sign it, bob last
