@@ -308,19 +308,38 @@ def test_a_notice_edited_in_the_outbox_is_never_delivered_and_verify_names_it(wo
         verify.err
 
 
-def test_a_notice_marked_delivered_outside_the_relay_is_found_by_verify(world, run_cli, receiver):
+def test_a_notice_marked_delivered_without_its_delivery_in_the_chain_is_delivered_again(world, run_cli, receiver):
     """`UPDATE outbox SET delivered_at = ...` dropped a freeze notice nobody received, and `notices`
-    said delivered (found by an attack). A delivery is a chain row now."""
+    said delivered (found by an attack). A delivery is a chain row: a notice marked delivered
+    without one is due again (and so is one a relay of the previous release delivered, which wrote
+    none: refusing the record for it broke a team that did nothing wrong, found by the next attack).
+    At least once: receivers deduplicate on notice_id."""
     url, server = receiver
     server.failures = 1
     queue(world, url, 2)
     outbox.relay(world.warehouse())  # the first fails; the second is delivered: a chain row says so
     assert [p["message"] for p in server.posts] == ["notice 0", "notice 1"]
-    assert run_cli("evidence", "verify").code == 0
     world.run_sql("UPDATE backfill_control.outbox SET delivered_at = '2026-01-01T00:00:00Z' WHERE delivered_at IS NULL")
-    verify = run_cli("evidence", "verify")
-    assert verify.code == 1 and "is marked delivered, but no delivery of it is in the evidence chain" in verify.err, \
-        verify.err
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    [again] = outbox.relay(world.warehouse())
+    assert again.ok and [p["message"] for p in server.posts] == ["notice 0", "notice 1", "notice 0"]
+    assert outbox.relay(world.warehouse()) == []  # its delivery is in the chain now
+    assert run_cli("evidence", "verify").code == 0
+
+
+def test_one_notice_whose_attempts_overflow_the_backoff_stops_no_other_delivery(world, receiver):
+    """`15 * 2 ** 1024` overflowed a float: a receiver dead for ~42 days (or one edited count) made
+    every relay an internal error, rolling back the record of every other delivery, each re-posted
+    forever (found by an attack)."""
+    url, server = receiver
+    server.failures = 1
+    queue(world, url, 2)
+    world.run_sql("UPDATE backfill_control.outbox SET attempts = 2000 WHERE message = 'notice 0'")
+    outcomes = outbox.relay(world.warehouse())
+    assert [o.ok for o in outcomes] == [False, True]
+    assert world.sql("SELECT message, delivered_at IS NOT NULL FROM backfill_control.outbox ORDER BY notice_id") == \
+        [("notice 0", False), ("notice 1", True)]
+    assert outbox.backoff_seconds(10_000) == outbox.BACKOFF_MAX_SECONDS
 
 
 def test_a_next_attempt_time_out_of_range_is_one_line_and_holds_nothing_off(world, run_cli, receiver):
@@ -337,3 +356,15 @@ def test_a_next_attempt_time_out_of_range_is_one_line_and_holds_nothing_off(worl
     # the relay after the command: a time past every backoff is due, never held off for good
     assert len(server.posts) == 2
     assert world.sql("SELECT delivered_at IS NOT NULL FROM backfill_control.outbox") == [(True,)]
+
+
+def test_a_notice_planted_in_the_outbox_is_listed_as_not_one_backfill_queued(world, run_cli):
+    """A row inserted into the outbox (no chain row) read as a real notice in `backfill notices`,
+    the only channel of a team without a webhook (found by an attack); the relay never posts one."""
+    queue(world, "http://127.0.0.1:9/never", 1)
+    world.run_sql("INSERT INTO backfill_control.outbox VALUES (999999, 'fix', 'reopened', '#consumers', "
+                  "'daily_revenue reopened: consume freely', '{}', NULL, 0, NULL, NULL, '2026-01-01T00:00:00Z')")
+    listed = run_cli("notices", "fix")
+    assert listed.code == 0
+    planted = listed.out[listed.out.index("consume freely"):]
+    assert "NOT a notice backfill queued: no evidence chain row records it" in planted.split("\n\n")[0], listed.out

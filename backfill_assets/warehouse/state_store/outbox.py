@@ -58,6 +58,13 @@ def due(session: Session, now: float, horizon: float) -> list[tuple[Any, ...]]:
         [now, horizon] if retries else [])
 
 
+def marked_delivered(session: Session) -> list[tuple[Any, ...]]:
+    """The rows `due` returns, of each webhook notice marked delivered."""
+    return session.rows(
+        f"SELECT notice_id, webhook_url, body, attempts, plan_id, event, recipients, message FROM {SCHEMA}.outbox "
+        "WHERE webhook_url IS NOT NULL AND delivered_at IS NOT NULL ORDER BY notice_id")
+
+
 def attempted(session: Session, notice_id: int, error: str | None, delivered_at: str | None) -> None:
     """One more attempt of the notice: its error, or when it was delivered."""
     session.execute(f"UPDATE {SCHEMA}.outbox SET attempts = attempts + 1, last_error = ?, "
