@@ -27,8 +27,13 @@ os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
 # Started first under `pytest -n --dist loadscope` (a worker takes a whole module, in the order the
 # modules' first tests come): these modules, then the modules holding these tests (each over ~25 s
 # on 2 busy cores), so no long module begins when the rest are done
-LONGEST_FIRST = ("test_e2e_ui.py", "test_state_machine.py", "test_faults.py", "test_package.py",
-                 "test_engines.py", "test_partitionings.py")
+# by each module's wall under -n 3 (benchmarks/suite_cpu.py, 2026-12-06): the longest handed out
+# first, so the last worker to finish is not the one that got a long module last
+LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_run_cli.py", "test_faults.py",
+                 "test_publish_and_sensor.py", "test_writes_and_rollback.py", "test_published_bytes.py",
+                 "test_expectations.py", "test_graph.py", "test_notices.py", "test_environment_faults.py",
+                 "test_status_steps.py", "test_approvals.py", "test_partitionings.py", "test_state_machine.py",
+                 "test_package.py")
 LONG_TESTS = ("test_the_demo_tells_the_whole_story",
               "test_a_rollback_of_published_data_is_no_edit_of_the_published_table",
               "test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same",
