@@ -368,3 +368,30 @@ def test_a_notice_planted_in_the_outbox_is_listed_as_not_one_backfill_queued(wor
     assert listed.code == 0
     planted = listed.out[listed.out.index("consume freely"):]
     assert "NOT a notice backfill queued: no evidence chain row records it" in planted.split("\n\n")[0], listed.out
+
+
+def test_a_notice_queued_before_notices_were_digested_goes_only_to_its_plans_webhook(world, receiver):
+    """A notice of an earlier release (its chain row holds no digest), still undelivered, was pointed
+    at the insider's URL and posted there (found by an attack): it goes only where a version of its
+    plan said."""
+    from backfill_assets.control import evidence_log
+    from backfill_assets.control.names import next_id
+    from backfill_assets.warehouse.state_store import outbox as outbox_store
+
+    url, server = receiver
+    server.failures = 1  # the plan's own freeze notice fails once
+    world.approve(with_webhook(world, url))
+    with world.warehouse().session() as session, session.transaction():  # as the earlier release queued one
+        nid = next_id(session)
+        outbox_store.insert(session, nid, "fix", "frozen", "#owners", "an old notice", "{}", url,
+                            evidence_log.now_iso())
+        evidence_log.append(session, plan_id="fix", kind="notification", actor="old release", payload={
+            "notice_id": nid, "event": "frozen", "recipients": ["#owners"], "webhook": True})
+    world.run_sql("UPDATE backfill_control.outbox SET webhook_url = ? WHERE notice_id = ?", [url + "/theirs", nid])
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    outcomes = {o.notice_id: o for o in outbox.relay(world.warehouse())}
+    assert not outcomes[nid].ok and "no version of plan fix names this webhook" in outcomes[nid].detail
+    assert all(p.get("message") != "an old notice" for p in server.posts)
+    world.run_sql("UPDATE backfill_control.outbox SET webhook_url = ? WHERE notice_id = ?", [url, nid])
+    world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
+    assert {o.notice_id: o.ok for o in outbox.relay(world.warehouse())}.get(nid) is True

@@ -68,6 +68,15 @@ def _recorded(session: Session) -> dict[int, Any]:
     return {int(r.payload["notice_id"]): r for r in rows if isinstance(r.payload.get("notice_id"), int)}
 
 
+def _plan_webhooks(session: Session, plan_id: str) -> set[str]:
+    """The webhooks the plan's recorded versions name (each version checked against its sha256)."""
+    from backfill_assets.control import record
+
+    shas = {str(r.payload.get("sha256")) for r in evidence_log.rows(session, plan_id, "plan_version")}
+    found = (record.version(session, sha) for sha in sorted(shas))
+    return {v.plan.publish.webhook_url for v in found if v is not None and v.plan.publish.webhook_url}
+
+
 def _delivered(session: Session) -> set[int]:
     """The notices whose delivery is a chain row (verified, as `_recorded`'s rows are)."""
     rows = evidence_log.rows(session, kind=DELIVERED)
@@ -149,6 +158,10 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         delivered = _delivered(session) if marked else set()
         pending += [r for r in marked if int(r[0]) not in delivered
                     and int(r[0]) in recorded and "digest" in recorded[int(r[0])].payload]
+        # a notice queued before notices were digested goes only where a version of its plan said
+        # (one such row was pointed at the insider's URL: found by an attack)
+        legacy = {int(r[0]): _plan_webhooks(session, str(r[4])) for r in pending
+                  if int(r[0]) in recorded and "digest" not in recorded[int(r[0])].payload}
     # the connection (and with DuckDB the file lock) is released while receivers answer, also one
     # the command kept open
     if pending:
@@ -167,6 +180,10 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
             # past the plan's webhook check (found by an attack): only the notice recorded goes out
             outcomes.append(Delivery(int(nid), False, "the outbox row differs from what the evidence chain recorded: "
                                                       "not delivered (restore the control record from backup)"))
+            continue
+        if int(nid) in legacy and url not in legacy[int(nid)]:
+            outcomes.append(Delivery(int(nid), False, f"no version of plan {plan_id} names this webhook: not "
+                                                      "delivered (the outbox was edited; restore it from backup)"))
             continue
         outcomes.append(Delivery(int(nid), *post(url, body, min(per_delivery, left))))
     if outcomes:
