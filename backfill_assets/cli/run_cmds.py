@@ -327,8 +327,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             print(f"plan {state.plan_id} wrote nothing and is withdrawn")
             return 0
         state = lifecycle.cancelled(session, state, actor())
-    # the phase as the cancel found it under the plan's lock: a cancel typed during a publish may
-    # land just after it, and then says so
+    # the phase as the cancel found it under the plan's lock (one that waited on a publish finds
+    # the plan published, and is refused: nothing to cancel)
     print(f"plan {state.plan_id} ({state.phase}) is cancelled: no new run may write; it wrote {wrote} partition(s): "
           f"roll them back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
     return 0

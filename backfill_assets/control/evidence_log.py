@@ -478,7 +478,10 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
             prev, expected_seq, last_seq = row_hash, expected_seq + 1, seq
         if len(batch) < chunk:
             break
-    _numbered_from_one(count, last_seq)  # the walk reads from row 1: none numbered below it is read
+    # the walk reads from row 1, so none numbered below it; counted up to where it ended, in one
+    # statement after it (rows another process appended meanwhile are no removal: PostgreSQL reads
+    # each statement at its own snapshot; found by a review)
+    _numbered_from_one(store.count(session, up_to=last_seq), last_seq)
     for what, mark in (("the head log", recorded), ("the rendered evidence", pinned)):
         if mark is None or mark[0] == 0:
             continue

@@ -98,8 +98,9 @@ def verify_all(session: Session) -> int:
     from backfill_assets.warehouse.state_store import evidence as evidence_store
 
     upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
-    held = store.contents(session)
+    # the chain's rows first (see `record.verify_all`): a notice queued between the reads is in both
     recorded = [r for r in evidence_log.rows(session, kind="notification") if r.seq > upgraded]
+    held = store.contents(session)
     for row in recorded:
         nid = row.payload.get("notice_id")
         stored = held.get(nid) if isinstance(nid, int) else None
@@ -146,7 +147,7 @@ def relay(warehouse: Warehouse, *, wait_seconds: float | None = None,
         if not store.has_outbox(session):
             return []
         now = time.time()
-        pending = store.due(session, now, now + BACKOFF_MAX_SECONDS + 60)
+        pending = store.due(session, now, now + BACKOFF_MAX_SECONDS + 600)  # hosts' clocks may differ
         marked = store.marked_delivered(session)
         if not pending and not marked:
             return []

@@ -53,14 +53,11 @@ def publish_run_key(instance: dg.DagsterInstance, plan_id: str, reconciled_seq: 
     for again under the same key and never ran (found by an attack); each failure allows the next
     attempt under the next key. Past the last one `backfill publish` says what blocks it."""
     base = f"publish:{plan_id}:{reconciled_seq}"
-    keys = [base] + [f"{base}:{n}" for n in range(2, PUBLISH_ATTEMPTS + 1)]
-    runs = instance.get_runs(dg.RunsFilter(tags={PLAN_TAG: plan_id, RUN_KEY: keys}))
-    tried = {str(run.tags.get(RUN_KEY)): run.status for run in runs}
-    for key in keys:
-        if key not in tried:
-            return key
-        if tried[key] not in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
-            return key  # queued, running or done: the same key, which Dagster does not launch twice
+    for key in [base] + [f"{base}:{n}" for n in range(2, PUBLISH_ATTEMPTS + 1)]:
+        # one key at a time (Dagster's own daemon avoids a list of tag values on SQL run storage)
+        runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY: key, PLAN_TAG: plan_id}), limit=1)
+        if not runs or runs[0].status not in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+            return key  # not tried yet; or queued, running or done: Dagster launches a key once
     return None
 
 

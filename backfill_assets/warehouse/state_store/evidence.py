@@ -101,8 +101,11 @@ def head(session: Session) -> tuple[int, str] | None:
     return (int(row[0]), str(row[1])) if row else None
 
 
-def count(session: Session) -> int:
-    return int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.evidence") or 0)
+def count(session: Session, up_to: int | None = None) -> int:
+    """Rows (numbered up to `up_to`: rows appended since by others are not counted)."""
+    if up_to is None:
+        return int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.evidence") or 0)
+    return int(session.scalar(f"SELECT count(*) FROM {SCHEMA}.evidence WHERE seq <= ?", [up_to]) or 0)
 
 
 def count_and_top(session: Session) -> tuple[int, int]:
