@@ -256,8 +256,8 @@ def test_a_table_of_bound_rows_holds_them_as_given_on_each_engine(engine):
     assert engine.rows_table_sql([], ("k",), "v")[1] in ([], [[]])
 
 
-def _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
-    """A world on PostgreSQL whose plan `fix` (2026-01-01..03) is reconciled: ready to publish."""
+def _approved_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
+    """A world on PostgreSQL whose plan `fix` (2026-01-01..03) is approved."""
     from tests.world import DEMO_DEFS, make_world
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
@@ -265,6 +265,12 @@ def _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypa
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     world = make_world(tmp_path, instance, ssh_keys, postgres_url)
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    return world
+
+
+def _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
+    """The same, its plan reconciled: ready to publish."""
+    world = _approved_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     return world
 
@@ -349,3 +355,35 @@ def test_a_publish_and_an_approval_that_completes_another_plan_never_deadlock_on
     approved_out, approved_err = approve.communicate(timeout=120)
     assert publish.returncode == 0 and "deadlock" not in err, err
     assert approve.returncode == 0 and "deadlock" not in approved_err, approved_err
+
+
+def test_evidence_verify_on_postgres_while_another_command_appends_is_no_false_alarm(
+        postgres_url, tmp_path, instance, ssh_keys, monkeypatch):
+    """`verify` counted the chain before its walk: a row another command appended meanwhile
+    (PostgreSQL reads each statement at its own snapshot) made it say rows were removed, and so
+    refuse publish and rollback (found by a review). It counts up to where its walk ended."""
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    world = _approved_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "verify.walk=4"}
+    verify = subprocess.Popen([str(Path(sys.executable).parent / "backfill"), "--home", str(world.home), "evidence",
+                               "verify"], env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as watch:  # it counted, and waits before its walk
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and verify.poll() is None and not watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> "
+                    "pg_backend_pid() AND state = 'idle' AND now() - state_change > interval '1 second'"
+            ).fetchone()[0]:
+                time.sleep(0.05)
+        assert verify.poll() is None, "verify ended before another command could append"
+        assert world.cli("pause", "fix") == 0  # another command appends a chain row meanwhile
+    finally:
+        out, err = verify.communicate(timeout=120)
+    assert verify.returncode == 0 and "rows were removed" not in err, err
+    assert out.startswith("evidence chain verified")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backfill_assets import faults
 from backfill_assets.bounded import NotRegularFile, open_regular, read_regular
 from backfill_assets.errors import EvidenceChainBroken, ForgedRecord, UsageError, WarehouseError
 from backfill_assets.home import Home
@@ -465,6 +466,7 @@ def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:
     key = session_key(session)
     prev, expected_seq = GENESIS, 1
     last_seq, chunk = 0, 5000
+    faults.checkpoint("verify.walk")  # a long chain's walk: other processes append meanwhile
     while True:
         batch = store.rows_after(session, last_seq, chunk)
         for seq, at, plan_id, kind, actor, payload, prev_hash, row_hash in batch:
