@@ -116,7 +116,8 @@ def identity(lease: Lease) -> Identity:
 def held_here(known: Identity) -> None:
     """A worker process of the holder runs under its lease (handed over as an argument, never read
     from a run's tags or the environment)."""
-    _HELD_HERE.add(tuple(known))  # type: ignore[arg-type]
+    plan_id, host, pid, acquired_at = known  # rebuilt with its fields' own types, as `identity` makes it
+    _HELD_HERE.add((str(plan_id), str(host), int(pid), str(acquired_at)))
 
 
 def _in_holder(found: Lease) -> bool:

@@ -265,9 +265,9 @@ def verify_all(session: Session) -> list[PlanState]:
             raise ForgedRecord(f"version {sha[:12]} of plan {row.plan_id} is in the evidence chain (row {row.seq}), "
                                f"but gone from {SCHEMA}.plan_versions", fix=evidence_log.FORGED_FIX)
     # approvals deleted had every run ask for the signatures again (found by an attack); those an
-    # upgrade from schema 2 moved aside (`approvals_v2`) are the chain's rows before the upgrade
-    # the chain's rows before the table's: a row and its chain row commit together, so one committed
-    # between the two reads is in the table if its chain row was read (not the other way round)
+    # upgrade from schema 2 moved aside (`approvals_v2`) are the chain's rows before the upgrade. The
+    # chain is read before the table: a row and its chain row commit together, so one committed
+    # between the two reads is in the table if its chain row was read
     upgraded = evidence_store.last_seq_of_kind(session, "upgrade")
     chained = evidence_log.rows(session, kind="approval")
     held = store.approval_seqs(session)
