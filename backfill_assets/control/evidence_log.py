@@ -27,6 +27,7 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,19 +263,27 @@ def _row_ok(key: bytes, row: EvidenceRow) -> bool:
 Counts = dict[tuple[str, str | None], tuple[int, int]]
 
 
-def _counts(session: Session) -> tuple[Counts, int]:
-    """(what the table holds now, as the index digests it; the last row's number). A table whose
-    rows are not exactly those numbered 1 to the last is no chain: rows numbered 0 or below, which
-    no walk from row 1 reads, were planted (found by an attack), or rows were removed."""
+@dataclass(frozen=True)
+class _Index:
+    counts: Counts  # what the table holds now, as the index digests it
+    top: int  # the last row's number
+    rows: dict[int, tuple[Any, ...]]  # as stored: the last row, and the numbers asked for that exist
+
+
+def _read_index(session: Session, seqs: Sequence[int] = ()) -> _Index:
+    """The index and the rows it is checked by, in one statement. A table whose rows are not
+    exactly those numbered 1 to the last is no chain: rows numbered 0 or below, which no walk
+    from row 1 reads, were planted (found by an attack), or rows were removed."""
     found: Counts = {}
     top = total = 0
-    for kind, plan_id, last, rows in store.index_rows(session, PLAN_STATE_KINDS, INDEXED_KINDS):
+    index, raw = store.index_rows(session, PLAN_STATE_KINDS, INDEXED_KINDS, seqs)
+    for kind, plan_id, last, rows in index:
         if kind == "top":
             top, total = int(last or 0), int(rows or 0)
         else:
             found[(str(kind), None if plan_id is None else str(plan_id))] = (int(last), int(rows))
     _numbered_from_one(total, top)
-    return found, top
+    return _Index(found, top, {int(r[0]): r for r in raw})
 
 
 def _numbered_from_one(total: int, top: int) -> None:
@@ -289,22 +298,21 @@ def _digest(counts: Counts) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _index_counts(session: Session, key: bytes, last: tuple[Any, ...] | None) -> Counts:
+def _index_counts(session: Session, key: bytes, index: _Index) -> Counts:
     """Before an append: the table's index as it stands, checked against the last row's (a chain
     of an earlier release, whose last row carries none, is verified whole once, here)."""
-    counts, _ = _counts(session)
-    if last is None:
-        return counts
-    head = row_of(last)
+    if index.top == 0:
+        return index.counts
+    head = row_of(index.rows[index.top])
     if not _row_ok(key, head):
         raise ForgedRecord(f"evidence row {head.seq} ({head.kind}), the chain's last, does not match its keyed hash",
                            fix=FORGED_FIX)
     recorded = head.payload.get(INDEX)
     if recorded is None:
         verified(session, [row_of(r) for r in store.rows_after(session, 0, head.seq)])
-    elif recorded != _digest(counts):
+    elif recorded != _digest(index.counts):
         raise ForgedRecord(INDEX_BROKEN, fix=FORGED_FIX)
-    return counts
+    return dict(index.counts)
 
 
 INDEX_BROKEN = ("the evidence chain's rows were relabelled or removed: a plan's last record, a trust root's pin "
@@ -317,20 +325,40 @@ def check_index(session: Session) -> Counts | None:
     decides nothing) and for a chain whose last row predates the index."""
     if not can_verify(session):
         return None
+    # asked again in one snapshot, the answer is the one checked (`append` keeps it current): a
+    # transaction's decisions ask ~3 times each (~2 ms each)
+    snapshot = session.snapshot_number
+    memo: tuple[int, Counts | None] | None = session.__dict__.get("_index_memo")
+    if snapshot is not None and memo is not None and memo[0] == snapshot:
+        return None if memo[1] is None else dict(memo[1])
+    found = _check_index(session)
+    if snapshot is not None:
+        session._index_memo = (snapshot, None if found is None else dict(found))  # type: ignore[attr-defined]
+    return found
+
+
+def _check_index(session: Session) -> Counts | None:
     session.refuse_shadowed_code()  # no macro answers the SQL below, nor the decision's
     home = session.home
     # the head log first: a head logged (after its commit) before the table is read is in the table
     recorded = recorded_head(home) if home is not None else None
-    counts, top = _counts(session)
+    # row 1 names the chain (`_chain_id`), the recorded head's row is compared, the last row is checked
+    index = _read_index(session, [1] if recorded is None else [1, recorded[0]])
+    counts, top = index.counts, index.top
     if top == 0 and recorded is None:
         return counts
-    if recorded is not None and (recorded[0] > top or store.hash_at(session, recorded[0]) != recorded[1]):
+    if recorded is not None and (recorded[0] > top or _hash_of(index, recorded[0]) != recorded[1]):
         raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
                                                "(rows were cut off the chain's end)")
-    head = by_seq(session, [top])[top]
+    head = by_seq(session, [top], index)[top]
     if head.payload.get(INDEX) not in (None, _digest(counts)):
         raise ForgedRecord(INDEX_BROKEN, fix=FORGED_FIX)
     return counts if head.payload.get(INDEX) is not None else None
+
+
+def _hash_of(index: _Index, seq: int) -> str | None:
+    row = index.rows.get(seq)
+    return None if row is None else str(row[7])
 
 
 def next_seq(session: Session) -> int:
@@ -350,7 +378,8 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
         with session.transaction():
             return append(session, plan_id=plan_id, kind=kind, actor=actor, payload=payload, seq=seq)
     session.lock("backfill_control.evidence")  # one chain: appends take turns on server engines
-    last = store.last_row(session)
+    index = _read_index(session)
+    last = index.rows.get(index.top)
     number, prev = (int(last[0]) + 1, str(last[7])) if last else (1, GENESIS)
     if seq is not None and seq != number:
         raise WarehouseError(f"evidence row {seq} was promised but the chain's next row is {number}",
@@ -360,7 +389,7 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     assert home is not None
     _heads_writable(session, home)
     at = now_iso()
-    counts = _index_counts(session, key, last)
+    counts = _index_counts(session, key, index)
     mark = ("plan", plan_id) if kind in PLAN_STATE_KINDS and plan_id is not None else \
         (kind, None) if kind in INDEXED_KINDS else None
     if mark is not None:
@@ -372,6 +401,10 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     # never remembered as verified until it commits: rolled back, its number goes to another row
     session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
+    if session.snapshot_number is not None:  # the index this row digests is what the table now holds
+        session._index_memo = (session.snapshot_number, dict(counts))  # type: ignore[attr-defined]
+    else:
+        session.__dict__.pop("_index_memo", None)
     return EvidenceRow(number, at, plan_id, kind, actor, text, json.loads(text), prev, row_hash)
 
 
@@ -398,22 +431,26 @@ def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:
 _VERIFIED: dict[tuple[str, int], EvidenceRow] = {}
 
 
-def _chain_id(session: Session) -> str:
+def _chain_id(session: Session, read: _Index | None = None) -> str:
     """Which chain this is: its first row's keyed hash (random key, first time), once per session.
     A file copied over another at the same path is another chain."""
     found = getattr(session, "_chain_id", None)
     if not found:  # an empty chain has no id yet: asked again once it has rows
-        found = str(store.hash_at(session, 1) or "")
+        found = _hash_of(read, 1) if read is not None and read.top else store.hash_at(session, 1)
+        found = str(found or "")
         session._chain_id = found  # type: ignore[attr-defined]
     return found
 
 
-def by_seq(session: Session, seqs: list[int]) -> dict[int, EvidenceRow]:
-    """The rows of these numbers, verified; a missing one is a ForgedRecord too."""
-    where = f"{session.engine.identity()}:{_chain_id(session)}"
+def by_seq(session: Session, seqs: list[int], read: _Index | None = None) -> dict[int, EvidenceRow]:
+    """The rows of these numbers, verified; a missing one is a ForgedRecord too. `read`: rows the
+    caller read in its own statement, used rather than read again."""
+    where = f"{session.engine.identity()}:{_chain_id(session, read)}"
     known = {s: _VERIFIED[(where, s)] for s in set(seqs) if (where, s) in _VERIFIED}
     wanted = sorted(set(seqs) - set(known))
-    found = {int(r[0]): row_of(r) for r in store.rows_by_seq(session, wanted)}
+    given = {s: read.rows[s] for s in wanted if s in read.rows} if read is not None else {}
+    fetched = store.rows_by_seq(session, [s for s in wanted if s not in given]) if len(given) < len(wanted) else []
+    found = {int(r[0]): row_of(r) for r in [*given.values(), *fetched]}
     missing = [s for s in wanted if s not in found]
     if missing:
         raise ForgedRecord(f"evidence row {missing[0]}, which records rows the control record holds, is gone",

@@ -44,11 +44,17 @@ def type_family(column_type: str) -> str:
 class Session(ABC):
     """One connection, used by one thread, for one unit of work."""
 
+    # Every statement of a transaction reads one snapshot (and the transaction's own writes): what
+    # a statement read earlier in it is still what the table holds for it (DuckDB). PostgreSQL's
+    # READ COMMITTED reads each statement at its own snapshot, so nothing is remembered there.
+    snapshot_transactions = False
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.home: Home | None = None  # set by Warehouse.session: where the evidence key lives
         self.read_only = False  # set by Warehouse.session: a reader never needs the evidence key
         self._depth = 0
+        self._transactions = 0  # outermost transactions begun: which one `transaction_number` is in
         self._after_commit: list[Callable[[], None]] = []
 
     def refuse_shadowed_code(self) -> None:  # noqa: B027 - an engine whose session checks it all as it opens
@@ -90,6 +96,7 @@ class Session(ABC):
             return
         self._begin()
         self._depth = 1
+        self._transactions += 1
         try:
             yield self
         except BaseException:
@@ -112,6 +119,12 @@ class Session(ABC):
     @property
     def in_transaction(self) -> bool:
         return self._depth > 0
+
+    @property
+    def snapshot_number(self) -> int | None:
+        """Which transaction's snapshot the next statement reads, when it is one that every
+        statement of the transaction reads (`snapshot_transactions`); else None."""
+        return self._transactions if self._depth and self.snapshot_transactions else None
 
     def after_commit(self, action: Callable[[], None]) -> None:
         if self._depth:

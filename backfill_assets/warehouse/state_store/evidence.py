@@ -64,17 +64,29 @@ def latest_of_plans(session: Session, kinds: Sequence[str], plan_ids: Sequence[s
             f"AND plan_id IN ({', '.join('?' for _ in part)}) ORDER BY plan_id, seq DESC", [*kinds, *part])
 
 
-def index_rows(session: Session, plan_kinds: Sequence[str], chain_kinds: Sequence[str]) -> list[tuple[Any, ...]]:
-    """What the chain index digests (`evidence_log.index_of`), in one statement (one snapshot):
+def index_rows(session: Session, plan_kinds: Sequence[str], chain_kinds: Sequence[str],
+               seqs: Sequence[int] = ()) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """What the chain index digests (`evidence_log.index_of`), and the rows a decision checks it
+    by, in one statement (one snapshot; each statement costs ~1 ms, and every decision asks):
     ("plan", plan_id, last seq, rows) of each plan's rows of `plan_kinds`; (kind, None, last seq,
-    rows) of each of `chain_kinds`; and ("top", None, the last row's number, rows)."""
+    rows) of each of `chain_kinds`; ("top", None, the last row's number, rows). Then the rows
+    themselves (as `COLUMNS`) of the last row and of the numbers `seqs`, those that exist."""
     plans = ", ".join("?" for _ in plan_kinds)
     chain = ", ".join("?" for _ in chain_kinds)
-    return session.rows(
-        f"SELECT 'plan', plan_id, max(seq), count(*) FROM {SCHEMA}.evidence WHERE kind IN ({plans}) "
+    blank = ", NULL, NULL, NULL, NULL, NULL, NULL"
+    wanted = f" OR seq IN ({', '.join('?' for _ in seqs)})" if seqs else ""
+    found = session.rows(
+        f"SELECT 'plan', plan_id, max(seq), count(*){blank} FROM {SCHEMA}.evidence WHERE kind IN ({plans}) "
         f"AND plan_id IS NOT NULL GROUP BY plan_id "
-        f"UNION ALL SELECT kind, NULL, max(seq), count(*) FROM {SCHEMA}.evidence WHERE kind IN ({chain}) GROUP BY kind "
-        f"UNION ALL SELECT 'top', NULL, max(seq), count(*) FROM {SCHEMA}.evidence", [*plan_kinds, *chain_kinds])
+        f"UNION ALL SELECT kind, NULL, max(seq), count(*){blank} FROM {SCHEMA}.evidence "
+        f"WHERE kind IN ({chain}) GROUP BY kind "
+        f"UNION ALL SELECT 'top', NULL, max(seq), count(*){blank} FROM {SCHEMA}.evidence "
+        f"UNION ALL SELECT 'row', plan_id, seq, 0, recorded_at, kind, actor, payload, prev_hash, row_hash "
+        f"FROM {SCHEMA}.evidence WHERE seq = (SELECT max(seq) FROM {SCHEMA}.evidence){wanted}",
+        [*plan_kinds, *chain_kinds, *seqs])
+    index = [r[:4] for r in found if r[0] != "row"]
+    rows = [(r[2], r[4], r[1], r[5], r[6], r[7], r[8], r[9]) for r in found if r[0] == "row"]
+    return index, rows
 
 
 def plan_ids_of_kinds(session: Session, kinds: Sequence[str]) -> set[str]:
