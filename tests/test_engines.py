@@ -387,3 +387,42 @@ def test_evidence_verify_on_postgres_while_another_command_appends_is_no_false_a
         out, err = verify.communicate(timeout=120)
     assert verify.returncode == 0 and "rows were removed" not in err, err
     assert out.startswith("evidence chain verified")
+
+
+def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_it(engine_world):
+    """The chain index check is remembered for the rest of a transaction only where every statement
+    of it reads one snapshot (DuckDB): there the answer remembered is the one a fresh check gives in
+    that transaction. PostgreSQL reads each statement afresh, so a relabel committed by another
+    session between two decisions of one transaction is found by the second."""
+    from backfill_assets.control import evidence_log
+    from backfill_assets.errors import ForgedRecord
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    relabel = (f"UPDATE backfill_control.evidence SET kind = 'note' WHERE seq = (SELECT max(seq) FROM "
+               f"backfill_control.evidence WHERE plan_id = 'fix' AND kind IN "
+               f"({', '.join(repr(k) for k in evidence_log.PLAN_STATE_KINDS)}))")
+    with world.warehouse().session() as session, session.transaction():
+        before = evidence_log.check_index(session)
+        assert before is not None and ("plan", "fix") in before
+        world.run_sql(relabel)  # another session's, committed
+        if world.url is None:
+            assert session.snapshot_number is not None
+            assert evidence_log.check_index(session) == before == evidence_log._check_index(session)
+        else:
+            assert session.snapshot_number is None
+            with pytest.raises(ForgedRecord, match="relabelled or removed"):
+                evidence_log.check_index(session)
+
+
+def test_an_append_keeps_the_remembered_chain_index_what_the_table_holds(world):
+    from backfill_assets.control import evidence_log
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    with world.warehouse().session() as session, session.transaction():
+        before = evidence_log.check_index(session)
+        evidence_log.append(session, plan_id="fix", kind="hold", actor="test", payload={"hold": "paused"})
+        evidence_log.append(session, plan_id=None, kind="note", actor="test", payload={})
+        after = evidence_log.check_index(session)
+        assert after == evidence_log._check_index(session) != before
+        assert after[("plan", "fix")][1] == before[("plan", "fix")][1] + 1
