@@ -391,3 +391,39 @@ def test_a_head_log_turned_into_a_pipe_after_its_check_is_a_warning_after_the_co
     err = capfd.readouterr().err
     assert f"evidence row {row.seq} committed but its head could not be logged" in err and "(a named pipe)" in err, err
     assert chain(world)[-1][0] == row.seq
+
+
+def _cut_back_past_a_withdrawal(world):
+    """Plan fix approved, its row and the chain's top noted; withdrawn; then an insider (SQL, no key)
+    deletes the chain's rows after the noted top and puts the plan's row back as it was."""
+    from backfill_assets.control import record
+    from backfill_assets.plan.phases import Phase
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    before = world.sql("SELECT * FROM backfill_control.plans WHERE plan_id = 'fix'")[0]
+    columns = [r[0] for r in world.sql("SELECT column_name FROM duckdb_columns() WHERE schema_name = "
+                                       "'backfill_control' AND table_name = 'plans' ORDER BY column_index")]
+    top = world.sql("SELECT max(seq) FROM backfill_control.evidence")[0][0]
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        assert record.transition(session, "fix", Phase.WITHDRAWN, "alice").phase == Phase.WITHDRAWN
+    world.run_sql("DELETE FROM backfill_control.evidence WHERE seq > ?", [top])
+    world.run_sql(f"UPDATE backfill_control.plans SET {', '.join(f'{c} = ?' for c in columns)} "
+                  "WHERE plan_id = 'fix'", list(before))
+    return warehouse
+
+
+@pytest.mark.parametrize("append_first", [False, True])
+def test_a_chain_cut_off_its_end_is_refused_even_after_an_append_in_the_same_transaction(world, append_first):
+    """The chain index check is remembered within a DuckDB transaction; an append kept it current
+    even where no check of that transaction had read the head log, and a decision after it obeyed a
+    chain cut back past a withdrawal: the plan read approved again (found by an attack)."""
+    from backfill_assets.control import evidence_log, record
+    from backfill_assets.errors import EvidenceChainBroken
+
+    warehouse = _cut_back_past_a_withdrawal(world)
+    with warehouse.session() as session, session.transaction():
+        if append_first:
+            evidence_log.append(session, plan_id=None, kind="note", actor="relay", payload={})
+        with pytest.raises(EvidenceChainBroken, match="cut off the chain's end"):
+            record.require(session, "fix")

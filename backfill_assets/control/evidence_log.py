@@ -401,10 +401,12 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     # never remembered as verified until it commits: rolled back, its number goes to another row
     session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
-    if session.snapshot_number is not None:  # the index this row digests is what the table now holds
-        session._index_memo = (session.snapshot_number, dict(counts))  # type: ignore[attr-defined]
-    else:
-        session.__dict__.pop("_index_memo", None)
+    # the index this row digests is what the table now holds; remembered only where a check of this
+    # snapshot is (an append reads no head log: remembered alone, it let later decisions obey a chain
+    # cut off its end, found by an attack)
+    memo = session.__dict__.pop("_index_memo", None)
+    if memo is not None and session.snapshot_number is not None and memo[0] == session.snapshot_number:
+        session._index_memo = (memo[0], dict(counts))  # type: ignore[attr-defined]
     return EvidenceRow(number, at, plan_id, kind, actor, text, json.loads(text), prev, row_hash)
 
 
