@@ -34,12 +34,14 @@ the load average is printed beside them.
 
     .venv/bin/python benchmarks/backfill_peers.py [--days 365] [--start 1995-01-01] [--rounds 2]
         [--only backfill,sqlmesh,dbt,duckdb] [--json out.json] [--keep DIR] [--per-run 30]
-        [--profile [--profiler cprofile|pyinstrument]] [--profile-only]
+        [--profile [--profiler cprofile|pyinstrument]] [--profile-only] [--duckdb-memory-mb 64]
 
 Peer venvs: `bash benchmarks/peers/setup.sh sqlmesh dbt tpchgen [pyinstrument]` (run for any that
 is missing; a peer that cannot be installed is reported as skipped, with why). --profile adds one
 round of this project only, `backfill run` under cProfile (or pyinstrument), and prints where its
-seconds go. A benchmark, not a test: nothing here runs in `make test`.
+seconds go. --duckdb-memory-mb N adds this project's two forms again with BACKFILL_DUCKDB_MEMORY_MB=N
+(DuckDB's memory limit: its buffer pool otherwise keeps the blocks read, the most of the peak RSS).
+A benchmark, not a test: nothing here runs in `make test`.
 """
 
 from __future__ import annotations
@@ -84,9 +86,14 @@ PLAN_ID = "tpch-replay"
 
 OURS = "backfill (this project)"
 ONE_COMMAND = "backfill run --and-publish (this project)"
+OURS_CAPPED = "backfill, DuckDB memory limit (this project)"
+ONE_CAPPED = "backfill run --and-publish, DuckDB memory limit (this project)"
+MEMORY_ENV = "BACKFILL_DUCKDB_MEMORY_MB"
 TOOLS = {
     OURS: "proof + run + reconcile + publish (runs of {per_run})",
     ONE_COMMAND: "the same four steps in one command, one process (runs of {per_run})",
+    OURS_CAPPED: "the four commands, BACKFILL_DUCKDB_MEMORY_MB={memory_mb} (runs of {per_run})",
+    ONE_CAPPED: "the one command, BACKFILL_DUCKDB_MEMORY_MB={memory_mb} (runs of {per_run})",
     "SQLMesh batch 30": "INCREMENTAL_BY_TIME_RANGE, batch_size 30, 3 audits a batch, restatement",
     "SQLMesh batch 1": "INCREMENTAL_BY_TIME_RANGE, batch_size 1, 3 audits a batch, restatement",
     "dbt microbatch day": "incremental microbatch, batch_size day, `dbt run` + `dbt test` (3 tests)",
@@ -294,15 +301,16 @@ class ProjectHome:
         return child([BACKFILL, "--home", str(self.home), *args], self.log, env=self.env, what=f"backfill {what}")
 
 
-def project_env(per_run: int) -> dict[str, str]:
-    return {"BACKFILL_DEFS": str(DEFS), "BENCH_PARTITIONS_PER_RUN": str(per_run)}
+def project_env(per_run: int, memory_mb: int = 0) -> dict[str, str]:
+    env = {"BACKFILL_DEFS": str(DEFS), "BENCH_PARTITIONS_PER_RUN": str(per_run)}
+    return {**env, MEMORY_ENV: str(memory_mb)} if memory_mb else env
 
 
-def prepare_project(base: Path, db: Path, days: list[str], per_run: int) -> ProjectHome:
+def prepare_project(base: Path, db: Path, days: list[str], per_run: int, memory_mb: int = 0) -> ProjectHome:
     """init, history (plan-free), a plan signed by its owner and two approvers: ready for the proof.
     Only init and the signatures are timed (reported apart from end to end)."""
     base.mkdir(parents=True, exist_ok=True)
-    env = project_env(per_run)
+    env = project_env(per_run, memory_mb)
     ph = ProjectHome(base, base / "backfill.log", env, base / "plans" / f"{PLAN_ID}.yaml")
     ph.home.mkdir(parents=True)
     shutil.copy2(db, ph.home / "warehouse.duckdb")
@@ -334,8 +342,8 @@ def run_project(ph: ProjectHome) -> dict[str, Done]:
     return out
 
 
-def tool_project(work: Path, ctx: Context, *, one_command: bool = False) -> dict[str, Any]:
-    ph = prepare_project(work, ctx.db2, ctx.days, ctx.per_run)
+def tool_project(work: Path, ctx: Context, *, one_command: bool = False, memory_mb: int = 0) -> dict[str, Any]:
+    ph = prepare_project(work, ctx.db2, ctx.days, ctx.per_run, memory_mb)
     steps = ({"run --and-publish": ph.backfill("run", PLAN_ID, "--and-publish", what="run --and-publish")}
              if one_command else run_project(ph))
     # command start-up alone: the interpreter, dagster and the CLI imported, nothing run
@@ -507,10 +515,16 @@ class Context:
     truth: dict[str, str]
 
 
-def tools_for(only: list[str] | None, skipped: dict[str, str]) -> dict[str, Callable[[Path, Context], dict]]:
+def tools_for(only: list[str] | None, skipped: dict[str, str],
+              memory_mb: int = 0) -> dict[str, Callable[[Path, Context], dict]]:
+    capped: dict[str, Callable[[Path, Context], dict]] = {
+        OURS_CAPPED: lambda work, ctx: tool_project(work, ctx, memory_mb=memory_mb),
+        ONE_CAPPED: lambda work, ctx: tool_project(work, ctx, one_command=True, memory_mb=memory_mb),
+    } if memory_mb else {}
     every: dict[str, Callable[[Path, Context], dict]] = {
         OURS: tool_project,
         ONE_COMMAND: lambda work, ctx: tool_project(work, ctx, one_command=True),
+        **capped,
         "SQLMesh batch 30": tool_sqlmesh(30),
         "SQLMesh batch 1": tool_sqlmesh(1),
         "dbt microbatch day": tool_dbt("day"),
@@ -571,7 +585,7 @@ def fmt(seconds: float | None) -> str:
     return f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}"
 
 
-def print_table(summary: dict[str, Any], skipped: dict[str, str], per_run: int) -> None:
+def print_table(summary: dict[str, Any], skipped: dict[str, str], per_run: int, memory_mb: int = 0) -> None:
     say("| tool | configuration | median s | ratio to this project (end to end) | CPU s | CPU ratio | same rows "
         "| rounds (s) |")
     say("|---|---|---:|---:|---:|---:|---|---|")
@@ -581,18 +595,19 @@ def print_table(summary: dict[str, Any], skipped: dict[str, str], per_run: int) 
         if e.get("published_same") is False:
             same += " (published table DIFFERS)"
         err = f"; errors: {e['errors']}" if e["errors"] else ""
-        say(f"| {name} | {e['configuration'].format(per_run=per_run)} | {fmt(e['median_seconds'])} | "
+        configuration = e["configuration"].format(per_run=per_run, memory_mb=memory_mb)
+        say(f"| {name} | {configuration} | {fmt(e['median_seconds'])} | "
             f"{'-' if ratio is None else f'{ratio:.2f}x'} | {fmt(e['median_cpu'])} | "
             f"{'-' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} | {same} | "
             f"{', '.join(fmt(s) for s in e['seconds'])}{err} |")
     for venv, why in skipped.items():
         say(f"| {venv} | SKIPPED | - | - | - | - | - | {why} |")
-    for name in (OURS, ONE_COMMAND):
+    for name in (OURS, ONE_COMMAND, OURS_CAPPED, ONE_CAPPED):
         ours = summary.get(name)
         if not (ours and ours.get("steps_median")):
             continue
         say(f"\n{name}, by command (median seconds, peak RSS over rounds; end to end = "
-            f"{' + '.join(STEPS) if name == OURS else 'run --and-publish'}):")
+            f"{' + '.join(STEPS) if name in (OURS, OURS_CAPPED) else 'run --and-publish'}):")
         for step, m in ours["steps_median"].items():
             say(f"  {step:<22} {fmt(m['seconds']):>8} s  cpu {fmt(m['cpu']):>7} s  "
                 f"peak RSS {m['peak_rss_mb']:6.0f} MB")
@@ -750,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-step", choices=tuple(PROFILED_STEPS), default="run",
                         help="the command profiled (the steps before it run unprofiled)")
     parser.add_argument("--no-setup", action="store_true", help="never run benchmarks/peers/setup.sh")
+    parser.add_argument("--duckdb-memory-mb", type=int, default=0,
+                        help=f"also run this project's two forms with {MEMORY_ENV} set to this (peak RSS)")
     args = parser.parse_args(argv)
 
     os.environ.pop("DAGSTER_HOME", None)  # each home's own DAGSTER_HOME, never the caller's
@@ -788,13 +805,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "when": when, "command": " ".join(["benchmarks/backfill_peers.py", *(argv or sys.argv[1:])]),
         "window": {"start": days[0], "end": days[-1], "partitions": len(days)}, "rounds": args.rounds,
-        "per_run": args.per_run, "truth": truth_row, "versions": versions, "skipped": skipped,
+        "per_run": args.per_run, "duckdb_memory_mb": args.duckdb_memory_mb,
+        "truth": truth_row, "versions": versions, "skipped": skipped,
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load_before": load_before},
         "data": {"parquet": str(PARQUET.relative_to(ROOT)), "generated_seconds": generated},
     }
     runs: dict[str, list[dict[str, Any]]] = {}
     try:
-        tools = {} if args.profile_only else tools_for(args.only.split(",") if args.only else None, skipped)
+        tools = {} if args.profile_only else tools_for(args.only.split(",") if args.only else None, skipped,
+                                                       args.duckdb_memory_mb)
         names = list(tools)
         runs = {n: [] for n in names}
         for rnd in range(args.rounds if names else 0):
@@ -827,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"\n## Results: {len(days)} partitions ({days[0]}..{days[-1]}), median of {args.rounds} interleaved "
                 f"round(s); load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
                 f"({os.cpu_count()} cores)\n")
-            print_table(summary, skipped, args.per_run)
+            print_table(summary, skipped, args.per_run, args.duckdb_memory_mb)
         if args.profile or args.profile_only:
             prof = profile_run(work / "profile", ctx, args.profiler, args.profile_step)
             results["profile"] = prof

@@ -449,6 +449,32 @@ def test_the_duckdb_threads_setting_reaches_the_database(tmp_path, monkeypatch, 
     assert threads == (3 if value else int(default))  # unset: DuckDB's own default
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    ("lots", "is not a whole number of megabytes from 0 to 16777216: set it to one, or unset it for 0"),
+    ("8", "is under the 32 megabytes DuckDB needs for the record: set it to 32 or more, or unset it for "
+          "DuckDB's default")])
+def test_a_bad_duckdb_memory_setting_is_one_line_naming_it(run_cli, home, monkeypatch, value, said):
+    monkeypatch.setenv("BACKFILL_DUCKDB_MEMORY_MB", value)
+    result = run_cli("init")
+    assert not (home / "warehouse.duckdb").exists()  # refused before the warehouse was opened
+    assert result.code == 2, result
+    shown = repr(value) if not value.isdigit() else value
+    assert result.err.strip() == f"backfill: BACKFILL_DUCKDB_MEMORY_MB={shown} {said}", result.err
+
+
+@pytest.mark.parametrize("value", ["64", ""])
+def test_the_duckdb_memory_setting_reaches_the_database(tmp_path, monkeypatch, value):
+    import duckdb
+
+    from backfill_assets.warehouse import engine_for
+
+    monkeypatch.setenv("BACKFILL_DUCKDB_MEMORY_MB", value)
+    with engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}").session() as session:
+        limit = session.scalar("SELECT current_setting('memory_limit')")
+    default = duckdb.connect().execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit == ("61.0 MiB" if value else default), limit  # 64 MB as DuckDB prints it; unset: its own
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "\u00b2"])
 def test_a_bad_window_limit_is_one_line_naming_the_setting(run_cli, monkeypatch, tmp_path, value):
     path = write_plan(tmp_path / "plans" / "p.yaml", complete_plan(plan_id="p"))

@@ -28,7 +28,7 @@ import duckdb
 
 from backfill_assets.bounded import refuse_non_regular
 from backfill_assets.environment import fix_for, pid_running, reason_of
-from backfill_assets.errors import LockWaitTimeout, WarehouseError
+from backfill_assets.errors import LockWaitTimeout, UsageError, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
 from backfill_assets.warehouse import lock_wait
@@ -194,6 +194,23 @@ def _threads() -> int:
     machine whose cores are shared by several processes, or for a record's small statements, one
     thread costs less (the test suite: ~12% of its CPU)."""
     return whole_number(THREADS_ENV, 0, 0, 1024, "threads")
+
+
+MEMORY_ENV = "BACKFILL_DUCKDB_MEMORY_MB"
+MIN_MEMORY_MB = 32  # below it DuckDB refuses ordinary statements of the record for want of memory
+
+
+def _memory_mb() -> int:
+    """DuckDB's memory limit for this process's database, in megabytes: 0 (unset) leaves DuckDB's
+    default, 80% of the machine's memory, which its buffer pool fills with the blocks a command
+    read (a reconcile of 2,526 partitions of a 6M-row source: 350-590 MB resident against 250-270
+    MB at 64, in the same time, benchmarks/backfill_peers.py --duckdb-memory-mb). A limit makes
+    DuckDB evict blocks read and spill large operators to disk."""
+    mb = whole_number(MEMORY_ENV, 0, 0, 16 * 1024 * 1024, "megabytes")
+    if 0 < mb < MIN_MEMORY_MB:
+        raise UsageError(f"{MEMORY_ENV}={mb} is under the {MIN_MEMORY_MB} megabytes DuckDB needs for the record",
+                         fix=f"set it to {MIN_MEMORY_MB} or more, or unset it for DuckDB's default")
+    return mb
 
 
 class _Kept:
@@ -392,7 +409,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
     def session(self, *, read_only: bool = False,
                 wait_seconds: float | None = None) -> Iterator[DuckDBSession]:
         key = (os.getpid(), os.path.abspath(self.path))
-        wait, threads = lock_wait.seconds(wait_seconds), _threads()
+        wait, threads, memory = lock_wait.seconds(wait_seconds), _threads(), _memory_mb()
         with _kept.lock:
             keeping = bool(_kept.depth) and not _kept.released
             kept = _kept.connections.get(key) if keeping else None
@@ -405,7 +422,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
             # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
             # session asked to read only still only reads)
             mode = kept[1]
-            con = self._connect(mode, wait, threads)
+            con = self._connect(mode, wait, threads, memory)
             with _kept.lock:
                 # still kept (never closed: a kept connection is closed only once dropped): the
                 # database stayed open from the memo's answers until now, and `con` holds it after
@@ -415,14 +432,14 @@ class DuckDBEngine(PostgresSpelling, Engine):
             # the command may write next: the database is loaded once, for writing, unless the file
             # cannot be written (a read-only home), where it is opened for reading as asked
             try:
-                con, mode = self._connect(False, wait, threads), False
+                con, mode = self._connect(False, wait, threads, memory), False
             except LockWaitTimeout:
                 raise
             except WarehouseError:
-                con, mode = self._connect(True, wait, threads), True
+                con, mode = self._connect(True, wait, threads, memory), True
         else:
             mode = read_only
-            con = self._connect(mode, wait, threads)
+            con = self._connect(mode, wait, threads, memory)
         try:
             session = DuckDBSession(self, con, catalog)
             session.control_relations_plain()
@@ -440,7 +457,8 @@ class DuckDBEngine(PostgresSpelling, Engine):
             finally:
                 con.close()
 
-    def _connect(self, read_only: bool, wait_seconds: float, threads: int) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool, wait_seconds: float, threads: int,
+                 memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
                                                            "the warehouse's write-ahead log")):
             # DuckDB opens both for reading: a named pipe there would block this process forever
@@ -461,6 +479,8 @@ class DuckDBEngine(PostgresSpelling, Engine):
                     con = duckdb.connect(str(self.path), read_only=read_only)
                     if threads:  # a setting, not connect's config: other connections may join this database
                         con.execute(f"SET threads = {threads}")
+                    if memory_mb:
+                        con.execute(f"SET memory_limit = '{int(memory_mb)}MB'")
                     return con
                 except duckdb.IOException as exc:
                     if not _is_lock_error(exc):
