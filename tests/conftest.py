@@ -24,16 +24,20 @@ BIN = Path(sys.executable).parent
 os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
 
 
-# Started first under `pytest -n --dist loadscope` (a worker takes a whole module, in the order the
-# modules' first tests come): these modules, then the modules holding these tests (each over ~25 s
-# on 2 busy cores), so no long module begins when the rest are done
-# by each module's wall under -n 3 (benchmarks/suite_cpu.py, 2026-12-06): the longest handed out
-# first, so the last worker to finish is not the one that got a long module last
-LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_run_cli.py", "test_faults.py",
-                 "test_publish_and_sensor.py", "test_writes_and_rollback.py", "test_published_bytes.py",
-                 "test_expectations.py", "test_graph.py", "test_notices.py", "test_environment_faults.py",
-                 "test_status_steps.py", "test_approvals.py", "test_partitionings.py", "test_state_machine.py",
-                 "test_package.py")
+# Handed out in this order under `pytest -n --dist loadscope` (a worker takes a whole module, in the
+# order the modules' first tests come): these modules, longest first by their wall under -n 3
+# (benchmarks/suite_cpu.py, 2026-12-06 08:20), then the modules holding LONG_TESTS, then the rest.
+# Every module over ~5 s is listed, so the last ones handed out are short: a 14 s module named late
+# in the alphabet, handed out last, kept one worker busy alone for the suite's last 12 s.
+LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_run_cli.py", "test_published_bytes.py",
+                 "test_publish_and_sensor.py", "test_faults.py", "test_expectations.py", "test_writes_and_rollback.py",
+                 "test_notices.py", "test_graph.py", "test_status_steps.py", "test_package.py",
+                 "test_environment_faults.py", "test_approvals.py", "test_state_machine.py", "test_warehouse_faults.py",
+                 "test_evidence.py", "test_pg_code_in_tables.py", "test_partitionings.py", "test_cutover.py",
+                 "test_hostile_input.py", "test_home_copies.py", "test_load_reads.py", "test_upgrade.py",
+                 "test_permission.py", "test_gates.py", "test_plan_cli.py", "test_leases.py", "test_diff.py",
+                 "test_pg_concurrency.py", "test_hurried_user.py", "test_fingerprint_upgrade.py",
+                 "test_team_project.py", "test_planted_rows.py")
 LONG_TESTS = ("test_the_demo_tells_the_whole_story",
               "test_a_rollback_of_published_data_is_no_edit_of_the_published_table",
               "test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same",

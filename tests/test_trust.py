@@ -336,11 +336,15 @@ def test_an_expired_approval_stops_authorising_runs(world, capfd):
                          plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     assert approve_offline(world, path, "alice", old) == 1
     assert "expired" in capfd.readouterr().err
-    # long enough for three approvals on a loaded machine (4 s expired under `pytest -n 4`)
-    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=12),
+    # signed first, then approved: the three approvals (~0.1 s each, ~1 s on a loaded machine) fit
+    # well inside the 5 s; signing them in between needed 12 (4 s expired under `pytest -n 4`)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=5),
                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
-    for who in (OWNER, "alice", "bob"):
-        assert approve_offline(world, path, who, soon) == 0
+    signed = {who: sign_file(world, who, soon, world.root) for who in (OWNER, "alice", "bob")}
+    for who, (text, sig) in signed.items():
+        assert world.cli("plan", "approve", str(path), "--by", who, "--signature", str(sig),
+                         "--statement", str(text)) == 0
     assert phase_and_sha(world)[0][0] == "approved"
     time.sleep(max(0.0, (soon.expires - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
     capfd.readouterr()
