@@ -750,6 +750,14 @@ def print_profile(prof: dict[str, Any]) -> None:
 
 # --- main ---------------------------------------------------------------------------------------------
 
+def _memory_mb(text: str) -> int:
+    """0, or the megabytes BACKFILL_DUCKDB_MEMORY_MB accepts (32 or more): refused here, not by each run."""
+    value = int(text) if text.isdigit() else -1
+    if value != 0 and value < 32:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of megabytes, 32 or more")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=int, default=365, help="partitions in the window (default 365)")
@@ -765,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-step", choices=tuple(PROFILED_STEPS), default="run",
                         help="the command profiled (the steps before it run unprofiled)")
     parser.add_argument("--no-setup", action="store_true", help="never run benchmarks/peers/setup.sh")
-    parser.add_argument("--duckdb-memory-mb", type=int, default=0,
+    parser.add_argument("--duckdb-memory-mb", type=_memory_mb, default=0,
                         help=f"also run this project's two forms with {MEMORY_ENV} set to this (peak RSS)")
     args = parser.parse_args(argv)
 

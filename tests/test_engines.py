@@ -389,30 +389,40 @@ def test_evidence_verify_on_postgres_while_another_command_appends_is_no_false_a
     assert out.startswith("evidence chain verified")
 
 
-def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_it(engine_world):
+def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_it(engine_world, monkeypatch):
     """The chain index check is remembered for the rest of a transaction only where every statement
-    of it reads one snapshot (DuckDB): there the answer remembered is the one a fresh check gives in
-    that transaction. PostgreSQL reads each statement afresh, so a relabel committed by another
-    session between two decisions of one transaction is found by the second."""
+    of it reads one snapshot (DuckDB): there it is read once a transaction, and the answer remembered
+    is the one a fresh check gives in that transaction. PostgreSQL reads each statement afresh, so it
+    reads it each time, and a relabel committed by another session between two decisions of one
+    transaction is found by the second."""
     from backfill_assets.control import evidence_log
     from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse.state_store import evidence as store
 
     world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
     relabel = (f"UPDATE backfill_control.evidence SET kind = 'note' WHERE seq = (SELECT max(seq) FROM "
                f"backfill_control.evidence WHERE plan_id = 'fix' AND kind IN "
                f"({', '.join(repr(k) for k in evidence_log.PLAN_STATE_KINDS)}))")
+    reads = []
+    index_rows = store.index_rows
+    monkeypatch.setattr(store, "index_rows", lambda *a, **k: reads.append(1) or index_rows(*a, **k))
     with world.warehouse().session() as session, session.transaction():
         before = evidence_log.check_index(session)
-        assert before is not None and ("plan", "fix") in before
+        assert before is not None and ("plan", "fix") in before and len(reads) == 1
         world.run_sql(relabel)  # another session's, committed
         if world.url is None:
             assert session.snapshot_number is not None
-            assert evidence_log.check_index(session) == before == evidence_log._check_index(session)
+            assert evidence_log.check_index(session) == before and len(reads) == 1  # remembered
+            assert evidence_log._check_index(session) == before  # what this snapshot holds
         else:
             assert session.snapshot_number is None
             with pytest.raises(ForgedRecord, match="relabelled or removed"):
                 evidence_log.check_index(session)
+            assert len(reads) == 2
+    with world.warehouse().session() as session, session.transaction():  # the relabel is there
+        with pytest.raises(ForgedRecord, match="relabelled or removed"):
+            evidence_log.check_index(session)
 
 
 def test_an_append_keeps_the_remembered_chain_index_what_the_table_holds(world):

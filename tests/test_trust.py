@@ -336,10 +336,11 @@ def test_an_expired_approval_stops_authorising_runs(world, capfd):
                          plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     assert approve_offline(world, path, "alice", old) == 1
     assert "expired" in capfd.readouterr().err
-    # signed first, then approved: the three approvals (~0.1 s each, ~1 s on a loaded machine) fit
-    # well inside the 5 s; signing them in between needed 12 (4 s expired under `pytest -n 4`)
+    # three signatures (ssh-keygen) then three approvals (~0.1 s each, ~2 s in all on a loaded
+    # machine) within 6-7 s (the stamps are whole seconds); each approval signed between two
+    # approvals needed 12 (4 s expired under `pytest -n 4`)
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=5),
+    soon = Statement.make(PLAN_APPROVAL, signed=now, expires=now + dt.timedelta(seconds=7),
                           plan=plan_sha256(plan), code=FIXED.code_identity, warehouse=root.warehouse_id)
     signed = {who: sign_file(world, who, soon, world.root) for who in (OWNER, "alice", "bob")}
     for who, (text, sig) in signed.items():

@@ -302,7 +302,7 @@ def _index_counts(session: Session, key: bytes, index: _Index) -> Counts:
     """Before an append: the table's index as it stands, checked against the last row's (a chain
     of an earlier release, whose last row carries none, is verified whole once, here)."""
     if index.top == 0:
-        return index.counts
+        return dict(index.counts)
     head = row_of(index.rows[index.top])
     if not _row_ok(key, head):
         raise ForgedRecord(f"evidence row {head.seq} ({head.kind}), the chain's last, does not match its keyed hash",

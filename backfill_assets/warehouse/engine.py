@@ -54,7 +54,7 @@ class Session(ABC):
         self.home: Home | None = None  # set by Warehouse.session: where the evidence key lives
         self.read_only = False  # set by Warehouse.session: a reader never needs the evidence key
         self._depth = 0
-        self._transactions = 0  # outermost transactions begun: which one `transaction_number` is in
+        self._transactions = 0  # outermost transactions begun: which snapshot `snapshot_number` names
         self._after_commit: list[Callable[[], None]] = []
 
     def refuse_shadowed_code(self) -> None:  # noqa: B027 - an engine whose session checks it all as it opens

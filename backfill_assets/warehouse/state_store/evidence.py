@@ -16,10 +16,6 @@ COLUMNS = ("seq", "recorded_at", "plan_id", "kind", "actor", "payload", "prev_ha
 _ROW = ", ".join(COLUMNS)
 
 
-def last_row(session: Session) -> tuple[Any, ...] | None:
-    return session.one(f"SELECT {_ROW} FROM {SCHEMA}.evidence ORDER BY seq DESC LIMIT 1")
-
-
 def max_seq(session: Session) -> int:
     return int(session.scalar(f"SELECT max(seq) FROM {SCHEMA}.evidence") or 0)
 
