@@ -751,10 +751,10 @@ def print_profile(prof: dict[str, Any]) -> None:
 # --- main ---------------------------------------------------------------------------------------------
 
 def _memory_mb(text: str) -> int:
-    """0, or the megabytes BACKFILL_DUCKDB_MEMORY_MB accepts (32 or more): refused here, not by each run."""
+    """0, or the megabytes BACKFILL_DUCKDB_MEMORY_MB accepts (64 or more): refused here, not by each run."""
     value = int(text) if text.isdigit() else -1
-    if value != 0 and value < 32:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of megabytes, 32 or more")
+    if value != 0 and value < 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of megabytes, 64 or more")
     return value
 
 

@@ -451,8 +451,8 @@ def test_the_duckdb_threads_setting_reaches_the_database(tmp_path, monkeypatch, 
 
 @pytest.mark.parametrize(("value", "said"), [
     ("lots", "is not a whole number of megabytes from 0 to 16777216: set it to one, or unset it for 0"),
-    ("8", "is under the 32 megabytes DuckDB needs for the record: set it to 32 or more, or unset it for "
-          "DuckDB's default")])
+    ("32", "is under the 64 megabytes a run's writes need: set it to 64 or more, or unset it for "
+           "DuckDB's default")])
 def test_a_bad_duckdb_memory_setting_is_one_line_naming_it(run_cli, home, monkeypatch, value, said):
     monkeypatch.setenv("BACKFILL_DUCKDB_MEMORY_MB", value)
     result = run_cli("init")

@@ -197,7 +197,7 @@ def _threads() -> int:
 
 
 MEMORY_ENV = "BACKFILL_DUCKDB_MEMORY_MB"
-MIN_MEMORY_MB = 32  # below it DuckDB refuses ordinary statements of the record for want of memory
+MIN_MEMORY_MB = 64  # the demo's history load ran out of memory at 32 (at 48 it passed)
 
 
 def _memory_mb() -> int:
@@ -208,7 +208,7 @@ def _memory_mb() -> int:
     DuckDB evict blocks read and spill large operators to disk."""
     mb = whole_number(MEMORY_ENV, 0, 0, 16 * 1024 * 1024, "megabytes")
     if 0 < mb < MIN_MEMORY_MB:
-        raise UsageError(f"{MEMORY_ENV}={mb} is under the {MIN_MEMORY_MB} megabytes DuckDB needs for the record",
+        raise UsageError(f"{MEMORY_ENV}={mb} is under the {MIN_MEMORY_MB} megabytes a run's writes need",
                          fix=f"set it to {MIN_MEMORY_MB} or more, or unset it for DuckDB's default")
     return mb
 
