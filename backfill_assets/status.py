@@ -132,6 +132,25 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
     return PlanStatus(**{**asdict(status), "next": step})
 
 
+def reconciled_seq(session: Session, state: PlanState) -> int | None:
+    """The chain row of the reconciliation the reopen sensor publishes (its run key names it), for a
+    plan that waits for publish; else None."""
+    if state.phase is not Phase.RECONCILED:
+        return None
+    rows = evidence_log.rows(session, state.plan_id, "window_reconciled")
+    return rows[-1].seq if rows else None
+
+
+def sensor_gave_up(status: PlanStatus, attempts: int) -> PlanStatus:
+    """The reopen sensor's `attempts` publish runs of this reconciliation all failed, and it requests
+    no more: `status` said the sensor would publish it."""
+    if status.phase != Phase.RECONCILED.value or status.blockers or status.hold:
+        return status
+    return PlanStatus(**{**asdict(status), "next": (
+        f"the reopen sensor's {attempts} publish runs of this window failed (Dagster's Runs list says why) and it "
+        f"requests no more: publish now with `backfill publish {status.plan_id}`, which says what blocks it")})
+
+
 def ended_status(session: Session, state: PlanState) -> PlanStatus:
     """An ended plan (closed, rolled back, withdrawn) as its record says it ended, for the table of a
     table's plans that every plan-changing command records: its window's gates and published bytes

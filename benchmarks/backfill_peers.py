@@ -678,7 +678,8 @@ def _short(path: str) -> str:
     return path
 
 
-PROFILED_STEPS = {"run": ("run",), "reconcile": ("reconcile",), "publish": ("publish",)}
+PROFILED_STEPS = {"run": ("run",), "reconcile": ("reconcile",), "publish": ("publish",),
+                  "and-publish": ("run", "--and-publish")}  # the one command: the window to publish
 
 
 def profile_run(work: Path, ctx: Context, profiler: str, step: str = "run") -> dict[str, Any]:
@@ -686,7 +687,7 @@ def profile_run(work: Path, ctx: Context, profiler: str, step: str = "run") -> d
     step's command under the profiler."""
     ph = prepare_project(work, ctx.db2, ctx.days, ctx.per_run)
     ph.backfill("run", PLAN_ID, "--proof", what="run --proof")
-    for before in STEPS[1:STEPS.index(step)]:
+    for before in STEPS[1:STEPS.index(step)] if step in STEPS else ():
         ph.backfill(before, PLAN_ID, what=before)
     out: dict[str, Any] = {"profiler": profiler, "partitions": len(ctx.days) - 1, "step": step}
     command = [str(BACKFILL), "--home", str(ph.home), *PROFILED_STEPS[step], PLAN_ID]

@@ -404,3 +404,26 @@ def test_a_publish_run_of_the_sensor_that_failed_is_requested_again_under_a_new_
     assert world.materialize(keys(1, 4), tags={**second.tags, "dagster/run_key": second.run_key}, target=False,
                              publish=True).success
     assert world.phase() == "published"
+
+
+def test_status_says_when_the_sensor_gave_up_on_a_publish_and_names_the_command(world, capsys):
+    """Each failed publish run of the sensor allows one more under the next key, up to three; past
+    them `status` still said the sensor would publish the plan. It says the sensor gave up, and names
+    `backfill publish`, which then publishes it."""
+    reconciled_plan(world)
+    capsys.readouterr()
+    assert world.cli("status", "fix") == 0
+    assert "publish reopens by the sensor" in capsys.readouterr().out
+    for _ in range(3):  # the plan paused between each request and its run: the run fails
+        [request] = evaluate_sensor(world).run_requests
+        assert world.cli("pause", "fix") == 0
+        tags = {**request.tags, "dagster/run_key": request.run_key, "dagster/sensor_name": SENSOR}
+        assert not world.materialize(keys(1, 4), tags=tags, target=False, publish=True).success
+        assert world.cli("run", "fix") == 0  # resumed
+    assert evaluate_sensor(world).run_requests == []
+    capsys.readouterr()
+    assert world.cli("status", "fix") == 0
+    shown = capsys.readouterr().out
+    assert "next       the reopen sensor's 3 publish runs of this window failed" in shown, shown
+    assert "`backfill publish fix`" in shown and "publish reopens by the sensor" not in shown
+    assert world.cli("publish", "fix") == 0 and world.phase() == "published"

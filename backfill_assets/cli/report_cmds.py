@@ -185,7 +185,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from backfill_assets.cli.notices_cmd import undelivered_line
     from backfill_assets.control import record
     from backfill_assets.control.outbox import notices
-    from backfill_assets.status import plan_status
+    from backfill_assets.status import plan_status, reconciled_seq, sensor_gave_up
 
     tables = _tables_if_found()
     with reading(args) as session:
@@ -193,7 +193,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         statuses = [plan_status(session, s, *_table_of(tables, s.target)) for s in states]
         told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
         waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
-    dead = _fail_dead_runs(home_of(args))
+        waiting_for_sensor = {s.plan_id: seq for s in states if (seq := reconciled_seq(session, s)) is not None}
+    dead, given_up = _runs_of_the_home(home_of(args), waiting_for_sensor)
+    if given_up:
+        from backfill_assets.defs.sensor import PUBLISH_ATTEMPTS
+
+        statuses = [sensor_gave_up(s, PUBLISH_ATTEMPTS) if s.plan_id in given_up else s for s in statuses]
     if args.json:
         shown = [{**s.to_json(), "undelivered_notices": waiting[s.plan_id], "notices": told[s.plan_id]}
                  for s in statuses]
@@ -256,10 +261,12 @@ def _table_of(loaded: LoadedDefs | None,
     return table.spec, table.scheme(), table.graph
 
 
-def _fail_dead_runs(home: Home) -> list[str]:
-    """Runs of ours whose process died are marked failed (only where a Dagster instance exists)."""
+def _runs_of_the_home(home: Home, reconciled: dict[str, int]) -> tuple[list[str], set[str]]:
+    """What the home's Dagster instance says, where there is one: runs of ours whose process died,
+    marked failed now; and the plans (of `reconciled`: plan -> its reconciliation's chain row) whose
+    reopen sensor's publish runs all failed, so that it requests no more."""
     if not (home.dagster_home / "dagster.yaml").exists() or not os.access(home.dagster_home, os.W_OK):
-        return []  # a reading command on a read-only home shows the plans all the same
+        return [], set()  # a reading command on a read-only home shows the plans all the same
     import dagster as dg
 
     from backfill_assets.dagster_setup import open_instance, stored_elsewhere
@@ -268,16 +275,21 @@ def _fail_dead_runs(home: Home) -> list[str]:
 
     try:
         if stored_elsewhere(home):
-            return []  # a copied home's: another home's runs are not this command's to mark
+            return [], set()  # a copied home's: another home's runs are not this command's to judge
         instance = open_instance(home.dagster_home)
         with instance:
-            return fail_dead_runs(instance)
+            dead = fail_dead_runs(instance)
+            if not reconciled:
+                return dead, set()
+            from backfill_assets.defs.sensor import publish_run_key
+
+            return dead, {p for p, seq in reconciled.items() if publish_run_key(instance, p, seq) is None}
     except (dg.DagsterInvalidConfigError, UsageError):
-        return []  # a reading command shows the plans anyway; `backfill run` names the problem
+        return [], set()  # a reading command shows the plans anyway; `backfill run` names the problem
     except Exception as exc:
         if fault_of(exc, str(home.dagster_home)) is None:
             raise
-        return []  # a full disk: the dead runs are marked by the next command that can write
+        return [], set()  # a full disk: the dead runs are marked by the next command that can write
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
