@@ -204,8 +204,9 @@ def _memory_mb() -> int:
     """DuckDB's memory limit for this process's database, in megabytes: 0 (unset) leaves DuckDB's
     default, 80% of the machine's memory, which its buffer pool fills with the blocks a command
     read (a reconcile of 2,526 partitions of a 6M-row source: 350-590 MB resident against 250-270
-    MB at 64, in the same time, benchmarks/backfill_peers.py --duckdb-memory-mb). A limit makes
-    DuckDB evict blocks read and spill large operators to disk."""
+    MB at 64, in the same time; its run ~10% slower, reading the source's blocks again:
+    benchmarks/backfill_peers.py --duckdb-memory-mb). A limit makes DuckDB evict blocks read and
+    spill large operators to disk."""
     mb = whole_number(MEMORY_ENV, 0, 0, 16 * 1024 * 1024, "megabytes")
     if 0 < mb < MIN_MEMORY_MB:
         raise UsageError(f"{MEMORY_ENV}={mb} is under the {MIN_MEMORY_MB} megabytes a run's writes need",
