@@ -1114,3 +1114,36 @@ def test_a_duckdb_control_table_that_answers_each_statement_differently_is_refus
         in said, said
     assert _published_rows(world, "2026-01-03") == before
     assert world.cli("evidence", "verify") != 0
+
+
+@pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
+def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
+    """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting
+    them; `evidence` recreated without its primary key could hold a row twice and so hide a row
+    removed from the count (a lead of an attack). Refused as each session opens, like a view."""
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    if world.url is None:
+        _insider_duckdb(world, f"CREATE TABLE {CONTROL}.evidence_copy AS SELECT * FROM {CONTROL}.evidence",
+                        f"DROP TABLE {CONTROL}.evidence", f"ALTER TABLE {CONTROL}.evidence_copy RENAME TO evidence")
+    else:
+        with psycopg.connect(world.url, autocommit=True) as insider:
+            insider.execute(f"ALTER TABLE {CONTROL}.evidence DROP CONSTRAINT evidence_pkey")
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err
+    assert f"{CONTROL}.evidence has no primary key on seq" in said and said.count("\n") == 1, said
+    assert world.cli("evidence", "verify") != 0
+    # the proof never wrote: its table is made by its first write
+    count = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'daily_revenue'"
+    if world.url is None:  # read as the insider reads it: the product's sessions refuse the file
+        import duckdb
+
+        world.warehouse().engine.let_go()
+        with duckdb.connect(str(world.warehouse_path), read_only=True) as con:
+            assert con.execute(count).fetchone() == (0,)
+    else:
+        with psycopg.connect(world.url) as con:
+            assert con.execute(count).fetchone() == (0,)

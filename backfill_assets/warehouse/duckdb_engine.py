@@ -32,7 +32,7 @@ from backfill_assets.errors import LockWaitTimeout, UsageError, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
 from backfill_assets.warehouse import lock_wait
-from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
+from backfill_assets.warehouse.engine import Engine, Params, Session, raise_no_chain_key, type_family
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 
@@ -124,7 +124,9 @@ class DuckDBSession(Session):
             "SELECT 't', NULL, type_name, NULL, internal, NULL FROM system.main.duckdb_types() "
             "UNION ALL SELECT 'v', schema_name, view_name, NULL, internal, NULL FROM system.main.duckdb_views() "
             "UNION ALL SELECT 'c', schema_name, table_name, column_name, is_generated, data_type "
-            "FROM system.main.duckdb_columns()")
+            "FROM system.main.duckdb_columns() "
+            "UNION ALL SELECT 'k', schema_name, table_name, constraint_type, NULL, "
+            "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints()")
         mine = {str(name) for (what, _, name, _, internal, _) in found if what == "t" and not internal}
         odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
                if what == "v" and schema == SCHEMA and not internal]
@@ -132,6 +134,10 @@ class DuckDBSession(Session):
             if what == "c" and schema == SCHEMA and (generated or str(kind) in mine
                                                      or str(kind).upper().startswith("ENUM")):
                 odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
+        if any(what == "c" and schema == SCHEMA and table == "evidence" for (what, schema, table, *_) in found) and \
+                (SCHEMA, "evidence", "PRIMARY KEY", "[seq]") not in {tuple(r[1:4]) + (r[5],) for r in found
+                                                                       if r[0] == "k"}:
+            raise_no_chain_key(SCHEMA)
         if odd:
             from backfill_assets.errors import ForgedRecord
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from backfill_assets.identifiers import quote
 
@@ -39,6 +39,17 @@ def type_family(column_type: str) -> str:
             name.startswith("TIMESTAMP(") and name.endswith("WITH TIME ZONE")):
         return "timestamptz"
     return "other"
+
+
+def raise_no_chain_key(schema: str) -> NoReturn:
+    """The evidence chain is exactly its rows numbered 1 to the last, checked by counting them: a
+    table recreated without its primary key can hold a row twice, so a row removed is not missed
+    (a lead of an attack). Either engine's `control_relations_plain` refuses it so."""
+    from backfill_assets.errors import ForgedRecord
+
+    raise ForgedRecord(f"{schema}.evidence has no primary key on seq: its rows could repeat a number, so a row "
+                       "removed would not be missed", fix="restore the control record from backup (`backfill "
+                                                         "evidence verify` then checks it)")
 
 
 class Session(ABC):

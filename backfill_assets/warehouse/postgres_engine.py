@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import qualified, quote
 from backfill_assets.warehouse import lock_wait
-from backfill_assets.warehouse.engine import Engine, Params, Session, type_family
+from backfill_assets.warehouse.engine import Engine, Params, Session, raise_no_chain_key, type_family
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%",
@@ -108,6 +108,15 @@ _CATALOG = "'pg_catalog'::pg_catalog.regnamespace"
 _ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL's tables, types, operators or "
             "functions where backfill reads (a view of yours belongs in another schema, a function under another "
             "name); restore a replaced table from backup; `backfill evidence verify` then checks the record")
+# whether the evidence chain's table still has its primary key on seq (see `raise_no_chain_key`)
+_CHAIN_KEY_SQL = (
+    "SELECT count(*) FROM pg_catalog.pg_constraint AS k JOIN pg_catalog.pg_class AS c "
+    f"ON c.oid {_EQ} k.conrelid JOIN pg_catalog.pg_namespace AS n ON n.oid {_EQ} c.relnamespace "
+    f"JOIN pg_catalog.pg_attribute AS a ON a.attrelid {_EQ} c.oid AND a.attnum {_EQ} k.conkey[1] "
+    f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND c.relname {_EQ} 'evidence'::pg_catalog.name "
+    f"AND k.contype {_EQ} 'p'::pg_catalog.\"char\" AND pg_catalog.array_length(k.conkey, 1) {_EQ} "
+    f"1::pg_catalog.int4 AND a.attname {_EQ} 'seq'::pg_catalog.name")
+
 _ODD_CONTROL_SQL = (
     "SELECT 'the column ' OPERATOR(pg_catalog.||) c.relname OPERATOR(pg_catalog.||) '.' "
     "OPERATOR(pg_catalog.||) a.attname OPERATOR(pg_catalog.||) ' of type ' OPERATOR(pg_catalog.||) "
@@ -200,6 +209,9 @@ class PostgresSession(Session):
                 sql.SQL(", ").join(sql.Identifier(SCHEMA, r[0]) for r in found)))
             found = self.con.execute(relations, [SCHEMA]).fetchall()
         bad = [r for r in found if r[1] != "r" or r[2]]
+        if any(r[0] == "evidence" for r in found) and not bad and \
+                not self.con.execute(_CHAIN_KEY_SQL, [SCHEMA]).fetchone()[0]:
+            raise_no_chain_key(SCHEMA)
         if found and not bad:
             odd = self.con.execute(_ODD_CONTROL_SQL, [SCHEMA, SCHEMA]).fetchall()
             if odd:
