@@ -1147,3 +1147,48 @@ def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, cap
     else:
         with psycopg.connect(world.url) as con:
             assert con.execute(count).fetchone() == (0,)
+
+
+@pytest.mark.parametrize("how", ["the chain's table renamed Evidence", "the schema renamed Backfill_Control"])
+def test_control_names_in_another_case_are_checked_as_duckdb_resolves_them(world, capsys, how):
+    """DuckDB resolves names without regard to case but keeps the case they were made with: the
+    checks compared the catalog's names with ours exactly, so `evidence` copied without its primary
+    key and renamed "Evidence" (a row then held twice, another removed: count = last number) was
+    never checked (found by an attack); nor was a view in the control schema made again as
+    "Backfill_Control"."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    if how.startswith("the chain's"):
+        _insider_duckdb(world, f"CREATE TABLE {CONTROL}.evidence_copy AS SELECT * FROM {CONTROL}.evidence",
+                        f"DROP TABLE {CONTROL}.evidence", f'ALTER TABLE {CONTROL}.evidence_copy RENAME TO "Evidence"',
+                        f"INSERT INTO {CONTROL}.evidence SELECT * FROM {CONTROL}.evidence WHERE seq = 4",
+                        f"DELETE FROM {CONTROL}.evidence WHERE seq = 3")
+        expected = f"{CONTROL}.evidence has no primary key on seq"
+    else:
+        tables = [t for (t,) in _insider_rows(world, "SELECT table_name FROM duckdb_tables() WHERE schema_name = "
+                                                     f"'{CONTROL}' ORDER BY table_name")]
+        from backfill_assets.warehouse.state_store.schema import _TABLES
+
+        chain = _TABLES[_TABLES.index(f"CREATE TABLE IF NOT EXISTS {CONTROL}.evidence"):]
+        chain = chain[:chain.index(");") + 2].replace(CONTROL, '"Backfill_Control"', 1)  # with its key
+        _insider_duckdb(world, "CREATE SCHEMA stash",
+                        *(f"CREATE TABLE stash.{t} AS SELECT * FROM {CONTROL}.{t}" for t in tables),
+                        f"DROP SCHEMA {CONTROL} CASCADE", 'CREATE SCHEMA "Backfill_Control"', chain,
+                        'INSERT INTO "Backfill_Control".evidence SELECT * FROM stash.evidence',
+                        *(f'CREATE TABLE "Backfill_Control".{t} AS SELECT * FROM stash.{t}' for t in tables
+                          if t not in ("plans", "evidence")),
+                        'CREATE TABLE "Backfill_Control".plans_real AS SELECT * FROM stash.plans',
+                        'CREATE VIEW "Backfill_Control".plans AS SELECT * FROM "Backfill_Control".plans_real',
+                        "DROP SCHEMA stash CASCADE")
+        expected = "holds the view plans"
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    said = capsys.readouterr().err
+    assert expected in said, said
+
+
+def _insider_rows(world, query: str) -> list[tuple]:
+    import duckdb
+
+    world.warehouse().engine.let_go()
+    with duckdb.connect(str(world.warehouse_path), read_only=True) as con:
+        return con.execute(query).fetchall()

@@ -128,15 +128,17 @@ class DuckDBSession(Session):
             "UNION ALL SELECT 'k', schema_name, table_name, constraint_type, NULL, "
             "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints()")
         mine = {str(name) for (what, _, name, _, internal, _) in found if what == "t" and not internal}
+        # names as DuckDB resolves them, without regard to case: `backfill_control.evidence` reads a
+        # table made as "Evidence", or a schema made again as "Backfill_Control" (found by an attack)
         odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
-               if what == "v" and schema == SCHEMA and not internal]
+               if what == "v" and _named(schema, SCHEMA) and not internal]
         for what, schema, table, column, generated, kind in found:
-            if what == "c" and schema == SCHEMA and (generated or str(kind) in mine
-                                                     or str(kind).upper().startswith("ENUM")):
+            if what == "c" and _named(schema, SCHEMA) and (generated or str(kind) in mine
+                                                           or str(kind).upper().startswith("ENUM")):
                 odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
-        if any(what == "c" and schema == SCHEMA and table == "evidence" for (what, schema, table, *_) in found) and \
-                (SCHEMA, "evidence", "PRIMARY KEY", "[seq]") not in {tuple(r[1:4]) + (r[5],) for r in found
-                                                                       if r[0] == "k"}:
+        chain = [r for r in found if _named(r[1], SCHEMA) and _named(r[2], "evidence")]
+        if any(r[0] == "c" for r in chain) and not any(
+                r[0] == "k" and r[3] == "PRIMARY KEY" and _named(r[5], "[seq]") for r in chain):
             raise_no_chain_key(SCHEMA)
         if odd:
             from backfill_assets.errors import ForgedRecord
@@ -159,6 +161,11 @@ class DuckDBSession(Session):
             self.con.execute("ROLLBACK")
         except duckdb.Error:
             pass  # the connection already dropped the transaction (e.g. after a fatal error)
+
+
+def _named(name: object, ours: str) -> bool:
+    """Whether DuckDB resolves our (lower-case) name `ours` to the catalog's `name`."""
+    return name is not None and (str(name).lower() == ours or str(name).casefold() == ours)
 
 
 _BUILTINS: set[str] = set()
@@ -566,10 +573,11 @@ class DuckDBEngine(PostgresSpelling, Engine):
             "SELECT CASE WHEN EXISTS (SELECT 1 FROM system.main.duckdb_columns() AS c WHERE c.table_oid = t.table_oid "
             "AND c.is_generated) THEN 'table with computed columns' ELSE 'table' END "
             "FROM system.main.duckdb_tables() AS t "
-            "WHERE t.database_name = current_database() AND t.schema_name = coalesce(?, current_schema()) "
-            "AND lower(t.table_name) = lower(?) UNION ALL "
+            "WHERE t.database_name = current_database() "
+            "AND lower(t.schema_name) = lower(coalesce(?, current_schema())) AND lower(t.table_name) = lower(?) "
+            "UNION ALL "
             "SELECT 'view' FROM system.main.duckdb_views() WHERE database_name = current_database() "
-            "AND schema_name = coalesce(?, current_schema()) AND lower(view_name) = lower(?)",
+            "AND lower(schema_name) = lower(coalesce(?, current_schema())) AND lower(view_name) = lower(?)",
             [schema, table, schema, table])
         kind = str(found[0][0]) if found else None
         if kind == "table":
@@ -581,7 +589,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         # its cost (~1 ms), and every fingerprint reads it
         rows = session.rows(
             "SELECT column_name, data_type FROM duckdb_columns() "
-            "WHERE database_name = current_database() AND schema_name = coalesce(?, current_schema()) "
+            "WHERE database_name = current_database() AND lower(schema_name) = lower(coalesce(?, current_schema())) "
             "AND lower(table_name) = lower(?) ORDER BY column_index", [schema, table])
         return {str(name).lower(): _normalised(str(kind)) for name, kind in rows}
 
