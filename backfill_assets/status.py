@@ -134,7 +134,8 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
 
 def reconciled_seq(session: Session, state: PlanState) -> int | None:
     """The chain row of the reconciliation the reopen sensor publishes (its run key names it), for a
-    plan that waits for publish; else None."""
+    plan that waits for publish; else None. The sensor and `status` both read it here, so `status`
+    asks Dagster about the keys the sensor used."""
     if state.phase is not Phase.RECONCILED:
         return None
     rows = evidence_log.rows(session, state.plan_id, "window_reconciled")

@@ -752,10 +752,12 @@ def print_profile(prof: dict[str, Any]) -> None:
 # --- main ---------------------------------------------------------------------------------------------
 
 def _memory_mb(text: str) -> int:
-    """0, or the megabytes BACKFILL_DUCKDB_MEMORY_MB accepts (64 or more): refused here, not by each run."""
+    """0, or the megabytes BACKFILL_DUCKDB_MEMORY_MB accepts: refused here, not by each run."""
+    from backfill_assets.warehouse.duckdb_engine import MIN_MEMORY_MB
+
     value = int(text) if text.isdigit() else -1
-    if value != 0 and value < 64:
-        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of megabytes, 64 or more")
+    if value != 0 and value < MIN_MEMORY_MB:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of megabytes, {MIN_MEMORY_MB} or more")
     return value
 
 

@@ -23,6 +23,7 @@ from backfill_assets.graph import Member, TableGraph, asset_key, graph_of_reposi
 from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import rule
 from backfill_assets.settings import whole_number
+from backfill_assets.status import reconciled_seq
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import ACTOR_TAG, PLAN_TAG, RANGE_END, RANGE_START, RUN_KEY
 from backfill_assets.warehouse.engine import Session
@@ -111,8 +112,8 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                     notes.append(f"{state.plan_id}: {state.phase}")
                     if state.phase is Phase.RECONCILED and not rule.plan_blockers(
                             session, state, spec, scheme, graph).problems:
-                        reconciled = evidence_log.rows(session, state.plan_id, "window_reconciled")
-                        key = publish_run_key(context.instance, state.plan_id, reconciled[-1].seq)
+                        seq = reconciled_seq(session, state)  # `status` reads the same one
+                        key = publish_run_key(context.instance, state.plan_id, seq) if seq is not None else None
                         if key is not None:
                             requests.append(dg.RunRequest(run_key=key, asset_selection=[publish_key],
                                                           tags=publish_run_tags(state)))
