@@ -1082,13 +1082,16 @@ def _published_rows(world, day: str) -> int:
         return con.execute("SELECT count(*) FROM published_revenue WHERE order_date = ?", [day]).fetchone()[0]
 
 
-@pytest.mark.parametrize("how", ["a view", "an enum column"])
+@pytest.mark.parametrize("how", ["a view", "an enum column", "a struct of an enum", "a collation"])
 def test_a_duckdb_control_table_that_answers_each_statement_differently_is_refused(world, capsys, how):
     """Insider, no key, DuckDB (while no command holds the file): `gate_results` copied, dropped and
     replaced by a view that says `passed = true` only to the statement a decision reads the latest
     results with (`current_query()`), the sealed rows to the seal check's: a partition whose gates
     failed was published, and `evidence verify` passed; a `snapshots` view the same way had a
-    rollback restore edited rows (found by an attack)."""
+    rollback restore edited rows (found by an attack). A column of a type the schema does not make
+    (an enum, or a struct of one, which no type's name shows), or a collation (`partition_key =
+    '2026-01-03'` then reads other partitions' rows too when keys differ only in case; only the table's
+    statement shows it) is refused the same way, before any seal is read (leads of an attack)."""
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
     world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
@@ -1102,16 +1105,25 @@ def test_a_duckdb_control_table_that_answers_each_statement_differently_is_refus
             f"CREATE VIEW {CONTROL}.gate_results AS SELECT * REPLACE (true AS passed) FROM {CONTROL}.gate_results_real "
             f"WHERE strpos(current_query(), '{mark}') > 0 UNION ALL SELECT * FROM {CONTROL}.gate_results_real "
             f"WHERE strpos(current_query(), '{mark}') = 0")
-    else:
+    elif how == "an enum column":
         _insider_duckdb(world, f"DROP INDEX {CONTROL}.results_by_write",
                         f"CREATE TYPE {CONTROL}.verdict AS ENUM ('false', 'true')",
                         f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN passed TYPE {CONTROL}.verdict "
                         "USING CAST(CAST(passed AS VARCHAR) AS backfill_control.verdict)")
+    elif how == "a struct of an enum":  # shows as STRUCT(v ENUM('false', 'true')) (a lead of an attack)
+        _insider_duckdb(world, f"DROP INDEX {CONTROL}.results_by_write",
+                        f"CREATE TYPE {CONTROL}.verdict AS ENUM ('false', 'true')",
+                        f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN passed TYPE STRUCT(v {CONTROL}.verdict) "
+                        "USING {'v': CAST(CAST(passed AS VARCHAR) AS backfill_control.verdict)}")
+    else:  # shows as VARCHAR: only the table's statement says COLLATE (a lead of an attack)
+        _insider_duckdb(world, f"DROP INDEX {CONTROL}.results_by_write",
+                        f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN partition_key TYPE VARCHAR COLLATE NOCASE")
     capsys.readouterr()
     assert world.cli("publish", "fix") != 0
     said = capsys.readouterr().err
-    assert ("holds the view gate_results" if how == "a view" else "holds the column gate_results.passed (of type") \
-        in said, said
+    expected = {"a view": "holds the view gate_results", "a collation": "holds the table gate_results with a collation"
+                }.get(how, "holds the column gate_results.passed (of type")
+    assert expected in said, said
     assert _published_rows(world, "2026-01-03") == before
     assert world.cli("evidence", "verify") != 0
 

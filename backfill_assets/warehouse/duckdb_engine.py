@@ -106,36 +106,39 @@ class DuckDBSession(Session):
         return self.catalog.of(self._files)
 
     def control_relations_plain(self, lock: bool = False) -> None:  # noqa: ARG002 - the file lock holds the catalog
-        """Every relation of the control schema a plain table of DuckDB's own types, without computed
-        columns. A view can answer each statement differently (`current_query()`): a decision read
-        `passed = true` for a failed gate while the seal check, reading the same rows by another
-        statement, saw the sealed ones; a rollback restored edited snapshot rows; `evidence verify`
-        passed (found by an attack). Asked of the system catalog by its full name, the filtering
-        done here, so nothing the database defines answers it; remembered while this process holds
-        the file (no other process can change its catalog meanwhile)."""
+        """Every relation of the control schema a plain table of the types the schema makes
+        (`CONTROL_TYPES`), without computed columns or a collation. A view can answer each
+        statement differently (`current_query()`): a decision read `passed = true` for a failed gate
+        while the seal check, reading the same rows by another statement, saw the sealed ones; a
+        rollback restored edited snapshot rows; `evidence verify` passed (found by an attack). Asked
+        of the system catalog by its full name, the filtering done here, so nothing the database
+        defines answers it; remembered while this process holds the file (no other process can
+        change its catalog meanwhile)."""
         from backfill_assets.warehouse.state_store import SCHEMA
 
         memo = self._memo()
         if memo.control_plain:
             return
-        # one statement (a session opens often; each statement costs): the database's own types, the
-        # views and the columns, the filtering done here
+        # one statement (a session opens often; each statement costs): the views, the columns, the
+        # keys and the tables' statements, the filtering done here
         found = self.rows(
-            "SELECT 't', NULL, type_name, NULL, internal, NULL FROM system.main.duckdb_types() "
-            "UNION ALL SELECT 'v', schema_name, view_name, NULL, internal, NULL FROM system.main.duckdb_views() "
+            "SELECT 'v', schema_name, view_name, NULL, internal, NULL FROM system.main.duckdb_views() "
             "UNION ALL SELECT 'c', schema_name, table_name, column_name, is_generated, data_type "
             "FROM system.main.duckdb_columns() "
             "UNION ALL SELECT 'k', schema_name, table_name, constraint_type, NULL, "
-            "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints()")
-        mine = {str(name) for (what, _, name, _, internal, _) in found if what == "t" and not internal}
+            "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints() "
+            "UNION ALL SELECT 's', schema_name, table_name, NULL, NULL, sql FROM system.main.duckdb_tables()")
         # names as DuckDB resolves them, without regard to case: `backfill_control.evidence` reads a
         # table made as "Evidence", or a schema made again as "Backfill_Control" (found by an attack)
         odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
                if what == "v" and _named(schema, SCHEMA) and not internal]
         for what, schema, table, column, generated, kind in found:
-            if what == "c" and _named(schema, SCHEMA) and (generated or str(kind) in mine
-                                                           or str(kind).upper().startswith("ENUM")):
+            if what == "c" and _named(schema, SCHEMA) and (generated or str(kind) not in CONTROL_TYPES):
                 odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
+            # a collation shows in no column's type, only in the table's statement: NOCASE has
+            # `partition_key = 'eu'` read the rows of partition EU too
+            if what == "s" and _named(schema, SCHEMA) and "COLLATE" in str(kind).upper():
+                odd.append(f"the table {table} with a collation")
         chain = [r for r in found if _named(r[1], SCHEMA) and _named(r[2], "evidence")]
         if any(r[0] == "c" for r in chain) and not any(
                 r[0] == "k" and r[3] == "PRIMARY KEY" and _named(r[5], "[seq]") for r in chain):
@@ -161,6 +164,12 @@ class DuckDBSession(Session):
             self.con.execute("ROLLBACK")
         except duckdb.Error:
             pass  # the connection already dropped the transaction (e.g. after a fatal error)
+
+
+# the types the control schema's columns are made of (`state_store/schema.py`); any other, an enum
+# of the database's own (`passed` as ENUM('false', 'true') reads as a true string), a list or a
+# struct of one, reads otherwise than the record was written
+CONTROL_TYPES = frozenset({"BIGINT", "INTEGER", "VARCHAR", "BOOLEAN", "DOUBLE"})
 
 
 def _named(name: object, ours: str) -> bool:
