@@ -101,6 +101,9 @@ TOOLS = {
     "DuckDB, DELETE+INSERT a partition": "one transaction a partition, in this process",
     "DuckDB, one INSERT for the window": "one DELETE + INSERT of the whole window, one transaction",
 }
+FLOOR = "Dagster alone, the floor: the one command's runs and events, no SQL"
+TOOLS[FLOOR] = ("the runs `run --and-publish` makes (runs of {per_run}), storing the events the UI shows and "
+                "nothing else (benchmarks/peers/event_floor.py): the one command's floor")
 STEPS = ("proof", "run", "reconcile", "publish")
 
 
@@ -358,6 +361,20 @@ def tool_project(work: Path, ctx: Context, *, one_command: bool = False, memory_
             "notes": f"history {ph.timings['history (not timed)'].seconds:.1f} s (not timed)"}
 
 
+def tool_floor(work: Path, ctx: Context) -> dict[str, Any]:
+    """What Dagster alone costs the one command: its process, instance, runs and the events the UI
+    shows, with no SQL, no gate and no evidence (it writes no rows, so it has no answer to check)."""
+    work.mkdir(parents=True)
+    phases = work / "phases.json"
+    done = child([PROJECT_PY, PEERS / "event_floor.py", "--home", work / "home", "--start", ctx.days[0],
+                  "--days", str(len(ctx.days)), "--per-run", str(ctx.per_run), "--json", phases],
+                 work / "floor.log", what="event floor")
+    inside = json.loads(phases.read_text())
+    return {"seconds": done.seconds, "cpu": done.cpu, "answer": None, "writes_nothing": True,
+            "notes": f"{inside['runs']} runs; inside the process: "
+                     + ", ".join(f"{k} {v:.2f} s" for k, v in inside.items() if k != "runs")}
+
+
 # --- SQLMesh ------------------------------------------------------------------------------------------
 
 SQLMESH_MODEL = """MODEL (
@@ -531,6 +548,7 @@ def tools_for(only: list[str] | None, skipped: dict[str, str],
         "dbt microbatch month": tool_dbt("month"),
         "DuckDB, DELETE+INSERT a partition": tool_duckdb(True),
         "DuckDB, one INSERT for the window": tool_duckdb(False),
+        FLOOR: tool_floor,
     }
     chosen = {n: f for n, f in every.items() if not only or any(o.lower() in n.lower() for o in only)}
     for name in list(chosen):
@@ -553,7 +571,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], truth_row: dict[str, str]) 
         seconds = [g["seconds"] for g in ok]
         entry: dict[str, Any] = {"configuration": TOOLS[name], "rounds": len(ok),
                                  "seconds": seconds, "median_seconds": median(seconds),
-                                 "same_answer": bool(ok) and all(g["answer"] == truth_row for g in ok),
+                                 "same_answer": bool(ok) and all(g["answer"] == truth_row or g.get("writes_nothing")
+                                                                 for g in ok),
+                                 "writes_nothing": bool(ok) and all(g.get("writes_nothing") for g in ok),
                                  "errors": [g["error"] for g in got if "error" in g]}
         ratios = [g["seconds"] / o["seconds"] for g, o in zip(got, ours, strict=False)
                   if "error" not in g and "error" not in o and o["seconds"]]
@@ -591,7 +611,8 @@ def print_table(summary: dict[str, Any], skipped: dict[str, str], per_run: int, 
     say("|---|---|---:|---:|---:|---:|---|---|")
     for name, e in summary.items():
         ratio, cpu_ratio = e["ratio_to_ours"], e["cpu_ratio_to_ours"]
-        same = "yes" if e["same_answer"] else ("**NO (MISMATCH)**" if e["rounds"] else "-")
+        same = "- (writes nothing)" if e.get("writes_nothing") else \
+            "yes" if e["same_answer"] else ("**NO (MISMATCH)**" if e["rounds"] else "-")
         if e.get("published_same") is False:
             same += " (published table DIFFERS)"
         err = f"; errors: {e['errors']}" if e["errors"] else ""
@@ -841,7 +862,8 @@ def main(argv: list[str] | None = None) -> int:
                 got["load_average"] = os.getloadavg()[0]
                 runs[name].append(got)
                 if "error" not in got:
-                    flag = "" if got["answer"] == truth_row else f"   <<< MISMATCH: {got['answer']}"
+                    flag = "" if got["answer"] == truth_row or got.get("writes_nothing") else \
+                        f"   <<< MISMATCH: {got['answer']}"
                     extra = ""
                     if name == OURS:
                         extra = "  (" + ", ".join(f"{s} {fmt(got['steps'][s]['seconds'])}" for s in STEPS) + ")"
