@@ -21,7 +21,10 @@ with its own incremental path (not timed), so the replay rewrites existing parti
   --event-time-start --event-time-end` over the window, then `dbt test` (3 tests: not_null, unique
   key, a singular count_order >= 1);
 * DuckDB alone (the project's duckdb, in this process): one DELETE + INSERT transaction a partition,
-  and one DELETE + INSERT of the whole window.
+  and one DELETE + INSERT of the whole window;
+* Dagster alone, the one command's floor (benchmarks/peers/event_floor.py, the project's venv): the
+  runs `run --and-publish` makes, each storing the events the UI shows and nothing else, no SQL
+  (it writes no rows, so its answer is not compared).
 
 Every tool works on its own copy of the same DuckDB file of `lineitem` (one per DuckDB version).
 Peers are timed as their command-line tools, whole processes, as ours are. After each tool the
