@@ -1129,6 +1129,51 @@ def test_a_duckdb_control_table_that_answers_each_statement_differently_is_refus
 
 
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
+def test_a_control_column_altered_to_another_type_is_refused(engine_world, capsys):
+    """Insider, no key (found by an attack, DuckDB): `gate_results.evidence_seq`, which names the
+    chain row sealing a result and orders "the latest", altered to text. '0123' sorts after '99', so
+    with a '0' put before the number of the results that failed, the older passing ones read as the
+    latest; the seals still verified ('0123' = 123 in an IN list, `int('0123')` in Python), so publish
+    copied the failed partition and `evidence verify` passed. A column of another type than the
+    schema makes it with is refused as each session opens, before anything is read."""
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
+    assert world.cli("reconcile", "fix") == 1
+    published = ("SELECT count(*) FROM published_revenue WHERE order_date = '2026-01-03'")
+    latest = f"(SELECT max(CAST(evidence_seq AS BIGINT)) FROM {CONTROL}.gate_results)"
+    if world.url is None:
+        before = _published_rows(world, "2026-01-03")
+        _insider_duckdb(world, f"DROP INDEX {CONTROL}.results_by_write",
+                        f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN evidence_seq TYPE VARCHAR",
+                        f"UPDATE {CONTROL}.gate_results SET evidence_seq = '0' || evidence_seq "
+                        f"WHERE CAST(evidence_seq AS BIGINT) = {latest}",
+                        f"CREATE INDEX results_by_write ON {CONTROL}.gate_results (write_id)")
+    else:
+        with psycopg.connect(world.url, autocommit=True) as insider:
+            before = insider.execute(published).fetchone()[0]
+            insider.execute(f"ALTER TABLE {CONTROL}.gate_results ALTER COLUMN evidence_seq TYPE text")
+            insider.execute(f"UPDATE {CONTROL}.gate_results SET evidence_seq = '0' || evidence_seq "
+                            f"WHERE CAST(evidence_seq AS BIGINT) = {latest}")
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    said = capsys.readouterr().err
+    expected = "holds the column gate_results.evidence_seq (of type VARCHAR, made BIGINT)" if world.url is None \
+        else "holds the column gate_results.evidence_seq of type text, made bigint"
+    assert expected in said and said.count("\n") == 1, said
+    assert world.cli("evidence", "verify") != 0
+    if world.url is None:
+        assert _published_rows(world, "2026-01-03") == before
+    else:
+        with psycopg.connect(world.url) as con:
+            assert con.execute(published).fetchone()[0] == before
+
+
+@pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
     """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting
     them; `evidence` recreated without its primary key could hold a row twice and so hide a row

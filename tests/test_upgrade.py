@@ -3,6 +3,8 @@ approvers pin is kept, and a home with an active plan is refused before anything
 
 from __future__ import annotations
 
+import pytest
+
 from backfill_assets.control.schema import SCHEMA, schema_version
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from tests.release_0_2 import as_release_0_2
@@ -105,3 +107,24 @@ def test_a_record_of_this_version_reshaped_to_look_like_0_2s_is_never_upgraded(w
     assert world.fingerprints("published_revenue", [day])[day] == proven, (
         f"consumers see net_revenue {now} for {day}/north (the gates passed {honest}); "
         f"`evidence verify` exit {verified}")
+
+
+@pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
+def test_the_column_types_the_sessions_check_are_the_ones_the_schema_makes(engine_world):
+    """`schema.column_types()` (read from the schema's own DDL) is what each engine's control check
+    compares a column's type with: it must name every column a fresh record has, as made."""
+    from backfill_assets.warehouse.postgres_engine import _PG_TYPE
+    from backfill_assets.warehouse.state_store.schema import column_types
+
+    world = engine_world
+    if world.url is None:
+        made = {(str(t), str(c)): str(k) for t, c, k in world.sql(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = ?", [CONTROL])}
+        expected = column_types()
+    else:
+        made = {(str(t), str(c)): str(k) for t, c, k in world.sql(
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = ? AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped", [CONTROL])}
+        expected = {key: _PG_TYPE[kind] for key, kind in column_types().items()}
+    assert made == expected

@@ -86,10 +86,16 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
     row of a decision that carries no seal)."""
     given = list(seqs)
-    wanted = sorted({int(s) for s in given if s is not None})
     if any(s is None for s in given):
         raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries no seal of the evidence chain",
                            fix=evidence_log.FORGED_FIX)
+    # a number as the warehouse made it, never a text that reads as one ('0123' sorts after '99'):
+    # the rows found latest by it must be the ones numbered latest (the column's type is checked as
+    # each session opens; this is the second line)
+    if not all(_whole(s) for s in given):
+        raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries a seal number that is not a whole number",
+                           fix=evidence_log.FORGED_FIX)
+    wanted = sorted({int(s) for s in given if s is not None})
     if not wanted or not evidence_log.can_verify(session):
         return
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
@@ -98,7 +104,10 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
         part = wanted[i:i + at_once]
         found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in part}
         for row in store.rows_of_seqs(session, table, part):
-            found[int(row[-1])].append(row[:-1])
+            if not _whole(row[-1]):
+                raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries a seal number that is not a whole number",
+                                   fix=evidence_log.FORGED_FIX)
+            found[row[-1]].append(row[:-1])
         chain = evidence_log.by_seq(session, part)
         for seq in part:
             sealed = chain[seq].payload.get("seals", {}).get(table)
@@ -106,6 +115,10 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                 raise ForgedRecord(
                     f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def verify_all(session: Session) -> int:

@@ -106,15 +106,16 @@ class DuckDBSession(Session):
         return self.catalog.of(self._files)
 
     def control_relations_plain(self, lock: bool = False) -> None:  # noqa: ARG002 - the file lock holds the catalog
-        """Every relation of the control schema a plain table of the types the schema makes
-        (`CONTROL_TYPES`), without computed columns or a collation. A view can answer each
-        statement differently (`current_query()`): a decision read `passed = true` for a failed gate
-        while the seal check, reading the same rows by another statement, saw the sealed ones; a
-        rollback restored edited snapshot rows; `evidence verify` passed (found by an attack). Asked
-        of the system catalog by its full name, the filtering done here, so nothing the database
-        defines answers it; remembered while this process holds the file (no other process can
-        change its catalog meanwhile)."""
+        """Every relation of the control schema a plain table, each column of the type the schema
+        makes it with (any other column of `CONTROL_TYPES`), without computed columns or a
+        collation. A view can answer each statement differently (`current_query()`): a decision
+        read `passed = true` for a failed gate while the seal check, reading the same rows by
+        another statement, saw the sealed ones; a rollback restored edited snapshot rows; `evidence
+        verify` passed (found by an attack). Asked of the system catalog by its full name, the
+        filtering done here, so nothing the database defines answers it; remembered while this
+        process holds the file (no other process can change its catalog meanwhile)."""
         from backfill_assets.warehouse.state_store import SCHEMA
+        from backfill_assets.warehouse.state_store.schema import column_types
 
         memo = self._memo()
         if memo.control_plain:
@@ -132,9 +133,16 @@ class DuckDBSession(Session):
         # table made as "Evidence", or a schema made again as "Backfill_Control" (found by an attack)
         odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
                if what == "v" and _named(schema, SCHEMA) and not internal]
+        made = column_types()
         for what, schema, table, column, generated, kind in found:
-            if what == "c" and _named(schema, SCHEMA) and (generated or str(kind) not in CONTROL_TYPES):
-                odd.append(f"the column {table}.{column} ({'computed' if generated else f'of type {kind}'})")
+            # each column of the type it is made with (`evidence_seq` as VARCHAR sorts '0123' after
+            # '99': an older gate result read as the latest, its seal intact: found by an attack)
+            expected = made.get((str(table).lower(), str(column).lower())) if what == "c" else None
+            if what == "c" and _named(schema, SCHEMA) and (generated or str(kind) not in CONTROL_TYPES
+                                                           or expected not in (None, str(kind))):
+                odd.append(f"the column {table}.{column} ("
+                           + ("computed" if generated else f"of type {kind}"
+                              + (f", made {expected}" if expected not in (None, str(kind)) else "")) + ")")
             # a collation shows in no column's type, only in the table's statement: NOCASE has
             # `partition_key = 'eu'` read the rows of partition EU too
             if what == "s" and _named(schema, SCHEMA) and "COLLATE" in str(kind).upper():
@@ -146,11 +154,11 @@ class DuckDBSession(Session):
         if odd:
             from backfill_assets.errors import ForgedRecord
 
-            raise ForgedRecord(f"{SCHEMA} holds {odd[0]}, not a plain table's plain column: it can answer each "
-                               "statement differently", fix="the control schema holds only backfill's own plain "
-                                                            "tables: move or drop what else is there, or restore a "
-                                                            "replaced table from backup; `backfill evidence verify` "
-                                                            "then checks the record")
+            raise ForgedRecord(f"{SCHEMA} holds {odd[0]}, not a plain column as the schema made it: it can answer "
+                               "a statement otherwise than the record was written",
+                               fix="the control schema holds only backfill's own plain tables, as made: move or drop "
+                                   "what else is there, or restore a replaced or altered table from backup; "
+                                   "`backfill evidence verify` then checks the record")
         memo.control_plain = True
 
     def _begin(self) -> None:

@@ -20,6 +20,7 @@ equals DuckDB's fingerprint (tests/test_fingerprints.py pins both).
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
@@ -149,6 +150,32 @@ _ODD_CONTROL_SQL = (
     "pg_catalog.unnest(f.proargtypes::pg_catalog.oid[]) AS x(t) JOIN pg_catalog.pg_type AS y ON y.oid "
     f"{_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG}) LIMIT 1")
 
+# the type names PostgreSQL gives the control schema's column types (`pg_catalog.format_type`)
+_PG_TYPE = {"BIGINT": "bigint", "INTEGER": "integer", "VARCHAR": "character varying", "BOOLEAN": "boolean",
+            "DOUBLE": "double precision"}
+
+
+@functools.cache
+def _odd_control_sql() -> str:
+    """`_ODD_CONTROL_SQL` and a control column of another type than the schema makes it with, each
+    a pg_catalog type all the same (`evidence_seq` as text sorts '0123' after '99': an older gate
+    result read as the latest while its seal verified; found by an attack on DuckDB)."""
+    from backfill_assets.warehouse.state_store.schema import column_types
+
+    made = ", ".join(f"('{table}'::pg_catalog.text, '{column}'::pg_catalog.text, '{_PG_TYPE[kind]}'::pg_catalog.text)"
+                     for (table, column), kind in sorted(column_types().items()))
+    other = (
+        " UNION ALL SELECT 'the column ' OPERATOR(pg_catalog.||) c.relname OPERATOR(pg_catalog.||) '.' "
+        "OPERATOR(pg_catalog.||) a.attname OPERATOR(pg_catalog.||) ' of type ' OPERATOR(pg_catalog.||) "
+        "pg_catalog.format_type(a.atttypid, a.atttypmod) OPERATOR(pg_catalog.||) ', made ' OPERATOR(pg_catalog.||) e.t "
+        f"FROM pg_catalog.pg_attribute AS a JOIN pg_catalog.pg_class AS c ON c.oid {_EQ} a.attrelid "
+        f"JOIN pg_catalog.pg_namespace AS n ON n.oid {_EQ} c.relnamespace JOIN (VALUES {made}) AS e(r, k, t) "
+        f"ON e.r {_EQ} c.relname::pg_catalog.text AND e.k {_EQ} a.attname::pg_catalog.text "
+        f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 "
+        f"AND NOT a.attisdropped AND pg_catalog.format_type(a.atttypid, a.atttypmod) {_NE} e.t")
+    assert _ODD_CONTROL_SQL.endswith(" LIMIT 1")
+    return _ODD_CONTROL_SQL.removesuffix(" LIMIT 1") + other + " LIMIT 1"
+
 
 class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
@@ -213,10 +240,15 @@ class PostgresSession(Session):
                 not self.con.execute(_CHAIN_KEY_SQL, [SCHEMA]).fetchone()[0]:
             raise_no_chain_key(SCHEMA)
         if found and not bad:
-            odd = self.con.execute(_ODD_CONTROL_SQL, [SCHEMA, SCHEMA]).fetchall()
+            odd = self.con.execute(_odd_control_sql(), [SCHEMA, SCHEMA, SCHEMA]).fetchall()
             if odd:
                 from backfill_assets.errors import ForgedRecord
 
+                if str(odd[0][0]).startswith("the column ") and ", made " in str(odd[0][0]):
+                    raise ForgedRecord(f"{SCHEMA} holds {odd[0][0]}: it can answer a statement otherwise than the "
+                                       "record was written", fix="restore the table from backup (or the column's "
+                                                                 "type); `backfill evidence verify` then checks the "
+                                                                 "record")
                 raise ForgedRecord(f"the warehouse would read {SCHEMA} and the gates' tables through {odd[0][0]}, "
                                    "not PostgreSQL's own: it can answer each statement differently", fix=_ODD_FIX)
         if bad:

@@ -6,6 +6,9 @@ Portable across engines but for the id sequence (`Engine.create_sequence_sql`) a
 
 from __future__ import annotations
 
+import functools
+import re
+
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import IDS, SCHEMA, SNAPSHOT_SCHEMA
 
@@ -175,6 +178,23 @@ ALTER TABLE {SCHEMA}.snapshots ADD COLUMN evidence_seq BIGINT;
 ALTER TABLE {SCHEMA}.gate_results ADD COLUMN evidence_seq BIGINT;
 ALTER TABLE {SCHEMA}.approvals RENAME TO approvals_v2
 """
+
+
+_COLUMN = re.compile(r"^\s+(\w+) (DOUBLE PRECISION|[A-Z]+)\b", re.M)
+
+
+@functools.cache
+def column_types() -> dict[tuple[str, str], str]:
+    """The type each column of the record is made with, by (table, column), as `_TABLES` spells it
+    (DOUBLE PRECISION as DuckDB names it, DOUBLE). Both engines refuse a control column of another
+    type as a session opens: `evidence_seq` altered to text sorts '0123' after '99', so an older
+    gate result read as the latest while its seal still verified (found by an attack)."""
+    found: dict[tuple[str, str], str] = {}
+    for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS \S+\.(\w+) \((.*?)\n\);", _TABLES, re.S):
+        for column, kind in _COLUMN.findall(body):
+            if column != "PRIMARY":  # a table's key clause
+                found[(table, column)] = "DOUBLE" if kind == "DOUBLE PRECISION" else kind
+    return found
 
 
 def _statements(script: str) -> list[str]:
