@@ -1173,6 +1173,102 @@ def test_a_control_column_altered_to_another_type_is_refused(engine_world, capsy
             assert con.execute(published).fetchone()[0] == before
 
 
+def _failed_reconcile(world) -> int:
+    """A window whose reconcile found 2026-01-03's source loaded twice: the plan back to running.
+    Returns the chain row of that reconcile's gate results (they failed)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
+    assert world.cli("reconcile", "fix") == 1
+    return int(world.sql(f"SELECT max(evidence_seq) FROM {CONTROL}.gate_results")[0][0])
+
+
+_PUBLISHED_0103 = "SELECT count(*) FROM published_revenue WHERE order_date = '2026-01-03'"
+
+
+@pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
+def test_a_sealed_group_of_failing_gate_results_hidden_is_refused(engine_world, capsys):
+    """Insider, no key (found by an attack): every row of the reconcile's gate results deleted, a
+    whole sealed group, so no row is left to mismatch its seal and the older passing results read as
+    the latest. `backfill publish` first moved the plan to reconciled on them (a chain row saying
+    every gate passed), and only its check of the whole record refused; with the rows put back,
+    `evidence verify` passed over a reconciled plan whose latest gates failed. Every read of "the
+    latest" now checks the chain rows after it for a newer write or newer results."""
+    import psycopg
+
+    world = engine_world
+    seq = _failed_reconcile(world)
+    hide = [f"CREATE TABLE {CONTROL}_stash AS SELECT * FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}",
+            f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}"]
+    if world.url is None:
+        _insider_duckdb(world, *hide)
+    else:
+        with psycopg.connect(world.url, autocommit=True) as insider:
+            for statement in hide:
+                insider.execute(statement)
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    said = capsys.readouterr().err
+    assert f"the gate results evidence row {seq} recorded are gone" in said and said.count("\n") == 1, said
+    assert world.phase("fix") == "running"
+    assert world.cli("reconcile", "fix") != 0 and world.phase("fix") == "running"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(engine_world):
+    """Insider on PostgreSQL, no key (found by an attack): publish checked the whole record before
+    its lock, then only the rows it read; the insider held the publish lock, hid the failing group
+    once the check had passed, let go, and put the rows back after: the failed partition was copied
+    and `evidence verify` passed. The rows read under the lock are now checked against the chain."""
+    import threading
+    import time
+
+    import psycopg
+
+    from backfill_assets.publish import rule
+    from tests.world import DAILY_REVENUE
+
+    world = engine_world
+    seq = _failed_reconcile(world)
+    window = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"]
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        before = insider.execute(_PUBLISHED_0103).fetchone()[0]
+        insider.execute(f"CREATE TABLE public.stash AS SELECT * FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}")
+    # the state the attack's first half left (now refused, test above): the plan reconciled, its
+    # latest gates failing; made here as the product would record it, with its key
+    with world.warehouse().session() as session:
+        from backfill_assets.control import record
+        from backfill_assets.plan.phases import Phase
+
+        record.transition(session, "fix", Phase.RECONCILED, "mallory", note="as the first half of the attack left it")
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+
+        def publish() -> None:
+            try:
+                with world.warehouse().session() as session:
+                    outcome["done"] = rule.publish(session, DAILY_REVENUE, world.scheme, window, actor="x")
+            except Exception as exc:  # noqa: BLE001 - what the rule raised is the outcome
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=publish)
+        thread.start()
+        for _ in range(600):
+            if insider.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'").fetchone()[0] \
+                    or not thread.is_alive():
+                break
+            time.sleep(0.1)
+        insider.execute(f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.gate_results SELECT * FROM public.stash")
+        after = insider.execute(_PUBLISHED_0103).fetchone()[0]
+    assert "done" not in outcome and after == before, outcome
+    assert f"the gate results evidence row {seq} recorded are gone" in str(outcome.get("error")), outcome
+
+
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
     """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting

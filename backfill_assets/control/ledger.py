@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backfill_assets.control import evidence_log, seals
+from backfill_assets.control.names import SCHEMA
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.gates.cutover import MATCHED, Comparison
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GateResult
 from backfill_assets.warehouse.engine import Session
@@ -97,6 +99,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
         return out
     rows = store.latest_writes(session, asset, keys, plan_id, figures)
     write_seals, gate_seals = [], []
+    judged: dict[str, int] = {}  # key -> the newest chain row of the results read for its write
     for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, text, checked, gseq in rows:
         entry = out.get(key)
         if entry is None:
@@ -108,9 +111,46 @@ def latest(session: Session, asset: str, keys: Sequence[str],
             entry.gates[gate] = (bool(passed), json.loads(text) if text is not None else {})
             entry.checked[gate] = checked
             gate_seals.append(gseq)
+            if isinstance(gseq, int):
+                judged[key] = max(judged.get(key, 0), gseq)
     seals.verify(session, "writes", write_seals, f" of {asset}")
     seals.verify(session, "gate_results", gate_seals, f" of {asset}")
+    _refuse_newer_in_chain(session, asset, plan_id, {k: e for k, e in out.items() if e is not None}, judged)
     return out
+
+
+CHAIN_ROWS_AT_ONCE = 1000
+
+
+def _refuse_newer_in_chain(session: Session, asset: str, plan_id: str | None, found: Mapping[str, LatestWrite],
+                           judged: Mapping[str, int]) -> None:
+    """No chain row after the latest write read for a key recorded a newer write of it (of the plan,
+    when given), nor newer results on that write. Each row read matches its seal, but a whole sealed
+    group deleted leaves no row to mismatch: the failing results of a reconcile taken out, the
+    older passing ones read as the latest, the plan moved to reconciled and its failed partition
+    published (on PostgreSQL, hidden while publish waited for its lock and put back after; found
+    by an attack). The chain is exactly rows 1 to its last (checked), so the rows after the oldest
+    write read are all there is to look at."""
+    if not found or not evidence_log.can_verify(session):
+        return
+    floor, top = min(e.seq for e in found.values()), evidence_log.head(session)[0]
+    for start in range(floor + 1, top + 1, CHAIN_ROWS_AT_ONCE):
+        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
+        for seq, row in sorted(chain.items()):
+            if row.kind == "write" and row.payload.get("table") == asset and plan_id in (None, row.plan_id):
+                newer = [k for k in row.payload.get("partitions") or {} if k in found and seq > found[k].seq]
+                if newer:
+                    raise ForgedRecord(f"{asset} {newer[0]}: the write evidence row {seq} recorded is gone from "
+                                       f"{SCHEMA}.writes (an older one reads as the latest)",
+                                       fix=evidence_log.FORGED_FIX)
+            elif row.kind == "gates" and row.payload.get("table") == asset:
+                given = row.payload.get("judged") or {}
+                newer = [k for k, write_id in given.items()
+                         if k in found and write_id == found[k].write_id and seq > judged.get(k, 0)]
+                if newer:
+                    raise ForgedRecord(f"{asset} {newer[0]}: the gate results evidence row {seq} recorded are gone "
+                                       f"from {SCHEMA}.gate_results (older ones read as the latest)",
+                                       fix=evidence_log.FORGED_FIX)
 
 
 def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Comparison]:
