@@ -1269,6 +1269,46 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
     assert f"the gate results evidence row {seq} recorded are gone" in str(outcome.get("error")), outcome
 
 
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_one(engine_world, monkeypatch):
+    """PostgreSQL reads each statement afresh: a run of the plan that commits a new write of a
+    partition after another session read its latest write, but before that session checked the
+    chain rows after it, is the newer write of a healthy record, not one hidden from the ledger.
+    Only the chain rows committed before the ledger was read are asked of it."""
+    import threading
+
+    from backfill_assets.control import ledger, record
+    from backfill_assets.warehouse.fingerprints import Fingerprint
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    monkeypatch.setenv("BACKFILL_STALL_AT", "ledger.latest.after_read=3")
+    outcome: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            with world.warehouse().session() as session:
+                outcome["latest"] = ledger.latest(session, "daily_revenue", ["2026-01-02"], "fix")
+        except Exception as exc:  # noqa: BLE001 - what it raised is the outcome
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    import time
+
+    time.sleep(1.5)  # the reader has read the ledger and stalls before its check of the chain
+    monkeypatch.delenv("BACKFILL_STALL_AT")
+    with world.warehouse().session() as session, session.transaction():
+        record.require(session, "fix")
+        ledger.record_writes(session, plan_id="fix", asset="daily_revenue", mode="overwrite", run_id=None,
+                             code_version="1", code_identity="x",
+                             written={"2026-01-02": Fingerprint(5, "sha256:" + "0" * 64)}, actor="a run of the plan")
+    thread.join(60)
+    assert "error" not in outcome, outcome
+    assert outcome["latest"]["2026-01-02"] is not None  # type: ignore[index]
+
+
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
     """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backfill_assets import faults
 from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
@@ -97,7 +98,12 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     out: dict[str, LatestWrite | None] = {k: None for k in keys}
     if not keys:
         return out
+    # the chain's last row before the ledger is read: a row committed by then is committed with the
+    # ledger rows it recorded, so they are there to read; one committed after is not asked of them
+    # (on PostgreSQL a run may commit between the two reads)
+    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0
     rows = store.latest_writes(session, asset, keys, plan_id, figures)
+    faults.checkpoint("ledger.latest.after_read")
     write_seals, gate_seals = [], []
     judged: dict[str, int] = {}  # key -> the newest chain row of the results read for its write
     for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, text, checked, gseq in rows:
@@ -115,7 +121,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
                 judged[key] = max(judged.get(key, 0), gseq)
     seals.verify(session, "writes", write_seals, f" of {asset}")
     seals.verify(session, "gate_results", gate_seals, f" of {asset}")
-    _refuse_newer_in_chain(session, asset, plan_id, {k: e for k, e in out.items() if e is not None}, judged)
+    _refuse_newer_in_chain(session, asset, plan_id, {k: e for k, e in out.items() if e is not None}, judged, top)
     return out
 
 
@@ -123,17 +129,17 @@ CHAIN_ROWS_AT_ONCE = 1000
 
 
 def _refuse_newer_in_chain(session: Session, asset: str, plan_id: str | None, found: Mapping[str, LatestWrite],
-                           judged: Mapping[str, int]) -> None:
+                           judged: Mapping[str, int], top: int) -> None:
     """No chain row after the latest write read for a key recorded a newer write of it (of the plan,
     when given), nor newer results on that write. Each row read matches its seal, but a whole sealed
     group deleted leaves no row to mismatch: the failing results of a reconcile taken out, the
     older passing ones read as the latest, the plan moved to reconciled and its failed partition
     published (on PostgreSQL, hidden while publish waited for its lock and put back after; found
     by an attack). The chain is exactly rows 1 to its last (checked), so the rows after the oldest
-    write read are all there is to look at."""
+    write read, up to `top` (the last row before the ledger was read), are all there is to look at."""
     if not found or not evidence_log.can_verify(session):
         return
-    floor, top = min(e.seq for e in found.values()), evidence_log.head(session)[0]
+    floor = min(e.seq for e in found.values())
     for start in range(floor + 1, top + 1, CHAIN_ROWS_AT_ONCE):
         chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
         for seq, row in sorted(chain.items()):
