@@ -1309,6 +1309,88 @@ def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_on
     assert outcome["latest"]["2026-01-02"] is not None  # type: ignore[index]
 
 
+def _waits(insider, what: str, thread) -> None:
+    """Until a session waits as `what` says (a condition on pg_stat_activity), or the thread ended."""
+    import time
+
+    for _ in range(600):
+        waiting = insider.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {what}").fetchone()[0]
+        if waiting or not thread.is_alive():
+            return
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plans_writes_hidden_while_withdraw_waits_for_its_row_are_found(engine_world, capsys):
+    """Insider on PostgreSQL, no key (found by an attack): withdraw checks the whole record, then
+    waits for the plan's row and counts the plan's writes in the ledger. Holding the row, the insider
+    deleted the writes of a plan whose proof had written (its gates failed, so it was still proving):
+    the plan was withdrawn with its proof partition still written, and with the rows put back
+    `evidence verify` passed. What the chain recorded the plan wrote is read too."""
+    import threading
+
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-02' LIMIT 2")  # loaded twice
+    assert world.cli("run", "fix", "--proof") == 1 and world.phase("fix") == "proving"  # written, gates failed
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute(f"CREATE TABLE public.stash AS SELECT * FROM {CONTROL}.writes WHERE plan_id = 'fix'")
+        with psycopg.connect(world.url) as holder:
+            holder.execute(f"SELECT 1 FROM {CONTROL}.plans WHERE plan_id = 'fix' FOR UPDATE")
+            capsys.readouterr()
+            thread = threading.Thread(target=lambda: outcome.update(code=world.cli("plan", "withdraw", "fix")))
+            thread.start()
+            _waits(insider, "wait_event_type = 'Lock'", thread)
+            holder.execute(f"DELETE FROM {CONTROL}.writes WHERE plan_id = 'fix'")
+            holder.commit()
+            thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash")
+    said = capsys.readouterr().err
+    assert outcome["code"] != 0 and world.phase("fix") == "proving", (outcome, said)
+    assert "plan fix wrote daily_revenue 2026-01-02 (evidence row" in said and "no longer holds" in said, said
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plans_writes_and_snapshots_hidden_while_rollback_waits_for_its_lock_are_found(engine_world, capsys):
+    """Insider on PostgreSQL, no key (found by an attack): rollback checks the whole record, waits
+    for the publish lock, then lists from the ledger what the plan wrote and snapshotted. The insider
+    held the lock and deleted the window run's writes and snapshot records: three partitions kept the
+    plan's bytes, the plan was marked rolled back, and with the rows put back `evidence verify`
+    passed. What the chain recorded the plan wrote and snapshotted is read too."""
+    import threading
+
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    rows = "SELECT order_date, count(*) FROM public.daily_revenue GROUP BY 1 ORDER BY 1"
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        before = insider.execute(rows).fetchall()
+        hidden = ("partition_key <> '2026-01-02'")
+        insider.execute(f"CREATE TABLE public.stash_w AS SELECT * FROM {CONTROL}.writes WHERE {hidden}")
+        insider.execute(f"CREATE TABLE public.stash_s AS SELECT * FROM {CONTROL}.snapshots WHERE {hidden}")
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        capsys.readouterr()
+        thread = threading.Thread(target=lambda: outcome.update(code=world.cli("rollback", "fix")))
+        thread.start()
+        _waits(insider, "wait_event = 'advisory'", thread)
+        insider.execute(f"DELETE FROM {CONTROL}.writes WHERE plan_id = 'fix' AND {hidden}")
+        insider.execute(f"DELETE FROM {CONTROL}.snapshots WHERE {hidden}")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash_w")
+        insider.execute(f"INSERT INTO {CONTROL}.snapshots SELECT * FROM public.stash_s")
+        after = insider.execute(rows).fetchall()
+    said = capsys.readouterr().err
+    assert outcome["code"] != 0 and world.phase("fix") != "rolled_back" and after == before, (outcome, said)
+    assert "is gone from backfill_control: a rollback would leave it" in said, said
+
+
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
     """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting

@@ -159,6 +159,34 @@ def _refuse_newer_in_chain(session: Session, asset: str, plan_id: str | None, fo
                                        fix=evidence_log.FORGED_FIX)
 
 
+@dataclass(frozen=True)
+class Chained:
+    """A write or a snapshot as its chain row recorded it: the partitions of `table` (a write's
+    asset, a snapshot's warehouse table) that plan `plan_id` wrote or copied aside."""
+    seq: int
+    kind: str  # "write" or "snapshot"
+    plan_id: str | None
+    table: str
+    keys: frozenset[str]
+
+
+def chained_writes(session: Session, top: int) -> list[Chained]:
+    """Every write and snapshot the chain recorded up to row `top`, from every one of its rows, each
+    verified (a row read by its kind could be relabelled away unseen). A decision that reads from
+    the ledger which partitions a plan wrote or snapshotted compares what it read with these: a
+    whole sealed group deleted leaves no row to mismatch its seal (on PostgreSQL, hidden while a
+    rollback waited for its lock, the partitions of a window run were left out of the rollback;
+    while a withdraw waited, a plan that wrote was withdrawn: found by an attack)."""
+    found: list[Chained] = []
+    for start in range(1, top + 1, CHAIN_ROWS_AT_ONCE):
+        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
+        for seq, row in sorted(chain.items()):
+            partitions = row.payload.get("partitions") if isinstance(row.payload, dict) else None
+            if row.kind in ("write", "snapshot") and isinstance(partitions, dict):
+                found.append(Chained(seq, row.kind, row.plan_id, str(row.payload.get("table")), frozenset(partitions)))
+    return found
+
+
 def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Comparison]:
     """The dual run of each partition's latest write, from `latest` entries (a cutover's streak is
     counted over them): only a result that checked that write's own bytes counts (the publish rule

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from backfill_assets import faults, lifecycle
-from backfill_assets.control import authority, evidence_log, integrity, record
+from backfill_assets.control import authority, evidence_log, integrity, ledger, record
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import incomplete, restore, snapshotted
-from backfill_assets.errors import PlanRefused, RollbackRefused
+from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
 from backfill_assets.publish import published as published_record
@@ -175,8 +176,10 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
+        top = evidence_log.head(session)[0]  # before the ledger is read: its rows are committed by then
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
                  for table_spec, table_scheme in tables]
+        _refuse_what_the_ledger_lost(session, state, whole, top)
         # decided on the plan as it is now, under its row's lock: a publish that landed since the
         # command started makes this a rollback consumers see
         authorised = authorisation(session, state, signatures,
@@ -203,6 +206,37 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     return report
 
 
+def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
+                                 whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
+                                 top: int) -> None:
+    """What the rollback restores was read from the ledger; the chain says what the plan wrote and
+    snapshotted, and who wrote its partitions after it: a partition it lists that the ledger lost
+    would keep the plan's bytes, and a later writer lost would have its work erased."""
+    chained = ledger.chained_writes(session, top)
+    mine = [c for c in chained if c.plan_id == state.plan_id]
+    first = min((c.seq for c in mine if c.kind == "write"), default=None)
+    for spec, _, keys, published in whole:
+        listed = {("write", spec.name): set(keys), ("snapshot", spec.table): set(keys),
+                  ("snapshot", spec.publish_table): set(published)}
+        for row in mine:
+            lost = sorted(row.keys - listed.get((row.kind, row.table), row.keys))
+            if lost:
+                raise ForgedRecord(f"plan {state.plan_id}'s {row.kind} of {row.table} {lost[0]} (evidence row "
+                                   f"{row.seq}) is gone from {SCHEMA}: a rollback would leave it",
+                                   fix=evidence_log.FORGED_FIX)
+        later = sorted({(c.plan_id or "incremental runs", k) for c in chained
+                        if first is not None and c.kind == "write" and c.table == spec.name and c.seq > first
+                        and c.plan_id != state.plan_id and (c.plan_id is None or record.require(
+                            session, c.plan_id).phase is not Phase.ROLLED_BACK) for k in c.keys & set(keys)},
+                       key=lambda w: w[1])
+        if later:
+            who = sorted({w for w, _ in later})
+            raise RollbackRefused(
+                f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
+                f"(first {later[0][1]}); restoring would erase that work",
+                fix=f"roll back {who[0]} first, or replay the window with a new plan")
+
+
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
     text = "\n".join(f"{k} {v[0].rows} {v[0].digest}" for k, v in sorted(parts.items()))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -217,7 +251,13 @@ def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
             raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
+        top = evidence_log.head(session)[0]  # before the ledger is read: its rows are committed by then
         wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
+        chained = [c for c in ledger.chained_writes(session, top) if c.kind == "write" and c.plan_id == state.plan_id]
+        if chained and not wrote:
+            raise ForgedRecord(f"plan {state.plan_id} wrote {chained[0].table} {min(chained[0].keys)} (evidence row "
+                               f"{chained[0].seq}), which {SCHEMA}.writes no longer holds",
+                               fix=evidence_log.FORGED_FIX)
         if wrote:
             raise PlanRefused(f"plan {state.plan_id} has written {wrote} partition(s); withdrawing would "
                               "leave them", fix=f"roll it back instead: `backfill rollback {state.plan_id}`")
