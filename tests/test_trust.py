@@ -1391,6 +1391,30 @@ def test_a_plans_writes_and_snapshots_hidden_while_rollback_waits_for_its_lock_a
     assert "is gone from backfill_control: a rollback would leave it" in said, said
 
 
+def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
+    """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
+    partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then
+    B's whole sealed group deleted: the last two read A, A, and the plan would move to proven. What
+    the chain recorded the plan wrote is read with them."""
+    from backfill_assets.control import ledger, record
+    from backfill_assets.execution.advance import proof_verdict
+    from backfill_assets.warehouse.fingerprints import Fingerprint
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    prints = [Fingerprint(5, "sha256:" + c * 64) for c in "aba"]
+    for fingerprint in prints:  # as three runs of the proof partition record their writes
+        with world.warehouse().session() as session, session.transaction():
+            record.require(session, "fix", lock=True)
+            ledger.record_writes(session, plan_id="fix", asset="daily_revenue", mode="overwrite", run_id=None,
+                                 code_version="1", code_identity="x", written={"2026-01-02": fingerprint},
+                                 actor="a run of the proof")
+    middle = world.sql(f"SELECT evidence_seq FROM {CONTROL}.writes WHERE fingerprint = ?", [prints[1].digest])[0][0]
+    _insider_duckdb(world, f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {middle}")
+    with pytest.raises(Exception, match=f"write of daily_revenue 2026-01-02 \\(evidence row {middle}\\) is gone"):
+        with world.warehouse().session() as session:
+            proof_verdict(session, record.require(session, "fix"))
+
+
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_the_evidence_table_without_its_primary_key_is_refused(engine_world, capsys):
     """Insider, no key: the chain is exactly its rows numbered 1 to the last, checked by counting

@@ -215,8 +215,16 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
 def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -> list[str]:
     """The fingerprints of every write of `key` under the plan, oldest first (the proof compares
     the last two), checked against their seals."""
+    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0  # before the ledger is read
     rows = store.fingerprints_of(session, asset, plan_id, key)
     seals.verify(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
+    # a write between two identical ones, its group deleted, would leave the last two identical
+    read = {r[1] for r in rows}
+    lost = [c.seq for c in chained_writes(session, top) if c.kind == "write" and c.plan_id == plan_id
+            and c.table == asset and key in c.keys and c.seq not in read]
+    if lost:
+        raise ForgedRecord(f"plan {plan_id}'s write of {asset} {key} (evidence row {lost[0]}) is gone from "
+                           f"{SCHEMA}.writes", fix=evidence_log.FORGED_FIX)
     return [str(r[0]) for r in rows]
 
 
