@@ -1391,6 +1391,58 @@ def test_a_plans_writes_and_snapshots_hidden_while_rollback_waits_for_its_lock_a
     assert "is gone from backfill_control: a rollback would leave it" in said, said
 
 
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_snapshot_records_hidden_while_rollback_waits_for_a_partitions_lock_are_found(engine_world, capsys):
+    """Insider on PostgreSQL, no key (found by an attack on the check above): rollback compared the
+    ledger with the chain, then waited for each partition's write lock, then read the snapshot
+    records again to restore them, leaving out any gone. Holding one partition's lock, the insider
+    deleted the window run's snapshot records: three partitions kept the plan's bytes and the plan
+    was marked rolled back. The comparison now runs once every lock is held, and a record gone
+    when it is restored is refused."""
+    import threading
+
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    rows = "SELECT order_date, count(*) FROM public.daily_revenue GROUP BY 1 ORDER BY 1"
+    lock = "write:daily_revenue:2026-01-03"
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        before = insider.execute(rows).fetchall()
+        hidden = "partition_key <> '2026-01-02'"
+        insider.execute(f"CREATE TABLE public.stash_s AS SELECT * FROM {CONTROL}.snapshots WHERE {hidden}")
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [lock])
+        capsys.readouterr()
+        thread = threading.Thread(target=lambda: outcome.update(code=world.cli("rollback", "fix")))
+        thread.start()
+        _waits(insider, "wait_event = 'advisory'", thread)
+        insider.execute(f"DELETE FROM {CONTROL}.snapshots WHERE {hidden}")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [lock])
+        thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.snapshots SELECT * FROM public.stash_s")
+        after = insider.execute(rows).fetchall()
+    said = capsys.readouterr().err
+    assert outcome["code"] != 0 and world.phase("fix") != "rolled_back" and after == before, (outcome, said)
+    assert "is gone from backfill_control" in said, said
+
+
+def test_a_rollback_dry_run_over_a_ledger_with_whole_groups_hidden_is_refused(world, capsys):
+    """Insider, no key (a lead of an attack): a dry run read the ledger alone, so with the window
+    run's writes and snapshot records deleted it said it would restore 1 partition of 4, while the
+    rollback itself refused. It now checks the ledger against the chain as the rollback does."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    hidden = "partition_key <> '2026-01-02'"
+    _insider_duckdb(world, f"DELETE FROM {CONTROL}.writes WHERE {hidden}",
+                    f"DELETE FROM {CONTROL}.snapshots WHERE {hidden}")
+    capsys.readouterr()
+    assert world.cli("rollback", "fix", "--dry-run") != 0
+    said = capsys.readouterr().err
+    assert "is gone from backfill_control: a rollback would leave it" in said and said.count("\n") == 1, said
+
+
 def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
     """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
     partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_assets.control import evidence_log, seals
+from backfill_assets.control.names import SCHEMA
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -64,9 +66,15 @@ def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_
 
 def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
             keys: Sequence[str]) -> dict[str, tuple[Fingerprint, Fingerprint]]:
-    """Put the snapshotted rows back; return {key: (expected, restored)}. In a transaction."""
+    """Put the snapshotted rows back; return {key: (expected, restored)}. In a transaction. Every
+    key is one the rollback listed with its snapshot record: one gone since is refused, never left
+    out (a whole sealed group deleted while the rollback waited for a partition's lock, on
+    PostgreSQL, had three partitions keep the plan's bytes: found by an attack)."""
     expected = snapshotted(session, plan_id, table)
-    keys = [k for k in keys if k in expected]
+    lost = [k for k in keys if k not in expected]
+    if lost:
+        raise ForgedRecord(f"the snapshot record of {table} {lost[0]} (plan {plan_id}) is gone from "
+                           f"{SCHEMA}.snapshots since the rollback listed it", fix=evidence_log.FORGED_FIX)
     if not keys:
         return {}
     return put_back(session, spec, scheme, table, plan_id, {k: expected[k] for k in keys})

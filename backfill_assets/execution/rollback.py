@@ -156,8 +156,12 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     report = RollbackReport(state.plan_id, dry_run)
     tables = _tables(state, spec, scheme, graph)
     if dry_run:
-        for table_spec, table_scheme in tables:
-            keys, published = _whole(session, table_spec, table_scheme, state)
+        # what it says it would restore is what the chain recorded, as the rollback checks it
+        top = evidence_log.head(session)[0]  # before the ledger is read: a run of the plan may be writing
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
+                 for table_spec, table_scheme in tables]
+        _refuse_what_the_ledger_lost(session, state, whole, top)
+        for table_spec, table_scheme, keys, published in whole:
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
                 expected = snapshotted(session, state.plan_id, table)
                 if table_keys and session.engine.table_exists(session, table):
@@ -176,10 +180,8 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-        top = evidence_log.head(session)[0]  # before the ledger is read: its rows are committed by then
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
                  for table_spec, table_scheme in tables]
-        _refuse_what_the_ledger_lost(session, state, whole, top)
         # decided on the plan as it is now, under its row's lock: a publish that landed since the
         # command started makes this a rollback consumers see
         authorised = authorisation(session, state, signatures,
@@ -187,6 +189,10 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
             for key in sorted(keys):
                 session.lock(f"write:{table_spec.name}:{key}")
+        # what is restored, checked against the chain once every lock is held (a check before the
+        # partitions' locks left their wait to hide rows in: found by an attack); `restore` reads
+        # the snapshot records again and refuses one gone since
+        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.head(session)[0])
         for table_spec, table_scheme, keys, published in whole:
             _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
