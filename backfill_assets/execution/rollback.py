@@ -71,7 +71,11 @@ def written_keys(session: Session, spec: TableSpec, state: PlanState) -> list[st
 
 
 def _refuse_later_writers(session: Session, state: PlanState, keys: list[str], asset: str | None = None) -> None:
-    later = later_writers(session, state, keys, asset)
+    _refuse_writers(state, later_writers(session, state, keys, asset))
+
+
+def _refuse_writers(state: PlanState, later: Sequence[tuple[str, str]]) -> None:
+    """(writer, partition) of writes after the plan's: restoring its snapshots would erase them."""
     if later:
         who = sorted({w for w, _ in later})
         raise RollbackRefused(
@@ -235,12 +239,7 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                         and c.plan_id != state.plan_id and (c.plan_id is None or record.require(
                             session, c.plan_id).phase is not Phase.ROLLED_BACK) for k in c.keys & set(keys)},
                        key=lambda w: w[1])
-        if later:
-            who = sorted({w for w, _ in later})
-            raise RollbackRefused(
-                f"{', '.join(who)} wrote {len(later)} of plan {state.plan_id}'s partitions since "
-                f"(first {later[0][1]}); restoring would erase that work",
-                fix=f"roll back {who[0]} first, or replay the window with a new plan")
+        _refuse_writers(state, later)
 
 
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
