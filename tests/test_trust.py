@@ -1443,6 +1443,95 @@ def test_a_rollback_dry_run_over_a_ledger_with_whole_groups_hidden_is_refused(wo
     assert "is gone from backfill_control: a rollback would leave it" in said and said.count("\n") == 1, said
 
 
+def _publish_in_thread(world, keys: list[str], outcome: dict[str, object]):
+    """The publish rule as the publish asset runs it, in a thread: what it returned or raised."""
+    import threading
+
+    from backfill_assets.publish import rule
+    from tests.world import DAILY_REVENUE
+
+    def publish() -> None:
+        try:
+            with world.warehouse().session() as session:
+                outcome["done"] = rule.publish(session, DAILY_REVENUE, world.scheme, keys, actor="x")
+        except Exception as exc:  # noqa: BLE001 - what the rule raised is the outcome
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    return thread
+
+
+_PUBLISHED = "SELECT order_date, count(*), sum(net_revenue) FROM public.published_revenue GROUP BY 1 ORDER BY 1"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plans_row_hidden_while_publish_waits_for_its_lock_is_found(engine_world):
+    """Insider on PostgreSQL, no key (found by an attack): a running plan (its 2026-01-03 failed)
+    holds its window; its row deleted while publish waited for its lock, publish found no plan
+    holding 2026-01-02 and copied the plan's write of it alone (no signature, hold or code check, no
+    snapshot for a rollback), and with the row put back `evidence verify` passed. Every read of the
+    plans compares them with the plans the chain indexes."""
+    import psycopg
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.run_sql("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")  # loaded twice
+    assert world.cli("run", "fix") != 0 and world.phase("fix") == "running"
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        before = insider.execute(_PUBLISHED).fetchall()
+        insider.execute(f"CREATE TABLE public.stash_p AS SELECT * FROM {CONTROL}.plans WHERE plan_id = 'fix'")
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread = _publish_in_thread(world, ["2026-01-02"], outcome)
+        _waits(insider, "wait_event = 'advisory'", thread)
+        insider.execute(f"DELETE FROM {CONTROL}.plans WHERE plan_id = 'fix'")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.plans SELECT * FROM public.stash_p")
+        after = insider.execute(_PUBLISHED).fetchall()
+    assert "done" not in outcome and after == before, outcome
+    assert "plan fix is in the evidence chain, but its row is gone" in str(outcome.get("error")), outcome
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(engine_world):
+    """Insider on PostgreSQL, no key (found by an attack): 2026-01-02 written without a plan and
+    published (history). While publish waited for its lock, the insider hid that write's group and
+    the partition's rows, tripled the source, let a Materialize write 2026-01-02 again as a new
+    partition, and put the published rows back: publish, asking the ledger alone whether the
+    partition was written before, copied the unplanned rewrite. It asks the chain too."""
+    import psycopg
+
+    world = engine_world
+    days = ["2026-01-01", "2026-01-02"]
+    assert world.materialize(days).success and world.publish(days).success
+    one = "order_date = '2026-01-02'"
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        before = insider.execute(_PUBLISHED).fetchall()
+        seq = insider.execute(f"SELECT evidence_seq FROM {CONTROL}.writes WHERE partition_key = '2026-01-02'"
+                              ).fetchone()[0]
+        insider.execute(f"CREATE TABLE public.stash_w AS SELECT * FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+        insider.execute(f"CREATE TABLE public.stash_pub AS SELECT * FROM public.published_revenue WHERE {one}")
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread = _publish_in_thread(world, ["2026-01-02"], outcome)
+        _waits(insider, "wait_event = 'advisory'", thread)
+        insider.execute(f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+        insider.execute(f"DELETE FROM public.daily_revenue WHERE {one}")
+        insider.execute(f"DELETE FROM public.published_revenue WHERE {one}")
+        insider.execute(f"UPDATE public.orders SET amount = amount * 3 WHERE {one}")  # the unplanned data
+        assert world.materialize(["2026-01-02"]).success  # plan-free: the partition looks new
+        insider.execute("INSERT INTO public.published_revenue SELECT * FROM public.stash_pub")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
+        thread.join(120)
+        insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash_w")
+        after = insider.execute(_PUBLISHED).fetchall()
+    assert "done" not in outcome and after == before, outcome
+    assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome
+
+
 def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
     """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
     partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then

@@ -298,8 +298,17 @@ def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bo
 def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     """Every plan, or those that write `target` (as their target or a table of their graph)."""
     # every row is read and verified, then filtered: a row whose target or phase was edited to hide
-    # it from a filter is refused, not skipped
+    # it from a filter is refused, not skipped; and every plan the chain indexes (read first: a plan
+    # recorded meanwhile is committed with its row) must have one: a running plan's row deleted
+    # while publish waited for its lock, on PostgreSQL, had its partitions published as no plan's
+    # (found by an attack), a check only `evidence verify` made before
+    counts = evidence_log.check_index(session) if evidence_log.can_verify(session) else None
     rows = store.plan_rows(session)
+    if counts is not None:
+        gone = sorted({p for kind, p in counts if kind == "plan" and p is not None} - {str(r[0]) for r in rows})
+        if gone:
+            raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
+                               fix=evidence_log.FORGED_FIX)
     return [s for s in _states(session, rows) if target is None or s.involves(target)]
 
 
