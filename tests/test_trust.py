@@ -1532,6 +1532,77 @@ def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(en
     assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome
 
 
+def _verified_while(world, monkeypatch, point: str, meanwhile) -> dict[str, object]:
+    """`integrity.verify_record` in a thread, held at checkpoint `point` while `meanwhile` commits
+    something legitimate from this thread; what it returned or raised."""
+    import threading
+    import time
+
+    from backfill_assets.control import integrity
+
+    outcome: dict[str, object] = {}
+    monkeypatch.setenv("BACKFILL_STALL_AT", f"{point}=3")
+
+    def verify() -> None:
+        try:
+            with world.warehouse().session() as session:
+                outcome["verified"] = integrity.verify_record(session)
+        except Exception as exc:  # noqa: BLE001 - what it raised is the outcome
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=verify)
+    thread.start()
+    time.sleep(1.5)  # the check is held at `point`
+    monkeypatch.delenv("BACKFILL_STALL_AT")
+    meanwhile()
+    thread.join(60)
+    return outcome
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_write_committed_while_the_whole_record_is_verified_is_not_taken_for_a_forgery(engine_world, monkeypatch):
+    """PostgreSQL reads each statement afresh (found by an attack): the whole-record check read which
+    chain rows the ledger's rows name, then the chain; a run's write committed between the two was a
+    chain row no row read named, "the rows evidence row N sealed are gone", a forgery said of a
+    healthy record (publish, rollback, withdraw and `evidence verify` run it). Only the chain rows
+    committed before the ledger was read are asked of it."""
+    from backfill_assets.control import ledger, record
+    from backfill_assets.warehouse.fingerprints import Fingerprint
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+
+    def a_run_writes() -> None:
+        with world.warehouse().session() as session, session.transaction():
+            record.require(session, "fix", lock=True)
+            ledger.record_writes(session, plan_id="fix", asset="daily_revenue", mode="overwrite", run_id=None,
+                                 code_version="1", code_identity="x",
+                                 written={"2026-01-03": Fingerprint(5, "sha256:" + "0" * 64)}, actor="a run")
+
+    outcome = _verified_while(world, monkeypatch, "seals.verify_all.after_ledger", a_run_writes)
+    assert "error" not in outcome, outcome
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("what", ["a plan", "a version"])
+def test_a_plan_approved_while_the_whole_record_is_verified_is_not_taken_for_a_forgery(engine_world, monkeypatch,
+                                                                                        what):
+    """PostgreSQL (found by an attack): the whole-record check read the plans' rows (and the
+    versions'), then the chain's; a first approval of a new plan (or of its new version) committed
+    between the two read as a row deleted. The chain is read first."""
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    other = world.plan("other", start="2026-01-06", end="2026-01-07", proof=("2026-01-06",))
+    approve = ("plan", "approve", str(other), "--by", "olivia", "--key", str(world.keys["olivia"]))
+    if what == "a version":
+        assert world.cli(*approve) == 0
+        other = world.plan("other", start="2026-01-06", end="2026-01-08", proof=("2026-01-06",))
+    point = "record.verify_all.after_" + ("versions" if what == "a version" else "plans") + "_chain"
+    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli(*approve))
+    assert "error" not in outcome, outcome
+
+
 def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
     """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
     partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then

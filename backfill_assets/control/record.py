@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from backfill_assets import faults
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord, UsageError
@@ -252,14 +253,20 @@ def verify_all(session: Session) -> list[PlanState]:
     """Every plan's row and version against the chain, and every plan and version the chain
     recorded still there: a row deleted outright is found here (publish, rollback, `evidence
     verify`), not by the decisions that read one plan."""
-    states = all_plans(session)
+    # the chain before the tables, each time: a plan, version or approval committed between the two
+    # reads (its rows and its chain row commit together) is then in the table read second, never
+    # taken for a row deleted (PostgreSQL reads each statement afresh: found by an attack)
     recorded = evidence_store.plan_ids_of_kinds(session, STATE_KINDS)
+    faults.checkpoint("record.verify_all.after_plans_chain")
+    states = all_plans(session)
     gone = sorted(recorded - {s.plan_id for s in states})
     if gone:
         raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
                            fix=evidence_log.FORGED_FIX)
+    versions = evidence_log.rows(session, kind="plan_version")
+    faults.checkpoint("record.verify_all.after_versions_chain")
     stored = store.version_shas(session)
-    for row in evidence_log.rows(session, kind="plan_version"):
+    for row in versions:
         sha = str(row.payload.get("sha256") or "")
         if sha and sha not in stored:
             raise ForgedRecord(f"version {sha[:12]} of plan {row.plan_id} is in the evidence chain (row {row.seq}), "
