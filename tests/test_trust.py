@@ -1603,6 +1603,30 @@ def test_a_plan_approved_while_the_whole_record_is_verified_is_not_taken_for_a_f
     assert "error" not in outcome, outcome
 
 
+def test_a_plans_publication_hidden_and_the_bytes_before_it_put_back_is_found(world, capsys):
+    """Insider, no key, DuckDB (found by an attack): history published, then plan fix published over
+    it. The insider put the history's bytes back into the published table and deleted fix's
+    publication group: `plan close` compared the table with the older publication, found no edit,
+    and closed the plan; with the group put back `evidence verify` passed. A read of the latest
+    publications checks the chain rows after them."""
+    from tests.world import BUGGY, keys
+
+    days = keys(1, 4)
+    assert world.materialize(days, spec=BUGGY).success and world.publish(days, spec=BUGGY).success
+    _insider_duckdb(world, "CREATE TABLE main.stash_pub AS SELECT * FROM main.published_revenue")
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0 and world.phase() == "published"
+    seq = _insider_rows(world, f"SELECT max(evidence_seq) FROM {CONTROL}.publications")[0][0]
+    _insider_duckdb(world, f"DELETE FROM {CONTROL}.publications WHERE evidence_seq = {seq}",
+                    "DELETE FROM main.published_revenue",
+                    "INSERT INTO main.published_revenue SELECT * FROM main.stash_pub")
+    capsys.readouterr()
+    assert world.cli("plan", "close", "fix") != 0 and world.phase() == "published"
+    said = capsys.readouterr().err
+    assert f"evidence row {seq} recorded is gone from backfill_control.publications" in said, said
+
+
 def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
     """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
     partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then

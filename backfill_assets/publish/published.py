@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log, seals
+from backfill_assets.control.ledger import CHAIN_ROWS_AT_ONCE
+from backfill_assets.control.names import SCHEMA
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
@@ -35,10 +38,34 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
     """The last publication of each key (checked against its seal); keys never published are left out."""
     if not keys:
         return {}
+    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0  # before the ledger is read
     rows = store.latest(session, spec.publish_as, keys)
     seals.verify(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
+    _refuse_newer_in_chain(session, spec.publish_as, keys, {str(r[0]): int(r[5]) for r in rows}, top)
     return {k: Publication(k, Fingerprint(int(n), str(d)), None if w is None else int(w), p)
             for k, n, d, w, p, _ in rows}
+
+
+def _refuse_newer_in_chain(session: Session, table: str, keys: Sequence[str], found: Mapping[str, int],
+                           top: int) -> None:
+    """No publication the chain recorded (up to `top`) of these keys is newer than the one read: a
+    plan's publication group deleted, and the bytes before it put back in the published table,
+    read as unedited, and `plan close` closed the plan over them (found by an attack). Publications
+    recorded before their chain rows listed the keys (a range and a count) are not asked."""
+    if not top:
+        return
+    wanted = set(keys)
+    floor = min(found.values()) if wanted <= set(found) else 0
+    for start in range(floor + 1, top + 1, CHAIN_ROWS_AT_ONCE):
+        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
+        for seq, row in sorted(chain.items()):
+            listed = row.payload.get("keys") or () if row.kind == "publication" \
+                and row.payload.get("table") == table else ()
+            newer = [k for k in listed if k in wanted and seq > found.get(k, 0)]
+            if newer:
+                raise ForgedRecord(f"the publication of {table} {newer[0]} evidence row {seq} recorded is gone from "
+                                   f"{SCHEMA}.publications (an older one reads as the latest)",
+                                   fix=evidence_log.FORGED_FIX)
 
 
 def shape_problems(session: Session, spec: TableSpec) -> list[str]:
@@ -132,7 +159,7 @@ def record(session: Session, spec: TableSpec, published: Mapping[str, tuple[Fing
     store.insert(session, spec.publish_as, at, seq,
                  [(key, fp.rows, fp.digest, write_id, plan_id) for key, (fp, write_id, plan_id) in published.items()])
     evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
-        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], **note,
+        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], "keys": keys, **note,
         "seals": {"publications": seals.of_seq(session, "publications", seq, [
             {"asset": spec.publish_as, "partition_key": key, "row_count": fp.rows, "fingerprint": fp.digest,
              "write_id": write_id, "plan_id": plan_id, "recorded_at": at}
