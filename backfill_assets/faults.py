@@ -31,6 +31,12 @@ def checkpoint(name: str) -> None:
             time.sleep(float(seconds))
 
 
+def reached(name: str) -> int:
+    """How many times this process reached the point `name` while a crash or stall was set: a test
+    holding a command there waits for this to grow, not for a guessed time."""
+    return _seen.get(name, 0)
+
+
 def _reached(wanted: str, name: str) -> bool:
     for item in wanted.split(","):
         point, _, nth = item.strip().partition("@")

@@ -1293,17 +1293,22 @@ def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_on
         except Exception as exc:  # noqa: BLE001 - what it raised is the outcome
             outcome["error"] = exc
 
-    thread = threading.Thread(target=read)
-    thread.start()
     import time
 
-    time.sleep(1.5)  # the reader has read the ledger and stalls before its check of the chain
+    from backfill_assets import faults
+
+    held = faults.reached("ledger.latest.after_read")
+    thread = threading.Thread(target=read)
+    thread.start()
+    while faults.reached("ledger.latest.after_read") == held and thread.is_alive():
+        time.sleep(0.05)  # until the reader has read the ledger and stalls before its check of the chain
     monkeypatch.delenv("BACKFILL_STALL_AT")
     with world.warehouse().session() as session, session.transaction():
         record.require(session, "fix")
         ledger.record_writes(session, plan_id="fix", asset="daily_revenue", mode="overwrite", run_id=None,
                              code_version="1", code_identity="x",
                              written={"2026-01-02": Fingerprint(5, "sha256:" + "0" * 64)}, actor="a run of the plan")
+    assert thread.is_alive(), "the reader went on before the write committed: the test proves nothing"
     thread.join(60)
     assert "error" not in outcome, outcome
     assert outcome["latest"]["2026-01-02"] is not None  # type: ignore[index]
@@ -1532,16 +1537,18 @@ def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(en
     assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome
 
 
-def _verified_while(world, monkeypatch, point: str, meanwhile) -> dict[str, object]:
-    """`integrity.verify_record` in a thread, held at checkpoint `point` while `meanwhile` commits
-    something legitimate from this thread; what it returned or raised."""
+def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 3) -> dict[str, object]:
+    """`integrity.verify_record` in a thread, held at checkpoint `point` (for `seconds`) while
+    `meanwhile` commits something legitimate from this thread; what it returned or raised."""
     import threading
     import time
 
+    from backfill_assets import faults
     from backfill_assets.control import integrity
 
     outcome: dict[str, object] = {}
-    monkeypatch.setenv("BACKFILL_STALL_AT", f"{point}=3")
+    held = faults.reached(point)
+    monkeypatch.setenv("BACKFILL_STALL_AT", f"{point}={seconds}")
 
     def verify() -> None:
         try:
@@ -1552,9 +1559,11 @@ def _verified_while(world, monkeypatch, point: str, meanwhile) -> dict[str, obje
 
     thread = threading.Thread(target=verify)
     thread.start()
-    time.sleep(1.5)  # the check is held at `point`
+    while faults.reached(point) == held and thread.is_alive():  # until the check is held at `point`
+        time.sleep(0.05)
     monkeypatch.delenv("BACKFILL_STALL_AT")
     meanwhile()
+    assert thread.is_alive(), "the check went on before the commit: the test proves nothing"
     thread.join(60)
     return outcome
 
@@ -1599,7 +1608,7 @@ def test_a_plan_approved_while_the_whole_record_is_verified_is_not_taken_for_a_f
         assert world.cli(*approve) == 0
         other = world.plan("other", start="2026-01-06", end="2026-01-08", proof=("2026-01-06",))
     point = "record.verify_all.after_" + ("versions" if what == "a version" else "plans") + "_chain"
-    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli(*approve))
+    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli(*approve), seconds=5)  # a command: ~1 s
     assert "error" not in outcome, outcome
 
 
