@@ -596,7 +596,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], truth_row: dict[str, str]) 
         if ok and "published_same" in ok[0]:
             entry["published_same"] = all(g["published_same"] for g in ok)
         entry["notes"] = [g.get("notes") for g in ok if g.get("notes")]
-        if not entry["same_answer"] and ok:
+        if entry["writes_nothing"]:
+            entry["same_answer"] = None  # no rows to compare: not a match, not a mismatch
+        if entry["same_answer"] is False and ok:
             entry["answers"] = [g["answer"] for g in ok]
         out[name] = entry
     return out
@@ -897,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"\nJSON: {args.json}")
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    mismatches = [n for n, e in results.get("summary", {}).items() if e["rounds"] and not e["same_answer"]]
+    mismatches = [n for n, e in results.get("summary", {}).items() if e["rounds"] and e["same_answer"] is False]
     if mismatches:
         say("\nMISMATCH: " + ", ".join(mismatches) + " produced different rows over the window")
     say(f"total {results['total_seconds']:.0f} s")

@@ -1210,7 +1210,7 @@ def test_a_sealed_group_of_failing_gate_results_hidden_is_refused(engine_world, 
     capsys.readouterr()
     assert world.cli("publish", "fix") != 0
     said = capsys.readouterr().err
-    assert f"the gate results evidence row {seq} recorded are gone" in said and said.count("\n") == 1, said
+    assert f"the gate results that evidence row {seq} recorded are gone" in said and said.count("\n") == 1, said
     assert world.phase("fix") == "running"
     assert world.cli("reconcile", "fix") != 0 and world.phase("fix") == "running"
 
@@ -1222,7 +1222,6 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
     once the check had passed, let go, and put the rows back after: the failed partition was copied
     and `evidence verify` passed. The rows read under the lock are now checked against the chain."""
     import threading
-    import time
 
     import psycopg
 
@@ -1255,18 +1254,14 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
 
         thread = threading.Thread(target=publish)
         thread.start()
-        for _ in range(600):
-            if insider.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'").fetchone()[0] \
-                    or not thread.is_alive():
-                break
-            time.sleep(0.1)
+        _waits(insider, "wait_event = 'advisory'", thread)
         insider.execute(f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}")
         insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
         thread.join(120)
         insider.execute(f"INSERT INTO {CONTROL}.gate_results SELECT * FROM public.stash")
         after = insider.execute(_PUBLISHED_0103).fetchone()[0]
     assert "done" not in outcome and after == before, outcome
-    assert f"the gate results evidence row {seq} recorded are gone" in str(outcome.get("error")), outcome
+    assert f"the gate results that evidence row {seq} recorded are gone" in str(outcome.get("error")), outcome
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
@@ -1315,14 +1310,18 @@ def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_on
 
 
 def _waits(insider, what: str, thread) -> None:
-    """Until a session waits as `what` says (a condition on pg_stat_activity), or the thread ended."""
+    """Until a session of this database waits as `what` says (a condition on pg_stat_activity); the
+    test fails when the command ended or never waited, since it then proves nothing."""
     import time
 
     for _ in range(600):
-        waiting = insider.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {what}").fetchone()[0]
-        if waiting or not thread.is_alive():
+        waiting = insider.execute(f"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                  f"AND {what}").fetchone()[0]
+        if waiting:
             return
+        assert thread.is_alive(), "the command ended without waiting where the test holds it"
         time.sleep(0.1)
+    raise AssertionError(f"no session waited ({what}) within 60 s")
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
@@ -1393,7 +1392,7 @@ def test_a_plans_writes_and_snapshots_hidden_while_rollback_waits_for_its_lock_a
         after = insider.execute(rows).fetchall()
     said = capsys.readouterr().err
     assert outcome["code"] != 0 and world.phase("fix") != "rolled_back" and after == before, (outcome, said)
-    assert "is gone from backfill_control: a rollback would leave it" in said, said
+    assert "is gone from backfill_control.snapshots: a rollback would leave it" in said, said
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
@@ -1430,7 +1429,7 @@ def test_snapshot_records_hidden_while_rollback_waits_for_a_partitions_lock_are_
         after = insider.execute(rows).fetchall()
     said = capsys.readouterr().err
     assert outcome["code"] != 0 and world.phase("fix") != "rolled_back" and after == before, (outcome, said)
-    assert "is gone from backfill_control" in said, said
+    assert "is gone from backfill_control.snapshots since the rollback listed it" in said, said
 
 
 def test_a_rollback_dry_run_over_a_ledger_with_whole_groups_hidden_is_refused(world, capsys):
@@ -1445,7 +1444,7 @@ def test_a_rollback_dry_run_over_a_ledger_with_whole_groups_hidden_is_refused(wo
     capsys.readouterr()
     assert world.cli("rollback", "fix", "--dry-run") != 0
     said = capsys.readouterr().err
-    assert "is gone from backfill_control: a rollback would leave it" in said and said.count("\n") == 1, said
+    assert "is gone from backfill_control.snapshots: a rollback would leave it" in said and said.count("\n") == 1, said
 
 
 def _publish_in_thread(world, keys: list[str], outcome: dict[str, object]):
@@ -1636,6 +1635,24 @@ def test_a_plans_publication_hidden_and_the_bytes_before_it_put_back_is_found(wo
     assert f"evidence row {seq} recorded is gone from backfill_control.publications" in said, said
 
 
+def test_a_newer_write_of_a_partition_hidden_is_refused(world, capsys):
+    """Insider, no key: a partition written again (a re-run), then that write's whole group and its
+    results deleted, so the older write and its results read as the latest and every seal read
+    still matches. The chain's newer write of the partition is found."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("run", "fix", "--partitions", "2026-01-03") == 0
+    latest = f"SELECT max(evidence_seq) FROM {CONTROL}.writes WHERE partition_key = '2026-01-03'"
+    seq = _insider_rows(world, latest)[0][0]
+    write = _insider_rows(world, f"SELECT write_id FROM {CONTROL}.writes WHERE evidence_seq = {seq}")[0][0]
+    _insider_duckdb(world, f"DELETE FROM {CONTROL}.gate_results WHERE write_id = {write}",
+                    f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+    capsys.readouterr()
+    assert world.cli("reconcile", "fix") != 0
+    said = capsys.readouterr().err
+    assert f"daily_revenue 2026-01-03: the write that evidence row {seq} recorded is gone" in said, said
+
+
 def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
     """Insider, no key (a lead of an attack): the proof passes when the last two writes of its
     partition have the same fingerprint. Three writes A, B, A (B differing: not idempotent), then
@@ -1655,7 +1672,9 @@ def test_a_write_between_two_identical_proof_writes_hidden_is_refused(world):
                                  actor="a run of the proof")
     middle = world.sql(f"SELECT evidence_seq FROM {CONTROL}.writes WHERE fingerprint = ?", [prints[1].digest])[0][0]
     _insider_duckdb(world, f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {middle}")
-    with pytest.raises(Exception, match=f"write of daily_revenue 2026-01-02 \\(evidence row {middle}\\) is gone"):
+    from backfill_assets.errors import ForgedRecord
+
+    with pytest.raises(ForgedRecord, match=f"write of daily_revenue 2026-01-02 \\(evidence row {middle}\\) is gone"):
         with world.warehouse().session() as session:
             proof_verdict(session, record.require(session, "fix"))
 

@@ -27,7 +27,7 @@ import hmac
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -486,6 +486,27 @@ def check_links(session: Session) -> None:
 def head(session: Session) -> tuple[int, str]:
     """The last row's number and hash: what a rendered evidence file pins."""
     return store.head(session) or (0, GENESIS)
+
+
+ROWS_AT_ONCE = 1000
+
+
+def last_before_reading(session: Session) -> int:
+    """The chain's last row, read before a decision reads the ledger rows it will compare with the
+    chain (0 where there is no key to verify with): a row committed by then was committed with the
+    rows it recorded, so they are there to read; one committed after is not asked of them
+    (PostgreSQL reads each statement afresh: a run's write committed between the two reads was
+    otherwise taken for a row hidden, found by an attack)."""
+    return head(session)[0] if can_verify(session) else 0
+
+
+def rows_after(session: Session, floor: int, top: int) -> Iterator[EvidenceRow]:
+    """Every chain row numbered after `floor` up to `top`, in order, each verified: the chain is
+    exactly rows 1 to its last (checked), so these are all there is, and none can be hidden from
+    a read by its kind or plan (a row relabelled would be read, and refused)."""
+    for start in range(floor + 1, top + 1, ROWS_AT_ONCE):
+        found = by_seq(session, list(range(start, min(start + ROWS_AT_ONCE, top + 1))))
+        yield from (found[seq] for seq in sorted(found))
 
 
 def verify(session: Session, pinned: tuple[int, str] | None = None) -> int:

@@ -98,10 +98,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     out: dict[str, LatestWrite | None] = {k: None for k in keys}
     if not keys:
         return out
-    # the chain's last row before the ledger is read: a row committed by then is committed with the
-    # ledger rows it recorded, so they are there to read; one committed after is not asked of them
-    # (on PostgreSQL a run may commit between the two reads)
-    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0
+    top = evidence_log.last_before_reading(session)
     rows = store.latest_writes(session, asset, keys, plan_id, figures)
     faults.checkpoint("ledger.latest.after_read")
     write_seals, gate_seals = [], []
@@ -125,9 +122,6 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     return out
 
 
-CHAIN_ROWS_AT_ONCE = 1000
-
-
 def _refuse_newer_in_chain(session: Session, asset: str, plan_id: str | None, found: Mapping[str, LatestWrite],
                            judged: Mapping[str, int], top: int) -> None:
     """No chain row after the latest write read for a key recorded a newer write of it (of the plan,
@@ -137,26 +131,22 @@ def _refuse_newer_in_chain(session: Session, asset: str, plan_id: str | None, fo
     published (on PostgreSQL, hidden while publish waited for its lock and put back after; found
     by an attack). The chain is exactly rows 1 to its last (checked), so the rows after the oldest
     write read, up to `top` (the last row before the ledger was read), are all there is to look at."""
-    if not found or not evidence_log.can_verify(session):
+    if not found or not top:
         return
-    floor = min(e.seq for e in found.values())
-    for start in range(floor + 1, top + 1, CHAIN_ROWS_AT_ONCE):
-        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
-        for seq, row in sorted(chain.items()):
-            if row.kind == "write" and row.payload.get("table") == asset and plan_id in (None, row.plan_id):
-                newer = [k for k in row.payload.get("partitions") or {} if k in found and seq > found[k].seq]
-                if newer:
-                    raise ForgedRecord(f"{asset} {newer[0]}: the write evidence row {seq} recorded is gone from "
-                                       f"{SCHEMA}.writes (an older one reads as the latest)",
-                                       fix=evidence_log.FORGED_FIX)
-            elif row.kind == "gates" and row.payload.get("table") == asset:
-                given = row.payload.get("judged") or {}
-                newer = [k for k, write_id in given.items()
-                         if k in found and write_id == found[k].write_id and seq > judged.get(k, 0)]
-                if newer:
-                    raise ForgedRecord(f"{asset} {newer[0]}: the gate results evidence row {seq} recorded are gone "
-                                       f"from {SCHEMA}.gate_results (older ones read as the latest)",
-                                       fix=evidence_log.FORGED_FIX)
+    for row in evidence_log.rows_after(session, min(e.seq for e in found.values()), top):
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        if row.kind == "write" and payload.get("table") == asset and plan_id in (None, row.plan_id):
+            newer = [k for k in payload.get("partitions") or {} if k in found and row.seq > found[k].seq]
+            if newer:
+                raise ForgedRecord(f"{asset} {newer[0]}: the write that evidence row {row.seq} recorded is gone from "
+                                   f"{SCHEMA}.writes (an older one reads as the latest)", fix=evidence_log.FORGED_FIX)
+        elif row.kind == "gates" and payload.get("table") == asset:
+            newer = [k for k, write_id in (payload.get("judged") or {}).items()
+                     if k in found and write_id == found[k].write_id and row.seq > judged.get(k, 0)]
+            if newer:
+                raise ForgedRecord(f"{asset} {newer[0]}: the gate results that evidence row {row.seq} recorded are "
+                                   f"gone from {SCHEMA}.gate_results (older ones read as the latest)",
+                                   fix=evidence_log.FORGED_FIX)
 
 
 @dataclass(frozen=True)
@@ -178,12 +168,10 @@ def chained_writes(session: Session, top: int) -> list[Chained]:
     rollback waited for its lock, the partitions of a window run were left out of the rollback;
     while a withdraw waited, a plan that wrote was withdrawn: found by an attack)."""
     found: list[Chained] = []
-    for start in range(1, top + 1, CHAIN_ROWS_AT_ONCE):
-        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
-        for seq, row in sorted(chain.items()):
-            partitions = row.payload.get("partitions") if isinstance(row.payload, dict) else None
-            if row.kind in ("write", "snapshot") and isinstance(partitions, dict):
-                found.append(Chained(seq, row.kind, row.plan_id, str(row.payload.get("table")), frozenset(partitions)))
+    for row in evidence_log.rows_after(session, 0, top):
+        partitions = row.payload.get("partitions") if isinstance(row.payload, dict) else None
+        if row.kind in ("write", "snapshot") and isinstance(partitions, dict):
+            found.append(Chained(row.seq, row.kind, row.plan_id, str(row.payload.get("table")), frozenset(partitions)))
     return found
 
 
@@ -215,7 +203,7 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
 def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -> list[str]:
     """The fingerprints of every write of `key` under the plan, oldest first (the proof compares
     the last two), checked against their seals."""
-    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0  # before the ledger is read
+    top = evidence_log.last_before_reading(session)
     rows = store.fingerprints_of(session, asset, plan_id, key)
     seals.verify(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
     # a write between two identical ones, its group deleted, would leave the last two identical
@@ -242,14 +230,15 @@ def rewrites_without_plan(session: Session, asset: str | None = None, keys: Sequ
     (found by an attack). Read after the rows were checked against their seals (publish, verify)."""
     if asset is not None and not keys:
         return []
-    top = evidence_log.head(session)[0] if asset is not None and evidence_log.can_verify(session) else 0
+    top = evidence_log.last_before_reading(session) if asset is not None else 0
+    rows = store.rewrites_without_plan(session, asset, keys)
     found = [f"{'' if asset else f'{a} '}{key}: written without a plan (write {wid}) over a partition written "
-             f"before (write {first})" for a, key, wid, first in store.rewrites_without_plan(session, asset, keys)]
+             f"before (write {first})" for a, key, wid, first in rows]
     if top:
         # and as the chain recorded the partitions' writes: the earlier write's whole group hidden
         # while publish waited for its lock, on PostgreSQL, let an unplanned rewrite be copied
         # (found by an attack; `evidence verify`, reading the whole record, found it only after)
-        said = {line.split(":", 1)[0] for line in found}
+        said = {str(key) for _, key, _, _ in rows}
         chained = [c for c in chained_writes(session, top) if c.kind == "write" and c.table == asset]
         for key in keys:
             writes = [c for c in chained if key in c.keys]

@@ -93,7 +93,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     # a number as the warehouse made it, never a text that reads as one ('0123' sorts after '99'):
     # the rows found latest by it must be the ones numbered latest (the column's type is checked as
     # each session opens; this is the second line)
-    if not all(_whole(s) for s in given):
+    if not all(_is_seal_number(s) for s in given):
         raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries a seal number that is not a whole number",
                            fix=evidence_log.FORGED_FIX)
     wanted = sorted({int(s) for s in given if s is not None})
@@ -105,7 +105,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
         part = wanted[i:i + at_once]
         found: dict[int, list[tuple[Any, ...]]] = {s: [] for s in part}
         for row in store.rows_of_seqs(session, table, part):
-            if not _whole(row[-1]):
+            if not _is_seal_number(row[-1]):
                 raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries a seal number that is not a whole number",
                                    fix=evidence_log.FORGED_FIX)
             found[row[-1]].append(row[:-1])
@@ -118,7 +118,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
 
 
-def _whole(value: object) -> bool:
+def _is_seal_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -161,7 +161,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     tables = _tables(state, spec, scheme, graph)
     if dry_run:
         # what it says it would restore is what the chain recorded, as the rollback checks it
-        top = evidence_log.head(session)[0]  # before the ledger is read: a run of the plan may be writing
+        top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
                  for table_spec, table_scheme in tables]
         _refuse_what_the_ledger_lost(session, state, whole, top)
@@ -193,9 +193,11 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
             for key in sorted(keys):
                 session.lock(f"write:{table_spec.name}:{key}")
-        # what is restored, checked against the chain once every lock is held (a check before the
-        # partitions' locks left their wait to hide rows in: found by an attack); `restore` reads
-        # the snapshot records again and refuses one gone since
+        # what it restores, checked against the chain once every lock is held: the plan's own writes
+        # cannot commit meanwhile (its row is held exclusive), and a later writer's that committed
+        # while this waited for a partition's lock is found too; rows hidden after this are found by
+        # `restore`, which reads the snapshot records again and refuses one gone since (a whole
+        # group of them hidden while it waited was left out: found by an attack)
         _refuse_what_the_ledger_lost(session, state, whole, evidence_log.head(session)[0])
         for table_spec, table_scheme, keys, published in whole:
             _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
@@ -225,21 +227,31 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
     chained = ledger.chained_writes(session, top)
     mine = [c for c in chained if c.plan_id == state.plan_id]
     first = min((c.seq for c in mine if c.kind == "write"), default=None)
+    phases: dict[str, Phase] | None = None  # read once, when a later writer is a plan
     for spec, _, keys, published in whole:
+        # every table the plan wrote is among `whole` (`_tables` refuses a plan with a table the
+        # definitions lack), so a row of another table is checked in that table's turn
         listed = {("write", spec.name): set(keys), ("snapshot", spec.table): set(keys),
                   ("snapshot", spec.publish_table): set(published)}
         for row in mine:
             lost = sorted(row.keys - listed.get((row.kind, row.table), row.keys))
             if lost:
+                where = f"{SCHEMA}.{'writes' if row.kind == 'write' else 'snapshots'}"
                 raise ForgedRecord(f"plan {state.plan_id}'s {row.kind} of {row.table} {lost[0]} (evidence row "
-                                   f"{row.seq}) is gone from {SCHEMA}: a rollback would leave it",
+                                   f"{row.seq}) is gone from {where}: a rollback would leave it",
                                    fix=evidence_log.FORGED_FIX)
-        later = sorted({(c.plan_id or "incremental runs", k) for c in chained
-                        if first is not None and c.kind == "write" and c.table == spec.name and c.seq > first
-                        and c.plan_id != state.plan_id and (c.plan_id is None or record.require(
-                            session, c.plan_id).phase is not Phase.ROLLED_BACK) for k in c.keys & set(keys)},
-                       key=lambda w: w[1])
-        _refuse_writers(state, later)
+        wanted = set(keys)
+        later: set[tuple[str, str]] = set()
+        for c in chained:
+            if first is None or c.kind != "write" or c.table != spec.name or c.seq <= first \
+                    or c.plan_id == state.plan_id or not c.keys & wanted:
+                continue
+            if c.plan_id is not None:
+                phases = phases if phases is not None else {p.plan_id: p.phase for p in record.all_plans(session)}
+                if phases.get(c.plan_id) is Phase.ROLLED_BACK:
+                    continue
+            later |= {(c.plan_id or "incremental runs", k) for k in c.keys & wanted}
+        _refuse_writers(state, sorted(later, key=lambda w: w[1]))
 
 
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
@@ -256,7 +268,7 @@ def withdraw(session: Session, state: PlanState, actor: str, note: str = "") -> 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN, Phase.CLOSED):
             raise PlanRefused(f"plan {state.plan_id} has already ended ({state.phase})", fix="nothing to do")
-        top = evidence_log.head(session)[0]  # before the ledger is read: its rows are committed by then
+        top = evidence_log.last_before_reading(session)
         wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
         chained = [c for c in ledger.chained_writes(session, top) if c.kind == "write" and c.plan_id == state.plan_id]
         if chained and not wrote:

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backfill_assets.control import evidence_log, seals
-from backfill_assets.control.ledger import CHAIN_ROWS_AT_ONCE
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.partitions import PartitionScheme
@@ -38,7 +37,7 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
     """The last publication of each key (checked against its seal); keys never published are left out."""
     if not keys:
         return {}
-    top = evidence_log.head(session)[0] if evidence_log.can_verify(session) else 0  # before the ledger is read
+    top = evidence_log.last_before_reading(session)
     rows = store.latest(session, spec.publish_as, keys)
     seals.verify(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
     _refuse_newer_in_chain(session, spec.publish_as, keys, {str(r[0]): int(r[5]) for r in rows}, top)
@@ -55,17 +54,16 @@ def _refuse_newer_in_chain(session: Session, table: str, keys: Sequence[str], fo
     if not top:
         return
     wanted = set(keys)
+    # from the chain's first row when a key was never published: its one publication may be hidden
     floor = min(found.values()) if wanted <= set(found) else 0
-    for start in range(floor + 1, top + 1, CHAIN_ROWS_AT_ONCE):
-        chain = evidence_log.by_seq(session, list(range(start, min(start + CHAIN_ROWS_AT_ONCE, top + 1))))
-        for seq, row in sorted(chain.items()):
-            listed = row.payload.get("keys") or () if row.kind == "publication" \
-                and row.payload.get("table") == table else ()
-            newer = [k for k in listed if k in wanted and seq > found.get(k, 0)]
-            if newer:
-                raise ForgedRecord(f"the publication of {table} {newer[0]} evidence row {seq} recorded is gone from "
-                                   f"{SCHEMA}.publications (an older one reads as the latest)",
-                                   fix=evidence_log.FORGED_FIX)
+    for row in evidence_log.rows_after(session, floor, top):
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        listed = payload.get("keys") or () if row.kind == "publication" and payload.get("table") == table else ()
+        newer = [k for k in listed if k in wanted and row.seq > found.get(k, 0)]
+        if newer:
+            raise ForgedRecord(f"the publication of {table} {newer[0]} that evidence row {row.seq} recorded is gone "
+                               f"from {SCHEMA}.publications (an older one reads as the latest)",
+                               fix=evidence_log.FORGED_FIX)
 
 
 def shape_problems(session: Session, spec: TableSpec) -> list[str]:

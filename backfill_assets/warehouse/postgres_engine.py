@@ -148,7 +148,7 @@ _ODD_CONTROL_SQL = (
     "AND f.pronargs OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS g "
     f"WHERE g.pronamespace {_EQ} {_CATALOG} AND g.proname {_EQ} f.proname) AND NOT EXISTS (SELECT 1 FROM "
     "pg_catalog.unnest(f.proargtypes::pg_catalog.oid[]) AS x(t) JOIN pg_catalog.pg_type AS y ON y.oid "
-    f"{_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG}) LIMIT 1")
+    f"{_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG})")
 
 # the type names PostgreSQL gives the control schema's column types (`pg_catalog.format_type`)
 _PG_TYPE = {"BIGINT": "bigint", "INTEGER": "integer", "VARCHAR": "character varying", "BOOLEAN": "boolean",
@@ -173,8 +173,7 @@ def _odd_control_sql() -> str:
         f"ON e.r {_EQ} c.relname::pg_catalog.text AND e.k {_EQ} a.attname::pg_catalog.text "
         f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 "
         f"AND NOT a.attisdropped AND pg_catalog.format_type(a.atttypid, a.atttypmod) {_NE} e.t")
-    assert _ODD_CONTROL_SQL.endswith(" LIMIT 1")
-    return _ODD_CONTROL_SQL.removesuffix(" LIMIT 1") + other + " LIMIT 1"
+    return _ODD_CONTROL_SQL + other + " LIMIT 1"
 
 
 class PostgresSession(Session):
