@@ -3,8 +3,9 @@
 `BACKFILL_CRASH_AT=approve.after_commit` (comma-separated names, optionally `name@N` for the Nth
 time the point is reached) makes the process SIGKILL itself there. `BACKFILL_STALL_AT=name=SECONDS`
 (same forms) makes it sleep there instead: a slow step, with whatever it holds still held, so a
-second command can be started against it. Unset, a checkpoint costs two dictionary lookups. The
-names are listed where they are called.
+second command can be started against it; a test in the same process ends the sleep early by
+setting `BACKFILL_STALL_RELEASE` to the point's name. Unset, a checkpoint costs two dictionary
+lookups. The names are listed where they are called.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 
 CRASH_ENV = "BACKFILL_CRASH_AT"
 STALL_ENV = "BACKFILL_STALL_AT"
+RELEASE_ENV = "BACKFILL_STALL_RELEASE"
 _seen: dict[str, int] = {}
 
 
@@ -28,7 +30,9 @@ def checkpoint(name: str) -> None:
     for item in (stall or "").split(","):
         point, _, seconds = item.strip().partition("=")
         if seconds and _reached(point, name):
-            time.sleep(float(seconds))
+            until = time.monotonic() + float(seconds)
+            while time.monotonic() < until and os.environ.get(RELEASE_ENV) != name:
+                time.sleep(min(0.05, max(0.0, until - time.monotonic())))
 
 
 def reached(name: str) -> int:

@@ -1278,7 +1278,7 @@ def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_on
     world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
-    monkeypatch.setenv("BACKFILL_STALL_AT", "ledger.latest.after_read=3")
+    monkeypatch.setenv("BACKFILL_STALL_AT", "ledger.latest.after_read=10")
     outcome: dict[str, object] = {}
 
     def read() -> None:
@@ -1304,6 +1304,7 @@ def test_a_write_committed_while_the_latest_is_read_is_not_taken_for_a_hidden_on
                              code_version="1", code_identity="x",
                              written={"2026-01-02": Fingerprint(5, "sha256:" + "0" * 64)}, actor="a run of the plan")
     assert thread.is_alive(), "the reader went on before the write committed: the test proves nothing"
+    monkeypatch.setenv("BACKFILL_STALL_RELEASE", "ledger.latest.after_read")  # it goes on now
     thread.join(60)
     assert "error" not in outcome, outcome
     assert outcome["latest"]["2026-01-02"] is not None  # type: ignore[index]
@@ -1536,7 +1537,7 @@ def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(en
     assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome
 
 
-def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 3) -> dict[str, object]:
+def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 10) -> dict[str, object]:
     """`integrity.verify_record` in a thread, held at checkpoint `point` (for `seconds`) while
     `meanwhile` commits something legitimate from this thread; what it returned or raised."""
     import threading
@@ -1563,6 +1564,7 @@ def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 
     monkeypatch.delenv("BACKFILL_STALL_AT")
     meanwhile()
     assert thread.is_alive(), "the check went on before the commit: the test proves nothing"
+    monkeypatch.setenv("BACKFILL_STALL_RELEASE", point.partition("@")[0])  # it goes on now
     thread.join(60)
     return outcome
 
@@ -1607,7 +1609,7 @@ def test_a_plan_approved_while_the_whole_record_is_verified_is_not_taken_for_a_f
         assert world.cli(*approve) == 0
         other = world.plan("other", start="2026-01-06", end="2026-01-08", proof=("2026-01-06",))
     point = "record.verify_all.after_" + ("versions" if what == "a version" else "plans") + "_chain"
-    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli(*approve), seconds=5)  # a command: ~1 s
+    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli(*approve), seconds=10)  # a command: ~1 s
     assert "error" not in outcome, outcome
 
 

@@ -184,11 +184,14 @@ def _state_of(row: tuple[Any, ...]) -> dict[str, str | None]:
     return dict(zip(_STATE_FIELDS, (row[1], row[2], row[3], row[4], row[5]), strict=True))
 
 
-def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_log.EvidenceRow]:
-    """The chain's last record of each plan's row (verified)."""
+def _chain_states(session: Session, plan_ids: list[str],
+                  checked: tuple[evidence_log.Counts | None] | None = None) -> dict[str, evidence_log.EvidenceRow]:
+    """The chain's last record of each plan's row (verified). `checked`: the index this decision
+    already checked (`check_index`'s answer, in a 1-tuple; None: check it here)."""
     if not plan_ids:
         return {}
-    counts = evidence_log.check_index(session)  # each plan's last row is the one the chain indexes
+    # each plan's last row is the one the chain indexes
+    counts = evidence_log.check_index(session) if checked is None else checked[0]
     found: dict[str, evidence_log.EvidenceRow] = {}
     if counts is not None:
         # the rows the checked statement named, never a second statement's (a view can answer each
@@ -221,9 +224,10 @@ def _chain_states(session: Session, plan_ids: list[str]) -> dict[str, evidence_l
     return found
 
 
-def _states(session: Session, rows: list[tuple[Any, ...]]) -> list[PlanState]:
+def _states(session: Session, rows: list[tuple[Any, ...]],
+            checked: tuple[evidence_log.Counts | None] | None = None) -> list[PlanState]:
     if rows and evidence_log.can_verify(session):
-        chain = _chain_states(session, [r[0] for r in rows])
+        chain = _chain_states(session, [r[0] for r in rows], checked)
         for row in rows:
             sealed = chain.get(row[0])
             if sealed is None:
@@ -309,14 +313,16 @@ def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     # recorded meanwhile is committed with its row) must have one: a running plan's row deleted
     # while publish waited for its lock, on PostgreSQL, had its partitions published as no plan's
     # (found by an attack), a check only `evidence verify` made before
-    counts = evidence_log.check_index(session) if evidence_log.can_verify(session) else None
+    verify = evidence_log.can_verify(session)
+    counts = evidence_log.check_index(session) if verify else None
     rows = store.plan_rows(session)
     if counts is not None:
         gone = sorted({p for kind, p in counts if kind == "plan" and p is not None} - {str(r[0]) for r in rows})
         if gone:
             raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
                                fix=evidence_log.FORGED_FIX)
-    return [s for s in _states(session, rows) if target is None or s.involves(target)]
+    # the states against the index just checked (a second check cost each read of the plans a statement)
+    return [s for s in _states(session, rows, (counts,) if verify else None) if target is None or s.involves(target)]
 
 
 def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
