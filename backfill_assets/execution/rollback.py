@@ -198,7 +198,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         # while this waited for a partition's lock is found too; rows hidden after this are found by
         # `restore`, which reads the snapshot records again and refuses one gone since (a whole
         # group of them hidden while it waited was left out: found by an attack)
-        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.head(session)[0])
+        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.last_before_reading(session))
         for table_spec, table_scheme, keys, published in whole:
             _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
