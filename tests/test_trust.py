@@ -1221,12 +1221,9 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
     its lock, then only the rows it read; the insider held the publish lock, hid the failing group
     once the check had passed, let go, and put the rows back after: the failed partition was copied
     and `evidence verify` passed. The rows read under the lock are now checked against the chain."""
-    import threading
 
     import psycopg
 
-    from backfill_assets.publish import rule
-    from tests.world import DAILY_REVENUE
 
     world = engine_world
     seq = _failed_reconcile(world)
@@ -1244,16 +1241,7 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
         record.transition(session, "fix", Phase.RECONCILED, "mallory", note="as the first half of the attack left it")
     with psycopg.connect(world.url, autocommit=True) as insider:
         insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-
-        def publish() -> None:
-            try:
-                with world.warehouse().session() as session:
-                    outcome["done"] = rule.publish(session, DAILY_REVENUE, world.scheme, window, actor="x")
-            except Exception as exc:  # noqa: BLE001 - what the rule raised is the outcome
-                outcome["error"] = exc
-
-        thread = threading.Thread(target=publish)
-        thread.start()
+        thread = _publish_in_thread(world, window, outcome)
         _waits(insider, "wait_event = 'advisory'", thread)
         insider.execute(f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}")
         insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
