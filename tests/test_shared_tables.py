@@ -129,3 +129,19 @@ def test_a_publish_as_naming_another_assets_table_is_refused(world, shared):
     result = _run(world, _other_defs(world, shared), "other_job", {}, partition_key="2026-01-04")
     assert not result.success and "two assets cannot share a table" in failure_text(result), failure_text(result)
     assert world.rows(shared, "2026-01-04") == 0
+
+
+def test_a_publish_as_naming_another_assets_table_is_refused_with_the_ledger_hidden(world):
+    """Insider, no key, and an operator's second definition (found by an attack): the team's write
+    and publication rows deleted while the second definition's target run asked which tables are
+    claimed, then put back; its publish step then wrote the team's published table (a day its
+    history never had), and `evidence verify` passed. The claims are read from the chain too."""
+    from tests.test_trust import _insider_duckdb
+
+    assert world.materialize(keys(1, 3), publish=True).success  # the team's history, published
+    _insider_duckdb(world, "CREATE TABLE main.h_writes AS SELECT * FROM backfill_control.writes",
+                    "CREATE TABLE main.h_pubs AS SELECT * FROM backfill_control.publications",
+                    "DELETE FROM backfill_control.writes", "DELETE FROM backfill_control.publications")
+    result = _run(world, _other_defs(world, "published_revenue"), "other_job", {}, partition_key="2026-01-04",
+                  asset_selection=[dg.AssetKey("other_revenue")])
+    assert not result.success and "which is asset daily_revenue's too" in failure_text(result), failure_text(result)

@@ -218,8 +218,20 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
 
 def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
     """(table's asset, the target asset that wrote it) of every target written and every published
-    table published (None: only put back by a rollback)."""
-    return store.tables_claimed(session)
+    table published (None: only put back by a rollback, or published before publications named
+    their target), as the ledger holds them and as the chain recorded them: with the ledger's rows
+    hidden while a second definition's run asked, it published into the first's published table
+    (found by an attack)."""
+    top = evidence_log.last_before_reading(session)
+    found = set(store.tables_claimed(session))
+    for row in evidence_log.rows_after(session, 0, top):
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        table, target = payload.get("table"), payload.get("target")
+        if row.kind == "write" and isinstance(table, str):
+            found.add((table, table))
+        elif row.kind == "publication" and isinstance(table, str):
+            found.add((table, target if isinstance(target, str) else None))
+    return sorted(found, key=lambda c: (c[0], c[1] or ""))
 
 
 def rewrites_without_plan(session: Session, asset: str | None = None, keys: Sequence[str] = ()) -> list[str]:

@@ -157,7 +157,8 @@ def record(session: Session, spec: TableSpec, published: Mapping[str, tuple[Fing
     store.insert(session, spec.publish_as, at, seq,
                  [(key, fp.rows, fp.digest, write_id, plan_id) for key, (fp, write_id, plan_id) in published.items()])
     evidence_log.append(session, plan_id=None, kind="publication", actor=actor, seq=seq, payload={
-        "table": spec.publish_as, "partitions": len(keys), "first": keys[0], "last": keys[-1], "keys": keys, **note,
+        "table": spec.publish_as, "target": spec.name, "partitions": len(keys), "first": keys[0], "last": keys[-1],
+        "keys": keys, **note,
         "seals": {"publications": seals.of_seq(session, "publications", seq, [
             {"asset": spec.publish_as, "partition_key": key, "row_count": fp.rows, "fingerprint": fp.digest,
              "write_id": write_id, "plan_id": plan_id, "recorded_at": at}
