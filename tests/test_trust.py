@@ -1240,12 +1240,8 @@ def test_failing_gate_results_hidden_while_publish_waits_for_its_lock_are_found(
 
         record.transition(session, "fix", Phase.RECONCILED, "mallory", note="as the first half of the attack left it")
     with psycopg.connect(world.url, autocommit=True) as insider:
-        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread = _publish_in_thread(world, window, outcome)
-        _waits(insider, "wait_event = 'advisory'", thread)
-        insider.execute(f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}")
-        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread.join(120)
+        _while_publish_waits(world, insider, window, outcome, lambda: insider.execute(
+            f"DELETE FROM {CONTROL}.gate_results WHERE evidence_seq = {seq}"))
         insider.execute(f"INSERT INTO {CONTROL}.gate_results SELECT * FROM public.stash")
         after = insider.execute(_PUBLISHED_0103).fetchone()[0]
     assert "done" not in outcome and after == before, outcome
@@ -1455,6 +1451,18 @@ def _publish_in_thread(world, keys: list[str], outcome: dict[str, object]):
     return thread
 
 
+def _while_publish_waits(world, insider, keys: list[str], outcome: dict[str, object], hide) -> None:
+    """The publish rule over `keys` started while `insider` holds its lock; once it waits there,
+    `hide()` runs, then the lock is let go and the publish ends (what it did is in `outcome`)."""
+    lock = ["publish:published_revenue"]
+    insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", lock)
+    thread = _publish_in_thread(world, keys, outcome)
+    _waits(insider, "wait_event = 'advisory'", thread)
+    hide()
+    insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", lock)
+    thread.join(120)
+
+
 _PUBLISHED = "SELECT order_date, count(*), sum(net_revenue) FROM public.published_revenue GROUP BY 1 ORDER BY 1"
 
 
@@ -1476,12 +1484,8 @@ def test_a_plans_row_hidden_while_publish_waits_for_its_lock_is_found(engine_wor
     with psycopg.connect(world.url, autocommit=True) as insider:
         before = insider.execute(_PUBLISHED).fetchall()
         insider.execute(f"CREATE TABLE public.stash_p AS SELECT * FROM {CONTROL}.plans WHERE plan_id = 'fix'")
-        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread = _publish_in_thread(world, ["2026-01-02"], outcome)
-        _waits(insider, "wait_event = 'advisory'", thread)
-        insider.execute(f"DELETE FROM {CONTROL}.plans WHERE plan_id = 'fix'")
-        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread.join(120)
+        _while_publish_waits(world, insider, ["2026-01-02"], outcome, lambda: insider.execute(
+            f"DELETE FROM {CONTROL}.plans WHERE plan_id = 'fix'"))
         insider.execute(f"INSERT INTO {CONTROL}.plans SELECT * FROM public.stash_p")
         after = insider.execute(_PUBLISHED).fetchall()
     assert "done" not in outcome and after == before, outcome
@@ -1508,17 +1512,16 @@ def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(en
                               ).fetchone()[0]
         insider.execute(f"CREATE TABLE public.stash_w AS SELECT * FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
         insider.execute(f"CREATE TABLE public.stash_pub AS SELECT * FROM public.published_revenue WHERE {one}")
-        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread = _publish_in_thread(world, ["2026-01-02"], outcome)
-        _waits(insider, "wait_event = 'advisory'", thread)
-        insider.execute(f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
-        insider.execute(f"DELETE FROM public.daily_revenue WHERE {one}")
-        insider.execute(f"DELETE FROM public.published_revenue WHERE {one}")
-        insider.execute(f"UPDATE public.orders SET amount = amount * 3 WHERE {one}")  # the unplanned data
-        assert world.materialize(["2026-01-02"]).success  # plan-free: the partition looks new
-        insider.execute("INSERT INTO public.published_revenue SELECT * FROM public.stash_pub")
-        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", ["publish:published_revenue"])
-        thread.join(120)
+
+        def rewrite_as_new() -> None:
+            insider.execute(f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+            insider.execute(f"DELETE FROM public.daily_revenue WHERE {one}")
+            insider.execute(f"DELETE FROM public.published_revenue WHERE {one}")
+            insider.execute(f"UPDATE public.orders SET amount = amount * 3 WHERE {one}")  # the unplanned data
+            assert world.materialize(["2026-01-02"]).success  # plan-free: the partition looks new
+            insider.execute("INSERT INTO public.published_revenue SELECT * FROM public.stash_pub")
+
+        _while_publish_waits(world, insider, ["2026-01-02"], outcome, rewrite_as_new)
         insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash_w")
         after = insider.execute(_PUBLISHED).fetchall()
     assert "done" not in outcome and after == before, outcome
@@ -1580,6 +1583,44 @@ def test_a_write_committed_while_the_whole_record_is_verified_is_not_taken_for_a
 
     outcome = _verified_while(world, monkeypatch, "seals.verify_all.after_ledger", a_run_writes)
     assert "error" not in outcome, outcome
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plan_approved_while_the_plans_are_read_is_not_taken_for_a_forgery(engine_world, monkeypatch):
+    """PostgreSQL (found re-reading this stop's change): a read of the plans checks the chain index,
+    then reads the rows; a new plan's first approval committed between the two is a row the index
+    read did not name, which the states must then be checked against a new index for, not called
+    "never recorded"."""
+    import threading
+    import time
+
+    from backfill_assets import faults
+    from backfill_assets.control import record
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    other = world.plan("other", start="2026-01-06", end="2026-01-07", proof=("2026-01-06",))
+    point, outcome = "record.all_plans.after_index", {}
+    held = faults.reached(point)
+    monkeypatch.setenv("BACKFILL_STALL_AT", f"{point}=10")
+
+    def read() -> None:
+        try:
+            with world.warehouse().session() as session:
+                outcome["plans"] = [p.plan_id for p in record.all_plans(session)]
+        except Exception as exc:  # noqa: BLE001 - what it raised is the outcome
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    while faults.reached(point) == held and thread.is_alive():
+        time.sleep(0.05)
+    monkeypatch.delenv("BACKFILL_STALL_AT")
+    assert world.cli("plan", "approve", str(other), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    assert thread.is_alive(), "the read went on before the approval: the test proves nothing"
+    monkeypatch.setenv("BACKFILL_STALL_RELEASE", point)
+    thread.join(60)
+    assert "error" not in outcome and "other" in outcome["plans"], outcome
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)

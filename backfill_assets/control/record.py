@@ -315,14 +315,18 @@ def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     # (found by an attack), a check only `evidence verify` made before
     verify = evidence_log.can_verify(session)
     counts = evidence_log.check_index(session) if verify else None
+    faults.checkpoint("record.all_plans.after_index")
     rows = store.plan_rows(session)
+    indexed = {p for kind, p in counts if kind == "plan" and p is not None} if counts is not None else set()
     if counts is not None:
-        gone = sorted({p for kind, p in counts if kind == "plan" and p is not None} - {str(r[0]) for r in rows})
+        gone = sorted(indexed - {str(r[0]) for r in rows})
         if gone:
             raise ForgedRecord(f"plan {gone[0]} is in the evidence chain, but its row is gone from {SCHEMA}.plans",
                                fix=evidence_log.FORGED_FIX)
-    # the states against the index just checked (a second check cost each read of the plans a statement)
-    return [s for s in _states(session, rows, (counts,) if verify else None) if target is None or s.involves(target)]
+    # the states against the index just checked (a second check cost each read of the plans a
+    # statement), unless a plan recorded since it was read is among the rows: then against a new one
+    known = verify and {str(r[0]) for r in rows} <= indexed
+    return [s for s in _states(session, rows, (counts,) if known else None) if target is None or s.involves(target)]
 
 
 def active_plans(session: Session, target: str | None = None) -> list[PlanState]:
