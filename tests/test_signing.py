@@ -530,6 +530,35 @@ def test_same_principal():
         same_principal("\u043elivia", "olivia")
 
 
+# characters Python's str.split() splits on and OpenSSH does not (it splits a line's fields on space
+# and tab): a line holding one inside its key is no key to OpenSSH ("invalid key")
+HIDDEN_SEPARATORS = ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u00a0", "\u3000"]
+
+
+@pytest.mark.parametrize("sep", HIDDEN_SEPARATORS, ids=[f"U+{ord(c):04X}" for c in HIDDEN_SEPARATORS])
+def test_a_line_openssh_reads_as_no_key_is_refused(tmp_path: Path, sep: str) -> None:
+    """Found by an attack: `alice KEY_A<CR>bob KEY_B` shows on a terminal (`cat`, `git diff`) as bob's
+    line; OpenSSH trusts no one for it, but this reader split the key field on every Unicode space
+    and listed key A for alice, whose signature then counted. A line holding a control character or
+    a space other than space and tab is refused in one line, as OpenSSH refuses it."""
+    key_a, key_b = keygen(tmp_path, "a", KEY_TYPES["ed25519"]), keygen(tmp_path, "b", KEY_TYPES["ed25519"])
+    text = f"alice {pub_line(key_a)}{sep}bob {pub_line(key_b)}\n"
+    signature = ssh_sign(key_a, MESSAGE)
+    assert ssh_verify(tmp_path, text, "alice", signature, MESSAGE).returncode != 0  # OpenSSH: no key here
+    with pytest.raises(AllowedSignersError, match="line 1"):
+        AllowedSigners.parse(text)
+
+
+def test_a_crlf_file_and_a_comment_of_another_script_still_read(tmp_path: Path) -> None:
+    """What the refusal above leaves alone: a file saved with CRLF line ends, and a key's comment in
+    another script (`ssh-keygen -C josé`), both of which OpenSSH reads."""
+    key = keygen(tmp_path, "a", KEY_TYPES["ed25519"])
+    text = f"# approvers\r\nalice {pub_line(key)} josé@laptop\r\n"
+    signature = ssh_sign(key, MESSAGE)
+    assert ssh_verify(tmp_path, text, "alice", signature, MESSAGE).returncode == 0
+    assert AllowedSigners.parse(text).principals == {"alice"}
+
+
 # --- key identity as OpenSSH computes it: differential against ssh-keygen -------------------------------
 
 def _fields(data: bytes) -> list[bytes]:

@@ -1528,9 +1528,11 @@ def test_history_hidden_for_an_unplanned_rewrite_while_publish_waits_is_found(en
     assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome
 
 
-def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 10) -> dict[str, object]:
-    """`integrity.verify_record` in a thread, held at checkpoint `point` (for `seconds`) while
-    `meanwhile` commits something legitimate from this thread; what it returned or raised."""
+def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 10,
+                    check=None) -> dict[str, object]:
+    """`check(session)` (`integrity.verify_record` by default) in a thread, held at checkpoint
+    `point` (for `seconds`) while `meanwhile` commits something legitimate from this thread; what it
+    returned ("verified") or raised ("error")."""
     import threading
     import time
 
@@ -1544,7 +1546,7 @@ def _verified_while(world, monkeypatch, point: str, meanwhile, seconds: float = 
     def verify() -> None:
         try:
             with world.warehouse().session() as session:
-                outcome["verified"] = integrity.verify_record(session)
+                outcome["verified"] = (check or integrity.verify_record)(session)
         except Exception as exc:  # noqa: BLE001 - what it raised is the outcome
             outcome["error"] = exc
 
@@ -1621,6 +1623,30 @@ def test_a_plan_approved_while_the_plans_are_read_is_not_taken_for_a_forgery(eng
     monkeypatch.setenv("BACKFILL_STALL_RELEASE", point)
     thread.join(60)
     assert "error" not in outcome and "other" in outcome["plans"], outcome
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("point", ["record.all_plans.after_index", "record.get.after_row"])
+def test_a_plan_paused_while_it_is_read_is_not_taken_for_a_forgery(engine_world, monkeypatch, point):
+    """PostgreSQL (found by an attack): a read of the plans checked the chain index, then read the
+    rows (reusing that index when every row was a plan it named), and a read of one plan read its
+    row, then the index; a pause committed between the two had the plan's new row compared with the
+    chain's older record of it, or its old row with the newer one: "restore it from a backup", said
+    of a healthy record. A read whose two statements disagree is read again, and a row that still
+    differs from the chain is refused."""
+    from backfill_assets.control import record
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+
+    def read(session):
+        if point == "record.get.after_row":
+            return [(s.plan_id, s.hold) for s in [record.require(session, "fix")]]
+        return [(s.plan_id, s.hold) for s in record.all_plans(session)]
+
+    outcome = _verified_while(world, monkeypatch, point, lambda: world.cli("pause", "fix"), check=read)
+    assert "error" not in outcome, outcome
+    assert outcome["verified"] == [("fix", record.Hold.PAUSED)], outcome
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from backfill_assets import faults
 from backfill_assets.control import evidence_log
@@ -35,6 +35,7 @@ from backfill_assets.warehouse.state_store import plans as store
 # the chain rows that record a plan's row; each carries the row's whole new state under "state"
 STATE_KINDS = evidence_log.PLAN_STATE_KINDS
 _STATE_FIELDS = ("phase", "target", "owner", "approved_sha256", "hold")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,31 @@ def _chain_states(session: Session, plan_ids: list[str],
     return found
 
 
+class _Disagrees(ForgedRecord):
+    """A plan's row differs from the chain's last record of it: forged, unless the two were read
+    apart and a change of the plan committed between them (`_read_again`)."""
+
+
+# reads of the plans tried before a row that differs from the chain is called forged: each change
+# of a plan commits its row and its chain row together, so two reads apart see both or neither
+# unless one commits between them, which a third read would need to meet again
+READS = 3
+
+
+def _read_again(session: Session, read: Callable[[], _T]) -> _T:
+    """`read()`, again when its plan rows and the chain disagreed and the engine reads each
+    statement afresh (PostgreSQL, or outside a transaction): a pause committed between the two reads
+    had a healthy plan called forged (found by an attack). A read that still disagrees is refused;
+    every read that passes compared a row with the chain's record of it, as one read does."""
+    for attempt in range(READS):
+        try:
+            return read()
+        except _Disagrees:
+            if session.snapshot_number is not None or attempt == READS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _states(session: Session, rows: list[tuple[Any, ...]],
             checked: tuple[evidence_log.Counts | None] | None = None) -> list[PlanState]:
     if rows and evidence_log.can_verify(session):
@@ -231,12 +257,12 @@ def _states(session: Session, rows: list[tuple[Any, ...]],
         for row in rows:
             sealed = chain.get(row[0])
             if sealed is None:
-                raise ForgedRecord(f"plan {row[0]} is in {SCHEMA}.plans, but the evidence chain never recorded it",
-                                   fix=evidence_log.FORGED_FIX)
+                raise _Disagrees(f"plan {row[0]} is in {SCHEMA}.plans, but the evidence chain never recorded it",
+                                 fix=evidence_log.FORGED_FIX)
             expected = sealed.payload["state"]
             for name, value in _state_of(row).items():
                 if expected.get(name) != value:
-                    raise ForgedRecord(
+                    raise _Disagrees(
                         f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
                         f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
     return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], Hold(r[5]) if r[5] else None, r[6],
@@ -294,8 +320,12 @@ def get(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool =
     """The plan's state; with `lock`, its row is held (shared) until the transaction ends: a
     writer's re-check, so a withdraw or rollback cannot slip between the check and the write;
     `exclusive` for the one about to change it."""
-    row = store.plan_row(session, plan_id, lock=lock, exclusive=exclusive)
-    return _states(session, [row])[0] if row else None
+    def read() -> PlanState | None:
+        row = store.plan_row(session, plan_id, lock=lock, exclusive=exclusive)
+        faults.checkpoint("record.get.after_row")
+        return _states(session, [row])[0] if row else None
+
+    return _read_again(session, read)
 
 
 def require(session: Session, plan_id: str, *, lock: bool = False, exclusive: bool = False) -> PlanState:
@@ -313,6 +343,10 @@ def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     # recorded meanwhile is committed with its row) must have one: a running plan's row deleted
     # while publish waited for its lock, on PostgreSQL, had its partitions published as no plan's
     # (found by an attack), a check only `evidence verify` made before
+    return [s for s in _read_again(session, lambda: _all_plans(session)) if target is None or s.involves(target)]
+
+
+def _all_plans(session: Session) -> list[PlanState]:
     verify = evidence_log.can_verify(session)
     counts = evidence_log.check_index(session) if verify else None
     faults.checkpoint("record.all_plans.after_index")
@@ -326,7 +360,7 @@ def all_plans(session: Session, target: str | None = None) -> list[PlanState]:
     # the states against the index just checked (a second check cost each read of the plans a
     # statement), unless a plan recorded since it was read is among the rows: then against a new one
     known = verify and {str(r[0]) for r in rows} <= indexed
-    return [s for s in _states(session, rows, (counts,) if known else None) if target is None or s.involves(target)]
+    return _states(session, rows, (counts,) if known else None)
 
 
 def active_plans(session: Session, target: str | None = None) -> list[PlanState]:

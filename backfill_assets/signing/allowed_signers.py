@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import operator
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import accumulate
@@ -101,8 +102,9 @@ class AllowedSigners:
                                       fix="keep one line per approver key")
         entries = []
         for number, line in enumerate(text.split("\n"), start=1):
-            stripped = line.strip()
+            stripped = line.removesuffix("\r").strip(" \t")  # a CRLF file's lines too
             if stripped and not stripped.startswith("#"):
+                _refuse_hidden_characters(stripped, number, source)
                 entries.append(_parse_line(stripped, number, source))
         digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
         return cls(tuple(entries), source, digest, text)
@@ -165,8 +167,29 @@ def key_blob(key: str | bytes) -> bytes:
     return sshsig.canonical_blob(blob)
 
 
+def _refuse_hidden_characters(line: str, number: int, source: str) -> None:
+    """OpenSSH splits a line's fields on space and tab only: with a carriage return, a form feed, a
+    no-break or a line-separator space inside it, `alice KEY_A<CR>bob KEY_B` is no key to OpenSSH
+    but shows on a terminal as bob's line, and split on every space here it listed key A for alice
+    (found by an attack). Such a line, or one with a character that changes how it shows (a
+    direction override), is refused; letters of any script stay (a key's comment)."""
+    first = re.search(r"[ \t]", line)  # the principals' field has its own check, which names them
+    for ch in line[first.start() if first else len(line):]:
+        if ch not in " \t" and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+            raise AllowedSignersError(
+                f"{source} line {number} holds the character U+{ord(ch):04X} ({unicodedata.name(ch, 'a control')}): "
+                "OpenSSH reads no key from such a line, and a terminal may show another",
+                fix="write each line with spaces or tabs between its fields, one line per key")
+
+
+# control characters, invisible format characters and spaces other than space and tab
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
 def _line_blob(line: str) -> bytes:
-    parts = line.split() if isinstance(line, str) else []
+    # fields split as OpenSSH splits them (space and tab): any other space stays in the key, which
+    # then is no base64
+    parts = [p for p in re.split(r"[ \t]+", line.strip()) if p] if isinstance(line, str) else []
     try:
         blob = base64.b64decode(parts[1], validate=True)
     except (IndexError, binascii.Error, ValueError):
