@@ -407,6 +407,7 @@ def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_
     reads = []
     index_rows = store.index_rows
     monkeypatch.setattr(store, "index_rows", lambda *a, **k: reads.append(1) or index_rows(*a, **k))
+    world.warehouse().engine.let_go()  # as a new process finds it: nothing checked yet (`Session.held`)
     with world.warehouse().session() as session, session.transaction():
         before = evidence_log.check_index(session)
         assert before is not None and ("plan", "fix") in before and len(reads) == 1
@@ -414,7 +415,7 @@ def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_
         if world.url is None:
             assert session.snapshot_number is not None
             assert evidence_log.check_index(session) == before and len(reads) == 1  # remembered
-            assert evidence_log._check_index(session) == before  # what this snapshot holds
+            assert evidence_log._check_index(session)[0] == before  # what this snapshot holds
         else:
             assert session.snapshot_number is None
             with pytest.raises(ForgedRecord, match="relabelled or removed"):
@@ -434,5 +435,50 @@ def test_an_append_keeps_the_remembered_chain_index_what_the_table_holds(world):
         evidence_log.append(session, plan_id="fix", kind="hold", actor="test", payload={"hold": "paused"})
         evidence_log.append(session, plan_id=None, kind="note", actor="test", payload={})
         after = evidence_log.check_index(session)
-        assert after == evidence_log._check_index(session) != before
+        assert after == evidence_log._check_index(session)[0] != before
         assert after[("plan", "fix")][1] == before[("plan", "fix")][1] + 1
+
+
+@pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
+def test_what_a_held_database_checked_is_not_asked_again_and_is_forgotten_when_it_is_let_go(engine_world,
+                                                                                            monkeypatch):
+    """`Session.held`: while this process holds the DuckDB file no other process can write it, so the
+    chain index and the seals it checked are not read again by its later sessions (a 365-partition
+    command read the same seals 425 times for 64 seals); once it lets go of the file, an insider's
+    edit made meanwhile is found by the next decision. PostgreSQL, where another connection may
+    commit at any moment, remembers nothing between statements."""
+    from backfill_assets.control import evidence_log, ledger
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse.state_store import evidence as evidence_store
+    from backfill_assets.warehouse.state_store import seals as seal_store
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    reads: list[str] = []
+    for module, name in ((evidence_store, "index_rows"), (seal_store, "rows_of_seqs")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k))
+
+    def decide() -> None:
+        with world.warehouse().session() as session:
+            evidence_log.check_index(session)
+            entry = ledger.latest(session, "daily_revenue", ["2026-01-02"], "fix")["2026-01-02"]
+            assert entry is not None and entry.passed
+
+    world.warehouse().engine.let_go()  # as a new process finds it
+    decide()
+    first = list(reads)
+    assert "index_rows" in first and "rows_of_seqs" in first
+    decide()  # a second session of the same process: on DuckDB it joins the database this one holds
+    assert reads[len(first):] == ([] if world.url is None else first)
+    # an insider's edit, once the file is let go (on DuckDB, before no other process can open it)
+    tamper = "UPDATE backfill_control.gate_results SET passed = NOT passed WHERE partition_key = '2026-01-02'"
+    if world.url is None:
+        from tests.test_trust import _insider_duckdb
+
+        _insider_duckdb(world, tamper)
+    else:
+        world.run_sql(tamper)
+    with pytest.raises(ForgedRecord, match="differ from what that row sealed"):
+        decide()

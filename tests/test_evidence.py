@@ -44,7 +44,9 @@ def approved(world, name: str = "fix") -> Path:
 
 
 def tamper(world, *statements: tuple[str, list]) -> None:
-    """Edits made with a plain SQL client, outside backfill (no key, no head log)."""
+    """Edits made with a plain SQL client, outside backfill (no key, no head log): as another
+    process makes them, once this one let go of the file (the `world` fixture's kept database)."""
+    world.warehouse().engine.let_go()
     con = duckdb.connect(str(world.warehouse_path))
     try:
         for sql, params in statements:

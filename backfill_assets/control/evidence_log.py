@@ -331,13 +331,27 @@ def check_index(session: Session) -> Counts | None:
     memo: tuple[int, Counts | None] | None = session.__dict__.get("_index_memo")
     if snapshot is not None and memo is not None and memo[0] == snapshot:
         return None if memo[1] is None else dict(memo[1])
-    found = _check_index(session)
+    # while no other process can write the warehouse (`Session.held`), a chain whose last row is the
+    # one a check passed on is still that chain: this process only appends, and an append makes
+    # another last row (a row rolled back and its number reused: another hash)
+    held = session.held()
+    checked: tuple[tuple[int, str] | None, Counts | None] | None = None if held is None else held.get(_HELD_INDEX)
+    if checked is not None and store.head(session) == checked[0]:
+        found = checked[1]
+    else:
+        found, top = _check_index(session)
+        if held is not None:
+            held[_HELD_INDEX] = (top, None if found is None else dict(found))
     if snapshot is not None:
         session._index_memo = (snapshot, None if found is None else dict(found))  # type: ignore[attr-defined]
-    return found
+    return None if found is None else dict(found)
 
 
-def _check_index(session: Session) -> Counts | None:
+_HELD_INDEX = "evidence_log.check_index"
+
+
+def _check_index(session: Session) -> tuple[Counts | None, tuple[int, str] | None]:
+    """The checked index, and the last row (number, hash) it was checked by."""
     session.refuse_shadowed_code()  # no macro answers the SQL below, nor the decision's
     home = session.home
     # the head log first: a head logged (after its commit) before the table is read is in the table
@@ -346,14 +360,14 @@ def _check_index(session: Session) -> Counts | None:
     index = _read_index(session, [1] if recorded is None else [1, recorded[0]])
     counts, top = index.counts, index.top
     if top == 0 and recorded is None:
-        return counts
+        return counts, None
     if recorded is not None and (recorded[0] > top or _hash_of(index, recorded[0]) != recorded[1]):
         raise EvidenceChainBroken(recorded[0], "the head log recorded it, but it is missing or different now "
                                                "(rows were cut off the chain's end)")
     head = by_seq(session, [top], index)[top]
     if head.payload.get(INDEX) not in (None, _digest(counts)):
         raise ForgedRecord(INDEX_BROKEN, fix=FORGED_FIX)
-    return counts if head.payload.get(INDEX) is not None else None
+    return (counts if head.payload.get(INDEX) is not None else None), (top, head.row_hash)
 
 
 def _hash_of(index: _Index, seq: int) -> str | None:

@@ -52,11 +52,13 @@ class CatalogMemo:
         self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
         self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
         self.control_plain = False  # the control schema found to hold only plain tables of plain types
+        self.held: dict[str, Any] = {}  # the control record's checks (`Session.held`)
 
     def of(self, files: tuple[str, ...]) -> CatalogMemo:
         """This memo when its answers are of these files, else emptied for them."""
         if files != self.files:
             self.files, self.shadowing, self.plain_tables, self.control_plain = files, None, set(), False
+            self.held = {}
         return self
 
 
@@ -81,6 +83,11 @@ class DuckDBSession(Session):
             return self.con.execute(sql, params if isinstance(params, dict) else list(params))
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
+
+    def held(self) -> dict[str, Any]:
+        # the memo lives as long as the file stays held by this process: a session's own connection,
+        # then the kept one opened before it closed (`session`), dropped with it (`let_go`)
+        return self._memo().held
 
     def refuse_shadowed_code(self) -> None:
         """A macro named like a built-in answers every call of it (`sha256`, `count`): asked once

@@ -68,6 +68,14 @@ class Session(ABC):
         self._transactions = 0  # outermost transactions begun: which snapshot `snapshot_number` names
         self._after_commit: list[Callable[[], None]] = []
 
+    def held(self) -> dict[str, Any] | None:
+        """What this process found in the warehouse while it holds it so that no other process can
+        write it (DuckDB locks the file for one writer: kept for as long as this process keeps it
+        open, dropped when it lets go), or None where another connection may commit at any moment
+        (PostgreSQL): the chain index and the seals checked are then not asked again. This
+        process's own code only appends to what it remembers there (rows under new chain numbers)."""
+        return None
+
     def refuse_shadowed_code(self) -> None:  # noqa: B027 - an engine whose session checks it all as it opens
         """Before a decision reads the control record: refused (ForgedRecord) when code the database
         defines would answer a built-in's calls (DuckDB: a macro named like a built-in)."""
