@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets.bounded import refuse_non_regular
+from backfill_assets.errors import WarehouseError
 from backfill_assets.home import Home
 
 _verbose = False
@@ -38,7 +39,20 @@ def log_file(home: Home) -> Path:
     path = home.log_file
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_non_regular(path, "the log file", "move it out of the way: backfill appends its log there")
+    for database in (home.warehouse, home.warehouse.with_name(home.warehouse.name + ".wal")):
+        # closing a descriptor of the warehouse releases this process's lock on it (DuckDB's is a
+        # POSIX record lock): another process could then write it beside this one
+        if _same_file(path, database):
+            raise WarehouseError(f"the log file {path} is the warehouse {database} (a link)",
+                                 fix="remove the link: backfill appends its log there")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def write(text: str) -> None:

@@ -341,3 +341,39 @@ def test_reading_commands_read_beside_another_reader(world, monkeypatch, capfd):
             assert world.cli(*command) == 0, (command, capfd.readouterr())
     finally:
         holder.communicate("\n", timeout=30)
+
+
+def test_a_file_of_the_home_pointing_at_the_warehouse_stops_the_command_before_it_trusts_or_writes(world):
+    """Found by an attack: DuckDB locks its file with a POSIX record lock, which a process loses when
+    it closes any descriptor of that file. An insider who can write the home (DuckDB makes its WAL
+    there) pointed the log file at the warehouse: a command opened and closed it around its runs,
+    went on believing no other process could write the database (what it checked is remembered on
+    that belief, `Session.held`), and another process wrote it meanwhile. Now the lock is looked up
+    before anything remembered is trusted and before each commit: lost, one line, nothing written."""
+    import os
+
+    from backfill_assets import terminal
+    from backfill_assets.control import evidence_log
+    from backfill_assets.home import Home
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    home = Home(world.home)
+    orders = world.sql("SELECT count(*) FROM orders")[0][0]
+    home.log_file.parent.mkdir(parents=True, exist_ok=True)
+    home.log_file.unlink(missing_ok=True)
+    os.symlink(world.warehouse_path, home.log_file)  # planted while no command held the file
+    with world.warehouse().session() as session:
+        evidence_log.check_index(session)
+        assert session.held() is not None
+        with pytest.raises(WarehouseError, match="is the warehouse"):
+            terminal.log_file(home)  # said up front where the log is opened
+        os.close(os.open(world.warehouse_path, os.O_RDONLY))  # what opening and closing it did
+        with pytest.raises(WarehouseError, match="lost its lock on the warehouse"):
+            session.held()
+        with pytest.raises(WarehouseError, match="lost its lock on the warehouse"), session.transaction():
+            session.execute("INSERT INTO orders SELECT * FROM orders LIMIT 1")
+    home.log_file.unlink()
+    world.warehouse().engine.let_go()  # the test's kept database (the fixture's) goes too, as a command's ends
+    with world.warehouse().session() as session:  # opened again, it holds the lock again
+        assert session.held() is not None
+        assert session.scalar("SELECT count(*) FROM orders") == orders
