@@ -482,3 +482,42 @@ def test_what_a_held_database_checked_is_not_asked_again_and_is_forgotten_when_i
         world.run_sql(tamper)
     with pytest.raises(ForgedRecord, match="differ from what that row sealed"):
         decide()
+
+
+def test_seals_committed_while_the_database_is_held_are_not_read_back_again(world, monkeypatch):
+    """A seal is of the rows read back under its chain row's number in the transaction that wrote
+    them (`seals.of_seq`): once that commits, while the file stays held, a verify would read the
+    same rows, so they are remembered as verified (a 2,526-partition reconcile read its 20,000
+    results back again in the session that wrote them). A transaction rolled back remembers
+    nothing: its number goes to another row."""
+    from backfill_assets.control import evidence_log, seals
+    from backfill_assets.warehouse.state_store import seals as seal_store
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    reads: list[int] = []
+    real = seal_store.rows_of_seqs
+    monkeypatch.setattr(seal_store, "rows_of_seqs", lambda s, table, seqs: reads.extend(seqs) or real(s, table, seqs))
+
+    def sealed(session) -> int:  # a chain row sealing no rows of `writes`, as a write of nothing would
+        seq = evidence_log.next_seq(session)
+        evidence_log.append(session, plan_id="fix", kind="note", actor="test", seq=seq,
+                            payload={"seals": {"writes": seals.digest("writes", [])}})
+        return seq
+
+    with world.warehouse().session() as session:
+        with session.transaction():
+            committed = sealed(session)
+        seals.verify(session, "writes", [committed])
+        assert reads == []  # remembered as it committed
+        with pytest.raises(RuntimeError), session.transaction():
+            rolled_back = sealed(session)
+            raise RuntimeError("rolled back")
+        with session.transaction():
+            again = sealed(session)  # the number rolled back, now another row's
+        assert again == rolled_back
+        seals.verify(session, "writes", [again])
+        assert reads == []
+    world.warehouse().engine.let_go()  # a new process remembers nothing
+    with world.warehouse().session() as session:
+        seals.verify(session, "writes", [committed, again])
+        assert sorted(reads) == [committed, again]

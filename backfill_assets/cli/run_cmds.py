@@ -163,7 +163,9 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     try:
         for number, step in enumerate(steps):
             if number:  # a pause or cancel from another shell stops what comes next (found by an attack)
-                warehouse_of(args).engine.yield_to_waiters()
+                engine = warehouse_of(args).engine
+                engine.shed_cache()  # the step before read its tables' blocks: the next reads its own
+                engine.yield_to_waiters()
                 with writing(args) as session:
                     _refuse_new_hold(plan_state(session, args.plan))
             code = step(number == 0)

@@ -103,7 +103,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     # seal still do: this process only inserts sealed rows, under a chain row it appends with them
     # (a decision reads the same seals several times: 361 of 425 checks in a 365-partition command)
     held = session.held()
-    checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(_HELD_SEALS, set())
+    checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(evidence_log.HELD_SEALS, set())
     uncommitted = session.__dict__.get("_appended", ())  # rolled back, its number goes to another row
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
     at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
@@ -127,8 +127,6 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
         if held is not None:
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 
-
-_HELD_SEALS = "seals.verify"
 
 
 def _is_seal_number(value: object) -> bool:
