@@ -41,7 +41,8 @@ def log_file(home: Home) -> Path:
     refuse_non_regular(path, "the log file", "move it out of the way: backfill appends its log there")
     for database in (home.warehouse, home.warehouse.with_name(home.warehouse.name + ".wal")):
         # closing a descriptor of the warehouse releases this process's lock on it (DuckDB's is a
-        # POSIX record lock): another process could then write it beside this one
+        # POSIX record lock): another process could then write it beside this one; and a link to
+        # the write-ahead log before it exists would have the log appended into it
         if _same_file(path, database):
             raise WarehouseError(f"the log file {path} is the warehouse {database} (a link)",
                                  fix="remove the link: backfill appends its log there")
@@ -50,7 +51,9 @@ def log_file(home: Home) -> Path:
 
 def _same_file(a: Path, b: Path) -> bool:
     try:
-        return os.path.samefile(a, b)
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return os.path.samefile(a, b)  # a hard link
     except OSError:
         return False
 

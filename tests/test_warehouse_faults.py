@@ -406,3 +406,79 @@ def test_a_kept_database_sheds_its_cache_between_steps_and_stays_held(tmp_path, 
                 assert session.scalar(used) <= 16 * 2**20 < before / 3, (session.scalar(used), before)
                 assert session.scalar("SELECT current_setting('memory_limit')") == limit
                 assert held is None or session.held().get("mark")
+
+
+def test_a_lock_not_seen_as_the_session_opens_lets_no_commit_through(world, monkeypatch):
+    """Found by an attack: the insider may rename files of the home at any time (the lock guards the
+    file's bytes, not its name). A rename loop that lands between DuckDB opening the warehouse and
+    the session looking up its lock left the lock unknown, which switched the check before each
+    commit off for the command; a file linked to the warehouse, opened and closed, then released the
+    real lock, and a second process wrote beside the command, whose checkpoint overwrote it. Where
+    this system shows locks, a commit without a lock it can see is refused."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from backfill_assets.warehouse import duckdb_engine as de
+
+    engine = world.warehouse().engine
+    engine.let_go()
+    path = world.warehouse_path
+    copy, aside = path.with_name("copy.duckdb"), path.with_name("aside.duckdb")
+    shutil.copy(path, copy)  # while no command holds it
+    before = world.sql("SELECT count(*) FROM orders")[0][0]
+    engine.let_go()
+    real_connect, real_lock_of = de.DuckDBEngine._connect, de._lock_of
+
+    def connect(self, *args, **kwargs):
+        con = real_connect(self, *args, **kwargs)
+        os.rename(path, aside)  # the insider's rename loop lands right after the open ...
+        os.rename(copy, path)
+        return con
+
+    def lock_of(p):
+        try:
+            return real_lock_of(p)
+        finally:
+            os.rename(path, copy)  # ... and swaps back
+            os.rename(aside, path)
+
+    monkeypatch.setattr(de.DuckDBEngine, "_connect", connect)
+    monkeypatch.setattr(de, "_lock_of", lock_of)
+    with world.warehouse().session() as session:
+        monkeypatch.setattr(de.DuckDBEngine, "_connect", real_connect)
+        monkeypatch.setattr(de, "_lock_of", real_lock_of)
+        assert session.held() is None  # nothing remembered without a lock seen
+        os.close(os.open(path, os.O_RDONLY))  # a file of the home linked to the warehouse, opened and closed
+        other = subprocess.run(
+            [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+             "c.execute('INSERT INTO orders SELECT * FROM orders LIMIT 2'); c.close()", str(path)],
+            capture_output=True, text=True, timeout=120)
+        assert other.returncode == 0, other.stderr  # a real second process wrote the file beside this one
+        try:
+            with pytest.raises(WarehouseError, match="its lock on the warehouse"), session.transaction():
+                session.execute("INSERT INTO orders SELECT * FROM orders LIMIT 1")
+        finally:
+            engine.let_go()
+    engine.let_go()
+    assert world.sql("SELECT count(*) FROM orders")[0][0] == before + 2  # the other process's rows survive
+    engine.let_go()
+
+
+def test_a_log_file_linked_to_the_write_ahead_log_before_it_exists_is_refused(world):
+    """A lead of the same attack: `samefile` of a link to a file not there yet is False, so a log
+    linked to the warehouse's write-ahead log before DuckDB made it passed, and the log would have
+    been appended into it. The link's target is compared by name too."""
+    import os
+
+    from backfill_assets import terminal
+    from backfill_assets.home import Home
+
+    home = Home(world.home)
+    wal = home.warehouse.with_name(home.warehouse.name + ".wal")
+    home.log_file.parent.mkdir(parents=True, exist_ok=True)
+    home.log_file.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(wal, home.log_file.parent), home.log_file)
+    with pytest.raises(WarehouseError, match="is the warehouse"):
+        terminal.log_file(home)

@@ -128,7 +128,6 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 
 
-
 def _is_seal_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

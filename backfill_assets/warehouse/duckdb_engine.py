@@ -106,6 +106,15 @@ class DuckDBSession(Session):
         Dagster in it, opened and closed: found by an attack); another process may write the file
         meanwhile, so nothing remembered is trusted and nothing more is written."""
         lock = self.catalog.lock
+        if lock is None and LOCKS_SHOWN:
+            # not seen as the session began: the path named another file then (a rename racing the
+            # open, found by an attack); asked again, and a commit waits for no lock it cannot see
+            lock = self.catalog.lock = _lock_of(self.engine.path)
+            if lock is None:
+                raise WarehouseError(
+                    f"this process cannot find its lock on the warehouse {self.engine.path}: the file at that "
+                    "path is not the one it opened (renamed or replaced meanwhile?)",
+                    fix="put the warehouse file back where it was, then run the command again")
         if lock is not None and not lock.held():
             raise WarehouseError(
                 f"this process lost its lock on the warehouse {self.engine.path}: a file it opened and closed "
@@ -388,7 +397,8 @@ def _locked(fd: int) -> bool:
 
 def _lock_of(path: Path) -> FileLock | None:
     """This process's lock on the database file as it shows now (just opened or joined), or None
-    where it cannot be seen (another system, /proc not mounted)."""
+    where it cannot be seen: another system, /proc not mounted (`LOCKS_SHOWN`), or a file put in
+    the path's place since DuckDB opened it (an insider's rename; no commit passes then)."""
     try:
         st = os.stat(path)
         names = os.listdir("/proc/self/fd")
@@ -399,6 +409,11 @@ def _lock_of(path: Path) -> FileLock | None:
         if fd >= 0 and _file_of(fd) == (st.st_dev, st.st_ino) and _locked(fd):
             return FileLock(fd, (st.st_dev, st.st_ino))
     return None
+
+
+#: whether this system shows a descriptor's locks (Linux); where it does, a database this process
+#: opened always shows one (DuckDB refuses to open a file it cannot lock)
+LOCKS_SHOWN = os.path.isdir("/proc/self/fdinfo")
 
 
 def _is_lock_error(exc: Exception) -> bool:
