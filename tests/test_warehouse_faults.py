@@ -379,35 +379,6 @@ def test_a_file_of_the_home_pointing_at_the_warehouse_stops_the_command_before_i
         assert session.scalar("SELECT count(*) FROM orders") == orders
 
 
-def test_a_kept_database_sheds_its_cache_between_steps_and_stays_held(tmp_path, monkeypatch):
-    """`shed_cache`, between the steps of `run --and-publish`: the blocks DuckDB's buffer pool kept
-    (up to 80% of the machine's memory by default) are given back, the memory limit is what it was
-    (DuckDB's default, or BACKFILL_DUCKDB_MEMORY_MB), and the file stays held: what was checked with
-    it stays remembered (`Session.held`)."""
-    from backfill_assets.warehouse import engine_for
-    from backfill_assets.warehouse.duckdb_engine import kept_open
-
-    engine = engine_for(f"duckdb:///{tmp_path / 'w.duckdb'}")
-    used = "SELECT sum(memory_usage_bytes) FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
-    for memory in ("", "256"):
-        monkeypatch.setenv("BACKFILL_DUCKDB_MEMORY_MB", memory)
-        with kept_open():
-            with engine.session() as session:
-                session.execute("CREATE OR REPLACE TABLE big AS "
-                                "SELECT random() AS i, hash(range) AS j FROM range(5000000)")
-                session.execute("CHECKPOINT")
-                session.rows("SELECT sum(i), sum(j) FROM big")
-                limit, before = session.scalar("SELECT current_setting('memory_limit')"), session.scalar(used)
-                held = session.held()
-                if held is not None:
-                    held["mark"] = True
-            engine.shed_cache()
-            with engine.session() as session:
-                assert session.scalar(used) <= 16 * 2**20 < before / 3, (session.scalar(used), before)
-                assert session.scalar("SELECT current_setting('memory_limit')") == limit
-                assert held is None or session.held().get("mark")
-
-
 def test_a_lock_not_seen_as_the_session_opens_lets_no_commit_through(world, monkeypatch):
     """Found by an attack: the insider may rename files of the home at any time (the lock guards the
     file's bytes, not its name). A rename loop that lands between DuckDB opening the warehouse and

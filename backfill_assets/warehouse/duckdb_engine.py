@@ -358,9 +358,6 @@ def _drop_kept(key: tuple[int, str]) -> None:
         kept[0].close()
 
 
-SHED_MEMORY_MB = 16  # what DuckDB keeps of its cache while `shed_cache` lowers its limit
-
-
 @dataclass(frozen=True)
 class FileLock:
     """Where this process's lock on the database file shows: DuckDB's descriptor of it, whose
@@ -529,28 +526,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
         while waiting & set(self.waiters()) and time.monotonic() < deadline:
             time.sleep(0.02)
         return True
-
-    def shed_cache(self) -> None:
-        """DuckDB's buffer pool keeps every block read (its limit is 80% of the machine's memory by
-        default): the kept database's limit is lowered, which evicts them, then set back. The file
-        stays held, and what was checked with it stays remembered (`Session.held`); the next step
-        reads its blocks again from the OS's cache (one command at 2,526 partitions: 340 -> 289 MB
-        resident as its window's runs end and its reconcile begins)."""
-        with _kept.lock:
-            kept = _kept.connections.get((os.getpid(), os.path.abspath(self.path)))
-        if kept is None:
-            return
-        memory = _memory_mb()  # the limit every session sets (BACKFILL_DUCKDB_MEMORY_MB), else DuckDB's
-        con = kept[0].cursor()  # a connection of its own to the open database: settings are the database's
-        try:
-            for statement in (f"SET memory_limit = '{SHED_MEMORY_MB}MB'",  # blocks in use stay: no error
-                              f"SET memory_limit = '{int(memory)}MB'" if memory else "RESET memory_limit"):
-                try:
-                    con.execute(statement)
-                except duckdb.Error:
-                    continue  # a database DuckDB gave up on: the next session says why
-        finally:
-            con.close()
 
     def let_go(self) -> None:
         """Close the file now if only `kept_open` holds it (before a wait); the next session opens

@@ -199,10 +199,6 @@ class Engine(ABC):
         waiting for it, if any (a server engine's locks are rows, taken in turn by the server)."""
         return False
 
-    def shed_cache(self) -> None:  # noqa: B027 - a server engine caches in its own process
-        """Between two steps of a process that keeps the warehouse open: give back the memory its
-        cache of the warehouse's blocks holds, keeping the warehouse open."""
-
     def let_go(self) -> None:  # noqa: B027 - a server engine keeps nothing open between sessions
         """Close what this process keeps open between sessions, before it waits on something else."""
 
