@@ -72,6 +72,7 @@ class DuckDBSession(Session):
     def __init__(self, engine: DuckDBEngine, con: duckdb.DuckDBPyConnection,
                  catalog: CatalogMemo | None = None) -> None:
         super().__init__(engine)
+        self.engine_path = engine.path
         self.con = con
         self.catalog = catalog if catalog is not None else CatalogMemo()
         self._files: tuple[str, ...] | None = None  # what `_memo` found this connection reaches
@@ -109,17 +110,17 @@ class DuckDBSession(Session):
         if lock is None and LOCKS_SHOWN:
             # not seen as the session began: the path named another file then (a rename racing the
             # open, found by an attack); asked again, and a commit waits for no lock it cannot see
-            lock = self.catalog.lock = _lock_of(self.engine.path)
+            lock = self.catalog.lock = _lock_of(self.engine_path)
             if lock is None:
                 raise WarehouseError(
-                    f"this process cannot find its lock on the warehouse {self.engine.path}: the file at that "
+                    f"this process cannot find its lock on the warehouse {self.engine_path}: the file at that "
                     "path is not the one it opened (renamed or replaced meanwhile?)",
                     fix="put the warehouse file back where it was, then run the command again")
         if lock is not None and not lock.held():
             raise WarehouseError(
-                f"this process lost its lock on the warehouse {self.engine.path}: a file it opened and closed "
+                f"this process lost its lock on the warehouse {self.engine_path}: a file it opened and closed "
                 "was the warehouse (a link under the home?), so another process could write it meanwhile",
-                fix=f"remove the link (`find {self.engine.path.parent} -samefile {self.engine.path}`), "
+                fix=f"remove the link (`find {self.engine_path.parent} -samefile {self.engine_path}`), "
                     "then run the command again")
 
     def refuse_shadowed_code(self) -> None:
