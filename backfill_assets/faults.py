@@ -4,8 +4,9 @@
 time the point is reached) makes the process SIGKILL itself there. `BACKFILL_STALL_AT=name=SECONDS`
 (same forms) makes it sleep there instead: a slow step, with whatever it holds still held, so a
 second command can be started against it; a test in the same process ends the sleep early by
-setting `BACKFILL_STALL_RELEASE` to the point's name. Unset, a checkpoint costs two dictionary
-lookups. The names are listed where they are called.
+setting `BACKFILL_STALL_RELEASE` to the point's name, one in another process by making the file
+`BACKFILL_STALL_RELEASE_FILE` names. Unset, a checkpoint costs two dictionary lookups. The names
+are listed where they are called.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 CRASH_ENV = "BACKFILL_CRASH_AT"
 STALL_ENV = "BACKFILL_STALL_AT"
 RELEASE_ENV = "BACKFILL_STALL_RELEASE"
+RELEASE_FILE_ENV = "BACKFILL_STALL_RELEASE_FILE"
 _seen: dict[str, int] = {}
 
 
@@ -30,8 +32,9 @@ def checkpoint(name: str) -> None:
     for item in (stall or "").split(","):
         point, _, seconds = item.strip().partition("=")
         if seconds and _reached(point, name):
-            until = time.monotonic() + float(seconds)
-            while time.monotonic() < until and os.environ.get(RELEASE_ENV) != name:
+            until, released = time.monotonic() + float(seconds), os.environ.get(RELEASE_FILE_ENV)
+            while time.monotonic() < until and os.environ.get(RELEASE_ENV) != name and \
+                    not (released and os.path.exists(released)):
                 time.sleep(min(0.05, max(0.0, until - time.monotonic())))
 
 

@@ -289,7 +289,9 @@ def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadl
     import psycopg
 
     world = _reconciled_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "publish.between_delete_and_insert=4"}
+    release = tmp_path / "release-the-publish"  # the publish goes on once the hold waits for it
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "publish.between_delete_and_insert=15",
+           "BACKFILL_STALL_RELEASE_FILE": str(release)}
     backfill = [str(Path(sys.executable).parent / "backfill"), "--home", str(world.home)]
     publish = subprocess.Popen([*backfill, "publish", "fix"], env=env, cwd=tmp_path, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -301,9 +303,17 @@ def test_a_hold_typed_during_a_publish_on_postgres_waits_for_it_instead_of_deadl
                     "AND datname = current_database() AND now() - state_change > interval '0.5 seconds'"
             ).fetchone()[0]:
                 time.sleep(0.05)
-        held = subprocess.run([*backfill, verb, "fix"], env={**env, "BACKFILL_STALL_AT": ""}, cwd=tmp_path,
-                              text=True, capture_output=True, timeout=120)
+            holding = subprocess.Popen([*backfill, verb, "fix"], env={**env, "BACKFILL_STALL_AT": ""}, cwd=tmp_path,
+                                       text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            while time.monotonic() < deadline and holding.poll() is None and not watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()").fetchone()[0]:
+                time.sleep(0.05)
+        release.touch()
+        held_out, held_err = holding.communicate(timeout=120)
+        held = subprocess.CompletedProcess(holding.args, holding.returncode, held_out, held_err)
     finally:
+        release.touch()
         out, err = publish.communicate(timeout=120)
     assert publish.returncode == 0 and "deadlock" not in err, err
     assert "published published_revenue" in out
@@ -369,7 +379,9 @@ def test_evidence_verify_on_postgres_while_another_command_appends_is_no_false_a
     import psycopg
 
     world = _approved_on_postgres(postgres_url, tmp_path, instance, ssh_keys, monkeypatch)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "verify.walk=4"}
+    release = tmp_path / "release-the-verify"  # the walk goes on once the other command appended
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BACKFILL_STALL_AT": "verify.walk=15",
+           "BACKFILL_STALL_RELEASE_FILE": str(release)}
     verify = subprocess.Popen([str(Path(sys.executable).parent / "backfill"), "--home", str(world.home), "evidence",
                                "verify"], env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
@@ -384,6 +396,7 @@ def test_evidence_verify_on_postgres_while_another_command_appends_is_no_false_a
         assert verify.poll() is None, "verify ended before another command could append"
         assert world.cli("pause", "fix") == 0  # another command appends a chain row meanwhile
     finally:
+        release.touch()
         out, err = verify.communicate(timeout=120)
     assert verify.returncode == 0 and "rows were removed" not in err, err
     assert out.startswith("evidence chain verified")

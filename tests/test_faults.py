@@ -306,6 +306,30 @@ def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_roll
     assert run_cli("evidence", "verify").code == 0
 
 
+def _first_run_held(world, cli, pool):
+    """`backfill run fix` in a thread, its first run's wave holding the file (a stall, until the
+    test makes its release file), once the window's first run started (not the proof's)."""
+    release = world.root / "release-the-run"
+    stall = {"BACKFILL_STALL_AT": "run.after_wave@1=10", "BACKFILL_STALL_RELEASE_FILE": str(release)}
+    running = pool.submit(cli, "run", "fix", env=stall)
+    deadline = time.monotonic() + 60
+    while not any(r.tags.get(PLAN_TAG) == "fix" and r.tags.get("dagster/partition") is None
+                  for r in dagster_runs(world)):
+        assert time.monotonic() < deadline and not running.done(), "the window's first run never started"
+        time.sleep(0.1)
+    running.release = release
+    return running
+
+
+def _release_once_waited_for(world, running, other) -> None:
+    """The held run goes on once the other command waits for the file (its waiting mark is there),
+    as a long wave's end would let it in: not after a fixed stall (4 s a test)."""
+    deadline = time.monotonic() + 60
+    while not world.warehouse().engine.waiters() and not other.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running.release.touch()
+
+
 # leaves its waiting mark like any command, so the run lets it in between two of its runs
 FORGE_WHEN_LET_IN = """
 import sys
@@ -324,17 +348,12 @@ def test_a_write_forged_while_a_run_let_another_process_in_is_found_by_its_next_
     tried and withdrawn (see BENCHMARKS.md, 2026-12-03 midday): a memo that outlived the let-in
     made this test fail."""
     proven(world)  # 02..08 left, in four runs of two
-    stall = {"BACKFILL_STALL_AT": "run.after_wave@1=4"}
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(cli, "run", "fix", env=stall)
-        deadline = time.monotonic() + 60
-        while not any(r.tags.get(PLAN_TAG) == "fix" and r.tags.get("dagster/partition") is None
-                      for r in dagster_runs(world)):
-            assert time.monotonic() < deadline and not running.done(), "the window's first run never started"
-            time.sleep(0.1)
-        forged = cli(command=[sys.executable, "-c", FORGE_WHEN_LET_IN, str(world.home / "warehouse.duckdb"),
-                              "2026-01-01"])
-        ran = running.result()
+    with ThreadPoolExecutor(2) as pool:
+        running = _first_run_held(world, cli, pool)
+        forging = pool.submit(cli, command=[sys.executable, "-c", FORGE_WHEN_LET_IN,
+                                            str(world.home / "warehouse.duckdb"), "2026-01-01"])
+        _release_once_waited_for(world, running, forging)
+        forged, ran = forging.result(), running.result()
     assert forged.code == 0, forged.err[-1500:]
     assert ran.code != 0, (ran.out, ran.err)
     assert "backfill_control.writes of plan fix recorded with evidence row" in ran.err + ran.out, (ran.out, ran.err)
@@ -347,16 +366,11 @@ def test_pause_while_a_run_holds_the_duckdb_file_gets_in_between_its_runs_and_st
     """The run keeps its database loaded from one run to the next; a command waiting for the file
     (here `pause`, started while the first run is still writing) is let in at the next run's start."""
     proven(world)  # 02..08 left, in four runs of two
-    stall = {"BACKFILL_STALL_AT": "run.after_wave@1=4"}  # the first run's wave holds the file 4 s longer
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(cli, "run", "fix", env=stall)
-        deadline = time.monotonic() + 60
-        while not any(r.tags.get(PLAN_TAG) == "fix" and r.tags.get("dagster/partition") is None
-                      for r in dagster_runs(world)):  # the window's first run started (not the proof's)
-            assert time.monotonic() < deadline and not running.done(), "the window's first run never started"
-            time.sleep(0.1)
-        paused = cli("pause", "fix")
-        ran = running.result()
+    with ThreadPoolExecutor(2) as pool:
+        running = _first_run_held(world, cli, pool)
+        pausing = pool.submit(cli, "pause", "fix")
+        _release_once_waited_for(world, running, pausing)
+        paused, ran = pausing.result(), running.result()
     assert paused.code == 0, paused.err[-1500:]
     assert ran.code == 1 and "plan fix is paused: stopped before 2026-01-04" in ran.err, (ran.out, ran.err)
     assert written(world) == set(keys(1, 3))
