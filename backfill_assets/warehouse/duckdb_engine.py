@@ -14,6 +14,7 @@ bytes the partition's digest is the sha256 of (`string_agg` takes no BLOB).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -107,7 +108,7 @@ class DuckDBSession(Session):
         Dagster in it, opened and closed: found by an attack); another process may write the file
         meanwhile, so nothing remembered is trusted and nothing more is written."""
         lock = self.catalog.lock
-        if lock is None and LOCKS_SHOWN:
+        if lock is None and locks_shown():
             # not seen as the session began: the path named another file then (a rename racing the
             # open, found by an attack); asked again, and a commit waits for no lock it cannot see
             lock = self.catalog.lock = _lock_of(self.engine_path)
@@ -395,7 +396,7 @@ def _locked(fd: int) -> bool:
 
 def _lock_of(path: Path) -> FileLock | None:
     """This process's lock on the database file as it shows now (just opened or joined), or None
-    where it cannot be seen: another system, /proc not mounted (`LOCKS_SHOWN`), or a file put in
+    where it cannot be seen: another system, /proc not mounted (`locks_shown`), or a file put in
     the path's place since DuckDB opened it (an insider's rename; no commit passes then)."""
     try:
         st = os.stat(path)
@@ -409,9 +410,20 @@ def _lock_of(path: Path) -> FileLock | None:
     return None
 
 
-#: whether this system shows a descriptor's locks (Linux); where it does, a database this process
-#: opened always shows one (DuckDB refuses to open a file it cannot lock)
-LOCKS_SHOWN = os.path.isdir("/proc/self/fdinfo")
+@functools.cache
+def locks_shown() -> bool:
+    """Whether this system lists a descriptor's POSIX locks (Linux's /proc/self/fdinfo), asked once
+    of a lock this process takes on a file of its own (a sandbox's /proc may list none): where it
+    does, a database this process opened shows DuckDB's lock, and a commit needs to see it."""
+    import fcntl
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile() as probe:
+            fcntl.lockf(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return _locked(probe.fileno())
+    except OSError:
+        return False
 
 
 def _is_lock_error(exc: Exception) -> bool:
