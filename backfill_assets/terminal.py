@@ -39,7 +39,9 @@ def log_file(home: Home) -> Path:
     path = home.log_file
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_non_regular(path, "the log file", "move it out of the way: backfill appends its log there")
-    for database in (home.warehouse, home.warehouse.with_name(home.warehouse.name + ".wal")):
+    url = home.warehouse_url  # the warehouse in use: BACKFILL_WAREHOUSE_URL's DuckDB file too
+    warehouse = Path(url[len("duckdb:///"):]) if url.startswith("duckdb:///") else home.warehouse
+    for database in (warehouse, warehouse.with_name(warehouse.name + ".wal")):
         # closing a descriptor of the warehouse releases this process's lock on it (DuckDB's is a
         # POSIX record lock): another process could then write it beside this one; and a link to
         # the write-ahead log before it exists would have the log appended into it

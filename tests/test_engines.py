@@ -420,7 +420,7 @@ def test_a_chain_index_edited_during_a_transaction_is_seen_as_each_engine_reads_
     reads = []
     index_rows = store.index_rows
     monkeypatch.setattr(store, "index_rows", lambda *a, **k: reads.append(1) or index_rows(*a, **k))
-    world.warehouse().engine.let_go()  # as a new process finds it: nothing checked yet (`Session.held`)
+    world.warehouse().engine.let_go()  # as a new process finds it: nothing checked yet (`Session.memo_while_locked`)
     with world.warehouse().session() as session, session.transaction():
         before = evidence_log.check_index(session)
         assert before is not None and ("plan", "fix") in before and len(reads) == 1
@@ -455,7 +455,7 @@ def test_an_append_keeps_the_remembered_chain_index_what_the_table_holds(world):
 @pytest.mark.parametrize("engine_world", ["duckdb", "postgresql"], indirect=True)
 def test_what_a_held_database_checked_is_not_asked_again_and_is_forgotten_when_it_is_let_go(engine_world,
                                                                                             monkeypatch):
-    """`Session.held`: while this process holds the DuckDB file no other process can write it, so the
+    """`Session.memo_while_locked`: while this process holds the DuckDB file no other process can write it, so the
     chain index and the seals it checked are not read again by its later sessions (a 365-partition
     command read the same seals 425 times for 64 seals); once it lets go of the file, an insider's
     edit made meanwhile is found by the next decision. PostgreSQL, where another connection may
@@ -511,22 +511,23 @@ def test_seals_committed_while_the_database_is_held_are_not_read_back_again(worl
     real = seal_store.rows_of_seqs
     monkeypatch.setattr(seal_store, "rows_of_seqs", lambda s, table, seqs: reads.extend(seqs) or real(s, table, seqs))
 
-    def sealed(session) -> int:  # a chain row sealing no rows of `writes`, as a write of nothing would
+    def sealed(session) -> tuple[int, str]:  # a chain row sealing no rows of `writes`, as a write of nothing would
         seq = evidence_log.next_seq(session)
-        evidence_log.append(session, plan_id="fix", kind="note", actor="test", seq=seq,
-                            payload={"seals": {"writes": seals.digest("writes", [])}})
-        return seq
+        row = evidence_log.append(session, plan_id="fix", kind="note", actor="test", seq=seq,
+                                  payload={"seals": {"writes": seals.digest("writes", [])}})
+        return seq, row.row_hash
 
     with world.warehouse().session() as session:
         with session.transaction():
-            committed = sealed(session)
+            committed, _ = sealed(session)
         seals.verify(session, "writes", [committed])
         assert reads == []  # remembered as it committed
         with pytest.raises(RuntimeError), session.transaction():
-            rolled_back = sealed(session)
+            rolled_back, its_hash = sealed(session)
             raise RuntimeError("rolled back")
+        assert ("writes", rolled_back, its_hash) not in session.memo_while_locked()[evidence_log.HELD_SEALS]
         with session.transaction():
-            again = sealed(session)  # the number rolled back, now another row's
+            again, _ = sealed(session)  # the number rolled back, now another row's
         assert again == rolled_back
         seals.verify(session, "writes", [again])
         assert reads == []

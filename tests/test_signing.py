@@ -549,6 +549,34 @@ def test_a_line_openssh_reads_as_no_key_is_refused(tmp_path: Path, sep: str) -> 
         AllowedSigners.parse(text)
 
 
+@pytest.mark.parametrize("template", ["alice\u00a0 {key}", "\x0calice {key}", "alice\u2028 {key}",
+                                      "alice\x1c {key}", "alice {key} laptop\u202e"],
+                         ids=["nbsp after the principal", "form feed before it", "line separator after it",
+                              "file separator after it", "direction override in the comment"])
+def test_a_hidden_character_beside_the_principal_or_in_the_comment_is_refused(tmp_path: Path,
+                                                                              template: str) -> None:
+    """Found by a review: the principal's own check strips what surrounds it (NFKC, then strip), so
+    `alice<NBSP> KEY` listed the key for alice, which OpenSSH does not; and a comment may hold
+    nothing that changes how the line shows."""
+    key = keygen(tmp_path, "a", KEY_TYPES["ed25519"])
+    text = template.format(key=pub_line(key)) + "\n"
+    if "laptop" not in template:  # OpenSSH: no principal alice here
+        assert ssh_verify(tmp_path, text, "alice", ssh_sign(key, MESSAGE), MESSAGE).returncode != 0
+    with pytest.raises(AllowedSignersError, match="line 1 holds the character"):
+        AllowedSigners.parse(text)
+
+
+@pytest.mark.parametrize("comment", ["laptop\u200dx", "\u3000\u540d\u524d", "no\u00a0break"],
+                         ids=["zero-width joiner", "ideographic space", "no-break space"])
+def test_a_comment_of_any_script_still_reads(tmp_path: Path, comment: str) -> None:
+    """Found by a review: the first refusal took every space and invisible character in a comment
+    for a hidden field, and refused a file OpenSSH verifies signatures under."""
+    key = keygen(tmp_path, "a", KEY_TYPES["ed25519"])
+    text = f"alice {pub_line(key)} {comment}\n"
+    assert ssh_verify(tmp_path, text, "alice", ssh_sign(key, MESSAGE), MESSAGE).returncode == 0
+    assert AllowedSigners.parse(text).principals == {"alice"}
+
+
 def test_a_crlf_file_and_a_comment_of_another_script_still_read(tmp_path: Path) -> None:
     """What the refusal above leaves alone: a file saved with CRLF line ends, and a key's comment in
     another script (`ssh-keygen -C josé`), both of which OpenSSH reads."""

@@ -1650,6 +1650,22 @@ def test_a_plan_paused_while_it_is_read_is_not_taken_for_a_forgery(engine_world,
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plan_row_forged_on_postgres_is_still_refused_after_it_is_read_again(engine_world):
+    """What the reads again above leave standing: a row that differs from the chain's record of it
+    on every read is refused, by a read of one plan and of them all."""
+    from backfill_assets.control import record
+    from backfill_assets.errors import ForgedRecord
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    world.run_sql("UPDATE backfill_control.plans SET hold = 'paused' WHERE plan_id = 'fix'")
+    with world.warehouse().session() as session:
+        for read in (lambda: record.get(session, "fix"), lambda: record.all_plans(session)):
+            with pytest.raises(ForgedRecord, match="plans says hold 'paused'"):
+                read()
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 @pytest.mark.parametrize("what", ["a plan", "a version"])
 def test_a_plan_approved_while_the_whole_record_is_verified_is_not_taken_for_a_forgery(engine_world, monkeypatch,
                                                                                         what):

@@ -348,7 +348,7 @@ def test_a_file_of_the_home_pointing_at_the_warehouse_stops_the_command_before_i
     it closes any descriptor of that file. An insider who can write the home (DuckDB makes its WAL
     there) pointed the log file at the warehouse: a command opened and closed it around its runs,
     went on believing no other process could write the database (what it checked is remembered on
-    that belief, `Session.held`), and another process wrote it meanwhile. Now the lock is looked up
+    that belief, `Session.memo_while_locked`), and another process wrote it meanwhile. Now the lock is looked up
     before anything remembered is trusted and before each commit: lost, one line, nothing written."""
     import os
 
@@ -364,18 +364,18 @@ def test_a_file_of_the_home_pointing_at_the_warehouse_stops_the_command_before_i
     os.symlink(world.warehouse_path, home.log_file)  # planted while no command held the file
     with world.warehouse().session() as session:
         evidence_log.check_index(session)
-        assert session.held() is not None
+        assert session.memo_while_locked() is not None
         with pytest.raises(WarehouseError, match="is the warehouse"):
             terminal.log_file(home)  # said up front where the log is opened
         os.close(os.open(world.warehouse_path, os.O_RDONLY))  # what opening and closing it did
         with pytest.raises(WarehouseError, match="lost its lock on the warehouse"):
-            session.held()
+            session.memo_while_locked()
         with pytest.raises(WarehouseError, match="lost its lock on the warehouse"), session.transaction():
             session.execute("INSERT INTO orders SELECT * FROM orders LIMIT 1")
     home.log_file.unlink()
     world.warehouse().engine.let_go()  # the test's kept database (the fixture's) goes too, as a command's ends
     with world.warehouse().session() as session:  # opened again, it holds the lock again
-        assert session.held() is not None
+        assert session.memo_while_locked() is not None
         assert session.scalar("SELECT count(*) FROM orders") == orders
 
 
@@ -420,7 +420,7 @@ def test_a_lock_not_seen_as_the_session_opens_lets_no_commit_through(world, monk
     with world.warehouse().session() as session:
         monkeypatch.setattr(de.DuckDBEngine, "_connect", real_connect)
         monkeypatch.setattr(de, "_lock_of", real_lock_of)
-        assert session.held() is None  # nothing remembered without a lock seen
+        assert session.memo_while_locked() is None  # nothing remembered without a lock seen
         os.close(os.open(path, os.O_RDONLY))  # a file of the home linked to the warehouse, opened and closed
         other = subprocess.run(
             [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
@@ -453,3 +453,54 @@ def test_a_log_file_linked_to_the_write_ahead_log_before_it_exists_is_refused(wo
     os.symlink(os.path.relpath(wal, home.log_file.parent), home.log_file)
     with pytest.raises(WarehouseError, match="is the warehouse"):
         terminal.log_file(home)
+
+
+def test_a_log_file_linked_to_the_warehouse_the_url_names_is_refused(world, monkeypatch, tmp_path):
+    """Found by a review: the log file was compared with the home's own warehouse file, not with the
+    DuckDB file BACKFILL_WAREHOUSE_URL names, where a link would have the log appended into it."""
+    import os
+
+    from backfill_assets import terminal
+    from backfill_assets.home import Home
+
+    elsewhere = tmp_path / "elsewhere" / "w.duckdb"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"")
+    monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", f"duckdb:///{elsewhere}")
+    home = Home(world.home)
+    home.log_file.parent.mkdir(parents=True, exist_ok=True)
+    home.log_file.unlink(missing_ok=True)
+    os.symlink(elsewhere, home.log_file)
+    with pytest.raises(WarehouseError, match="is the warehouse"):
+        terminal.log_file(home)
+
+
+def test_a_kept_memo_of_a_file_swapped_at_its_path_looks_up_the_new_files_lock(tmp_path):
+    """Found by a review: the kept database's memo was emptied when the path came to name another
+    file (a symlink put there while the kept connection held the old one), but kept the lock it had
+    seen on the old file: with the new file's lock lost, what was remembered stayed trusted and a
+    commit went in. The lock is looked up again with the memo."""
+    import os
+    import shutil
+
+    from backfill_assets.warehouse import engine_for
+    from backfill_assets.warehouse.duckdb_engine import kept_open
+
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with engine.session() as session, session.transaction():
+        session.execute("CREATE TABLE t (i INTEGER)")
+    shutil.copy(path, tmp_path / "b.duckdb")
+    with kept_open():
+        with engine.session() as session:
+            assert session.memo_while_locked() is not None  # file A, its lock seen
+        os.rename(path, tmp_path / "a.duckdb")
+        os.symlink(tmp_path / "b.duckdb", path)
+        with engine.session() as session:  # DuckDB resolves the path: file B, beside the kept A
+            assert session.rows("SELECT path FROM duckdb_databases() WHERE path IS NOT NULL") == [
+                (str(tmp_path / "b.duckdb"),)]
+            os.close(os.open(tmp_path / "b.duckdb", os.O_RDONLY))  # B's lock released
+            with pytest.raises(WarehouseError, match="its lock on the warehouse"):
+                session.memo_while_locked()
+            with pytest.raises(WarehouseError, match="its lock on the warehouse"), session.transaction():
+                session.execute("INSERT INTO t VALUES (1)")

@@ -331,10 +331,10 @@ def check_index(session: Session) -> Counts | None:
     memo: tuple[int, Counts | None] | None = session.__dict__.get("_index_memo")
     if snapshot is not None and memo is not None and memo[0] == snapshot:
         return None if memo[1] is None else dict(memo[1])
-    # while no other process can write the warehouse (`Session.held`), a chain whose last row is the
+    # while no other process can write the warehouse (`Session.memo_while_locked`), a chain whose last row is the
     # one a check passed on is still that chain: this process only appends, and an append makes
     # another last row (a row rolled back and its number reused: another hash)
-    held = session.held()
+    held = session.memo_while_locked()
     checked: tuple[tuple[int, str] | None, Counts | None] | None = None if held is None else held.get(_HELD_INDEX)
     if checked is not None and store.head(session) == checked[0]:
         found = checked[1]
@@ -416,11 +416,12 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     # never remembered as verified until it commits: rolled back, its number goes to another row
     session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
-    sealed, held = payload.get("seals"), session.held()
+    sealed, held = payload.get("seals"), session.memo_while_locked()
     if isinstance(sealed, dict) and sealed and held is not None:
-        # each seal is of the rows read back under this number in this transaction (`seals.of_seq`):
-        # committed while the file stays held, they are what a verify would read (a window's
-        # reconcile read its 20,000 results back again: +~100 MB, ~1 s at 2,526 partitions)
+        # each seal is of rows read in this transaction (`seals.of_seq` reads them back under this
+        # number once inserted; `seal_unsealed` reads them before numbering them): committed while
+        # the file stays held, they are what a verify would read (a window's reconcile read its
+        # 20,000 results back again at 2,526 partitions)
         verified = held.setdefault(HELD_SEALS, set())
         session.after_commit(lambda: verified.update((str(t), number, row_hash) for t in sealed))
     # the index this row digests is what the table now holds; remembered only where a check of this

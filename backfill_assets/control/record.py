@@ -225,7 +225,7 @@ def _chain_states(session: Session, plan_ids: list[str],
     return found
 
 
-class _Disagrees(ForgedRecord):
+class PlanRowDisagrees(ForgedRecord):
     """A plan's row differs from the chain's last record of it: forged, unless the two were read
     apart and a change of the plan committed between them (`_read_again`)."""
 
@@ -244,7 +244,7 @@ def _read_again(session: Session, read: Callable[[], _T]) -> _T:
     for attempt in range(READS):
         try:
             return read()
-        except _Disagrees:
+        except PlanRowDisagrees:
             if session.snapshot_number is not None or attempt == READS - 1:
                 raise
     raise AssertionError("unreachable")
@@ -257,12 +257,12 @@ def _states(session: Session, rows: list[tuple[Any, ...]],
         for row in rows:
             sealed = chain.get(row[0])
             if sealed is None:
-                raise _Disagrees(f"plan {row[0]} is in {SCHEMA}.plans, but the evidence chain never recorded it",
+                raise PlanRowDisagrees(f"plan {row[0]} is in {SCHEMA}.plans, but the evidence chain never recorded it",
                                  fix=evidence_log.FORGED_FIX)
             expected = sealed.payload["state"]
             for name, value in _state_of(row).items():
                 if expected.get(name) != value:
-                    raise _Disagrees(
+                    raise PlanRowDisagrees(
                         f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
                         f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
     return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], Hold(r[5]) if r[5] else None, r[6],

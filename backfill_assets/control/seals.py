@@ -99,10 +99,10 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     wanted = sorted({int(s) for s in given if s is not None})
     if not wanted or not evidence_log.can_verify(session):
         return
-    # while no other process can write the warehouse (`Session.held`), rows found to match their
+    # while no other process can write the warehouse (`Session.memo_while_locked`), rows found to match their
     # seal still do: this process only inserts sealed rows, under a chain row it appends with them
     # (a decision reads the same seals several times: 361 of 425 checks in a 365-partition command)
-    held = session.held()
+    held = session.memo_while_locked()
     checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(evidence_log.HELD_SEALS, set())
     uncommitted = session.__dict__.get("_appended", ())  # rolled back, its number goes to another row
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory

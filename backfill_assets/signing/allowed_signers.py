@@ -104,7 +104,6 @@ class AllowedSigners:
         for number, line in enumerate(text.split("\n"), start=1):
             stripped = line.removesuffix("\r").strip(" \t")  # a CRLF file's lines too
             if stripped and not stripped.startswith("#"):
-                _refuse_hidden_characters(stripped, number, source)
                 entries.append(_parse_line(stripped, number, source))
         digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
         return cls(tuple(entries), source, digest, text)
@@ -167,23 +166,30 @@ def key_blob(key: str | bytes) -> bytes:
     return sshsig.canonical_blob(blob)
 
 
-def _refuse_hidden_characters(line: str, number: int, source: str) -> None:
+def _refuse_hidden_characters(line: str, comment_at: int, number: int, source: str) -> None:
     """OpenSSH splits a line's fields on space and tab only: with a carriage return, a form feed, a
-    no-break or a line-separator space inside it, `alice KEY_A<CR>bob KEY_B` is no key to OpenSSH
-    but shows on a terminal as bob's line, and split on every space here it listed key A for alice
-    (found by an attack). Such a line, or one with a character that changes how it shows (a
-    direction override), is refused; letters of any script stay (a key's comment)."""
-    first = re.search(r"[ \t]", line)  # the principals' field has its own check, which names them
-    for ch in line[first.start() if first else len(line):]:
-        if ch not in " \t" and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+    no-break or a line-separator space in it, `alice KEY_A<CR>bob KEY_B` is no key to OpenSSH but
+    shows on a terminal as bob's line, and split on every space here it listed key A for alice
+    (found by an attack); `alice<NBSP> KEY` is no principal alice to OpenSSH. So the fields before
+    the key's comment (`line[:comment_at]`) hold no control, invisible or other space character;
+    the comment, which OpenSSH ignores, only none that changes how a line shows (a control
+    character, a line or paragraph separator, a direction override): a name in any script stays."""
+    for at, ch in enumerate(line):
+        category = unicodedata.category(ch)
+        hidden = (category in _HIDDEN_IN_FIELDS) if at < comment_at else \
+            (category in _HIDDEN_IN_COMMENT or ch in _DIRECTION_CONTROLS)
+        if ch not in " \t" and hidden:
             raise AllowedSignersError(
-                f"{source} line {number} holds the character U+{ord(ch):04X} ({unicodedata.name(ch, 'a control')}): "
-                "OpenSSH reads no key from such a line, and a terminal may show another",
+                f"{source} line {number} holds the character U+{ord(ch):04X} ({unicodedata.name(ch, 'a control')})"
+                + (": OpenSSH reads no key from such a line" if at < comment_at else
+                   " in its comment: a terminal may show another line"),
                 fix="write each line with spaces or tabs between its fields, one line per key")
 
 
 # control characters, invisible format characters and spaces other than space and tab
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_HIDDEN_IN_FIELDS = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_HIDDEN_IN_COMMENT = frozenset({"Cc", "Zl", "Zp"})
+_DIRECTION_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _line_blob(line: str) -> bytes:
@@ -219,6 +225,11 @@ def _parse_line(line: str, number: int, source: str) -> SignerEntry:
         blob = key_blob(f"{rest[0]} {rest[1]}")
     except SignatureError as exc:
         raise AllowedSignersError(f"{where}: {exc.message}", fix=exc.fix) from None
+    # where the comment begins: after the fields read above, found in the line in their order
+    at = 0
+    for field in [fields[0], *([fields[1]] if has_options else []), rest[0], rest[1]]:
+        at = line.index(field, at) + len(field)
+    _refuse_hidden_characters(line, at, number, source)
     return SignerEntry(number, principals, blob, comment=" ".join(rest[2:]), **options)
 
 

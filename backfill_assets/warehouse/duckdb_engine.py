@@ -14,7 +14,6 @@ bytes the partition's digest is the sha256 of (`string_agg` takes no BLOB).
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import threading
@@ -54,7 +53,7 @@ class CatalogMemo:
         self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
         self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
         self.control_plain = False  # the control schema found to hold only plain tables of plain types
-        self.held: dict[str, Any] = {}  # the control record's checks (`Session.held`)
+        self.remembered: dict[str, Any] = {}  # the control record's checks (`Session.memo_while_locked`)
         # this process's lock on the database file, seen as the memo began (`_lock_of`); None where
         # it cannot be seen: nothing is remembered then
         self.lock: FileLock | None = None
@@ -63,7 +62,7 @@ class CatalogMemo:
         """This memo when its answers are of these files, else emptied for them."""
         if files != self.files:
             self.files, self.shadowing, self.plain_tables, self.control_plain = files, None, set(), False
-            self.held = {}
+            self.remembered, self.lock = {}, None  # the lock seen was another file's (found by a review)
         return self
 
 
@@ -90,7 +89,7 @@ class DuckDBSession(Session):
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
 
-    def held(self) -> dict[str, Any] | None:
+    def memo_while_locked(self) -> dict[str, Any] | None:
         # the memo lives as long as the file stays held by this process: a session's own connection,
         # then the kept one opened before it closed (`session`), dropped with it (`let_go`); and only
         # while the lock is still this process's (a descriptor of the file closed anywhere in the
@@ -99,7 +98,7 @@ class DuckDBSession(Session):
         if memo.lock is None:
             return None
         self.refuse_lost_lock()
-        return memo.held
+        return memo.remembered
 
     def refuse_lost_lock(self) -> None:
         """WarehouseError when this process no longer holds the lock it held on the database file:
@@ -107,17 +106,18 @@ class DuckDBSession(Session):
         the file (a file of the home an insider pointed at the warehouse, which this process, or
         Dagster in it, opened and closed: found by an attack); another process may write the file
         meanwhile, so nothing remembered is trusted and nothing more is written."""
-        lock = self.catalog.lock
-        if lock is None and locks_shown():
+        memo = self._memo()
+        lock = memo.lock
+        if lock is None and locks_shown(self.engine_path.parent):
             # not seen as the session began: the path named another file then (a rename racing the
             # open, found by an attack); asked again, and a commit waits for no lock it cannot see
-            lock = self.catalog.lock = _lock_of(self.engine_path)
+            lock = memo.lock = _lock_of(self.engine_path)
             if lock is None:
                 raise WarehouseError(
                     f"this process cannot find its lock on the warehouse {self.engine_path}: the file at that "
                     "path is not the one it opened (renamed or replaced meanwhile?)",
                     fix="put the warehouse file back where it was, then run the command again")
-        if lock is not None and not lock.held():
+        if lock is not None and not lock.still_ours():
             raise WarehouseError(
                 f"this process lost its lock on the warehouse {self.engine_path}: a file it opened and closed "
                 "was the warehouse (a link under the home?), so another process could write it meanwhile",
@@ -369,7 +369,7 @@ class FileLock:
     fd: int
     file: tuple[int, int]  # (st_dev, st_ino) of the database file
 
-    def held(self) -> bool:
+    def still_ours(self) -> bool:
         return _file_of(self.fd) == self.file and _locked(self.fd)
 
 
@@ -410,16 +410,30 @@ def _lock_of(path: Path) -> FileLock | None:
     return None
 
 
-@functools.cache
-def locks_shown() -> bool:
-    """Whether this system lists a descriptor's POSIX locks (Linux's /proc/self/fdinfo), asked once
-    of a lock this process takes on a file of its own (a sandbox's /proc may list none): where it
-    does, a database this process opened shows DuckDB's lock, and a commit needs to see it."""
+def locks_shown(folder: Path) -> bool:
+    """Whether this system lists the POSIX locks of a file in `folder` (Linux's /proc/self/fdinfo),
+    asked once a filesystem of a lock this process takes on a file of its own there (a sandbox's
+    /proc may list none; a FUSE filesystem may keep its locks to itself; a read-only one takes
+    none): where it does, a database this process opened there shows DuckDB's lock, and a commit
+    needs to see it."""
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return False
+    if device not in _LOCKS_SHOWN:
+        _LOCKS_SHOWN[device] = _probe_locks(folder)
+    return _LOCKS_SHOWN[device]
+
+
+_LOCKS_SHOWN: dict[int, bool] = {}
+
+
+def _probe_locks(folder: Path) -> bool:
     import fcntl
     import tempfile
 
     try:
-        with tempfile.TemporaryFile() as probe:
+        with tempfile.TemporaryFile(dir=folder) as probe:
             fcntl.lockf(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             return _locked(probe.fileno())
     except OSError:
@@ -580,15 +594,16 @@ class DuckDBEngine(PostgresSpelling, Engine):
         else:
             mode = read_only
             con = self._connect(mode, wait, threads, memory)
-        if catalog.lock is None:
-            catalog.lock = _lock_of(self.path)
         try:
             session = DuckDBSession(self, con, catalog)
             session.control_relations_plain()
+            memo = session._memo()  # of the files this connection reaches (another file: a memo afresh)
+            if memo.lock is None:
+                memo.lock = _lock_of(self.path)
             yield session
         finally:
             try:
-                lost = catalog.lock is not None and not catalog.lock.held()
+                lost = catalog.lock is not None and not catalog.lock.still_ours()
                 with _kept.lock:
                     if _kept.depth and not _kept.released and key not in _kept.connections and not lost:
                         # a fresh connection to the same open database: none of this session's state

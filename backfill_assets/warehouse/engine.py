@@ -68,7 +68,7 @@ class Session(ABC):
         self._transactions = 0  # outermost transactions begun: which snapshot `snapshot_number` names
         self._after_commit: list[Callable[[], None]] = []
 
-    def held(self) -> dict[str, Any] | None:
+    def memo_while_locked(self) -> dict[str, Any] | None:
         """What this process found in the warehouse while it holds it so that no other process can
         write it (DuckDB locks the file for one writer: kept for as long as this process keeps it
         open, dropped when it lets go), or None where another connection may commit at any moment

@@ -46,13 +46,12 @@ def many_predicate(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]
 
 
 def _span(values: Sequence[Any]) -> tuple[Any, Any] | None:
-    """The least and greatest of several dates, times or whole numbers, which every engine orders as
-    Python does; None for text (a collation may order it otherwise: a range would drop rows the list
-    holds) and for one value."""
-    if len(values) < 2 or not all(isinstance(v, dt.date | dt.time | int) and not isinstance(v, bool)
-                                  for v in values):
+    """The least and greatest of several dates (a daily scheme on a DATE column), which every
+    engine orders as Python does; None for text (a collation may order it otherwise: a range would
+    drop rows the list holds) and for one value."""
+    if len(values) < 2 or not all(isinstance(v, dt.date) for v in values):
         return None
     try:
         return min(values), max(values)
-    except TypeError:  # times with and without a zone, dates beside whole numbers: not one order
+    except TypeError:  # dates beside date-times with and without a zone: not one order
         return None
