@@ -422,6 +422,7 @@ BAD_FILES = {
     "bad base64": ("alice ssh-ed25519 AAAA*", "line 1: 'ssh-ed25519 AAAA*' is not an SSH public key line"),
     "type mismatch": ("alice ssh-rsa {blob}", "line 1: public key line says 'ssh-rsa'"),
     "invisible principal": ("ali\u200bce {key}", "line 1: principal 'ali\\u200bce' contains an invisible"),
+    "no-break space inside": ("ali\u00a0ce {key}", "principal 'ali\\u00a0ce' contains whitespace U+00A0"),
     "empty principal": ("alice,,bob {key}", "line 1: principal '' is empty"),
 }
 

@@ -50,8 +50,10 @@ def same_principal(a: str, b: str) -> bool:
 
 
 def _refuse_bad_characters(name: str, raw: str, what: str) -> None:
-    # Checked in order of how surprising the character is to the person who typed it.
-    for ch in name:
+    # Checked in order of how surprising the character is to the person who typed it; the hidden
+    # ones as typed (NFKC turns a no-break space into a space, which was named instead), the rest
+    # as normalised (a full-width letter is its ASCII letter)
+    for ch in [*raw.strip(), *name]:
         category = unicodedata.category(ch)
         if category == "Cf":
             problem = f"an invisible format character {_codepoint(ch)}"
@@ -59,7 +61,7 @@ def _refuse_bad_characters(name: str, raw: str, what: str) -> None:
             problem = f"whitespace {_codepoint(ch)} inside it"
         elif category in ("Cc", "Cs", "Co", "Cn"):
             problem = f"a control or unassigned character {_codepoint(ch)}"
-        elif not ch.isascii():
+        elif not ch.isascii() and ch in name:
             problem = f"a non-ASCII character {_codepoint(ch)}"
         else:
             continue
