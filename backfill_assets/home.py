@@ -16,6 +16,12 @@ HOME_ENV = "BACKFILL_HOME"
 WAREHOUSE_URL_ENV = "BACKFILL_WAREHOUSE_URL"
 EVIDENCE_KEY_ENV = "BACKFILL_EVIDENCE_KEY_FILE"
 EVIDENCE_HEADS_ENV = "BACKFILL_EVIDENCE_HEADS_FILE"
+DUCKDB_URL = "duckdb:///"  # then the file's path: duckdb:////abs/x.duckdb (SQLAlchemy's convention)
+
+
+def duckdb_file(url: str) -> str | None:
+    """The path of the DuckDB file a warehouse URL names (as written), or None for another engine."""
+    return url[len(DUCKDB_URL):] if url.startswith(DUCKDB_URL) else None
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class Home:
     @property
     def warehouse_url(self) -> str:
         """$BACKFILL_WAREHOUSE_URL when set (e.g. postgresql://...), else the DuckDB file here."""
-        return os.environ.get(WAREHOUSE_URL_ENV) or f"duckdb:///{self.warehouse}"
+        return os.environ.get(WAREHOUSE_URL_ENV) or f"{DUCKDB_URL}{self.warehouse}"
 
     @property
     def dagster_home(self) -> Path:

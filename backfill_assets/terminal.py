@@ -18,7 +18,7 @@ from typing import Any
 
 from backfill_assets.bounded import refuse_non_regular
 from backfill_assets.errors import WarehouseError
-from backfill_assets.home import Home
+from backfill_assets.home import Home, duckdb_file
 
 _verbose = False
 _terminal_fd: int | None = None
@@ -39,8 +39,8 @@ def log_file(home: Home) -> Path:
     path = home.log_file
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_non_regular(path, "the log file", "move it out of the way: backfill appends its log there")
-    url = home.warehouse_url  # the warehouse in use: BACKFILL_WAREHOUSE_URL's DuckDB file too
-    warehouse = Path(url[len("duckdb:///"):]) if url.startswith("duckdb:///") else home.warehouse
+    named = duckdb_file(home.warehouse_url)  # the warehouse in use: BACKFILL_WAREHOUSE_URL's DuckDB file too
+    warehouse = Path(named) if named is not None else home.warehouse
     for database in (warehouse, warehouse.with_name(warehouse.name + ".wal")):
         # closing a descriptor of the warehouse releases this process's lock on it (DuckDB's is a
         # POSIX record lock): another process could then write it beside this one; and a link to

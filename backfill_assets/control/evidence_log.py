@@ -416,8 +416,9 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     # never remembered as verified until it commits: rolled back, its number goes to another row
     session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
-    sealed, held = payload.get("seals"), session.memo_while_locked()
-    if isinstance(sealed, dict) and sealed and held is not None:
+    sealed = payload.get("seals")
+    held = session.memo_while_locked() if isinstance(sealed, dict) and sealed else None
+    if isinstance(sealed, dict) and held is not None:
         # each seal is of rows read in this transaction (`seals.of_seq` reads them back under this
         # number once inserted; `seal_unsealed` reads them before numbering them): committed while
         # the file stays held, they are what a verify would read (a window's reconcile read its

@@ -20,7 +20,7 @@ import dagster as dg
 
 from backfill_assets.control.schema import ensure_schema
 from backfill_assets.errors import UsageError
-from backfill_assets.home import Home, resolve_home
+from backfill_assets.home import DUCKDB_URL, Home, duckdb_file, resolve_home
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
 
@@ -66,8 +66,8 @@ def as_warehouse(resource: object, key: str) -> WarehouseResource:
         named = resource.url or Home(Path(resource.home).expanduser().resolve()).warehouse_url
         if named.startswith(("postgresql://", "postgres://")):
             return _same_postgres(named, key)
-        return _same_duckdb(named[len("duckdb:///"):] if named.startswith("duckdb:///") else named, key,
-                            "WarehouseResource")
+        file = duckdb_file(named)
+        return _same_duckdb(named if file is None else file, key, "WarehouseResource")
     from dagster_duckdb import DuckDBResource
 
     postgres = _postgres_url_of(resource)
@@ -92,8 +92,9 @@ def _same_duckdb(database: str, key: str, kind: str) -> WarehouseResource:
         raise UsageError(f"{kind} {key!r} names the relative path {database!r}",
                          fix="give it an absolute path (e.g. under $BACKFILL_HOME)")
     wanted = resolve_home().warehouse_url
-    url = f"duckdb:///{path.resolve()}"
-    if not wanted.startswith("duckdb:///") or Path(wanted[len("duckdb:///"):]).resolve() != path.resolve():
+    url = f"{DUCKDB_URL}{path.resolve()}"
+    wanted_file = duckdb_file(wanted)
+    if wanted_file is None or Path(wanted_file).resolve() != path.resolve():
         raise UsageError(f"{kind} {key!r} opens {path}, but the CLI and the run coordinator read the "
                          f"warehouse {wanted.split('@')[-1]}", fix=f"set BACKFILL_WAREHOUSE_URL={url} where "
                          "Dagster and the CLI run (or point the resource at that warehouse)")

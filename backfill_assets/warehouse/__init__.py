@@ -11,18 +11,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from backfill_assets.errors import UsageError
-from backfill_assets.home import Home, resolve_home
+from backfill_assets.home import Home, duckdb_file, resolve_home
 from backfill_assets.warehouse.engine import Engine, Session
 
 
 def engine_for(url: str) -> Engine:
-    if url.startswith("duckdb:///"):
+    path = duckdb_file(url)
+    if path is not None:
         from backfill_assets.warehouse.duckdb_engine import DuckDBEngine
 
         # SQLAlchemy's convention: duckdb:////absolute/path.db (four slashes: three, then the path's
         # own). duckdb:///data/x.duckdb would be relative to whichever folder each process starts
         # in, so the UI, the daemon and the CLI would silently write different files: refused.
-        path = url[len("duckdb:///"):]
         if not path.startswith("/") and not (len(path) > 2 and path[1] == ":"):  # C:/ on Windows
             raise UsageError(f"warehouse URL {url!r} names a relative path, which each process would resolve "
                              "from its own current folder",
