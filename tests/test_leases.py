@@ -6,6 +6,7 @@ The other runner is a real process; a take-over from "another host" runs in its 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -62,6 +63,18 @@ def take_over_from_another_host(world, plan_id: str = "fix") -> str:
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
+
+
+def test_a_lease_of_another_host_lives_a_time_to_live_from_its_heartbeat_on_either_side():
+    """A lease planted with a heartbeat ten years ahead held every run of the plan off for ever,
+    with a fix saying it expires by itself (found by an attack): leases are not sealed."""
+    now = 1_800_000_000.0
+    held = lease.Lease("fix", "backfill run by ops", OTHER_HOST, 4242, "2027-01-15T08:00:00+00:00", now)
+    ttl = lease.TTL_SECONDS
+    assert [dataclasses.replace(held, heartbeat_at=now + d).alive(now) for d in (-ttl - 1, -ttl + 1, 0, 30, ttl - 1)] \
+        == [False, True, True, True, True]  # a clock a little ahead of ours still holds it
+    assert not dataclasses.replace(held, heartbeat_at=now + ttl + 1).alive(now)
+    assert not dataclasses.replace(held, heartbeat_at=now + 10 * 365 * 86400).alive(now)
 
 
 def test_renewing_a_lease_taken_over_by_another_host_fails_naming_the_new_holder(engine_world):

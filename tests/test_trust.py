@@ -1828,3 +1828,80 @@ def _insider_rows(world, query: str) -> list[tuple]:
     world.warehouse().engine.let_go()
     with duckdb.connect(str(world.warehouse_path), read_only=True) as con:
         return con.execute(query).fetchall()
+
+
+def _forged_while_read(world, monkeypatch, store, name: str, forge: str, put_back: str):
+    """Wraps `store.name` (a ledger read): the insider's `forge` commits just before it, its
+    `put_back` just after, so the seal check that follows reads the rows as sealed again."""
+    import psycopg
+
+    real = getattr(store, name)
+
+    def read(*args, **kwargs):
+        with psycopg.connect(world.url, autocommit=True) as insider:
+            insider.execute(forge)
+            try:
+                return real(*args, **kwargs)
+            finally:
+                insider.execute(put_back)
+
+    monkeypatch.setattr(store, name, read)
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_world, monkeypatch):
+    """PostgreSQL reads each statement afresh (found by an attack): a decision read its ledger rows,
+    then the seal check read the sealed rows again and compared those with the chain. A failing
+    result set to pass before the read and put back before the check was acted on: publish copied
+    the failed partitions, a rollback restored an insider's rows and sealed them as the snapshot's,
+    a proof whose two runs differed passed. Each reader now checks the very rows it read."""
+    from backfill_assets.control import ledger, snapshots
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.publish import published
+    from tests.world import BUGGY, DAILY_REVENUE
+
+    world = engine_world
+    days = keys(1, 4)
+    assert world.materialize(days, spec=BUGGY).success and world.publish(days, spec=BUGGY).success
+    world.approved_plan("fix", start=days[0], end=days[-1], proof=(days[1],))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    flip = f"UPDATE {CONTROL}.gate_results SET passed = NOT passed WHERE plan_id = 'fix'"
+    suffix = (f"UPDATE {CONTROL}.{{0}} SET {{1}} = {{1}} || 'x' WHERE plan_id = 'fix'",
+              f"UPDATE {CONTROL}.{{0}} SET {{1}} = left({{1}}, length({{1}}) - 1) WHERE plan_id = 'fix'")
+    edits = {table_column: tuple(sql.format(*table_column) for sql in suffix) for table_column in (
+        ("writes", "fingerprint"), ("writes", "code_version"), ("writes", "code_identity"),
+        ("snapshots", "fingerprint"), ("publications", "fingerprint"))}
+    readers = [  # (what a decision reads, the store read it makes, the insider's edit and its undoing)
+        ("the latest results", ledger.store, "latest_writes", (flip, flip),
+         lambda s: ledger.latest(s, "daily_revenue", days, "fix", figures=False)),
+        ("the latest writes", ledger.store, "latest_writes", edits["writes", "fingerprint"],
+         lambda s: ledger.latest(s, "daily_revenue", days, "fix")),
+        ("the code versions", ledger.store, "latest_code_versions", edits["writes", "code_version"],
+         lambda s: ledger.code_versions(s, "daily_revenue", "fix")),
+        ("a proof's fingerprints", ledger.store, "fingerprints_of", edits["writes", "fingerprint"],
+         lambda s: ledger.fingerprints_written(s, "daily_revenue", "fix", days[1])),
+        ("the failures", ledger.store, "failed_results", (flip, flip),
+         lambda s: ledger.failures_of_plan(s, "fix")),
+        ("the code written", ledger.store, "writes_of_plan", edits["writes", "code_identity"],
+         lambda s: ledger.code_written(s, "fix")),
+        ("the snapshots", snapshots.store, "records", edits["snapshots", "fingerprint"],
+         lambda s: snapshots.snapshotted(s, "fix", "published_revenue")),
+        ("the publications", published.store, "latest", edits["publications", "fingerprint"],
+         lambda s: published.latest(s, DAILY_REVENUE, days)),
+    ]
+    taken = []  # what a decision took as sealed though it was forged while read
+    for what, store, name, (forge, put_back), read in readers:
+        with world.warehouse().session() as session:
+            honest = read(session)
+        # no gate failed: the forged read finds every result failing
+        assert honest or what == "the failures", f"{what}: the honest read found nothing to forge"
+        with monkeypatch.context() as patch:
+            _forged_while_read(world, patch, store, name, forge, put_back)
+            with world.warehouse().session() as session:
+                try:
+                    read(session)
+                    taken.append(what)
+                except ForgedRecord as refused:
+                    assert "read for this decision differ" in str(refused) and "changed while read" in str(refused)
+    assert taken == []

@@ -88,6 +88,12 @@ def record_results(session: Session, *, plan_id: str | None, asset: str,
                                                [dict(zip(store.RESULT_COLUMNS, row, strict=True)) for row in rows])}})
 
 
+# the sealed columns `latest` reads of a write, and of a result (its figures last, when read)
+WRITE_READ = ("asset", "partition_key", "write_id", "plan_id", "recorded_at", "row_count", "fingerprint",
+              "code_version", "code_identity")
+RESULT_READ = ("write_id", "gate", "passed", "checked_fingerprint", "figures")
+
+
 def latest(session: Session, asset: str, keys: Sequence[str],
            plan_id: str | None = None, figures: bool = True) -> dict[str, LatestWrite | None]:
     """The latest write per key (of the plan, when given) and the latest result of each gate on it,
@@ -101,7 +107,7 @@ def latest(session: Session, asset: str, keys: Sequence[str],
     top = evidence_log.last_before_reading(session)
     rows = store.latest_writes(session, asset, keys, plan_id, figures)
     faults.checkpoint("ledger.latest.after_read")
-    write_seals, gate_seals = [], []
+    writes_read, results_read = [], []
     judged: dict[str, int] = {}  # key -> the newest chain row of the results read for its write
     for key, wid, pid, at, n, digest, version, identity, wseq, gate, passed, text, checked, gseq in rows:
         entry = out.get(key)
@@ -109,15 +115,17 @@ def latest(session: Session, asset: str, keys: Sequence[str],
             entry = LatestWrite(key, int(wid), pid, at, Fingerprint(int(n), str(digest)), version, identity,
                                 seq=int(wseq) if wseq is not None else 0)
             out[key] = entry
-            write_seals.append(wseq)
+            writes_read.append((asset, key, wid, pid, at, n, digest, version, identity, wseq))
         if gate is not None:
             entry.gates[gate] = (bool(passed), json.loads(text) if text is not None else {})
             entry.checked[gate] = checked
-            gate_seals.append(gseq)
+            results_read.append((wid, gate, passed, checked, text, gseq) if figures else
+                                (wid, gate, passed, checked, gseq))
             if isinstance(gseq, int):
                 judged[key] = max(judged.get(key, 0), gseq)
-    seals.verify(session, "writes", write_seals, f" of {asset}")
-    seals.verify(session, "gate_results", gate_seals, f" of {asset}")
+    # each row as read here, not only its seal's rows as read again (PostgreSQL reads afresh)
+    seals.verify_read(session, "writes", WRITE_READ, writes_read, f" of {asset}")
+    seals.verify_read(session, "gate_results", RESULT_READ[:5 if figures else 4], results_read, f" of {asset}")
     _refuse_newer_in_chain(session, asset, plan_id, {k: e for k, e in out.items() if e is not None}, judged, top)
     return out
 
@@ -196,7 +204,8 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
     """The code version of the latest write of each partition the plan wrote (one light query),
     checked against their seals."""
     rows = store.latest_code_versions(session, asset, plan_id)
-    seals.verify(session, "writes", [r[2] for r in rows], f" of plan {plan_id}")
+    seals.verify_read(session, "writes", ("asset", "plan_id", "partition_key", "code_version"),
+                      [(asset, plan_id, *r) for r in rows], f" of plan {plan_id}")
     return {r[0]: r[1] for r in rows}
 
 
@@ -205,7 +214,8 @@ def fingerprints_written(session: Session, asset: str, plan_id: str, key: str) -
     the last two), checked against their seals."""
     top = evidence_log.last_before_reading(session)
     rows = store.fingerprints_of(session, asset, plan_id, key)
-    seals.verify(session, "writes", [r[1] for r in rows], f" of plan {plan_id}")
+    seals.verify_read(session, "writes", ("asset", "plan_id", "partition_key", "fingerprint"),
+                      [(asset, plan_id, key, *r) for r in rows], f" of plan {plan_id}")
     # a write between two identical ones, its group deleted, would leave the last two identical
     read = {r[1] for r in rows}
     lost = [c.seq for c in chained_writes(session, top) if c.kind == "write" and c.plan_id == plan_id
@@ -286,7 +296,9 @@ class RecordedFailure:
 def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
     """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
     rows = store.failed_results(session, plan_id)
-    seals.verify(session, "gate_results", [r[6] for r in rows], f" of plan {plan_id}")
+    seals.verify_read(session, "gate_results", ("plan_id", "passed", "asset", "partition_key", "gate", "figures",
+                                                "recorded_at", "write_id"),
+                      [(plan_id, False, *r) for r in rows], f" of plan {plan_id}")
     return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w),
                             seq=int(s) if s is not None else 0)
             for a, k, g, f, at, w, s in rows]
@@ -294,6 +306,15 @@ def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
 
 def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, str | None, int, str, str]]:
     """Each (table, code version, code identity) the plan's writes ran: partitions, first and last time."""
-    seals.verify(session, "writes", store.write_seqs_of_plan(session, plan_id), f" of plan {plan_id}")
-    rows = store.code_runs(session, plan_id)
-    return [(str(a), v, i, int(n), str(first), str(last)) for a, v, i, n, first, last in rows]
+    # the rows themselves, checked as read, then counted: a count the engine made of rows read apart
+    # from their seals' could be of rows changed between the two reads (PostgreSQL)
+    rows = store.writes_of_plan(session, plan_id)
+    seals.verify_read(session, "writes", ("plan_id", "asset", "code_version", "code_identity", "partition_key",
+                                          "recorded_at"), [(plan_id, *r) for r in rows], f" of plan {plan_id}")
+    runs: dict[tuple[str, str | None, str | None], tuple[set[str], str, str]] = {}
+    for asset, version, identity, key, at, _ in rows:
+        keys, first, last = runs.setdefault((str(asset), version, identity), (set(), str(at), str(at)))
+        keys.add(str(key))
+        runs[(str(asset), version, identity)] = (keys, min(first, str(at)), max(last, str(at)))
+    return sorted(((a, v, i, len(keys), first, last) for (a, v, i), (keys, first, last) in runs.items()),
+                  key=lambda r: (r[4], r[0]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from backfill_assets import faults
 from backfill_assets.control import evidence_log
@@ -24,7 +24,7 @@ from backfill_assets.warehouse.state_store import evidence as evidence_store
 from backfill_assets.warehouse.state_store import seals as store
 from backfill_assets.warehouse.state_store.seals import SEALED
 
-__all__ = ["SEALED", "verify", "verify_all", "digest", "of_seq", "seal_unsealed"]
+__all__ = ["SEALED", "verify", "verify_read", "verify_all", "digest", "of_seq", "seal_unsealed"]
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with options makes one a call
@@ -83,9 +83,21 @@ SEQS_AT_ONCE = {"gate_results": 4}
 SEQS_AT_ONCE_OTHERWISE = 20
 
 
-def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "") -> None:
+def verify_read(session: Session, table: str, columns: Sequence[str], read: Sequence[Sequence[object]],
+                what: str = "") -> None:
+    """The rows a decision read (`read`: each its values of `columns`, sealed columns of `table`,
+    then its `evidence_seq`) are rows their seals cover, as verified: on PostgreSQL each statement
+    reads afresh, so the seals' rows read again by `verify` could be other than the decision's (an
+    insider's `passed = true` committed before the decision's read and put back before the seal
+    check's published partitions whose gates failed: found by an attack). ForgedRecord otherwise."""
+    at = [SEALED[table].index(c) for c in columns]
+    verify(session, table, [cast("int | None", r[-1]) for r in read], what, read=(at, read))
+
+
+def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "",
+           read: tuple[list[int], Sequence[Sequence[object]]] | None = None) -> None:
     """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
-    row of a decision that carries no seal)."""
+    row of a decision that carries no seal). `read`: see `verify_read`."""
     given = list(seqs)
     if any(s is None for s in given):
         raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} carries no seal of the evidence chain",
@@ -105,6 +117,10 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     held = session.memo_while_locked()
     checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(evidence_log.HELD_SEALS, set())
     uncommitted = session.__dict__.get("_appended", ())  # rolled back, its number goes to another row
+    was_read: dict[int, list[tuple[object, ...]]] = {}
+    if read is not None:
+        for row in read[1]:
+            was_read.setdefault(cast(int, row[-1]), []).append(tuple(_canonical(v) for v in row[:-1]))
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
     at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
     for i in range(0, len(wanted), at_once):
@@ -124,6 +140,13 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                 raise ForgedRecord(
                     f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
+            if read is not None and seq in was_read:
+                verified = {tuple(_canonical(row[i]) for i in read[0]) for row in found[seq]}
+                if any(row not in verified for row in was_read[seq]):
+                    raise ForgedRecord(
+                        f"rows of {SCHEMA}.{table}{what} read for this decision differ from the ones evidence row "
+                        f"{seq} ({chain[seq].kind}) sealed, read again: they were changed while read",
+                        fix=evidence_log.FORGED_FIX)
         if held is not None:
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 

@@ -25,7 +25,8 @@ def snapshotted(session: Session, plan_id: str, table: str,
                 keys: Sequence[str] | None = None) -> dict[str, Fingerprint]:
     """The plan's snapshots of `table` (only of `keys`, when given), checked against their seals."""
     rows = store.records(session, plan_id, table, keys)
-    seals.verify(session, "snapshots", [r[3] for r in rows], f" of plan {plan_id}")
+    seals.verify_read(session, "snapshots", ("plan_id", "table_name", "partition_key", "row_count", "fingerprint"),
+                      [(plan_id, table, *r) for r in rows], f" of plan {plan_id}")
     return {k: Fingerprint(int(n), str(d)) for k, n, d, _ in rows}
 
 

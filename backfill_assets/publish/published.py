@@ -39,7 +39,9 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
         return {}
     top = evidence_log.last_before_reading(session)
     rows = store.latest(session, spec.publish_as, keys)
-    seals.verify(session, "publications", [r[5] for r in rows], f" of {spec.publish_as}")
+    seals.verify_read(session, "publications", ("asset", "partition_key", "row_count", "fingerprint", "write_id",
+                                                "plan_id"), [(spec.publish_as, *r) for r in rows],
+                      f" of {spec.publish_as}")
     _refuse_newer_in_chain(session, spec.publish_as, keys, {str(r[0]): int(r[5]) for r in rows}, top)
     return {k: Publication(k, Fingerprint(int(n), str(d)), None if w is None else int(w), p)
             for k, n, d, w, p, _ in rows}

@@ -165,17 +165,11 @@ def failed_results(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
                         [plan_id])
 
 
-def write_seqs_of_plan(session: Session, plan_id: str) -> list[int | None]:
-    """The chain rows that seal the plan's writes."""
-    return [r[0] for r in session.rows(f"SELECT DISTINCT evidence_seq FROM {SCHEMA}.writes WHERE plan_id = ?",
-                                       [plan_id])]
-
-
-def code_runs(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
-    """(asset, code_version, code_identity, partitions, first, last recorded_at) the plan's writes ran."""
-    return session.rows(f"SELECT asset, code_version, code_identity, count(DISTINCT partition_key), "
-                        f"min(recorded_at), max(recorded_at) FROM {SCHEMA}.writes WHERE plan_id = ? "
-                        f"GROUP BY asset, code_version, code_identity ORDER BY 5, 1", [plan_id])
+def writes_of_plan(session: Session, plan_id: str) -> list[tuple[Any, ...]]:
+    """(asset, code_version, code_identity, partition_key, recorded_at, evidence_seq) of each write of
+    the plan."""
+    return session.rows(f"SELECT asset, code_version, code_identity, partition_key, recorded_at, evidence_seq "
+                        f"FROM {SCHEMA}.writes WHERE plan_id = ?", [plan_id])
 
 
 def watermark(session: Session, asset: str) -> str | None:
