@@ -13,7 +13,8 @@ import pytest
 
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
 from backfill_assets.errors import IdentifierError
-from backfill_assets.impact import compare, consumer_impact, consumer_impact_holds
+from backfill_assets import impact
+from backfill_assets.impact import _by_rows, compare, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec
 from backfill_assets.warehouse.ddl import create_sql
@@ -218,7 +219,10 @@ AFTER_ROWS = [
 
 
 
-def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(engine):
+@pytest.mark.parametrize("rows_at_once", [None, 1, 9])  # the default; each partition alone; day 1 alone
+def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(engine, monkeypatch, rows_at_once):
+    if rows_at_once is not None:
+        monkeypatch.setattr(impact, "IMPACT_ROWS_AT_ONCE", rows_at_once)
     scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), tuple(DIFF_DAYS), "days")
     with engine.session() as session:
         for table, rows in (("store_sales_before", BEFORE_ROWS), ("store_sales", AFTER_ROWS)):
@@ -242,6 +246,13 @@ def test_compare_reports_rows_keys_and_totals_exactly_on_each_engine(engine):
     assert day3.totals == {"amount": (3.0, None, -3.0), "lines": (2.0, 0.0, -2.0)}  # no rows: count 0, sum NULL
     assert (day4.rows_before, day4.rows_after, day4.added, day4.removed) == (0, 1, 1, 0)
     assert day4.totals == {"amount": (None, 9.0, 9.0), "lines": (0.0, 1.0, 1.0)}
+
+
+def test_changed_partitions_are_compared_in_batches_bounded_by_their_rows():
+    rows = {"a": 3, "b": 4, "c": 9, "d": 1, "e": 1}
+    assert list(_by_rows(list(rows), rows, 8)) == [["a", "b"], ["c"], ["d", "e"]]  # c alone: over the bound
+    assert list(_by_rows(list(rows), rows, 100)) == [list(rows)]
+    assert list(_by_rows([], {}, 8)) == []
 
 
 def test_compare_hashes_rows_whose_columns_postgresql_cannot_hash(engine):

@@ -108,8 +108,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return publish_plan(args, load_defs(args.defs))
 
 
-def publish_plan(args: argparse.Namespace, loaded: LoadedDefs) -> int:
-    """Publish the plan's window, or raise what blocks it (`BACKFILL_HOME` set, events batched)."""
+def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, just_reconciled: bool = False) -> int:
+    """Publish the plan's window, or raise what blocks it (`BACKFILL_HOME` set, events batched).
+    `just_reconciled` (a step of `run --and-publish`, right after its reconcile passed): the publish
+    run is launched without first asking what blocks it, which the run asks under its lock anyway."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
@@ -136,9 +138,12 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs) -> int:
                                  f"gate of the window passed ({'; '.join(status.blockers[:3]) or 'not reconciled'})",
                                  fix=status.next)
         # what blocks it, said before a Dagster run is launched (the run checks it all again under
-        # its lock); computed once: the status of a reconciled plan would fingerprint it all again
-        found = rule.plan_blockers(session, state, table.spec, table.scheme(), table.graph)
-        if found.problems:
+        # its lock); computed once: the status of a reconciled plan would fingerprint it all again.
+        # Not right after this process's reconcile passed: the run refuses what changed since, as
+        # this would (0.22 s at 2,526 partitions)
+        found = None if just_reconciled else \
+            rule.plan_blockers(session, state, table.spec, table.scheme(), table.graph)
+        if found is not None and found.problems:
             rule.record_changed(session, table.spec, found, actor())
             status = plan_status(session, state, table.spec, table.scheme(), table.graph)
             raise PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
