@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from backfill_assets.errors import WarehouseError
@@ -475,11 +477,14 @@ def test_a_log_file_linked_to_the_warehouse_the_url_names_is_refused(world, monk
         terminal.log_file(home)
 
 
-def test_a_kept_memo_of_a_file_swapped_at_its_path_looks_up_the_new_files_lock(tmp_path):
-    """Found by a review: the kept database's memo was emptied when the path came to name another
-    file (a symlink put there while the kept connection held the old one), but kept the lock it had
-    seen on the old file: with the new file's lock lost, what was remembered stayed trusted and a
-    commit went in. The lock is looked up again with the memo."""
+@pytest.mark.parametrize("swap", ["a symlink to another file", "a symlink to a link of the same file",
+                                  "a copy renamed over it"])
+def test_a_path_made_to_name_another_file_while_a_command_keeps_it_stops_the_command(tmp_path, swap):
+    """Found by an attack: the path swapped for a symlink to a hard link of the held file, while a
+    command kept it, opened a second DuckDB instance of it; that session's end closed a descriptor
+    of the file, dropping this process's lock, and the kept memo (reset to that instance's files,
+    filled by its checks) was trusted after another process wrote the file: publish copied bytes no
+    gate checked. A path that names another file (or the same one by another way) is refused."""
     import os
     import shutil
 
@@ -490,17 +495,79 @@ def test_a_kept_memo_of_a_file_swapped_at_its_path_looks_up_the_new_files_lock(t
     engine = engine_for(f"duckdb:///{path}")
     with engine.session() as session, session.transaction():
         session.execute("CREATE TABLE t (i INTEGER)")
-    shutil.copy(path, tmp_path / "b.duckdb")
     with kept_open():
         with engine.session() as session:
-            assert session.memo_while_locked() is not None  # file A, its lock seen
-        os.rename(path, tmp_path / "a.duckdb")
-        os.symlink(tmp_path / "b.duckdb", path)
-        with engine.session() as session:  # DuckDB resolves the path: file B, beside the kept A
-            assert session.rows("SELECT path FROM duckdb_databases() WHERE path IS NOT NULL") == [
-                (str(tmp_path / "b.duckdb"),)]
-            os.close(os.open(tmp_path / "b.duckdb", os.O_RDONLY))  # B's lock released
-            with pytest.raises(WarehouseError, match="its lock on the warehouse"):
-                session.memo_while_locked()
-            with pytest.raises(WarehouseError, match="its lock on the warehouse"), session.transaction():
+            assert session.memo_while_locked() is not None  # its lock seen: checks are remembered
+        if swap == "a copy renamed over it":
+            shutil.copy(path, tmp_path / "b.duckdb")
+            os.rename(tmp_path / "b.duckdb", path)
+        else:
+            other = tmp_path / "b.duckdb"
+            if swap == "a symlink to another file":
+                shutil.copy(path, other)
+            else:
+                os.link(path, other)
+            os.symlink(other, tmp_path / "tmp")
+            os.rename(tmp_path / "tmp", path)
+        with pytest.raises(WarehouseError, match="names another file than the one this command holds"):
+            with engine.session():
+                pass
+    with pytest.raises(WarehouseError, match="symbolic link") if swap != "a copy renamed over it" else \
+            contextlib.nullcontext():
+        with engine.session() as session:  # and once it let go: a link is never opened
+            assert session.rows("SELECT count(*) FROM t") == [(0,)]
+
+
+def test_a_symlink_at_the_write_ahead_log_is_refused_and_what_it_names_untouched(tmp_path):
+    """Found by an attack: DuckDB writes its log through a `.wal` symlink planted while no command
+    held the file, into whatever file the link names (a stand-in for `authorized_keys` had its
+    lines replaced by the log's records)."""
+    import os
+
+    from backfill_assets.warehouse import engine_for
+
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with engine.session() as session, session.transaction():
+        session.execute("CREATE TABLE t (v VARCHAR)")
+    victim = tmp_path / "authorized_keys"
+    victim.write_text("ssh-ed25519 AAAA service\n")
+    os.symlink(victim, tmp_path / "w.duckdb.wal")
+    with pytest.raises(WarehouseError, match="write-ahead log .* is a symbolic link, not the file itself"):
+        with engine.session() as session, session.transaction():
+            session.execute("INSERT INTO t VALUES ('ssh-ed25519 AAAA insider')")
+    assert victim.read_text() == "ssh-ed25519 AAAA service\n"
+
+
+_PIPE_AT_THE_LOG = """
+import os, sys
+from backfill_assets.errors import WarehouseError
+from backfill_assets.warehouse import engine_for
+from backfill_assets.warehouse.duckdb_engine import kept_open
+path = sys.argv[1]
+engine = engine_for(f"duckdb:///{path}")
+with kept_open():
+    with engine.session() as session, session.transaction():
+        session.execute("CREATE TABLE t (i INTEGER)")
+    with engine.session() as session:
+        session.execute("CHECKPOINT")  # no log on disk now
+    try:
+        with engine.session() as session:
+            os.mkfifo(path + ".wal")  # the insider, while the command holds the file
+            with session.transaction():
                 session.execute("INSERT INTO t VALUES (1)")
+    except WarehouseError as exc:
+        print(exc)
+"""
+
+
+def test_a_named_pipe_put_at_the_log_while_a_command_keeps_the_file_is_refused_at_the_commit(tmp_path):
+    """Found by an attack: checked only as a session opened the file, a pipe put at the log
+    afterwards blocked the next commit for ever, with the file locked: every other command waited
+    on it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PIPE_AT_THE_LOG, str(tmp_path / "w.duckdb")],
+                          capture_output=True, text=True, timeout=60)
+    assert "write-ahead log" in done.stdout and "is a named pipe" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -73,6 +73,7 @@ class DuckDBSession(Session):
                  catalog: CatalogMemo | None = None) -> None:
         super().__init__(engine)
         self.engine_path = engine.path
+        self.duckdb_engine = engine
         self.con = con
         self.catalog = catalog if catalog is not None else CatalogMemo()
         self._files: tuple[str, ...] | None = None  # what `_memo` found this connection reaches
@@ -208,6 +209,7 @@ class DuckDBSession(Session):
 
     def _commit(self) -> None:
         self.refuse_lost_lock()  # another process may be writing the file: this transaction rolls back
+        self.duckdb_engine.refuse_odd_files()  # a pipe or a link put at the log since the open: written now
         self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
@@ -297,6 +299,7 @@ class _Kept:
         self.released = False  # `release_kept` was called: none kept until the outermost use ends
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
         self.memos: dict[tuple[int, str], CatalogMemo] = {}  # valid while the key's connection is kept
+        self.files: dict[tuple[int, str], tuple[str, int, int] | None] = {}  # what each kept one opened
 
     def take_all(self) -> list[duckdb.DuckDBPyConnection]:
         """This process's kept connections, no longer kept (the caller closes them; a forked
@@ -305,11 +308,13 @@ class _Kept:
         taken = [(key, con) for key, (con, _mode) in self.connections.items()]
         self.connections.clear()
         self.memos.clear()
+        self.files.clear()
         return [con for (owner, _path), con in taken if owner == pid]
 
     def drop(self, key: tuple[int, str]) -> tuple[duckdb.DuckDBPyConnection, bool] | None:
         """The key's kept connection, no longer kept (the caller closes it), and its memo forgotten."""
         self.memos.pop(key, None)
+        self.files.pop(key, None)
         return self.connections.pop(key, None)
 
 
@@ -371,6 +376,15 @@ class FileLock:
 
     def still_ours(self) -> bool:
         return _file_of(self.fd) == self.file and _locked(self.fd)
+
+
+def _identity(path: Path) -> tuple[str, int, int] | None:
+    """Where a path leads (every link resolved) and the file there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.path.realpath(path), st.st_dev, st.st_ino
 
 
 def _file_of(fd: int) -> tuple[int, int] | None:
@@ -573,6 +587,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
                 kept = None
         catalog = CatalogMemo()
         if kept is not None:
+            self._refuse_another_file(key)
             # joins the open database in the kept mode: DuckDB opens a file in one mode a process (a
             # session asked to read only still only reads)
             mode = kept[1]
@@ -610,17 +625,47 @@ class DuckDBEngine(PostgresSpelling, Engine):
                         # but what it found in the catalog (`con` keeps the database open meanwhile)
                         _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
                         _kept.memos[key] = catalog
+                        _kept.files[key] = _identity(self.path)
             except duckdb.Error:
                 pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
             finally:
                 con.close()
 
-    def _connect(self, read_only: bool, wait_seconds: float, threads: int,
-                 memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
+    def _refuse_another_file(self, key: tuple[int, str]) -> None:
+        """The path still names the file the kept connection opened: renamed over or resolving
+        elsewhere (a parent linked), DuckDB would join the kept instance on the old file or open a
+        second one, whose close drops this process's lock while what the first remembered stays
+        trusted (found by an attack). The kept connection goes, and the command stops."""
+        with _kept.lock:
+            held = _kept.files.get(key)
+        if held is None or _identity(self.path) == held:
+            return
+        with _kept.lock:
+            dropped = _kept.drop(key)
+        if dropped is not None:
+            dropped[0].close()
+        raise WarehouseError(f"the warehouse path {self.path} names another file than the one this command holds "
+                             "(renamed, replaced or linked meanwhile)",
+                             fix="put the warehouse file back where it was, then run the command again")
+
+    def refuse_odd_files(self) -> None:
+        """The database file and its write-ahead log are each a regular file or absent, never a link:
+        DuckDB opens both for reading, and a named pipe there blocks this process for ever (at a
+        commit, while it holds the file); it writes its log through a symlink to whatever file the
+        link names (a planted `.wal` link overwrote a file of the service account's), and opens a
+        linked database as a second instance beside a kept one, whose close drops this process's
+        lock (found by an attack)."""
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
                                                            "the warehouse's write-ahead log")):
-            # DuckDB opens both for reading: a named pipe there would block this process forever
-            refuse_non_regular(part, what, f"move it out of the way ({what} is a file DuckDB writes)", WarehouseError)
+            fix = (f"move it out of the way ({what} is a file DuckDB writes; to keep the warehouse elsewhere, "
+                   "name the file itself: BACKFILL_WAREHOUSE_URL=duckdb:///PATH)")
+            if os.path.islink(part):
+                raise WarehouseError(f"{what} {part} is a symbolic link, not the file itself", fix=fix)
+            refuse_non_regular(part, what, fix, WarehouseError)
+
+    def _connect(self, read_only: bool, wait_seconds: float, threads: int,
+                 memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
+        self.refuse_odd_files()
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
