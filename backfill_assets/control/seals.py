@@ -83,6 +83,11 @@ SEQS_AT_ONCE = {"gate_results": 4}
 SEQS_AT_ONCE_OTHERWISE = 20
 
 
+CHANGED_WHILE_READ_FIX = ("the record reads as sealed again, so `backfill evidence verify` passes: find who writes "
+                          "the control schema beside backfill (the warehouse's statement log), stop them, then run "
+                          "the command again")
+
+
 def verify_read(session: Session, table: str, columns: Sequence[str], read: Sequence[Sequence[object]],
                 what: str = "") -> None:
     """The rows a decision read (`read`: each its values of `columns`, sealed columns of `table`,
@@ -146,7 +151,7 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                     raise ForgedRecord(
                         f"rows of {SCHEMA}.{table}{what} read for this decision differ from the ones evidence row "
                         f"{seq} ({chain[seq].kind}) sealed, read again: they were changed while read",
-                        fix=evidence_log.FORGED_FIX)
+                        fix=CHANGED_WHILE_READ_FIX)
         if held is not None:
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 
