@@ -108,10 +108,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return publish_plan(args, load_defs(args.defs))
 
 
-def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, just_reconciled: bool = False) -> int:
+def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False) -> int:
     """Publish the plan's window, or raise what blocks it (`BACKFILL_HOME` set, events batched).
-    `just_reconciled` (a step of `run --and-publish`, right after its reconcile passed): the publish
-    run is launched without first asking what blocks it, which the run asks under its lock anyway."""
+    `chained` (the last step of `run --and-publish`, right after its reconcile passed): the publish
+    run is launched without first asking what blocks it, which the run asks under its lock anyway,
+    and the database stays open for the plan's state after it."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
@@ -141,7 +142,7 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, just_reconcile
         # its lock); computed once: the status of a reconciled plan would fingerprint it all again.
         # Not right after this process's reconcile passed: the run refuses what changed since, as
         # this would (0.22 s at 2,526 partitions)
-        found = None if just_reconciled else \
+        found = None if chained else \
             rule.plan_blockers(session, state, table.spec, table.scheme(), table.graph)
         if found is not None and found.problems:
             rule.record_changed(session, table.spec, found, actor())
@@ -180,8 +181,10 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, just_reconcile
                   f"({replaced.value}); this publish put the checked bytes back")
             break  # every partition's materialization carries the same note
     # the database is let go before the plan's state fingerprints the published table: the pages the
-    # publish run loaded leave memory first (peak RSS at 2,526 partitions: 295-297 -> 277-282 MB)
-    release_kept()
+    # publish run loaded leave memory first (peak RSS at 2,526 partitions: 295-297 -> 277-282 MB);
+    # not in `run --and-publish`, whose peak is reconcile's, and whose publish remembers what it checked
+    if not chained:
+        release_kept()
     record_plan_state(args, state.plan_id, table.graph, instance)
     return 0
 

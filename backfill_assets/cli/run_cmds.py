@@ -158,7 +158,7 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
         steps.append(lambda first: _run(proof, loaded, chained=True, resume=first))
     steps += [lambda first: _run(args, loaded, chained=True, resume=first),
               lambda _: reconcile_plan(args, loaded, brief=True),
-              lambda _: publish_plan(args, loaded, just_reconciled=True)]
+              lambda _: publish_plan(args, loaded, chained=True)]
     published = False
     try:
         for number, step in enumerate(steps):
