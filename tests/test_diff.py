@@ -11,9 +11,9 @@ import re
 import dagster as dg
 import pytest
 
+from backfill_assets import impact
 from backfill_assets.control.schema import SNAPSHOT_SCHEMA
 from backfill_assets.errors import IdentifierError
-from backfill_assets import impact
 from backfill_assets.impact import _by_rows, compare, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import Column, Metric, TableSpec

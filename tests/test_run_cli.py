@@ -239,6 +239,27 @@ def test_run_and_publish_stops_at_a_hold_issued_while_it_ran(world, run_cli, mon
     assert status["hold"] == word
 
 
+def test_run_and_publish_refuses_a_target_edited_after_its_reconcile_and_publishes_nothing(world, run_cli, monkeypatch):
+    """Its publish launches the run without asking first what blocks it (reconcile has just passed):
+    the run asks under its lock, and what changed since is refused there, in one line."""
+    from backfill_assets.cli import report_cmds
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
+    reconcile = report_cmds.reconcile_plan
+
+    def then_edited(*args, **kwargs):
+        code = reconcile(*args, **kwargs)
+        world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03'")
+        return code
+
+    monkeypatch.setattr(report_cmds, "reconcile_plan", then_edited)
+    refused = run_cli("run", "fix", "--and-publish")
+    assert refused.code == 1 and "2026-01-03: changed since its gates checked it" in refused.err, refused.err
+    assert "Traceback" not in refused.err and refused.err.strip().splitlines()[-1].startswith("backfill: ")
+    assert "published published_revenue for" not in refused.out and world.phase() == "reconciled"
+    assert world.rows("published_revenue", "2026-01-01") == 0  # consumers keep the last good data
+
+
 def test_run_and_publish_of_a_plan_paused_before_it_started_resumes_it(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     assert run_cli("pause", "fix").code == 0

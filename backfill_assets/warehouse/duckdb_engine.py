@@ -209,7 +209,7 @@ class DuckDBSession(Session):
 
     def _commit(self) -> None:
         self.refuse_lost_lock()  # another process may be writing the file: this transaction rolls back
-        self.duckdb_engine.refuse_odd_files()  # a pipe or a link put at the log since the open: written now
+        self.duckdb_engine._refuse_odd_files()  # a pipe or a link put at the log since the open: written now
         self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
@@ -648,7 +648,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
                              "(renamed, replaced or linked meanwhile)",
                              fix="put the warehouse file back where it was, then run the command again")
 
-    def refuse_odd_files(self) -> None:
+    def _refuse_odd_files(self) -> None:
         """The database file and its write-ahead log are each a regular file or absent, never a link:
         DuckDB opens both for reading, and a named pipe there blocks this process for ever (at a
         commit, while it holds the file); it writes its log through a symlink to whatever file the
@@ -665,7 +665,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int,
                  memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
-        self.refuse_odd_files()
+        self._refuse_odd_files()
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
