@@ -1855,7 +1855,7 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
     result set to pass before the read and put back before the check was acted on: publish copied
     the failed partitions, a rollback restored an insider's rows and sealed them as the snapshot's,
     a proof whose two runs differed passed. Each reader now checks the very rows it read."""
-    from backfill_assets.control import ledger, snapshots
+    from backfill_assets.control import ledger, seals, snapshots
     from backfill_assets.errors import ForgedRecord
     from backfill_assets.publish import published
     from tests.world import BUGGY, DAILY_REVENUE
@@ -1889,6 +1889,18 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
          lambda s: snapshots.snapshotted(s, "fix", "published_revenue")),
         ("the publications", published.store, "latest", edits["publications", "fingerprint"],
          lambda s: published.latest(s, DAILY_REVENUE, days)),
+        # a copy of the proof's writes (same seal, other ids) read beside them: the proof passed on one write
+        ("a proof's fingerprints, each read twice", ledger.store, "fingerprints_of", (
+            f"INSERT INTO {CONTROL}.writes SELECT write_id + 1000000, plan_id, asset, partition_key, mode, run_id, "
+            f"code_version, row_count, fingerprint, recorded_at, impact, evidence_seq, code_identity "
+            f"FROM {CONTROL}.writes WHERE plan_id = 'fix'", f"DELETE FROM {CONTROL}.writes WHERE write_id >= 1000000"),
+         lambda s: ledger.fingerprints_written(s, "daily_revenue", "fix", days[1])),
+        # one result of a sealed group moved out of the read's way, the rest of the group read: a
+        # reconcile's one failing result hidden published its failed partition
+        ("one result of its group", ledger.store, "latest_writes", tuple(
+            f"UPDATE {CONTROL}.gate_results SET write_id = -write_id WHERE result_id = (SELECT max(result_id) "
+            f"FROM {CONTROL}.gate_results WHERE plan_id = 'fix')" for _ in range(2)),
+         lambda s: ledger.latest(s, "daily_revenue", days, "fix", figures=False)),
     ]
     taken = []  # what a decision took as sealed though it was forged while read
     for what, store, name, (forge, put_back), read in readers:
@@ -1903,5 +1915,5 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
                     read(session)
                     taken.append(what)
                 except ForgedRecord as refused:
-                    assert "read for this decision differ" in str(refused) and "changed while read" in str(refused)
+                    assert refused.fix == seals.CHANGED_WHILE_READ_FIX, (what, refused)
     assert taken == []

@@ -124,8 +124,9 @@ def latest(session: Session, asset: str, keys: Sequence[str],
             if isinstance(gseq, int):
                 judged[key] = max(judged.get(key, 0), gseq)
     # each row as read here, not only its seal's rows as read again (PostgreSQL reads afresh)
-    seals.verify_read(session, "writes", WRITE_READ, writes_read, f" of {asset}")
-    seals.verify_read(session, "gate_results", RESULT_READ[:5 if figures else 4], results_read, f" of {asset}")
+    seals.verify_read(session, "writes", WRITE_READ, writes_read, f" of {asset}", newest_by=("partition_key",))
+    seals.verify_read(session, "gate_results", RESULT_READ[:5 if figures else 4], results_read, f" of {asset}",
+                      newest_by=("write_id", "gate"))
     _refuse_newer_in_chain(session, asset, plan_id, {k: e for k, e in out.items() if e is not None}, judged, top)
     return out
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from backfill_assets import faults
@@ -89,18 +91,68 @@ CHANGED_WHILE_READ_FIX = ("the record reads as sealed again, so `backfill eviden
 
 
 def verify_read(session: Session, table: str, columns: Sequence[str], read: Sequence[Sequence[object]],
-                what: str = "") -> None:
+                what: str = "", *, newest_by: Sequence[str] = ()) -> None:
     """The rows a decision read (`read`: each its values of `columns`, sealed columns of `table`,
-    then its `evidence_seq`) are rows their seals cover, as verified: on PostgreSQL each statement
-    reads afresh, so the seals' rows read again by `verify` could be other than the decision's (an
-    insider's `passed = true` committed before the decision's read and put back before the seal
-    check's published partitions whose gates failed: found by an attack). ForgedRecord otherwise."""
+    then its `evidence_seq`) are rows their seals cover, as verified, each read no more often than
+    it is sealed: on PostgreSQL each statement reads afresh, so the seals' rows read again by
+    `verify` could be other than the decision's (an insider's `passed = true` committed before the
+    decision's read and put back before the seal check's published partitions whose gates failed; a
+    copy of the proof's one write, planted for the read, passed the proof: found by attacks).
+
+    `newest_by` (columns among `columns`, the first naming what the decision read at all): the
+    decision read the newest row of each, so no row of a seal it read may be newer than the one read
+    of the same (one failing result of a reconcile moved out of the read's way, the seven passing
+    ones read: a failed partition was published, found by an attack). ForgedRecord otherwise."""
     at = [SEALED[table].index(c) for c in columns]
-    verify(session, table, [cast("int | None", r[-1]) for r in read], what, read=(at, read))
+    newest_at = [SEALED[table].index(c) for c in newest_by]
+    verify(session, table, [cast("int | None", r[-1]) for r in read], what,
+           read=_Read(at, read, newest_at, [list(columns).index(c) for c in newest_by]))
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What `verify_read` checks of a decision's rows (positions: `at` and `newest_at` in SEALED's
+    order, `newest_in` in the row read)."""
+    at: list[int]
+    rows: Sequence[Sequence[object]]
+    newest_at: list[int]
+    newest_in: list[int]
+
+    def by_seq(self) -> dict[int, Counter[tuple[object, ...]]]:
+        found: dict[int, Counter[tuple[object, ...]]] = {}
+        for row in self.rows:
+            found.setdefault(cast(int, row[-1]), Counter())[tuple(_canonical(v) for v in row[:-1])] += 1
+        return found
+
+    def newest(self) -> tuple[set[object], dict[tuple[object, ...], int]]:
+        """What was read at all (the first `newest_by` column's values), and the newest seal read of each."""
+        read_at_all: set[object] = set()
+        newest: dict[tuple[object, ...], int] = {}
+        for row in self.rows if self.newest_in else ():
+            ident = tuple(_canonical(row[i]) for i in self.newest_in)
+            read_at_all.add(ident[0])
+            newest[ident] = max(newest.get(ident, 0), cast(int, row[-1]))
+        return read_at_all, newest
+
+    def refuse_other(self, table: str, what: str, seq: int, kind: str, sealed: list[tuple[Any, ...]],
+                     read: Counter[tuple[object, ...]],
+                     newest: tuple[set[object], dict[tuple[object, ...], int]]) -> None:
+        have = Counter(tuple(_canonical(row[i]) for i in self.at) for row in sealed)
+        if any(n > have[row] for row, n in read.items()):
+            raise ForgedRecord(f"rows of {SCHEMA}.{table}{what} read for this decision differ from the ones evidence "
+                               f"row {seq} ({kind}) sealed, read again: they were changed while read",
+                               fix=CHANGED_WHILE_READ_FIX)
+        read_at_all, newest_read = newest
+        for row in sealed if self.newest_at else ():
+            ident = tuple(_canonical(row[i]) for i in self.newest_at)
+            if ident[0] in read_at_all and newest_read.get(ident, 0) < seq:
+                raise ForgedRecord(f"a row of {SCHEMA}.{table}{what} that evidence row {seq} ({kind}) sealed was not "
+                                   "read for this decision, an older one was: it was moved out of the read's way",
+                                   fix=CHANGED_WHILE_READ_FIX)
 
 
 def verify(session: Session, table: str, seqs: Iterable[int | None], what: str = "",
-           read: tuple[list[int], Sequence[Sequence[object]]] | None = None) -> None:
+           read: _Read | None = None) -> None:
     """Every row sealed by these chain rows matches its seal; ForgedRecord otherwise (also for a
     row of a decision that carries no seal). `read`: see `verify_read`."""
     given = list(seqs)
@@ -122,10 +174,8 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     held = session.memo_while_locked()
     checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(evidence_log.HELD_SEALS, set())
     uncommitted = session.__dict__.get("_appended", ())  # rolled back, its number goes to another row
-    was_read: dict[int, list[tuple[object, ...]]] = {}
-    if read is not None:
-        for row in read[1]:
-            was_read.setdefault(cast(int, row[-1]), []).append(tuple(_canonical(v) for v in row[:-1]))
+    was_read = read.by_seq() if read is not None else {}
+    newest = read.newest() if read is not None else (set(), {})
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
     at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
     for i in range(0, len(wanted), at_once):
@@ -145,13 +195,8 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                 raise ForgedRecord(
                     f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
-            if read is not None and seq in was_read:
-                verified = {tuple(_canonical(row[i]) for i in read[0]) for row in found[seq]}
-                if any(row not in verified for row in was_read[seq]):
-                    raise ForgedRecord(
-                        f"rows of {SCHEMA}.{table}{what} read for this decision differ from the ones evidence row "
-                        f"{seq} ({chain[seq].kind}) sealed, read again: they were changed while read",
-                        fix=CHANGED_WHILE_READ_FIX)
+            if read is not None:
+                read.refuse_other(table, what, seq, chain[seq].kind, found[seq], was_read.get(seq, Counter()), newest)
         if held is not None:
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 
