@@ -571,3 +571,35 @@ def test_a_named_pipe_put_at_the_log_while_a_command_keeps_the_file_is_refused_a
     done = subprocess.run([sys.executable, "-c", _PIPE_AT_THE_LOG, str(tmp_path / "w.duckdb")],
                           capture_output=True, text=True, timeout=60)
     assert "write-ahead log" in done.stdout and "is a named pipe" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("shared", ["the warehouse's folder writable by all", "the spill folder a link"])
+def test_a_warehouse_where_another_account_can_put_a_link_is_refused_before_duckdb_opens_it(tmp_path, shared):
+    """Found by an attack: a writer of the warehouse's folder put a link where DuckDB writes, between
+    our check and DuckDB's open (the log, 3 ms after a fresh open; a spill file of a command run
+    under a memory limit emptied the head log through it, and a cancelled plan published). No check
+    of such a path closes the race: a folder others can write is refused, and so is a linked spill
+    folder. A folder group-writable for the owner's own group (a umask of 002) is not others'."""
+    import os
+
+    from backfill_assets.warehouse import engine_for
+
+    folder = tmp_path / "wh"
+    folder.mkdir()
+    path = folder / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with engine.session() as session, session.transaction():
+        session.execute("CREATE TABLE t (i INTEGER)")
+    os.chmod(folder, 0o775)  # its owner's own group (root's, in CI): no other account
+    with engine.session() as session:
+        assert session.rows("SELECT count(*) FROM t") == [(0,)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if shared == "the spill folder a link":
+        os.symlink(elsewhere, folder / "w.duckdb.tmp")
+    else:
+        os.chmod(folder, 0o777)
+    with pytest.raises(WarehouseError, match="can be written by others than this account"):
+        with engine.session():
+            pass
+    assert list(elsewhere.iterdir()) == []

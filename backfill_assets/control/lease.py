@@ -139,5 +139,6 @@ def refuse_foreign_run(session: Session, plan_id: str, tags: Mapping[str, str], 
 
 
 def release(session: Session, lease: Lease) -> None:
-    store.remove(session, lease.plan_id, lease.host, lease.pid)
+    with session.transaction():  # a commit, so it passes the checks a commit makes (`Session._commit`)
+        store.remove(session, lease.plan_id, lease.host, lease.pid)
     _HELD_HERE.discard(identity(lease))

@@ -378,6 +378,20 @@ class FileLock:
         return _file_of(self.fd) == self.file and _locked(self.fd)
 
 
+def _shared_group(st: os.stat_result) -> bool:
+    """Whether the file's group may hold another account than its owner: not the owner's own group
+    (a user private group, where a umask of 002 makes every folder group-writable), or one that
+    lists members."""
+    import grp
+    import pwd
+
+    try:
+        group, owner = grp.getgrgid(st.st_gid), pwd.getpwuid(st.st_uid)
+    except KeyError:
+        return True
+    return owner.pw_gid != st.st_gid or bool(group.gr_mem)
+
+
 def _identity(path: Path) -> tuple[str, int, int] | None:
     """Where a path leads (every link resolved) and the file there."""
     try:
@@ -648,6 +662,26 @@ class DuckDBEngine(PostgresSpelling, Engine):
                              "(renamed, replaced or linked meanwhile)",
                              fix="put the warehouse file back where it was, then run the command again")
 
+    def _refuse_shared_folders(self) -> None:
+        """The folder DuckDB makes its files in (the log, the spill folder `<file>.tmp`) can be written
+        only by this account (or root): whoever else can write it can put a link there between our
+        check and DuckDB's open (a `.wal` link planted 3 ms after a fresh open took the lease's
+        release; a spill file's link emptied the head log, and a cancelled plan published: found by an
+        attack), and no check of a path another writer controls can close that race."""
+        spill = self.path.with_name(self.path.name + ".tmp")
+        for folder, follow in ((self.path.parent, True), (spill, False)):
+            try:
+                st = os.stat(folder) if follow else os.lstat(folder)
+            except OSError:
+                continue  # absent: the warehouse's folder is made by `_connect`, the spill folder by DuckDB in it
+            if stat.S_ISLNK(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & stat.S_IWOTH or \
+                    st.st_mode & stat.S_IWGRP and _shared_group(st):
+                raise WarehouseError(
+                    f"{folder} can be written by others than this account ({stat.filemode(st.st_mode)}, owner uid "
+                    f"{st.st_uid}): DuckDB writes its log and spills there, and another writer could put a link "
+                    "where it writes", fix=f"`chmod go-w {folder}` and keep it owned by the account that runs "
+                    "backfill (a link there: remove it), or keep the warehouse in a folder only that account writes")
+
     def _refuse_odd_files(self) -> None:
         """The database file and its write-ahead log are each a regular file or absent, never a link:
         DuckDB opens both for reading, and a named pipe there blocks this process for ever (at a
@@ -655,6 +689,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         link names (a planted `.wal` link overwrote a file of the service account's), and opens a
         linked database as a second instance beside a kept one, whose close drops this process's
         lock (found by an attack)."""
+        self._refuse_shared_folders()
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
                                                            "the warehouse's write-ahead log")):
             fix = (f"move it out of the way ({what} is a file DuckDB writes; to keep the warehouse elsewhere, "
