@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import yaml
 
-from backfill_assets.control import evidence_log, integrity, ledger, record
+from backfill_assets.control import evidence_log, integrity, ledger
 from backfill_assets.control.ledger import comparisons
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import snapshotted
@@ -41,7 +42,9 @@ def _digest(value: Any) -> str:
 
 
 def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, Any], bool | str]:
-    rows = evidence_log.rows(session, plan_id=state.plan_id)
+    # each row checked against its keyed hash as read (the record is verified whole below, but it
+    # is read again there: on PostgreSQL a row edited just while this read it was rendered)
+    rows = evidence_log.verified(session, evidence_log.rows(session, plan_id=state.plan_id))
     sha = state.approved_sha256
     version = state.version
     plan = version.plan if version else None
@@ -95,7 +98,8 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "mode": plan.execution.mode if plan else None, "phase": state.phase.value,
             "file": version.source_file if version else None,
         },
-        "approvals": _approvals(record.approvals(session, sha) if sha else []),
+        "approvals": _approvals([r for r in rows if r.kind == "approval" and r.payload.get("sha256") == sha]
+                                if sha else []),
         "publish_freeze": {"frozen_at": freeze.at if freeze else None,
                            "notified": freeze.payload.get("recipients") if freeze else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
@@ -201,9 +205,12 @@ def _cutover(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> dict[s
             "verdict": (f"met: {dual.line()}" if dual.met else f"not met: {dual.line()}")}
 
 
-def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:
-    """The recorded signatures, one line each, and what they bind (said once when they agree)."""
-    statements = [(a, Statement.parse(a.statement)) for a in recorded]
+def _approvals(recorded: list[evidence_log.EvidenceRow]) -> dict[str, Any]:
+    """The signatures the chain recorded, one line each, and what they bind (said once when they
+    agree): from the chain's rows, never the approvals table, where a row copied under another name
+    listed a fourth signer (found by an attack; counting verifies each signature anyway)."""
+    statements = [(_Signed(str(r.payload.get("principal")), str(r.payload.get("key"))),
+                   Statement.parse(str(r.payload.get("statement")))) for r in recorded]
     binds: dict[str, Any] = {}
     for name in ("plan", "code", "warehouse"):
         values = sorted({s[name] for _, s in statements})
@@ -211,6 +218,12 @@ def _approvals(recorded: list[record.RecordedApproval]) -> dict[str, Any]:
     return {"binds": binds if statements else {},
             "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)}"
                        for a, s in statements]}
+
+
+@dataclass(frozen=True)
+class _Signed:
+    principal: str
+    key_fingerprint: str
 
 
 def to_yaml(document: dict[str, Any]) -> str:

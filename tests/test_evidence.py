@@ -181,6 +181,20 @@ def test_approvals_deleted_from_their_table_are_found_by_verify(world, backfill)
     assert f"is in the evidence chain (row {seq}), but gone from backfill_control.approvals" in one_line(verify.err)
 
 
+def test_an_approval_row_planted_by_hand_is_not_listed_as_a_signer_in_the_evidence(world):
+    """The evidence listed the approvals table as stored: alice's row copied under carol's name, with
+    a key of their making, showed as a fourth signer (found by an attack; counting verifies each
+    signature, so no decision changed). It lists the signatures the chain recorded."""
+    approved(world)
+    tamper(world, ("INSERT INTO backfill_control.approvals SELECT approval_id + 1000000, sha256, plan_id, 'carol', "
+                   "statement, signature, 'SHA256:carols-key', trust_version, actor, approved_at, evidence_seq "
+                   "FROM backfill_control.approvals WHERE principal = 'alice'", []))
+    out = world.root / "evidence.yaml"
+    assert world.cli("evidence", "fix", "--out", str(out)) == 0
+    signed = yaml.safe_load(out.read_text())["approvals"]["signed"]
+    assert sorted(line.split()[0] for line in signed) == ["alice", "bob", "olivia"], signed
+
+
 def test_a_notice_deleted_from_the_outbox_is_found_by_verify(world, backfill):
     """Deleting an undelivered notice (the freeze told to downstream owners) dropped it silently;
     the chain's notification row names it, so verify says which is gone."""

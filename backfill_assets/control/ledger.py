@@ -17,7 +17,7 @@ from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.gates.cutover import MATCHED, Comparison
-from backfill_assets.gates.results import CHANGES_AS_EXPECTED, GateResult
+from backfill_assets.gates.results import CHANGES_AS_EXPECTED, UNCHANGED_SINCE_CHECKED, GateResult
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.state_store import ledger as store
@@ -295,11 +295,27 @@ class RecordedFailure:
 
 
 def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
-    """Every failing gate result ever recorded under the plan, oldest first, checked against seals."""
+    """Every failing gate result ever recorded under the plan, oldest first, checked against seals,
+    and every failure the chain's `gates` rows of the plan name read: moved out of the read's way
+    (another plan_id, on PostgreSQL just while it read), a repaired failure left the evidence with
+    no failure and no repair (found by an attack)."""
+    top = evidence_log.last_before_reading(session)
     rows = store.failed_results(session, plan_id)
     seals.verify_read(session, "gate_results", ("plan_id", "passed", "asset", "partition_key", "gate", "figures",
                                                 "recorded_at", "write_id"),
                       [(plan_id, False, *r) for r in rows], f" of plan {plan_id}")
+    read = {(str(a), str(k), str(g), s) for a, k, g, _, _, _, s in rows}
+    for row in evidence_log.rows_after(session, 0, top):
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        if row.kind != "gates" or row.plan_id != plan_id:
+            continue
+        failed = {(k, UNCHANGED_SINCE_CHECKED) for k in payload.get("judged") or {}} \
+            if payload.get("publish_refused") else {(k, g) for k, gates in (payload.get("failed") or {}).items()
+                                                    for g in gates}
+        gone = sorted((k, g) for k, g in failed if (payload.get("table"), k, g, row.seq) not in read)
+        if gone:
+            raise ForgedRecord(f"plan {plan_id}'s failing result {gone[0][1]} of {gone[0][0]} (evidence row {row.seq}) "
+                               f"was not read from {SCHEMA}.gate_results", fix=seals.CHANGED_WHILE_READ_FIX)
     return [RecordedFailure(str(a), str(k), str(g), json.loads(f), str(at), None if w is None else int(w),
                             seq=int(s) if s is not None else 0)
             for a, k, g, f, at, w, s in rows]
@@ -309,9 +325,19 @@ def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, 
     """Each (table, code version, code identity) the plan's writes ran: partitions, first and last time."""
     # the rows themselves, checked as read, then counted: a count the engine made of rows read apart
     # from their seals' could be of rows changed between the two reads (PostgreSQL)
+    top = evidence_log.last_before_reading(session)
     rows = store.writes_of_plan(session, plan_id)
     seals.verify_read(session, "writes", ("plan_id", "asset", "code_version", "code_identity", "partition_key",
                                           "recorded_at"), [(plan_id, *r) for r in rows], f" of plan {plan_id}")
+    # and every write the chain recorded of the plan read (one moved out of the read's way, on
+    # PostgreSQL just while it read, went uncounted: found by an attack)
+    read = {(str(a), str(k), s) for a, _, _, k, _, s in rows}
+    for chained in chained_writes(session, top):
+        gone = sorted(k for k in chained.keys if (chained.table, k, chained.seq) not in read) \
+            if chained.kind == "write" and chained.plan_id == plan_id else []
+        if gone:
+            raise ForgedRecord(f"plan {plan_id}'s write of {chained.table} {gone[0]} (evidence row {chained.seq}) was "
+                               f"not read from {SCHEMA}.writes", fix=seals.CHANGED_WHILE_READ_FIX)
     runs: dict[tuple[str, str | None, str | None], tuple[set[str], str, str]] = {}
     for asset, version, identity, key, at, _ in rows:
         keys, first, last = runs.setdefault((str(asset), version, identity), (set(), str(at), str(at)))
