@@ -530,7 +530,8 @@ def test_static_keys_on_a_padded_char_column_are_grouped_on_each_engine(engine_w
 def test_several_keys_bounded_by_their_span_select_exactly_their_rows(engine_world):
     """`many_predicate` bounds a list of dates by its least and greatest (a scan filters a range
     first: 35% off a run's source scan), and keeps the list: days inside the span but not listed
-    stay out. Text keys get no range (a collation may order them otherwise than Python)."""
+    stay out; a list of every day of its span is the range alone. Text keys get no range (a
+    collation may order them otherwise than Python)."""
     from backfill_assets.warehouse.grouping import rows_per_partition
     from backfill_assets.warehouse.partition_sql import many_predicate
 
@@ -545,8 +546,13 @@ def test_several_keys_bounded_by_their_span_select_exactly_their_rows(engine_wor
     where, params = many_predicate(daily, "d", keys)
     assert ">=" in where and len(params) == len(keys) + 2
     assert ">=" not in many_predicate(coded, "k", ["a", "B"])[0]
+    # every day from the first to the last: the range alone, two values bound, not one a day
+    every = ["2026-01-04", "2026-01-02", "2026-01-03", "2026-01-03"]
+    where, params = many_predicate(daily, "d", every)
+    assert " IN " not in where and params == [dt.date(2026, 1, 2), dt.date(2026, 1, 4)]
     with engine_world.warehouse().session() as session:
         assert rows_per_partition(session, "days", "d", daily, keys) == {k: 1 for k in keys}
+        assert rows_per_partition(session, "days", "d", daily, every) == {k: 1 for k in every}
         assert rows_per_partition(session, "coded", "k", coded, ["a", "B"]) == {"a": 1, "B": 1}
 
 

@@ -111,8 +111,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False) -> int:
     """Publish the plan's window, or raise what blocks it (`BACKFILL_HOME` set, events batched).
     `chained` (the last step of `run --and-publish`, right after its reconcile passed): the publish
-    run is launched without first asking what blocks it, which the run asks under its lock anyway,
-    and the database stays open for the plan's state after it."""
+    run is launched without first moving the plan or asking what blocks it, which the run asks
+    under its lock anyway, and the database stays open for the plan's state after it."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.sensor import publish_run_tags
     from backfill_assets.execution.advance import advance
@@ -126,7 +126,8 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
+        if not chained:  # (reconcile has just moved the plan as the gates found it)
+            state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
         if state.phase is not Phase.RECONCILED:
             status = plan_status(session, state, table.spec, table.scheme(), table.graph)
             if state.phase in (Phase.PUBLISHED, Phase.CLOSED):

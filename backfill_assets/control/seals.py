@@ -174,8 +174,9 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
     held = session.memo_while_locked()
     checked: set[tuple[str, int, str]] = set() if held is None else held.setdefault(evidence_log.HELD_SEALS, set())
     uncommitted = session.__dict__.get("_appended", ())  # rolled back, its number goes to another row
-    was_read = read.by_seq() if read is not None else {}
-    newest = read.newest() if read is not None else (set(), {})
+    # what the decision read, tallied once a seal is read again (never, for a seal remembered checked)
+    was_read: dict[int, Counter[tuple[object, ...]]] | None = None
+    newest: tuple[set[object], dict[tuple[object, ...], int]] = (set(), {})
     # a few chain rows at a time, so a window's thousands of sealed rows are never all in memory
     at_once = SEQS_AT_ONCE.get(table, SEQS_AT_ONCE_OTHERWISE)
     for i in range(0, len(wanted), at_once):
@@ -196,6 +197,8 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
                     f"rows of {SCHEMA}.{table}{what} recorded with evidence row {seq} ({chain[seq].kind}) differ "
                     "from what that row sealed (edited, inserted or removed)", fix=evidence_log.FORGED_FIX)
             if read is not None:
+                if was_read is None:
+                    was_read, newest = read.by_seq(), read.newest()
                 read.refuse_other(table, what, seq, chain[seq].kind, found[seq], was_read.get(seq, Counter()), newest)
         if held is not None:
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)

@@ -35,6 +35,11 @@ def many_predicate(scheme: PartitionScheme, column_sql: str, keys: Sequence[str]
         span = _span(values)
         if span is None:
             return where, values
+        if all(type(v) is dt.date for v in values) and len(set(values)) == (span[1] - span[0]).days + 1:
+            # every day from the first to the last (a daily scheme's window, on a DATE column): the
+            # range alone holds exactly these rows, and binds two values, not thousands (2,526 days,
+            # a consumer impact's six scans: 0.15 -> 0.0x s)
+            return f"{column_sql} >= ? AND {column_sql} <= ?", list(span)
         # the same rows, bounded too: a scan filters a range before a list (and skips the row groups
         # outside it): a run's 30 days of TPC-H lineitem, 20.8 -> 13.6 ms a statement
         return f"{where} AND {column_sql} >= ? AND {column_sql} <= ?", [*values, *span]
