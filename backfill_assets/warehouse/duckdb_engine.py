@@ -14,6 +14,7 @@ bytes the partition's digest is the sha256 of (`string_agg` takes no BLOB).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -382,14 +383,19 @@ def _shared_group(st: os.stat_result) -> bool:
     """Whether the file's group may hold another account than its owner: not the owner's own group
     (a user private group, where a umask of 002 makes every folder group-writable), or one that
     lists members."""
+    return _group_shared(st.st_uid, st.st_gid)
+
+
+@functools.lru_cache(maxsize=16)
+def _group_shared(uid: int, gid: int) -> bool:  # asked of the system's accounts once a process
     import grp
     import pwd
 
     try:
-        group, owner = grp.getgrgid(st.st_gid), pwd.getpwuid(st.st_uid)
+        group, owner = grp.getgrgid(gid), pwd.getpwuid(uid)
     except KeyError:
         return True
-    return owner.pw_gid != st.st_gid or bool(group.gr_mem)
+    return owner.pw_gid != gid or bool(group.gr_mem)
 
 
 def _identity(path: Path) -> tuple[str, int, int] | None:
@@ -689,7 +695,6 @@ class DuckDBEngine(PostgresSpelling, Engine):
         link names (a planted `.wal` link overwrote a file of the service account's), and opens a
         linked database as a second instance beside a kept one, whose close drops this process's
         lock (found by an attack)."""
-        self._refuse_shared_folders()
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
                                                            "the warehouse's write-ahead log")):
             fix = (f"move it out of the way ({what} is a file DuckDB writes; to keep the warehouse elsewhere, "
@@ -700,6 +705,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int,
                  memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
+        self._refuse_shared_folders()  # (only its owner may change that, so asked as it opens)
         self._refuse_odd_files()
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
