@@ -42,9 +42,14 @@ def _digest(value: Any) -> str:
 
 
 def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, Any], bool | str]:
+    rows = evidence_log.rows(session, plan_id=state.plan_id)
     # each row checked against its keyed hash as read (the record is verified whole below, but it
     # is read again there: on PostgreSQL a row edited just while this read it was rendered)
-    rows = evidence_log.verified(session, evidence_log.rows(session, plan_id=state.plan_id))
+    try:
+        evidence_log.verified(session, rows)
+        unverified: str | None = None
+    except (EvidenceChainBroken, BackfillError) as exc:
+        unverified = f"NO: {exc}"
     sha = state.approved_sha256
     version = state.version
     plan = version.plan if version else None
@@ -86,9 +91,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
-        verified: bool | str = True
+        verified: bool | str = unverified or True  # whole again, but not as the rows above were read
     except (EvidenceChainBroken, BackfillError) as exc:
-        verified = f"NO: {exc}"
+        verified = f"NO: {exc}"  # the whole record's verdict first: it names the first bad row
     document: dict[str, Any] = {
         "plan": {
             "plan_id": state.plan_id, "sha256": sha, "owner": state.owner, "target": state.target,

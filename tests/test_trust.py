@@ -1848,6 +1848,16 @@ def _forged_while_read(world, monkeypatch, store, name: str, forge: str, put_bac
     monkeypatch.setattr(store, name, read)
 
 
+def _verified_document(rendered):
+    from backfill_assets.control import evidence_log
+    from backfill_assets.errors import ForgedRecord
+
+    document, verified = rendered
+    if verified is not True:
+        raise ForgedRecord(str(verified), fix=evidence_log.FORGED_FIX)
+    return document
+
+
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_world, monkeypatch):
     """PostgreSQL reads each statement afresh (found by an attack): a decision read its ledger rows,
@@ -1903,9 +1913,10 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
          lambda s: snapshots.snapshotted(s, "fix", "published_revenue")),
         ("the publications", published.store, "latest", edits["publications", "fingerprint"],
          lambda s: published.latest(s, DAILY_REVENUE, days)),
-        # the evidence document rendered a chain row as read, then verified the chain read again
+        # the evidence document rendered a chain row as read, then verified the chain read again:
+        # it says now that the chain did not verify (an error here, for the loop below)
         ("the evidence's chain rows", evidence_log.store, "rows", edits["evidence", "actor"],
-         lambda s: evidence.render(s, record.require(s, "fix"), "auditor")),
+         lambda s: _verified_document(evidence.render(s, record.require(s, "fix"), "auditor"))),
         # a copy of the proof's writes (same seal, other ids) read beside them: the proof passed on one write
         ("a proof's fingerprints, each read twice", ledger.store, "fingerprints_of", (
             f"INSERT INTO {CONTROL}.writes SELECT write_id + 1000000, plan_id, asset, partition_key, mode, run_id, "

@@ -4,6 +4,7 @@ approvers pin is kept, and a home with an active plan is refused before anything
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from backfill_assets.control.schema import SCHEMA, schema_version
 from backfill_assets.demo.revenue import DAILY_REVENUE
@@ -14,9 +15,11 @@ CONTROL = SCHEMA
 
 
 def closed_plan_in_0_2(world) -> None:
-    """A published, closed plan, in a home 0.2 left behind."""
+    """A published, closed plan, a failure of it repaired, in a home 0.2 left behind."""
     world.approved_plan("old", start="2026-01-01", end="2026-01-02", proof=("2026-01-02",))
     assert world.cli("run", "old", "--proof") == 0 and world.cli("run", "old") == 0
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-01'")
+    assert world.cli("reconcile", "old") == 1 and world.cli("run", "old", "--partitions", "2026-01-01") == 0
     assert world.cli("publish", "old") == 0 and world.cli("plan", "close", "old") == 0
     as_release_0_2(world)
 
@@ -33,6 +36,11 @@ def test_a_0_2_home_upgrades_in_place_and_keeps_its_approvers(world, tmp_path, r
         assert schema_version(session) == "3"
     assert world.cli("evidence", "verify") == 0
     assert world.fingerprints("published_revenue", keys(1, 2)) == before
+    # the old plan's evidence: the chain rows that recorded its writes and its failure name rows the
+    # upgrade sealed anew (they were read as hidden from the evidence: found by an attack)
+    out = tmp_path / "old.yaml"
+    assert world.cli("evidence", "old", "--out", str(out)) == 0
+    assert yaml.safe_load(out.read_text())["history"]["failures"]
     # the approvers pin of 0.2 is kept: only that same file becomes the first trust root
     from tests.world import make_keys, signers_text
 

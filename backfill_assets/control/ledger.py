@@ -305,7 +305,8 @@ def failures_of_plan(session: Session, plan_id: str) -> list[RecordedFailure]:
                                                 "recorded_at", "write_id"),
                       [(plan_id, False, *r) for r in rows], f" of plan {plan_id}")
     read = {(str(a), str(k), str(g), s) for a, k, g, _, _, _, s in rows}
-    for row in evidence_log.rows_after(session, 0, top):
+    # (the rows a chain row recorded before an upgrade carry the upgrade's seal, not its number)
+    for row in evidence_log.rows_after(session, seals.last_upgrade(session), top):
         payload = row.payload if isinstance(row.payload, dict) else {}
         if row.kind != "gates" or row.plan_id != plan_id:
             continue
@@ -332,9 +333,10 @@ def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, 
     # and every write the chain recorded of the plan read (one moved out of the read's way, on
     # PostgreSQL just while it read, went uncounted: found by an attack)
     read = {(str(a), str(k), s) for a, _, _, k, _, s in rows}
+    upgraded = seals.last_upgrade(session)  # (before it, rows carry the upgrade's seal, not its number)
     for chained in chained_writes(session, top):
         gone = sorted(k for k in chained.keys if (chained.table, k, chained.seq) not in read) \
-            if chained.kind == "write" and chained.plan_id == plan_id else []
+            if chained.kind == "write" and chained.plan_id == plan_id and chained.seq > upgraded else []
         if gone:
             raise ForgedRecord(f"plan {plan_id}'s write of {chained.table} {gone[0]} (evidence row {chained.seq}) was "
                                f"not read from {SCHEMA}.writes", fix=seals.CHANGED_WHILE_READ_FIX)

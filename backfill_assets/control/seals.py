@@ -26,7 +26,7 @@ from backfill_assets.warehouse.state_store import evidence as evidence_store
 from backfill_assets.warehouse.state_store import seals as store
 from backfill_assets.warehouse.state_store.seals import SEALED
 
-__all__ = ["SEALED", "verify", "verify_read", "verify_all", "digest", "of_seq", "seal_unsealed"]
+__all__ = ["SEALED", "verify", "verify_read", "verify_all", "last_upgrade", "digest", "of_seq", "seal_unsealed"]
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps with options makes one a call
@@ -204,6 +204,14 @@ def verify(session: Session, table: str, seqs: Iterable[int | None], what: str =
             checked.update((table, s, chain[s].row_hash) for s in part if s not in uncommitted)
 
 
+def last_upgrade(session: Session) -> int:
+    """The chain row of the last upgrade (0: none): it re-sealed every row as it stood, so the rows
+    that chain rows before it recorded carry its seals, not theirs."""
+    counts = evidence_log.check_index(session)  # the last upgrade is the one the chain indexes
+    return evidence_store.last_seq_of_kind(session, "upgrade") if counts is None else \
+        counts.get(("upgrade", None), (0, 0))[0]
+
+
 def _is_seal_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -226,10 +234,7 @@ def verify_all(session: Session) -> int:
     top = evidence_log.head(session)[0]
     referenced = {s for table in SEALED for s in store.sealing_seqs(session, table)}
     faults.checkpoint("seals.verify_all.after_ledger")
-    # an upgrade re-seals every row as it stood: seals before it are superseded
-    counts = evidence_log.check_index(session)  # the last upgrade is the one the chain indexes
-    upgraded = evidence_store.last_seq_of_kind(session, "upgrade") if counts is None else \
-        counts.get(("upgrade", None), (0, 0))[0]
+    upgraded = last_upgrade(session)
     for row in evidence_log.rows(session):
         if row.seq > top:
             continue
