@@ -1871,6 +1871,7 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
     from backfill_assets.control import evidence_log, ledger, record, seals, snapshots
     from backfill_assets.errors import ForgedRecord
     from backfill_assets.publish import published
+    from backfill_assets.warehouse.fingerprints import Fingerprint
     from tests.world import BUGGY, DAILY_REVENUE
 
     world = engine_world
@@ -1881,6 +1882,11 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
     assert world.cli("publish", "fix") == 0
     world.run_sql(f"UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '{days[0]}'")
     assert world.cli("reconcile", "fix") == 1  # a failure recorded: the evidence's history lists it
+    with world.warehouse().session() as session, session.transaction():  # two days written by newer code
+        ledger.record_writes(session, plan_id="fix", asset="daily_revenue", mode="overwrite", run_id=None,
+                             code_version="v2", code_identity="v2/x", actor="op",
+                             written={d: Fingerprint(1, "sha256:" + "0" * 64) for d in days[:2]})
+    newest = f"(SELECT max(evidence_seq) FROM {CONTROL}.writes WHERE plan_id = 'fix')"
     flip = f"UPDATE {CONTROL}.gate_results SET passed = NOT passed WHERE plan_id = 'fix'"
     hidden = (f"UPDATE {CONTROL}.{{0}} SET plan_id = 'hidden' WHERE plan_id = 'fix' AND {{1}}",
               f"UPDATE {CONTROL}.{{0}} SET plan_id = 'fix' WHERE plan_id = 'hidden'")
@@ -1895,6 +1901,11 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
         ("the latest writes", ledger.store, "latest_writes", edits["writes", "fingerprint"],
          lambda s: ledger.latest(s, "daily_revenue", days, "fix")),
         ("the code versions", ledger.store, "latest_code_versions", edits["writes", "code_version"],
+         lambda s: ledger.code_versions(s, "daily_revenue", "fix")),
+        # the newer code's whole group moved out of the read's way: the one code version gate passed
+        ("the code versions, the newest group hidden", ledger.store, "latest_code_versions", (
+            f"UPDATE {CONTROL}.writes SET plan_id = 'hidden' WHERE evidence_seq = {newest}",
+            f"UPDATE {CONTROL}.writes SET plan_id = 'fix' WHERE plan_id = 'hidden'"),
          lambda s: ledger.code_versions(s, "daily_revenue", "fix")),
         ("a proof's fingerprints", ledger.store, "fingerprints_of", edits["writes", "fingerprint"],
          lambda s: ledger.fingerprints_written(s, "daily_revenue", "fix", days[1])),

@@ -204,9 +204,24 @@ def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Compariso
 def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str | None]:
     """The code version of the latest write of each partition the plan wrote (one light query),
     checked against their seals."""
+    top = evidence_log.last_before_reading(session)
     rows = store.latest_code_versions(session, asset, plan_id)
     seals.verify_read(session, "writes", ("asset", "plan_id", "partition_key", "code_version"),
-                      [(asset, plan_id, *r) for r in rows], f" of plan {plan_id}")
+                      [(asset, plan_id, *r) for r in rows], f" of plan {plan_id}", newest_by=("partition_key",))
+    if not session.snapshot_transactions:
+        # an engine that reads each statement afresh (PostgreSQL): the plan's newer writes of other
+        # code, their whole group moved out of the read's way just while it read, had the window's
+        # one code version gate pass (found by an attack); where a transaction reads one snapshot
+        # (DuckDB, whose file no other process writes meanwhile) a group deleted for good is found
+        # by publish's whole-record check
+        read = {str(k): int(s) for k, _, s in rows}
+        upgraded = seals.last_upgrade(session)
+        for chained in chained_writes(session, top):
+            newer = sorted(k for k in chained.keys if read.get(k, 0) < chained.seq) if chained.kind == "write" \
+                and chained.plan_id == plan_id and chained.table == asset and chained.seq > upgraded else []
+            if newer:
+                raise ForgedRecord(f"plan {plan_id}'s write of {asset} {newer[0]} (evidence row {chained.seq}) was "
+                                   f"not read from {SCHEMA}.writes, an older one was", fix=seals.CHANGED_WHILE_READ_FIX)
     return {r[0]: r[1] for r in rows}
 
 
