@@ -71,8 +71,9 @@ def one(repo: Path, prepared: Path, plan: str) -> dict[str, float]:
         found: dict[str, float] = json.loads(walls.read_text())
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         found["command"] = wall
-        # a child's peak shows only once it passes every earlier child's; 0 then (see go_between.py)
-        found["peak RSS MB"] = peak / 1024 if peak > before else 0.0
+        # a child's peak shows only once it passes every earlier child's (see go_between.py): left out then
+        if peak > before:
+            found["peak RSS MB"] = peak / 1024
         return found
 
 
