@@ -214,15 +214,19 @@ def _approvals(recorded: list[evidence_log.EvidenceRow]) -> dict[str, Any]:
     """The signatures the chain recorded, one line each, and what they bind (said once when they
     agree): from the chain's rows, never the approvals table, where a row copied under another name
     listed a fourth signer (found by an attack; counting verifies each signature anyway)."""
-    statements = [(_Signed(str(r.payload.get("principal")), str(r.payload.get("key"))),
-                   Statement.parse(str(r.payload.get("statement")))) for r in recorded]
+    signers = [_Signed(str(r.payload.get("principal")), str(r.payload.get("key"))) for r in recorded]
+    # release 0.2's approval rows hold a signature of the plan's hash alone, no statement
+    statements = [(a, Statement.parse(str(r.payload["statement"])))
+                  for a, r in zip(signers, recorded, strict=True) if "statement" in r.payload]
     binds: dict[str, Any] = {}
     for name in ("plan", "code", "warehouse"):
         values = sorted({s[name] for _, s in statements})
         binds[name] = values[0] if len(values) == 1 else values
     return {"binds": binds if statements else {},
             "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)}"
-                       for a, s in statements]}
+                       for a, s in statements] + [f"{a.principal} {a.key_fingerprint} (release 0.2: the plan's "
+                                                  "hash alone)" for a, r in zip(signers, recorded, strict=True)
+                                                 if "statement" not in r.payload]}
 
 
 @dataclass(frozen=True)

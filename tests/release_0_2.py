@@ -57,6 +57,9 @@ def _without_pins_in_the_chain(session, world) -> None:
         if isinstance(body, dict) and evidence_log.INDEX in body:  # 0.2's rows carried no chain index
             body.pop(evidence_log.INDEX)
             payload = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        if kind == "approval" and isinstance(body, dict) and "statement" in body:  # 0.2 signed the plan's hash
+            body.pop("statement")
+            payload = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         if isinstance(body, dict) and isinstance(body.get("seals"), dict):  # 0.2 sealed only publications
             kept = {t: d for t, d in body["seals"].items() if t == "publications"}
             if kept != body["seals"]:

@@ -40,7 +40,10 @@ def test_a_0_2_home_upgrades_in_place_and_keeps_its_approvers(world, tmp_path, r
     # upgrade sealed anew (they were read as hidden from the evidence: found by an attack)
     out = tmp_path / "old.yaml"
     assert world.cli("evidence", "old", "--out", str(out)) == 0
-    assert yaml.safe_load(out.read_text())["history"]["failures"]
+    document = yaml.safe_load(out.read_text())
+    assert document["history"]["failures"]
+    assert sorted(line.split()[0] for line in document["approvals"]["signed"]) == ["alice", "bob", "olivia"]
+    assert all(line.endswith("(release 0.2: the plan's hash alone)") for line in document["approvals"]["signed"])
     # the approvers pin of 0.2 is kept: only that same file becomes the first trust root
     from tests.world import make_keys, signers_text
 

@@ -599,7 +599,9 @@ def test_a_warehouse_where_another_account_can_put_a_link_is_refused_before_duck
         os.symlink(elsewhere, folder / "w.duckdb.tmp")
     else:
         os.chmod(folder, 0o777)
-    with pytest.raises(WarehouseError, match="can be written by others than this account"):
+    refusal = "spill folder .* is a symbolic link" if shared == "the spill folder a link" else \
+        "can be written by others than this account"
+    with pytest.raises(WarehouseError, match=refusal):
         with engine.session():
             pass
     assert list(elsewhere.iterdir()) == []

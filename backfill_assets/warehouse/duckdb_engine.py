@@ -381,8 +381,8 @@ class FileLock:
 
 def _shared_group(st: os.stat_result) -> bool:
     """Whether the file's group may hold another account than its owner: not the owner's own group
-    (a user private group, where a umask of 002 makes every folder group-writable), or one that
-    lists members."""
+    (a user private group, where a umask of 002 makes every folder group-writable), one that lists
+    members, or another account's primary group."""
     return _group_shared(st.st_uid, st.st_gid)
 
 
@@ -395,7 +395,9 @@ def _group_shared(uid: int, gid: int) -> bool:  # asked of the system's accounts
         group, owner = grp.getgrgid(gid), pwd.getpwuid(uid)
     except KeyError:
         return True
-    return owner.pw_gid != gid or bool(group.gr_mem)
+    # an account whose primary group it is is not listed among its members (`nogroup`: nobody, _apt)
+    return owner.pw_gid != gid or bool(group.gr_mem) or any(
+        account.pw_gid == gid and account.pw_uid != uid for account in pwd.getpwall())
 
 
 def _identity(path: Path) -> tuple[str, int, int] | None:
@@ -645,7 +647,10 @@ class DuckDBEngine(PostgresSpelling, Engine):
                         # but what it found in the catalog (`con` keeps the database open meanwhile)
                         _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)
                         _kept.memos[key] = catalog
-                        _kept.files[key] = _identity(self.path)
+                        # the file opened (its lock's, when seen), not whatever the path names as it ends
+                        found = _identity(self.path)
+                        _kept.files[key] = found if catalog.lock is None or found is None else \
+                            (found[0], *catalog.lock.file)
             except duckdb.Error:
                 pass  # a database DuckDB gave up on (a fatal error) is not kept; the session's error stands
             finally:
@@ -680,13 +685,16 @@ class DuckDBEngine(PostgresSpelling, Engine):
                 st = os.stat(folder) if follow else os.lstat(folder)
             except OSError:
                 continue  # absent: the warehouse's folder is made by `_connect`, the spill folder by DuckDB in it
-            if stat.S_ISLNK(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & stat.S_IWOTH or \
+            if stat.S_ISLNK(st.st_mode):
+                raise WarehouseError(f"DuckDB's spill folder {folder} is a symbolic link: it would spill into the "
+                                     "folder it names", fix=f"remove the link (`rm {folder}`): DuckDB makes the folder")
+            if st.st_uid not in (os.geteuid(), 0) or st.st_mode & stat.S_IWOTH or \
                     st.st_mode & stat.S_IWGRP and _shared_group(st):
                 raise WarehouseError(
                     f"{folder} can be written by others than this account ({stat.filemode(st.st_mode)}, owner uid "
                     f"{st.st_uid}): DuckDB writes its log and spills there, and another writer could put a link "
                     "where it writes", fix=f"`chmod go-w {folder}` and keep it owned by the account that runs "
-                    "backfill (a link there: remove it), or keep the warehouse in a folder only that account writes")
+                    "backfill, or keep the warehouse in a folder only that account writes")
 
     def _refuse_odd_files(self) -> None:
         """The database file and its write-ahead log are each a regular file or absent, never a link:
@@ -697,15 +705,15 @@ class DuckDBEngine(PostgresSpelling, Engine):
         lock (found by an attack)."""
         for part, what in ((self.path, "the warehouse"), (self.path.with_name(self.path.name + ".wal"),
                                                            "the warehouse's write-ahead log")):
-            fix = (f"move it out of the way ({what} is a file DuckDB writes; to keep the warehouse elsewhere, "
-                   "name the file itself: BACKFILL_WAREHOUSE_URL=duckdb:///PATH)")
+            fix = f"move it out of the way ({what} is a file DuckDB writes)"
             if os.path.islink(part):
-                raise WarehouseError(f"{what} {part} is a symbolic link, not the file itself", fix=fix)
+                raise WarehouseError(f"{what} {part} is a symbolic link, not the file itself", fix=(
+                    "replace the link with the file it names, or name that file: BACKFILL_WAREHOUSE_URL=duckdb:///PATH"
+                    if part == self.path else "remove the link: DuckDB makes its log beside the warehouse"))
             refuse_non_regular(part, what, fix, WarehouseError)
 
     def _connect(self, read_only: bool, wait_seconds: float, threads: int,
                  memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
-        self._refuse_shared_folders()  # (only its owner may change that, so asked as it opens)
         self._refuse_odd_files()
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
@@ -715,6 +723,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         except OSError as exc:  # the home is a file, or under one
             raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
                                  fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
+        self._refuse_shared_folders()  # made or not (only its owner may change that: asked as it opens)
         waiting = lock_wait.Wait(str(self.path), wait_seconds)
         delay, marks = 0.02, None
         try:
