@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 
 import pytest
 
@@ -573,19 +574,29 @@ def test_a_named_pipe_put_at_the_log_while_a_command_keeps_the_file_is_refused_a
     assert "write-ahead log" in done.stdout and "is a named pipe" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("shared", ["the warehouse's folder writable by all", "the spill folder a link"])
+# the POSIX ACL `user::rwx, user:1234:rwx, group::r-x, mask::rwx, other::r-x`, as `setfacl` writes it
+_ACL_LETTING_ANOTHER_WRITE = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, who) for tag, perm, who in (
+    (0x01, 7, 0xFFFFFFFF), (0x02, 7, 1234), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF), (0x20, 5, 0xFFFFFFFF)))
+
+
+@pytest.mark.parametrize("shared", ["the warehouse's folder writable by all", "the spill folder a link",
+                                    "an ACL letting another account write", "a folder above writable by all"])
 def test_a_warehouse_where_another_account_can_put_a_link_is_refused_before_duckdb_opens_it(tmp_path, shared):
-    """Found by an attack: a writer of the warehouse's folder put a link where DuckDB writes, between
+    """Found by attacks: a writer of the warehouse's folder put a link where DuckDB writes, between
     our check and DuckDB's open (the log, 3 ms after a fresh open; a spill file of a command run
-    under a memory limit emptied the head log through it, and a cancelled plan published). No check
-    of such a path closes the race: a folder others can write is refused, and so is a linked spill
-    folder. A folder group-writable for the owner's own group (a umask of 002) is not others'."""
+    under a memory limit emptied the head log through it, and a cancelled plan published); an ACL
+    let another account write behind the mode's bits; a member of a team folder above swapped the
+    warehouse's folder for theirs mid-command. No check of such a path closes the race: a folder
+    another account can write, or a folder above it they can rename it out of (a sticky one such
+    as /tmp aside, above every test's), is refused, and so is a linked spill folder. A folder
+    group-writable for the owner's own private group (a umask of 002) is not another's."""
     import os
 
     from backfill_assets.warehouse import engine_for
 
-    folder = tmp_path / "wh"
-    folder.mkdir()
+    team = tmp_path / "team"
+    folder = team / "wh"
+    folder.mkdir(parents=True)
     path = folder / "w.duckdb"
     engine = engine_for(f"duckdb:///{path}")
     with engine.session() as session, session.transaction():
@@ -593,15 +604,42 @@ def test_a_warehouse_where_another_account_can_put_a_link_is_refused_before_duck
     os.chmod(folder, 0o775)  # its owner's own group (root's, in CI): no other account
     with engine.session() as session:
         assert session.rows("SELECT count(*) FROM t") == [(0,)]
+    os.chmod(folder, 0o755)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    refusal = "can be written by every account"
     if shared == "the spill folder a link":
         os.symlink(elsewhere, folder / "w.duckdb.tmp")
+        refusal = "spill folder .* is a symbolic link"
+    elif shared == "an ACL letting another account write":
+        os.setxattr(folder, "system.posix_acl_access", _ACL_LETTING_ANOTHER_WRITE)
+        refusal = "has an access control list"
+    elif shared == "a folder above writable by all":
+        os.chmod(team, 0o777)
+        refusal = "above the warehouse's folder, can be written by every account"
     else:
         os.chmod(folder, 0o777)
-    refusal = "spill folder .* is a symbolic link" if shared == "the spill folder a link" else \
-        "can be written by others than this account"
     with pytest.raises(WarehouseError, match=refusal):
         with engine.session():
             pass
     assert list(elsewhere.iterdir()) == []
+
+
+def test_marks_in_a_waiting_folder_of_another_account_are_not_waiters(tmp_path):
+    """Found by an attack: a `.waiting` folder made by another account while the home was shared
+    outlived a `chmod go-w`; marks it renewed there, named after any live process, had a command
+    that keeps the file let go of it between every two steps, for nothing."""
+    import os
+
+    from backfill_assets.warehouse import engine_for
+
+    path = tmp_path / "w.duckdb"
+    engine = engine_for(f"duckdb:///{path}")
+    with engine.session() as session, session.transaction():
+        session.execute("CREATE TABLE t (i INTEGER)")
+    waiting = tmp_path / "w.duckdb.waiting"
+    waiting.mkdir()
+    (waiting / str(os.getppid())).touch()  # a live process, as if it waited
+    assert engine.waiters() == [os.getppid()]  # the folder is ours: a waiter
+    os.chown(waiting, 1234, 1234)  # another account's (the test runs as root)
+    assert engine.waiters() == []

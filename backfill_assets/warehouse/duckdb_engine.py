@@ -379,10 +379,50 @@ class FileLock:
         return _file_of(self.fd) == self.file and _locked(self.fd)
 
 
+_OWN_FOLDER_FIX = ("keep the warehouse in a folder of your own, every folder above it yours or root's and none "
+                   "writable by others (a sticky one such as /tmp aside): `mkdir -m 755 DIR`, then "
+                   "BACKFILL_WAREHOUSE_URL=duckdb:////DIR/warehouse.duckdb (or BACKFILL_HOME=DIR)")
+
+
+def _others_can_write(path: Path, *, sticky_ok: bool) -> str | None:
+    """Why another account than this one (or root) can add, remove or rename entries of the folder
+    `path` (None: none can; absent: none yet). `sticky_ok`: a sticky folder's entries are renamed
+    only by their owners (a folder above the warehouse's, such as /tmp)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"is owned by uid {st.st_uid}, not this account (uid {os.geteuid()})"
+    if sticky_ok and st.st_mode & stat.S_ISVTX:
+        return None
+    shown = stat.filemode(st.st_mode)
+    if st.st_mode & stat.S_IWOTH:
+        return f"can be written by every account ({shown})"
+    acl = _acl_of(path)
+    if acl:
+        # the group bits are the ACL's mask: whether any named user or group may write
+        return f"has an access control list ({acl}) that may let other accounts write it ({shown}+)" \
+            if st.st_mode & stat.S_IWGRP or acl == "nfs4" else None
+    if st.st_mode & stat.S_IWGRP and _shared_group(st):
+        return f"can be written by its group, gid {st.st_gid}, which other accounts may be in ({shown})"
+    return None
+
+
+def _acl_of(path: Path) -> str | None:
+    """The kind of access control list the folder carries, if any (POSIX or NFSv4)."""
+    try:
+        names = os.listxattr(path)
+    except OSError:
+        return None  # a filesystem without extended attributes has no ACL
+    if "system.nfs4_acl" in names:
+        return "nfs4"
+    return "posix" if "system.posix_acl_access" in names else None
+
+
 def _shared_group(st: os.stat_result) -> bool:
-    """Whether the file's group may hold another account than its owner: not the owner's own group
-    (a user private group, where a umask of 002 makes every folder group-writable), one that lists
-    members, or another account's primary group."""
+    """Whether the file's group may hold another account than its owner: anything but the owner's
+    own private group (where a umask of 002 makes every folder group-writable)."""
     return _group_shared(st.st_uid, st.st_gid)
 
 
@@ -395,8 +435,9 @@ def _group_shared(uid: int, gid: int) -> bool:  # asked of the system's accounts
         group, owner = grp.getgrgid(gid), pwd.getpwuid(uid)
     except KeyError:
         return True
-    # an account whose primary group it is is not listed among its members (`nogroup`: nobody, _apt)
-    return owner.pw_gid != gid or bool(group.gr_mem) or any(
+    # a user private group is named as its user is and lists no one; an account whose primary group
+    # it is is not listed (`nogroup`: nobody, _apt), and a directory service may list no member at all
+    return group.gr_name != owner.pw_name or owner.pw_gid != gid or bool(group.gr_mem) or any(
         account.pw_gid == gid and account.pw_uid != uid for account in pwd.getpwall())
 
 
@@ -519,9 +560,16 @@ class DuckDBEngine(PostgresSpelling, Engine):
         try:
             if create:
                 folder.mkdir(exist_ok=True)
-            return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return None  # absent, a symlink, or a read-only home: no marks (a waiter still waits)
+        st = os.fstat(fd)
+        if st.st_uid not in (os.geteuid(), 0) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            # another account's folder (made while the home was shared): its marks would have a
+            # holder let go of the file between every two steps, for nothing (found by an attack)
+            os.close(fd)
+            return None
+        return fd
 
     def _mark_waiting(self, folder: int | None) -> int | None:
         """Leave (or renew: once a poll) this process's mark in the folder; returns the folder's
@@ -675,26 +723,32 @@ class DuckDBEngine(PostgresSpelling, Engine):
 
     def _refuse_shared_folders(self) -> None:
         """The folder DuckDB makes its files in (the log, the spill folder `<file>.tmp`) can be written
-        only by this account (or root): whoever else can write it can put a link there between our
+        only by this account (or root), and no folder above it can be renamed by another: whoever
+        else can write there can put a link (or a folder of links) where DuckDB writes, between our
         check and DuckDB's open (a `.wal` link planted 3 ms after a fresh open took the lease's
-        release; a spill file's link emptied the head log, and a cancelled plan published: found by an
-        attack), and no check of a path another writer controls can close that race."""
-        spill = self.path.with_name(self.path.name + ".tmp")
-        for folder, follow in ((self.path.parent, True), (spill, False)):
-            try:
-                st = os.stat(folder) if follow else os.lstat(folder)
-            except OSError:
-                continue  # absent: the warehouse's folder is made by `_connect`, the spill folder by DuckDB in it
-            if stat.S_ISLNK(st.st_mode):
-                raise WarehouseError(f"DuckDB's spill folder {folder} is a symbolic link: it would spill into the "
-                                     "folder it names", fix=f"remove the link (`rm {folder}`): DuckDB makes the folder")
-            if st.st_uid not in (os.geteuid(), 0) or st.st_mode & stat.S_IWOTH or \
-                    st.st_mode & stat.S_IWGRP and _shared_group(st):
+        release; a spill file's link emptied the head log, and a cancelled plan published; a team
+        folder above the warehouse's let a member swap it for theirs mid-command; an ACL granted
+        another account write behind a private group's bits: found by attacks), and no check of a
+        path another writer controls can close that race. OpenSSH asks the same of a key's path."""
+        folder = Path(os.path.realpath(self.path.parent))
+        for above in folder.parents:
+            why = _others_can_write(above, sticky_ok=True)
+            if why:
                 raise WarehouseError(
-                    f"{folder} can be written by others than this account ({stat.filemode(st.st_mode)}, owner uid "
-                    f"{st.st_uid}): DuckDB writes its log and spills there, and another writer could put a link "
-                    "where it writes", fix=f"`chmod go-w {folder}` and keep it owned by the account that runs "
-                    "backfill, or keep the warehouse in a folder only that account writes")
+                    f"{above}, above the warehouse's folder, {why}: another account could swap the warehouse's "
+                    "folder for one of its own while DuckDB writes there", fix=_OWN_FOLDER_FIX)
+        spill = self.path.with_name(self.path.name + ".tmp")
+        if os.path.islink(spill):
+            raise WarehouseError(f"DuckDB's spill folder {spill} is a symbolic link: it would spill into the "
+                                 "folder it names", fix=f"remove the link (`rm {spill}`): DuckDB makes the folder")
+        for part, what in ((folder, "the warehouse's folder"), (spill, "DuckDB's spill folder")):
+            why = _others_can_write(part, sticky_ok=False)
+            if why:
+                mine = "owned by uid" not in why
+                raise WarehouseError(
+                    f"{what} {part} {why}: DuckDB writes its log and spills there, and another account could "
+                    "put a link where it writes", fix=(f"`chmod go-w {part}` (an ACL's write entries too: "
+                                                       f"`setfacl -b {part}`), or " if mine else "") + _OWN_FOLDER_FIX)
 
     def _refuse_odd_files(self) -> None:
         """The database file and its write-ahead log are each a regular file or absent, never a link:
@@ -719,7 +773,12 @@ class DuckDBEngine(PostgresSpelling, Engine):
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.exists():
+                self.path.parent.mkdir(parents=True)
+                # writable by this account only, whatever the umask (002) or a setgid team folder gave it
+                os.chmod(self.path.parent, stat.S_IMODE(os.stat(self.path.parent).st_mode) & ~0o022)
+        except FileExistsError:
+            pass  # made meanwhile by another command: checked below as any folder is
         except OSError as exc:  # the home is a file, or under one
             raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
                                  fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
