@@ -643,3 +643,20 @@ def test_marks_in_a_waiting_folder_of_another_account_are_not_waiters(tmp_path):
     assert engine.waiters() == [os.getppid()]  # the folder is ours: a waiter
     os.chown(waiting, 1234, 1234)  # another account's (the test runs as root)
     assert engine.waiters() == []
+
+
+def test_the_folder_backfill_makes_for_the_warehouse_is_writable_by_its_account_alone(tmp_path):
+    """Found by an attack: under a umask of 002 in a setgid team folder, the folder backfill made
+    itself was group-writable, and its next command refused it."""
+    import os
+    import stat
+
+    from backfill_assets.warehouse import engine_for
+
+    old = os.umask(0o002)
+    try:
+        with engine_for(f"duckdb:///{tmp_path / 'made' / 'w.duckdb'}").session() as session:
+            assert session.rows("SELECT 1") == [(1,)]
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "made").st_mode) == 0o755

@@ -772,13 +772,11 @@ class DuckDBEngine(PostgresSpelling, Engine):
         if read_only and not self.path.exists():
             raise WarehouseError(f"no warehouse at {self.path}",
                                  fix="pass --home (or set BACKFILL_HOME) to the folder that holds it")
+        made = not os.path.lexists(self.path.parent)
         try:
-            if not self.path.parent.exists():
-                self.path.parent.mkdir(parents=True)
-                # writable by this account only, whatever the umask (002) or a setgid team folder gave it
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if made:  # writable by this account only, whatever the umask (002) or a setgid folder gave it
                 os.chmod(self.path.parent, stat.S_IMODE(os.stat(self.path.parent).st_mode) & ~0o022)
-        except FileExistsError:
-            pass  # made meanwhile by another command: checked below as any folder is
         except OSError as exc:  # the home is a file, or under one
             raise WarehouseError(f"cannot create the warehouse folder {self.path.parent} ({exc.strerror})",
                                  fix="pass --home (or set BACKFILL_HOME) to a folder you can write") from None
