@@ -379,6 +379,18 @@ class FileLock:
         return _file_of(self.fd) == self.file and _locked(self.fd)
 
 
+# a warehouse's folder -> when the folders above it were found this account's or root's alone, and
+# the ctime of the one right above then
+_ANCESTORS_CHECKED: dict[Path, tuple[float, int]] = {}
+
+
+def _ctime(folder: Path) -> int:
+    try:
+        return os.stat(folder).st_ctime_ns
+    except OSError:
+        return -1
+
+
 _OWN_FOLDER_FIX = ("keep the warehouse in a folder of your own, every folder above it yours or root's and none "
                    "writable by others (a sticky one such as /tmp aside): `mkdir -m 755 DIR`, then "
                    "BACKFILL_WAREHOUSE_URL=duckdb:////DIR/warehouse.duckdb (or BACKFILL_HOME=DIR)")
@@ -729,14 +741,22 @@ class DuckDBEngine(PostgresSpelling, Engine):
         release; a spill file's link emptied the head log, and a cancelled plan published; a team
         folder above the warehouse's let a member swap it for theirs mid-command; an ACL granted
         another account write behind a private group's bits: found by attacks), and no check of a
-        path another writer controls can close that race. OpenSSH asks the same of a key's path."""
+        path another writer controls can close that race. OpenSSH asks the same of a key's path.
+
+        The folders above are walked again only a second later, or at once when the one right above
+        changed (a chmod, an ACL: its ctime): only this account or root can change any of them once
+        the walk held (for every session, the walk cost the test suite ~15 CPU-s)."""
         folder = Path(os.path.realpath(self.path.parent))
-        for above in folder.parents:
-            why = _others_can_write(above, sticky_ok=True)
-            if why:
-                raise WarehouseError(
-                    f"{above}, above the warehouse's folder, {why}: another account could swap the warehouse's "
-                    "folder for one of its own while DuckDB writes there", fix=_OWN_FOLDER_FIX)
+        walked = _ANCESTORS_CHECKED.get(folder)
+        above_changed = _ctime(folder.parent)
+        if walked is None or walked[1] != above_changed or time.monotonic() - walked[0] >= 1.0:
+            for above in folder.parents:
+                why = _others_can_write(above, sticky_ok=True)
+                if why:
+                    raise WarehouseError(
+                        f"{above}, above the warehouse's folder, {why}: another account could swap the warehouse's "
+                        "folder for one of its own while DuckDB writes there", fix=_OWN_FOLDER_FIX)
+            _ANCESTORS_CHECKED[folder] = (time.monotonic(), above_changed)
         spill = self.path.with_name(self.path.name + ".tmp")
         if os.path.islink(spill):
             raise WarehouseError(f"DuckDB's spill folder {spill} is a symbolic link: it would spill into the "
