@@ -744,8 +744,8 @@ class DuckDBEngine(PostgresSpelling, Engine):
         path another writer controls can close that race. OpenSSH asks the same of a key's path.
 
         The folders above are walked again only a second later, or at once when the one right above
-        changed (a chmod, an ACL: its ctime): only this account or root can change any of them once
-        the walk held (for every session, the walk cost the test suite ~15 CPU-s)."""
+        changed (a chmod, an ACL: its ctime), not at every session: only this account or root can
+        change any of them once the walk held."""
         folder = Path(os.path.realpath(self.path.parent))
         walked = _ANCESTORS_CHECKED.get(folder)
         above_changed = _ctime(folder.parent)
