@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.control import evidence_log
+from backfill_assets.control.names import SCHEMA
 from backfill_assets.environment import pid_running
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
@@ -64,8 +65,10 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
         mine = (socket.gethostname(), os.getpid())
         if found is not None and (found.host, found.pid) != mine and found.alive():
             raise PlanRefused(f"plan {plan_id} is already being run by {found.describe()}",
-                              fix="wait for that run to finish (or stop it); a killed run's lease "
-                                  "expires by itself")
+                              fix="wait for that run to finish (or stop it): a killed run's lease ends with "
+                                  "its process on its host, elsewhere five minutes after its last heartbeat; "
+                                  "one naming a live process that is no backfill run (a pid reused, or a row "
+                                  f"planted) stays until its row in {SCHEMA}.leases is deleted")
         lease = Lease(plan_id, holder, mine[0], mine[1],
                       dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.time())
         store.replace(session, lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,
