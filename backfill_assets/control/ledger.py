@@ -169,7 +169,14 @@ class Chained:
     keys: frozenset[str]
 
 
-def chained_writes(session: Session, top: int) -> list[Chained]:
+def plan_writes_chained(session: Session, plan_id: str, top: int, asset: str | None = None) -> list[Chained]:
+    """The writes the chain recorded of the plan (of `asset`, when given) up to row `top`, after the
+    last upgrade: the rows chain rows before it recorded carry the upgrade's seal, not its number."""
+    return [c for c in chained_writes(session, top, floor=seals.last_upgrade(session))
+            if c.kind == "write" and c.plan_id == plan_id and asset in (None, c.table)]
+
+
+def chained_writes(session: Session, top: int, floor: int = 0) -> list[Chained]:
     """Every write and snapshot the chain recorded up to row `top`, from every one of its rows, each
     verified (a row read by its kind could be relabelled away unseen). A decision that reads from
     the ledger which partitions a plan wrote or snapshotted compares what it read with these: a
@@ -177,7 +184,7 @@ def chained_writes(session: Session, top: int) -> list[Chained]:
     rollback waited for its lock, the partitions of a window run were left out of the rollback;
     while a withdraw waited, a plan that wrote was withdrawn: found by an attack)."""
     found: list[Chained] = []
-    for row in evidence_log.rows_after(session, 0, top):
+    for row in evidence_log.rows_after(session, floor, top):
         partitions = row.payload.get("partitions") if isinstance(row.payload, dict) else None
         if row.kind in ("write", "snapshot") and isinstance(partitions, dict):
             found.append(Chained(row.seq, row.kind, row.plan_id, str(row.payload.get("table")), frozenset(partitions)))
@@ -215,10 +222,8 @@ def code_versions(session: Session, asset: str, plan_id: str) -> dict[str, str |
         # (DuckDB, whose file no other process writes meanwhile) a group deleted for good is found
         # by publish's whole-record check
         read = {str(k): int(s) for k, _, s in rows}
-        upgraded = seals.last_upgrade(session)
-        for chained in chained_writes(session, top):
-            newer = sorted(k for k in chained.keys if read.get(k, 0) < chained.seq) if chained.kind == "write" \
-                and chained.plan_id == plan_id and chained.table == asset and chained.seq > upgraded else []
+        for chained in plan_writes_chained(session, plan_id, top, asset):
+            newer = sorted(k for k in chained.keys if read.get(k, 0) < chained.seq)
             if newer:
                 raise ForgedRecord(f"plan {plan_id}'s write of {asset} {newer[0]} (evidence row {chained.seq}) was "
                                    f"not read from {SCHEMA}.writes, an older one was", fix=seals.CHANGED_WHILE_READ_FIX)
@@ -348,10 +353,8 @@ def code_written(session: Session, plan_id: str) -> list[tuple[str, str | None, 
     # and every write the chain recorded of the plan read (one moved out of the read's way, on
     # PostgreSQL just while it read, went uncounted: found by an attack)
     read = {(str(a), str(k), s) for a, _, _, k, _, s in rows}
-    upgraded = seals.last_upgrade(session)  # (before it, rows carry the upgrade's seal, not its number)
-    for chained in chained_writes(session, top):
-        gone = sorted(k for k in chained.keys if (chained.table, k, chained.seq) not in read) \
-            if chained.kind == "write" and chained.plan_id == plan_id and chained.seq > upgraded else []
+    for chained in plan_writes_chained(session, plan_id, top):
+        gone = sorted(k for k in chained.keys if (chained.table, k, chained.seq) not in read)
         if gone:
             raise ForgedRecord(f"plan {plan_id}'s write of {chained.table} {gone[0]} (evidence row {chained.seq}) was "
                                f"not read from {SCHEMA}.writes", fix=seals.CHANGED_WHILE_READ_FIX)
