@@ -242,15 +242,18 @@ def seed_warehouse(session: Session, days: int, rows_per_day: int) -> None:
     with session.transaction():
         session.execute(create_sql(spec))
         session.execute(f"DELETE FROM {quote(spec.table)}")
-        # the old numbers for every day at once: the buggy select without its one-day filter
-        select = spec.select_sql.replace("WHERE order_date = $partition", "WHERE order_date BETWEEN ? AND ?")
+        # the old numbers for every day at once: the buggy select's range form over the whole window
+        select = spec.select_sql.replace("$partition_start", "?").replace("$partition_end", "?")
+        assert select.count("?") == 2, "the demo's select no longer takes $partition_start and $partition_end"
         cols = ", ".join(quote(c) for c in spec.columns)
-        session.execute(f"INSERT INTO {quote(spec.table)} ({cols}) SELECT {cols} FROM ({select}) AS s", [START, end])
+        session.execute(f"INSERT INTO {quote(spec.table)} ({cols}) SELECT {cols} FROM ({select}) AS s",
+                        [START, end + dt.timedelta(days=1)])
 
 
 def prepare_plan_home(base: Path, window: int, rows_per_day: int, *, per_run: int = 30, runs_at_once: int = 1,
                       url: str | None = None, instance_url: str | None = None) -> PlanHome:
-    """init, data, a plan approved by alice and bob, its proof passed: ready for `backfill run`."""
+    """init (the signers pinned), data, a plan signed by its owner and two approvers, its proof passed:
+    ready for `backfill run`."""
     base.mkdir(parents=True, exist_ok=True)
     home = Home(base / "home")
     log = base / "cli.log"
@@ -259,7 +262,8 @@ def prepare_plan_home(base: Path, window: int, rows_per_day: int, *, per_run: in
     signers.parent.mkdir(parents=True, exist_ok=True)
     signers.write_text(signers_text(keys))
     with url_env(url):
-        init = ["init"] + (["--instance", "postgres", "--instance-url", instance_url] if instance_url else [])
+        init = ["init", "--allowed-signers", str(signers)] + (
+            ["--instance", "postgres", "--instance-url", instance_url] if instance_url else [])
         must(cli(home, *init, log=log), "backfill init", log)
         with open_warehouse(home, url).session() as session:
             seed_warehouse(session, window + 1, rows_per_day)
@@ -268,7 +272,7 @@ def prepare_plan_home(base: Path, window: int, rows_per_day: int, *, per_run: in
         document = complete_plan(plan_id=PLAN_ID, start=proof, end=end, proof=(proof,), per_run=per_run)
         document["execution"]["runs_at_once"] = runs_at_once
         plan = write_plan(base / "plans" / f"{PLAN_ID}.yaml", document)
-        for who in ("alice", "bob"):
+        for who in ("olivia", "alice", "bob"):  # the owner signs too
             must(cli(home, "plan", "approve", str(plan), "--by", who, "--key", str(keys[who]), log=log),
                  f"plan approve by {who}", log)
         must(cli(home, "run", str(plan), "--proof", log=log), "backfill run --proof", log)

@@ -63,11 +63,12 @@ class Warehouse:
 @contextmanager
 def kept_open() -> Iterator[None]:
     """Connections kept open between this process's sessions while it lasts (DuckDB: the database
-    stays loaded and the file locked, `duckdb_engine.kept_open`; PostgreSQL opens a connection
-    in a few milliseconds and keeps no file, so nothing changes there)."""
+    stays loaded and the file locked, `duckdb_engine.kept_open`; PostgreSQL: the connection and
+    its server process's catalog caches, `postgres_engine.kept_open`)."""
     from backfill_assets.warehouse.duckdb_engine import kept_open as duckdb_kept_open
+    from backfill_assets.warehouse.postgres_engine import kept_open as postgres_kept_open
 
-    with duckdb_kept_open():
+    with duckdb_kept_open(), postgres_kept_open():
         yield
 
 
@@ -75,8 +76,10 @@ def release_kept() -> None:
     """Close what `kept_open` keeps, and keep nothing more until it ends: before a wait on
     anything outside the warehouse."""
     from backfill_assets.warehouse.duckdb_engine import release_kept as duckdb_release_kept
+    from backfill_assets.warehouse.postgres_engine import release_kept as postgres_release_kept
 
     duckdb_release_kept()
+    postgres_release_kept()
 
 
 def open_warehouse(home: Home | None = None, url: str | None = None) -> Warehouse:
