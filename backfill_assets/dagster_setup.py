@@ -56,7 +56,24 @@ def _postgres_storage(url: str) -> dict[str, Any]:
         db["password"] = {"env": INSTANCE_PASSWORD_ENV}
     if parts.query:
         db["params"] = dict(parse_qsl(parts.query))
-    return {"storage": {"postgres": {"postgres_db": db}}}
+    # Dagster's `storage: postgres:` with our run and event log storages, which keep a connection
+    # a process instead of connecting for every statement (backfill_assets/dagster_storage.py)
+    ours = "backfill_assets.dagster_storage"
+    return {"run_storage": {"module": ours, "class": "PooledPostgresRunStorage", "config": {"postgres_db": db}},
+            "event_log_storage": {"module": ours, "class": "PooledPostgresEventLogStorage",
+                                  "config": {"postgres_db": db}},
+            "schedule_storage": {"module": "dagster_postgres.schedule_storage", "class": "PostgresScheduleStorage",
+                                 "config": {"postgres_db": db}}}
+
+
+def _on_postgres(document: dict[str, Any]) -> bool:
+    """The instance's storage is PostgreSQL: Dagster's `storage: postgres:` or, as `backfill init
+    --instance postgres` writes it, a run storage whose config names a Postgres database."""
+    if "postgres" in (document.get("storage") or {}):
+        return True
+    found = document.get("run_storage")
+    settings = found.get("config") if isinstance(found, dict) else None
+    return isinstance(settings, dict) and ("postgres_db" in settings or "postgres_url" in settings)
 
 
 def dagster_config(home: Home, postgres_url: str | None = None) -> dict[str, Any]:
@@ -173,7 +190,7 @@ def check_existing(config: Path, postgres_url: str | None = None, home: Home | N
         return (f"{config} has no {COORDINATOR} run coordinator: UI backfills are not refused before "
                 "they start nor capped per plan (each run still checks the write permission); it is "
                 "kept as it is: add our run_coordinator (see `backfill init` on an empty DAGSTER_HOME)")
-    if postgres_url and "postgres" not in (document.get("storage") or {}):
+    if postgres_url and not _on_postgres(document):
         return (f"{config} exists and was kept: its storage is not Postgres; to move it, set storage: "
                 "postgres: postgres_db in it, or remove the file and run `backfill init --instance postgres`")
     return None

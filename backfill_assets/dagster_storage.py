@@ -60,7 +60,7 @@ from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs import SqliteRunStorage
 from dagster._utils import ensure_file, touch_file
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import NullPool, QueuePool
 
 BUSY_TIMEOUT_SECONDS = 30
 BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by Dagster's instance on every event
@@ -373,6 +373,101 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
     def dispose(self) -> None:
         self._dispose_engines()
         super().dispose()  # type: ignore[no-untyped-call]  # untyped in Dagster
+
+
+class _PooledPostgres:
+    """dagster-postgres's storages connect anew for every statement (SQLAlchemy's NullPool, to keep
+    no connection per instance): a run on a PostgreSQL instance connected ~40 times a partition,
+    most of its time (benchmarks/engines.py). Here each process keeps one connection a storage,
+    checked before each use (a server restarted meanwhile is connected to again); more at once
+    open and close their own. The webserver's own pool (`optimize_for_webserver`) is kept as set."""
+
+    _pool_lock = threading.Lock()
+    postgres_url: str
+    _token_provider: Any
+
+    @property
+    def _engine(self) -> db.engine.Engine:
+        engines: dict[int, db.engine.Engine] = self.__dict__.setdefault("_pg_engines", {})
+        pid = os.getpid()  # a forked process must not share its parent's connections
+        engine = engines.get(pid)
+        if engine is None:
+            from dagster_postgres.utils import create_pg_engine
+
+            with self._pool_lock:
+                engine = engines.get(pid)
+                if engine is None:
+                    engine = create_pg_engine(self.postgres_url, self._token_provider, isolation_level="AUTOCOMMIT",
+                                              poolclass=QueuePool, pool_size=1, max_overflow=-1, pool_pre_ping=True)
+                    engines[pid] = engine
+        return engine
+
+    @_engine.setter
+    def _engine(self, engine: db.engine.Engine) -> None:
+        # Dagster's __init__ sets a NullPool engine, replaced by the pooled one at its first use
+        if isinstance(engine.pool, NullPool):
+            engine.dispose()
+            return
+        self.__dict__.setdefault("_pg_engines", {})[os.getpid()] = engine
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
+        # Dagster's storages construct their own class here, not `cls` (the test pins their source)
+        from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+
+        return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),  # type: ignore[call-arg]
+                   should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                   token_provider=get_token_provider_from_config(config_value))
+
+    def _dispose_pooled(self) -> None:
+        engine = self.__dict__.get("_pg_engines", {}).pop(os.getpid(), None)
+        if engine is not None:  # never a parent's: closing its connections would end their sessions
+            engine.dispose()
+
+
+def _postgres_storages() -> dict[str, type]:
+    """The pooled PostgreSQL storages, made on first use: importing dagster-postgres costs the
+    commands of a SQLite instance nothing then."""
+    made: dict[str, type] | None = globals().get("_POSTGRES_STORAGES")
+    if made is not None:
+        return made
+    from dagster_postgres.event_log import PostgresEventLogStorage
+    from dagster_postgres.run_storage import PostgresRunStorage
+
+    class PooledPostgresEventLogStorage(_PooledPostgres, PostgresEventLogStorage):
+        _tables_seen: dict[str, bool]
+
+        def has_table(self, table_name: str) -> bool:
+            # asked before every check evaluation (as the sqlite one is); a table that exists keeps existing
+            seen: dict[str, bool] = self.__dict__.setdefault("_tables_seen", {})
+            if table_name not in seen:
+                found = super().has_table(table_name)
+                if not found:
+                    return False
+                seen[table_name] = True
+            return True
+
+        def dispose(self) -> None:
+            super().dispose()
+            self._dispose_pooled()
+
+    class PooledPostgresRunStorage(_PooledPostgres, PostgresRunStorage):
+        def dispose(self) -> None:
+            super().dispose()
+            self._dispose_pooled()
+
+    for cls in (PooledPostgresEventLogStorage, PooledPostgresRunStorage):
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    made = {c.__name__: c for c in (PooledPostgresEventLogStorage, PooledPostgresRunStorage)}
+    globals()["_POSTGRES_STORAGES"] = made
+    return made
+
+
+def __getattr__(name: str) -> type:
+    # dagster.yaml names `backfill_assets.dagster_storage.PooledPostgres...Storage`; Dagster looks it up here
+    if name in ("PooledPostgresEventLogStorage", "PooledPostgresRunStorage"):
+        return _postgres_storages()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FileComputeLogManager(LocalComputeLogManager):

@@ -327,3 +327,64 @@ def test_the_dagster_tags_we_name_are_dagsters_own():
     assert (tags.BACKFILL_TAG, tags.RANGE_START, tags.RANGE_END, tags.RUN_KEY) == (
         dagster_tags.BACKFILL_ID_TAG, dagster_tags.ASSET_PARTITION_RANGE_START_TAG,
         dagster_tags.ASSET_PARTITION_RANGE_END_TAG, dagster_tags.RUN_KEY_TAG)
+
+
+# --- a Dagster instance on PostgreSQL ----------------------------------------------------------
+
+def test_a_postgres_instance_keeps_one_connection_a_storage_and_every_event(postgres_server, tmp_path,
+                                                                            monkeypatch):
+    """dagster-postgres connects for every statement (NullPool): a run connected ~40 times a
+    partition, most of a PostgreSQL run's time. The storages `backfill init --instance postgres`
+    names keep one connection each and store every event as Dagster's do."""
+    import sqlalchemy as sa
+
+    from backfill_assets.dagster_setup import ensure_dagster_home
+
+    url = postgres_server.create_database("dagster_pooled")
+    home = Home(tmp_path / "home")
+    ensure_dagster_home(home, url)
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
+
+    @dg.asset(check_specs=[dg.AssetCheckSpec("rows_present", asset="thing")])
+    def thing():
+        yield dg.Output(1)
+        yield dg.AssetCheckResult(passed=True)
+
+    connects: list[str] = []
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+        storages = {"event log": instance.event_log_storage, "runs": instance.run_storage}
+        assert {type(s).__name__ for s in storages.values()} == {"PooledPostgresEventLogStorage",
+                                                                 "PooledPostgresRunStorage"}
+        for name, storage in storages.items():
+            sa.event.listen(storage._engine, "connect", lambda *_args, name=name: connects.append(name))
+        runs = [dg.materialize([thing], instance=instance) for _ in range(3)]
+        assert all(r.success for r in runs)
+        assert len(connects) <= 2, connects  # one a storage, reused by every statement of the three runs
+        records = instance.fetch_materializations(dg.AssetKey("thing"), limit=10).records
+        assert sorted(r.run_id for r in records) == sorted(r.run_id for r in runs)
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("thing"), "rows_present"), limit=10)
+        assert sorted(c.run_id for c in checks) == sorted(r.run_id for r in runs)
+        assert all(c.status.value == "SUCCEEDED" for c in checks)
+    # another process (the UI, the daemon) reads the same runs through a new instance
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as other:
+        assert other.get_run_by_id(runs[0].run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_the_postgres_storages_override_what_dagster_still_calls():
+    import inspect
+
+    from dagster_postgres.event_log import PostgresEventLogStorage
+    from dagster_postgres.run_storage import PostgresRunStorage
+
+    for storage in (PostgresEventLogStorage, PostgresRunStorage):
+        # __init__ sets `_engine` (a NullPool engine, replaced by the pooled one), and every statement
+        # goes through it; from_config_value builds Dagster's own class with these arguments
+        assert list(inspect.signature(storage.__init__).parameters) == [
+            "self", "postgres_url", "should_autocreate_tables", "inst_data", "token_provider"], storage
+        init = inspect.getsource(storage.__init__)
+        assert "self._engine = create_pg_engine(" in init and "poolclass=db_pool.NullPool" in init, storage
+        assert "token_provider=get_token_provider_from_config(config_value)" in \
+            inspect.getsource(storage.from_config_value), storage
+    assert "self._engine" in inspect.getsource(PostgresEventLogStorage._connect)
+    assert "self._engine" in inspect.getsource(PostgresRunStorage.connect)

@@ -132,19 +132,22 @@ def test_dagster_instance_on_postgres_holds_the_runs_of_a_plan(postgres_server, 
     assert world.cli("init", "--instance", "postgres", "--instance-url", dagster_url) == 0
     config = (world.home / "dagster" / "dagster.yaml").read_text()
     document = yaml.safe_load(config)
-    assert document["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    storages = ("run_storage", "event_log_storage", "schedule_storage")
+    assert {document[s]["config"]["postgres_db"]["scheme"] for s in storages} == {"postgresql+psycopg2"}
     assert document["run_coordinator"]["class"] == "PlanGateRunCoordinator"
     # the coordinator reads the same warehouse, named by its environment variable, never in clear
     assert document["run_coordinator"]["config"]["warehouse_url"] == {"env": "BACKFILL_WAREHOUSE_URL"}
     assert warehouse_url not in config and "s3cr" not in config
-    assert document["storage"]["postgres"]["postgres_db"]["password"] == {"env": "BACKFILL_DAGSTER_PG_PASSWORD"}
+    assert all(document[s]["config"]["postgres_db"]["password"] == {"env": "BACKFILL_DAGSTER_PG_PASSWORD"}
+               for s in storages)
     with pytest.raises(UsageError, match="BACKFILL_DAGSTER_PG_PASSWORD|needs NAME set"):
         instance_for(Home(world.home))  # one line, not a traceback, while the password is not given
     monkeypatch.setenv("BACKFILL_DAGSTER_PG_URL", dagster_url)  # where the CLI finds the password
     world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
     assert world.cli("run", "fix", "--proof") == 0
     with instance_for(Home(world.home)) as on_pg:
-        assert type(on_pg.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(on_pg.event_log_storage).__name__ == "PooledPostgresEventLogStorage"
+        assert type(on_pg.run_storage).__name__ == "PooledPostgresRunStorage"
         runs = on_pg.get_runs(filters=dg.RunsFilter(tags={"backfill_assets/plan": "fix"}))
         assert len(runs) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
         evaluations = on_pg.get_records_for_run(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)

@@ -118,3 +118,100 @@ def test_a_kept_connection_still_checks_the_control_schema_at_every_session(post
         with pytest.raises(ForgedRecord, match="plans is a view, not a plain table"), engine.session():
             pass
         assert _gone(postgres_url, kept)  # and its connection closed, not kept
+
+
+# --- an insider's PREPARE under one of the product's statement names --------------------------------
+
+@pytest.fixture
+def poisoner(postgres_url):
+    """A non-superuser owning `public.target` (a table the product writes) and the control schema's
+    `plans`, whose trigger, run in the product's session as the product's role, replaces the
+    product's prepared statement of the control check's relation list with one answering nothing."""
+    import uuid
+
+    role = f"insider_{uuid.uuid4().hex[:8]}"
+    engine = engine_for(postgres_url)
+    with engine.session() as session:
+        session.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        session.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+        session.execute(f"CREATE SCHEMA {SCHEMA} AUTHORIZATION {role}")
+        session.execute(f"CREATE TABLE {SCHEMA}.plans (plan_id VARCHAR)")
+        session.execute(f"ALTER TABLE {SCHEMA}.plans OWNER TO {role}")
+        session.execute("CREATE TABLE public.target (x INTEGER)")
+        session.execute(f"ALTER TABLE public.target OWNER TO {role}")
+    url = f"postgresql://{role}@{postgres_url.partition('@')[2]}"
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(r"""
+CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE s record;
+BEGIN
+  FOR s IN SELECT name FROM pg_catalog.pg_prepared_statements
+           WHERE statement LIKE '%c.relname, c.relkind, c.relrowsecurity%' LOOP
+    EXECUTE format('DEALLOCATE %I', s.name);
+    EXECUTE format('PREPARE %I(text) AS SELECT NULL::name, NULL::"char", NULL::boolean WHERE $1 IS NULL', s.name);
+  END LOOP;
+  RETURN NULL;
+END $f$;
+CREATE TRIGGER poison AFTER INSERT ON public.target FOR EACH STATEMENT EXECUTE FUNCTION public.poison();""")
+    yield engine, url
+
+
+REFUSED = "prepared by SQL in this warehouse session|plans is a view"
+
+
+def _swap_plans_for_a_view(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as insider:
+        insider.execute(f"ALTER TABLE {SCHEMA}.plans RENAME TO plans_real")
+        insider.execute(f"CREATE VIEW {SCHEMA}.plans AS SELECT * FROM {SCHEMA}.plans_real")
+
+
+def _writes_firing_the_trigger(session) -> None:
+    for _ in range(3):  # a run's few transactions: the check's statements are prepared by then
+        with session.transaction():
+            session.execute(f"SELECT plan_id FROM {SCHEMA}.plans")
+    with session.transaction():
+        session.execute("INSERT INTO public.target VALUES (1)")  # the trigger replaces one of them
+
+
+def test_a_trigger_that_replaces_a_prepared_check_gets_the_next_session_of_the_command_refused(poisoner):
+    """Insider (owner of a table the product writes): its trigger re-prepared the control check's
+    statement on the kept connection, and the next session of the command ran the insider's
+    statement as the check: a control table swapped for a view meanwhile passed (found by an
+    attack)."""
+    engine, url = poisoner
+    with kept_open():
+        with engine.session() as session:
+            _writes_firing_the_trigger(session)
+        _swap_plans_for_a_view(url)
+        with pytest.raises(ForgedRecord, match=REFUSED), engine.session():
+            pass
+
+
+def test_a_trigger_that_replaces_a_prepared_check_gets_the_next_transaction_refused(poisoner):
+    """The same within one session, kept or not: the next transaction's check is refused."""
+    engine, url = poisoner
+    with engine.session() as session:
+        _writes_firing_the_trigger(session)
+        _swap_plans_for_a_view(url)
+        with pytest.raises(ForgedRecord, match=REFUSED), session.transaction():
+            pass
+
+
+def test_no_statement_but_the_control_checks_is_prepared(postgres_url):
+    """A decision's read run many times in a session is sent unprepared each time: no prepared
+    statement of the product's but the check's own, which is verified before each use, for a
+    trigger to replace."""
+    engine = engine_for(postgres_url)
+    with engine.session() as session:
+        session.execute(f"CREATE SCHEMA {SCHEMA}")
+        session.execute(f"CREATE TABLE {SCHEMA}.plans (plan_id VARCHAR)")
+    with kept_open():
+        for _ in range(3):
+            with engine.session() as session:
+                for _ in range(10):
+                    with session.transaction():
+                        session.rows(f"SELECT plan_id FROM {SCHEMA}.plans WHERE plan_id = ?", ["fix"])
+        with engine.session() as session:
+            prepared = [str(r[0]) for r in session.rows("SELECT statement FROM pg_catalog.pg_prepared_statements")]
+    assert prepared and all("pg_catalog.pg_class" in s for s in prepared), prepared
+    assert not [s for s in prepared if f"FROM {SCHEMA}.plans WHERE" in s], prepared

@@ -111,9 +111,14 @@ _CATALOG = "'pg_catalog'::pg_catalog.regnamespace"
 _ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL's tables, types, operators or "
             "functions where backfill reads (a view of yours belongs in another schema, a function under another "
             "name); restore a replaced table from backup; `backfill evidence verify` then checks the record")
+# statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
+_FOREIGN_PREPARED_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql"
+# psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
+# after its Nth execution (None would refuse to prepare even when asked)
+PREPARED_ONLY_WHEN_ASKED = 1 << 62
 # whether the evidence chain's table still has its primary key on seq (see `raise_no_chain_key`)
 _CHAIN_KEY_SQL = (
-    "SELECT count(*) FROM pg_catalog.pg_constraint AS k JOIN pg_catalog.pg_class AS c "
+    "SELECT pg_catalog.count(*) FROM pg_catalog.pg_constraint AS k JOIN pg_catalog.pg_class AS c "
     f"ON c.oid {_EQ} k.conrelid JOIN pg_catalog.pg_namespace AS n ON n.oid {_EQ} c.relnamespace "
     f"JOIN pg_catalog.pg_attribute AS a ON a.attrelid {_EQ} c.oid AND a.attnum {_EQ} k.conkey[1] "
     f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND c.relname {_EQ} 'evidence'::pg_catalog.name "
@@ -227,23 +232,35 @@ class PostgresSession(Session):
         first, then checked: a rename or a swap for a view waits until the transaction ends."""
         from backfill_assets.warehouse.state_store import SCHEMA
 
+        # The check's statements are the only ones prepared (planned once a connection: ~2 of its
+        # ~3 ms), and only while no statement of this session was prepared by SQL: a trigger or a
+        # function of the insider's, run by a write of ours, can DEALLOCATE one of ours and PREPARE
+        # its own under the name, answering no view where there is one (found by an attack).
+        # Prepared over the protocol, ours are never `from_sql`; every other statement is sent
+        # unprepared (`PREPARED_ONLY_WHEN_ASKED`), so there is nothing else to replace.
+        if self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()[0]:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord("a statement was prepared by SQL in this warehouse session: a trigger or function run "
+                               "by one of its writes (of a table's owner) can put its own statement under the name "
+                               "of one of backfill's, and answer its checks otherwise", fix=_ODD_FIX)
         relations = ("SELECT c.relname, c.relkind, c.relrowsecurity FROM pg_catalog.pg_class AS c JOIN "
                      "pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-                     "WHERE n.nspname OPERATOR(pg_catalog.=) %s::text AND c.relkind OPERATOR(pg_catalog.<>) "
-                     "ALL (ARRAY['i', 'I', 'S', 'c']::\"char\"[])")
-        found = self.con.execute(relations, [SCHEMA]).fetchall()
+                     "WHERE n.nspname OPERATOR(pg_catalog.=) %s::pg_catalog.text AND c.relkind "
+                     "OPERATOR(pg_catalog.<>) ALL (ARRAY['i', 'I', 'S', 'c']::pg_catalog.\"char\"[])")
+        found = self.con.execute(relations, [SCHEMA], prepare=True).fetchall()
         if found and lock:
             from psycopg import sql
 
             self.con.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
-                sql.SQL(", ").join(sql.Identifier(SCHEMA, r[0]) for r in found)))
-            found = self.con.execute(relations, [SCHEMA]).fetchall()
+                sql.SQL(", ").join(sql.Identifier(SCHEMA, r[0]) for r in found)), prepare=False)
+            found = self.con.execute(relations, [SCHEMA], prepare=True).fetchall()
         bad = [r for r in found if r[1] != "r" or r[2]]
         if any(r[0] == "evidence" for r in found) and not bad and \
-                not self.con.execute(_CHAIN_KEY_SQL, [SCHEMA]).fetchone()[0]:
+                not self.con.execute(_CHAIN_KEY_SQL, [SCHEMA], prepare=True).fetchone()[0]:
             raise_no_chain_key(SCHEMA)
         if found and not bad:
-            odd = self.con.execute(_odd_control_sql(), [SCHEMA, SCHEMA, SCHEMA]).fetchall()
+            odd = self.con.execute(_odd_control_sql(), [SCHEMA, SCHEMA, SCHEMA], prepare=True).fetchall()
             if odd:
                 from backfill_assets.errors import ForgedRecord
 
@@ -311,7 +328,8 @@ class _Kept:
 _kept = _Kept()
 # what `DISCARD ALL` does but for its `DEALLOCATE ALL`, which psycopg does not notice: its next
 # execution of a statement it had prepared failed ("prepared statement _pg3_0 does not exist").
-# The statements prepared stay, and PostgreSQL plans them again when a table they read changes.
+# The control check's prepared statements stay (`control_relations_plain`), and PostgreSQL plans
+# them again when a table they read changes.
 _RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
           "SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
 KEPT_IDLE = 2  # idle connections kept a process: sessions nest at most two deep
@@ -411,7 +429,7 @@ class PostgresEngine(PostgresSpelling, Engine):
         while con is None:
             try:
                 con = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
-                                      application_name="backfill-assets")
+                                      application_name="backfill-assets", prepare_threshold=PREPARED_ONLY_WHEN_ASKED)
             except psycopg.Error as exc:  # OperationalError, or ProgrammingError for a malformed URL
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot connect"
                 if not isinstance(exc, psycopg.OperationalError) or (
@@ -492,7 +510,7 @@ class PostgresEngine(PostgresSpelling, Engine):
         # the whole name, an adopted table with a long name held no rows, and its history was written
         # without a plan
         return bool(session.scalar(
-            "SELECT count(*) FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) "
+            "SELECT pg_catalog.count(*) FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) "
             "pg_catalog.to_regclass(?::pg_catalog.text) AND c.relkind OPERATOR(pg_catalog.=) "
             "ANY ('{r,p,v,m,f}'::pg_catalog.\"char\"[])",
             [qualified(schema, table) if schema else quote(table)]))
