@@ -27,6 +27,10 @@ manager does, without mirroring them back to the process's own stdout: Dagster's
 `tail -F` and a Python watcher per stream for every run (four processes, ~50 ms of CPU a run), and
 our CLI's terminal shows our lines only; the UI reads the files as before.
 
+On PostgreSQL, dagster-postgres's storages connect anew for every statement (SQLAlchemy's
+`NullPool`): `PooledPostgresRunStorage` and `PooledPostgresEventLogStorage` keep one connection a
+process each (checked before use), made on first use so a SQLite instance never imports them.
+
 Each storage checks its schema against Dagster's migration scripts when an instance opens: alembic
 reads the ~90 scripts again for every storage of every instance (~0.1 s of a command's ~0.2 s
 instance, most of a new home's). `keep_migration_scripts` makes a process read Dagster's script
