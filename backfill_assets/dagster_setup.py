@@ -9,6 +9,7 @@ when the instance loads. A file that lacks our run coordinator is kept, and said
 
 from __future__ import annotations
 
+import copy
 import os
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -58,12 +59,15 @@ def _postgres_storage(url: str) -> dict[str, Any]:
         db["params"] = dict(parse_qsl(parts.query))
     # Dagster's `storage: postgres:` with our run and event log storages, which keep a connection
     # a process instead of connecting for every statement (backfill_assets/dagster_storage.py)
+    # (a copy each: one dict written three times is a YAML anchor, and editing the first block of
+    # the team's file would change all three)
     ours = "backfill_assets.dagster_storage"
-    return {"run_storage": {"module": ours, "class": "PooledPostgresRunStorage", "config": {"postgres_db": db}},
+    return {"run_storage": {"module": ours, "class": "PooledPostgresRunStorage",
+                            "config": {"postgres_db": copy.deepcopy(db)}},
             "event_log_storage": {"module": ours, "class": "PooledPostgresEventLogStorage",
-                                  "config": {"postgres_db": db}},
+                                  "config": {"postgres_db": copy.deepcopy(db)}},
             "schedule_storage": {"module": "dagster_postgres.schedule_storage", "class": "PostgresScheduleStorage",
-                                 "config": {"postgres_db": db}}}
+                                 "config": {"postgres_db": copy.deepcopy(db)}}}
 
 
 def _on_postgres(document: dict[str, Any]) -> bool:
@@ -191,8 +195,9 @@ def check_existing(config: Path, postgres_url: str | None = None, home: Home | N
                 "they start nor capped per plan (each run still checks the write permission); it is "
                 "kept as it is: add our run_coordinator (see `backfill init` on an empty DAGSTER_HOME)")
     if postgres_url and not _on_postgres(document):
-        return (f"{config} exists and was kept: its storage is not Postgres; to move it, set storage: "
-                "postgres: postgres_db in it, or remove the file and run `backfill init --instance postgres`")
+        return (f"{config} exists and was kept: its storage is not Postgres; to move it, remove the file and run "
+                "`backfill init --instance postgres` (or set storage: postgres: postgres_db in it: Dagster's own "
+                "storages, which connect for every statement)")
     return None
 
 

@@ -412,7 +412,11 @@ class _PooledPostgres:
         if isinstance(engine.pool, NullPool):
             engine.dispose()
             return
-        self.__dict__.setdefault("_pg_engines", {})[os.getpid()] = engine
+        engines: dict[int, db.engine.Engine] = self.__dict__.setdefault("_pg_engines", {})
+        replaced = engines.get(os.getpid())
+        engines[os.getpid()] = engine
+        if replaced is not None and replaced is not engine:  # its connection is this process's own
+            replaced.dispose()
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
@@ -452,13 +456,17 @@ def _postgres_storages() -> dict[str, type]:
             return True
 
         def dispose(self) -> None:
-            super().dispose()
-            self._dispose_pooled()
+            try:
+                super().dispose()
+            finally:
+                self._dispose_pooled()
 
     class PooledPostgresRunStorage(_PooledPostgres, PostgresRunStorage):
         def dispose(self) -> None:
-            super().dispose()
-            self._dispose_pooled()
+            try:
+                super().dispose()
+            finally:
+                self._dispose_pooled()
 
     for cls in (PooledPostgresEventLogStorage, PooledPostgresRunStorage):
         cls.__module__, cls.__qualname__ = __name__, cls.__name__

@@ -4,6 +4,7 @@ the pooled sqlite event log (backfill_assets/dagster_storage.py) and the run coo
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import dagster as dg
 
@@ -388,3 +389,35 @@ def test_the_postgres_storages_override_what_dagster_still_calls():
             inspect.getsource(storage.from_config_value), storage
     assert "self._engine" in inspect.getsource(PostgresEventLogStorage._connect)
     assert "self._engine" in inspect.getsource(PostgresRunStorage.connect)
+
+
+def test_a_postgres_instance_the_webserver_optimizes_leaves_no_connection_open_once_disposed(postgres_server,
+                                                                                             tmp_path, monkeypatch):
+    """The webserver gives each storage its own pool (`optimize_for_webserver`): the pooled engine
+    it replaces, which had connected, is closed, and disposing of the instance closes the rest."""
+    import psycopg
+
+    from backfill_assets.dagster_setup import ensure_dagster_home
+
+    url = postgres_server.create_database("dagster_webserver")
+    home = Home(tmp_path / "home")
+    ensure_dagster_home(home, url)
+    assert "&id" not in (home.dagster_home / "dagster.yaml").read_text()  # three blocks, no YAML anchor
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
+
+    def backends() -> int:
+        with psycopg.connect(url, autocommit=True) as watch:
+            return watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND pid <> pg_backend_pid()").fetchone()[0]
+
+    instance = dg.DagsterInstance.from_config(str(home.dagster_home))
+    instance.get_runs(limit=1)
+    instance.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=10)
+    instance.get_runs(limit=1)
+    instance.event_log_storage.get_latest_materialization_events([dg.AssetKey("thing")])
+    assert backends() <= 2  # the webserver's pool of each of the two storages, nothing left behind
+    instance.dispose()
+    deadline = time.monotonic() + 10
+    while backends() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backends() == 0

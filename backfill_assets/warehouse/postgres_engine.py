@@ -111,6 +111,9 @@ _CATALOG = "'pg_catalog'::pg_catalog.regnamespace"
 _ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL's tables, types, operators or "
             "functions where backfill reads (a view of yours belongs in another schema, a function under another "
             "name); restore a replaced table from backup; `backfill evidence verify` then checks the record")
+_PREPARE_FIX = ("find the function that runs PREPARE (`SELECT oid::regprocedure FROM pg_proc WHERE prosrc ILIKE "
+                "'%prepare%'`) on the tables backfill writes or reads, and drop it or its trigger; then run the "
+                "command again")
 # statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
 _FOREIGN_PREPARED_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql"
 # psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
@@ -232,8 +235,9 @@ class PostgresSession(Session):
         first, then checked: a rename or a swap for a view waits until the transaction ends."""
         from backfill_assets.warehouse.state_store import SCHEMA
 
-        # The check's statements are the only ones prepared (planned once a connection: ~2 of its
-        # ~3 ms), and only while no statement of this session was prepared by SQL: a trigger or a
+        # The check's statements are the only ones prepared (planned again only after psycopg
+        # forgets them, at a ROLLBACK, DROP or ALTER; ~2 of the check's ~3 ms on a kept
+        # connection), and only while no statement of this session was prepared by SQL: a trigger or a
         # function of the insider's, run by a write of ours, can DEALLOCATE one of ours and PREPARE
         # its own under the name, answering no view where there is one (found by an attack).
         # Prepared over the protocol, ours are never `from_sql`; every other statement is sent
@@ -243,7 +247,7 @@ class PostgresSession(Session):
 
             raise ForgedRecord("a statement was prepared by SQL in this warehouse session: a trigger or function run "
                                "by one of its writes (of a table's owner) can put its own statement under the name "
-                               "of one of backfill's, and answer its checks otherwise", fix=_ODD_FIX)
+                               "of one of backfill's, and answer its checks otherwise", fix=_PREPARE_FIX)
         relations = ("SELECT c.relname, c.relkind, c.relrowsecurity FROM pg_catalog.pg_class AS c JOIN "
                      "pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
                      "WHERE n.nspname OPERATOR(pg_catalog.=) %s::pg_catalog.text AND c.relkind "
@@ -326,8 +330,9 @@ class _Kept:
 
 
 _kept = _Kept()
-# what `DISCARD ALL` does but for its `DEALLOCATE ALL`, which psycopg does not notice: its next
-# execution of a statement it had prepared failed ("prepared statement _pg3_0 does not exist").
+# what `DISCARD ALL` does but for its `DEALLOCATE ALL`, which psycopg notices only the first time
+# a connection sends that text: the next session's statement it had prepared again failed
+# ("prepared statement _pg3_0 does not exist").
 # The control check's prepared statements stay (`control_relations_plain`), and PostgreSQL plans
 # them again when a table they read changes.
 _RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
@@ -355,17 +360,24 @@ def _keep_or_close(url: str, con: Any) -> None:
     from psycopg.pq import TransactionStatus
 
     pid = os.getpid()
-    with _kept.lock:
-        wanted = _kept.depth and not _kept.released and \
+
+    def room() -> bool:
+        return bool(_kept.depth) and not _kept.released and \
             sum(1 for owner, _u, _c in _kept.idle if owner == pid) < KEPT_IDLE
+
+    with _kept.lock:
+        wanted = room()
     if wanted and not con.closed and not con.broken and con.info.transaction_status is TransactionStatus.IDLE:
         try:
             con.execute(_RESET)
         except psycopg.Error:
             pass
+        except BaseException:  # an interrupt while resetting: the connection is never left open
+            con.close()
+            raise
         else:
             with _kept.lock:
-                if _kept.depth and not _kept.released:
+                if room():
                     _kept.idle.append((pid, url, con))
                     return
     con.close()
@@ -426,6 +438,9 @@ class PostgresEngine(PostgresSpelling, Engine):
             except psycopg.Error:
                 con.close()
                 con = None
+            except BaseException:
+                con.close()
+                raise
         while con is None:
             try:
                 con = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
