@@ -1,10 +1,14 @@
-"""A rollback on PostgreSQL restores exactly the snapshot's bytes, or nothing (two holes found by an
-attack; each test failed first): a plan id long enough that its snapshot tables' names passed
+"""A rollback on PostgreSQL restores exactly the snapshot's bytes, or nothing (holes found by
+attacks; each test failed first): a plan id long enough that its snapshot tables' names passed
 PostgreSQL's 63 bytes could never be rolled back (the names were cut silently, and looked for whole),
-and a constraint trigger deferred to COMMIT changed a restored partition after the rollback proved it."""
+a constraint trigger deferred to COMMIT changed a restored partition after the rollback proved it,
+and code of a table's owner run inside the rollback's session changed what its statements named."""
 
 from __future__ import annotations
 
+import uuid
+
+import psycopg
 import pytest
 
 from tests.world import BUGGY, keys
@@ -61,3 +65,93 @@ def test_a_deferred_trigger_on_the_target_never_changes_a_rollback_after_its_pro
     else:  # the trigger fired before the proof: refused in one line, nothing changed
         assert out.err.count("\n") == 1 and "differ" in out.err, out.err
         assert world.phase() != "rolled_back"
+
+
+# --- code of a table's owner changing the rollback's own session (found by an attack) -------------
+
+def _insider_owning_target(world):
+    role = f"insider_{uuid.uuid4().hex[:8]}"
+    world.run_sql(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+    world.run_sql(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+    world.run_sql(f"ALTER TABLE daily_revenue OWNER TO {role}")
+    return psycopg.connect(f"postgresql://{role}@{world.url.partition('@')[2]}", autocommit=True)
+
+
+# the statement trigger creates a temporary copy of the target, which every later statement of the
+# session naming "daily_revenue" reads and writes instead: put_back's INSERT and its proof
+SHADOW = ("CREATE FUNCTION public.shadow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+          "CREATE TEMP TABLE IF NOT EXISTS daily_revenue (LIKE public.daily_revenue); RETURN NULL; END $$",
+          "CREATE TRIGGER shadow AFTER DELETE ON daily_revenue FOR EACH STATEMENT EXECUTE FUNCTION public.shadow()")
+# a plain trigger defers constraint triggers again after the transaction made them immediate: the
+# deferrable one above fires at COMMIT, after the proof
+DEFER = ("CREATE FUNCTION public.defer_all() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         "SET CONSTRAINTS ALL DEFERRED; RETURN NULL; END $$",
+         "CREATE TRIGGER defer_all BEFORE DELETE ON daily_revenue FOR EACH STATEMENT "
+         "EXECUTE FUNCTION public.defer_all()",
+         "CREATE FUNCTION public.nudge_later() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         "UPDATE public.daily_revenue SET orders = orders + 1 WHERE order_date = NEW.order_date "
+         "AND region = NEW.region; RETURN NULL; END $$",
+         "CREATE CONSTRAINT TRIGGER nudge_later AFTER INSERT ON daily_revenue DEFERRABLE INITIALLY IMMEDIATE "
+         "FOR EACH ROW WHEN (NEW.region = 'north') EXECUTE FUNCTION public.nudge_later()")
+# the search path turned to a schema of the insider's, for the rest of the session
+DETOUR = ("CREATE TABLE detour.daily_revenue (LIKE public.daily_revenue)",
+          "CREATE FUNCTION public.detour() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+          "PERFORM pg_catalog.set_config('search_path', 'detour, public', false); RETURN NULL; END $$",
+          "CREATE TRIGGER detour AFTER DELETE ON daily_revenue FOR EACH STATEMENT EXECUTE FUNCTION public.detour()")
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("way", ["shadow", "defer", "detour"])
+def test_code_in_the_rollbacks_session_never_gets_a_wrong_restore_proven(engine_world, way, capfd):
+    """Insider owning the target only: its trigger, run by the rollback's DELETE as the product,
+    changed the rest of the session. A temporary `daily_revenue` took the restore and its proof (the
+    real partitions left empty, the rollback reporting every fingerprint restored); constraints
+    deferred again had a trigger change the restored rows at COMMIT; a search path turned to the
+    insider's schema had the restore read and written there."""
+    world = engine_world
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    before = world.fingerprints("daily_revenue", window)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    fixed = world.fingerprints("daily_revenue", window)
+    if way == "detour":  # a schema the insider may create in
+        world.run_sql("CREATE SCHEMA detour")
+        world.run_sql("GRANT USAGE, CREATE ON SCHEMA detour TO PUBLIC")
+    with _insider_owning_target(world) as con:
+        for statement in {"shadow": SHADOW, "defer": DEFER, "detour": DETOUR}[way]:
+            con.execute(statement)
+    capfd.readouterr()
+    code = world.cli("rollback", "fix")
+    out = capfd.readouterr()
+    now = world.fingerprints("daily_revenue", window)
+    if code == 0:
+        assert now == before, f"rollback ({way}) proved a restore, but daily_revenue holds {now}\n{out.out}"
+    else:  # refused in one line, nothing of it committed
+        assert out.err.count("\n") == 1, out.err
+        assert now == fixed and world.phase() != "rolled_back"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_trigger_on_a_control_table_is_refused_before_it_can_change_a_proven_rollback(engine_world, capfd):
+    """Insider with any SQL on backfill_control: a trigger on the evidence chain's table fires when
+    the rollback records what it proved, and edits the target after the proof, in the same
+    transaction."""
+    world = engine_world
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    fixed = world.fingerprints("daily_revenue", window)
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute("CREATE FUNCTION public.after_proof() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                        "UPDATE public.daily_revenue SET orders = orders + 1 WHERE region = 'north'; "
+                        "RETURN NULL; END $$")
+        insider.execute("CREATE TRIGGER after_proof AFTER INSERT ON backfill_control.evidence FOR EACH STATEMENT "
+                        "EXECUTE FUNCTION public.after_proof()")
+        capfd.readouterr()
+        assert world.cli("rollback", "fix") != 0
+        err = capfd.readouterr().err
+        assert "backfill_control has the trigger after_proof on evidence" in err and err.count("\n") == 1, err
+        insider.execute("DROP TRIGGER after_proof ON backfill_control.evidence")  # what the refusal says to do
+    assert world.fingerprints("daily_revenue", window) == fixed and world.phase() != "rolled_back"

@@ -114,6 +114,19 @@ _ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL
 _PREPARE_FIX = ("find the function that runs PREPARE (`SELECT oid::regprocedure FROM pg_proc WHERE prosrc ILIKE "
                 "'%prepare%'`) on the tables backfill writes or reads, and drop it or its trigger; then run the "
                 "command again")
+# the session's search_path and role, and the first temporary relation or type of its own that is
+# none of the product's (a write's staging table, `writes.STAGE_PREFIX`, its row type and array type)
+_SESSION_STATE_SQL = (
+    "SELECT pg_catalog.current_setting('search_path'::pg_catalog.text), CURRENT_USER::pg_catalog.text, "
+    "(SELECT x.what FROM (SELECT 'table ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text AS what, "
+    "c.relname::pg_catalog.text AS named FROM pg_catalog.pg_class AS c WHERE c.relnamespace "
+    "OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() UNION ALL SELECT 'type ' OPERATOR(pg_catalog.||) "
+    "t.typname::pg_catalog.text, pg_catalog.ltrim(t.typname::pg_catalog.text, '_'::pg_catalog.text) "
+    "FROM pg_catalog.pg_type AS t WHERE t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) AS x "
+    "WHERE NOT pg_catalog.starts_with(x.named, 'backfill_stage_'::pg_catalog.text) LIMIT 1)")
+_SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, set_config, SET ROLE or SET "
+                "CONSTRAINTS on the tables backfill writes or reads (`SELECT oid::regprocedure FROM pg_proc WHERE "
+                "prosrc ~* 'temp|set_config|search_path|constraints|role'`), and drop it; then run the command again")
 # statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
 _FOREIGN_PREPARED_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql"
 # psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
@@ -185,13 +198,26 @@ def _odd_control_sql() -> str:
         f"ON e.r {_EQ} c.relname::pg_catalog.text AND e.k {_EQ} a.attname::pg_catalog.text "
         f"WHERE n.nspname {_EQ} %s::pg_catalog.text AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 "
         f"AND NOT a.attisdropped AND pg_catalog.format_type(a.atttypid, a.atttypmod) {_NE} e.t")
-    return _ODD_CONTROL_SQL + other + " LIMIT 1"
+    # and code hung on a control table (a trigger, a rule) runs in backfill's transactions after
+    # what they proved, before they commit: a write of the record could change the target again
+    code = (
+        " UNION ALL SELECT 'the trigger ' OPERATOR(pg_catalog.||) t.tgname::pg_catalog.text OPERATOR(pg_catalog.||) "
+        "' on ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text FROM pg_catalog.pg_trigger AS t "
+        f"JOIN pg_catalog.pg_class AS c ON c.oid {_EQ} t.tgrelid JOIN pg_catalog.pg_namespace AS n "
+        f"ON n.oid {_EQ} c.relnamespace WHERE n.nspname {_EQ} %s::pg_catalog.text AND NOT t.tgisinternal"
+        " UNION ALL SELECT 'the rule ' OPERATOR(pg_catalog.||) r.rulename::pg_catalog.text OPERATOR(pg_catalog.||) "
+        "' on ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text FROM pg_catalog.pg_rewrite AS r "
+        f"JOIN pg_catalog.pg_class AS c ON c.oid {_EQ} r.ev_class JOIN pg_catalog.pg_namespace AS n "
+        f"ON n.oid {_EQ} c.relnamespace WHERE n.nspname {_EQ} %s::pg_catalog.text "
+        f"AND r.rulename {_NE} '_RETURN'::pg_catalog.name")
+    return _ODD_CONTROL_SQL + other + code + " LIMIT 1"
 
 
 class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
         self.con = con
+        self._opened_as: tuple[str, str] | None = None  # (search_path, role) as the session opened
 
     def _cursor_run(self, sql: str, params: Params, fetch: bool) -> list[tuple[Any, ...]]:
         import psycopg
@@ -264,9 +290,15 @@ class PostgresSession(Session):
                 not self.con.execute(_CHAIN_KEY_SQL, [SCHEMA], prepare=True).fetchone()[0]:
             raise_no_chain_key(SCHEMA)
         if found and not bad:
-            odd = self.con.execute(_odd_control_sql(), [SCHEMA, SCHEMA, SCHEMA], prepare=True).fetchall()
+            odd = self.con.execute(_odd_control_sql(), [SCHEMA] * 5, prepare=True).fetchall()
             if odd:
                 from backfill_assets.errors import ForgedRecord
+
+                if str(odd[0][0]).startswith(("the trigger ", "the rule ")):
+                    raise ForgedRecord(f"{SCHEMA} has {odd[0][0]}: code of its own runs in backfill's transactions "
+                                       "after what they proved, and can change it before they commit",
+                                       fix=f"drop it (`DROP TRIGGER` / `DROP RULE`); nothing may hang on {SCHEMA}'s "
+                                           "tables; `backfill evidence verify` then checks the record")
 
                 if str(odd[0][0]).startswith("the column ") and ", made " in str(odd[0][0]):
                     raise ForgedRecord(f"{SCHEMA} holds {odd[0][0]}: it can answer a statement otherwise than the "
@@ -285,7 +317,35 @@ class PostgresSession(Session):
             raise ForgedRecord(f"{SCHEMA}.{name} {what}, not a plain table: it can answer each statement "
                                "differently", fix=_ODD_FIX)
 
+    def unaltered(self) -> None:
+        """Nothing run inside this session changed what its statements mean since it opened: code of
+        a table's owner (a trigger, a CHECK's function) runs as the product and may create a
+        temporary table or type (searched first: the next `INSERT INTO "daily_revenue"`, and the
+        proof that read it back, went to its temporary copy, and a rollback proved a restore that
+        left the table empty), change `search_path` for the session, or defer constraint triggers
+        again (`SET CONSTRAINTS ALL DEFERRED`: a deferred trigger changed a rollback's rows at
+        COMMIT, after its proof; both found by an attack). In a transaction, deferred triggers
+        pending fire first, so what follows reads their doing."""
+        if self.in_transaction:
+            self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
+        found = self.con.execute(_SESSION_STATE_SQL, prepare=False).fetchone()
+        if self._opened_as is None:
+            self._opened_as = (found[0], found[1])
+            return
+        problem = None
+        if found[2]:
+            problem = f"a temporary {found[2]} appeared in it, which its statements would read for the table or type"
+        elif (found[0], found[1]) != self._opened_as:
+            problem = (f"its search_path or role changed ({self._opened_as[0]!r} as {self._opened_as[1]}, now "
+                       f"{found[0]!r} as {found[1]})")
+        if problem:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"code run inside this warehouse session changed it: {problem}; nothing it did "
+                               "is committed", fix=_SESSION_FIX)
+
     def _commit(self) -> None:
+        self.unaltered()
         self.execute("COMMIT")  # a failed commit is a statement error, one line
 
     def _rollback(self) -> None:
@@ -463,6 +523,7 @@ class PostgresEngine(PostgresSpelling, Engine):
             if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
                 con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
             session = PostgresSession(self, con)
+            session.unaltered()  # what it opened as, before any statement that could run others' code
             session.control_relations_plain(lock=False)
             yield session
         except BaseException:
@@ -537,6 +598,8 @@ class PostgresEngine(PostgresSpelling, Engine):
         # function or operator of the insider's own wins over pg_catalog's where its argument types
         # match better (found by an attack); and a column of a type of their own is cast to text by
         # a cast they may define, so it is no plain table's either
+        if isinstance(session, PostgresSession):  # before any bytes are read (`PostgresSession.unaltered`)
+            session.unaltered()
         eq, gt = "OPERATOR(pg_catalog.=)", "OPERATOR(pg_catalog.>)"
         columns = (f"FROM pg_catalog.pg_attribute AS a WHERE a.attrelid {eq} c.oid AND a.attnum {gt} "
                    "0::pg_catalog.int2 AND NOT a.attisdropped")
