@@ -12,6 +12,7 @@ its way in is refused, the transaction rolled back, and publish has nothing unju
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import psycopg
@@ -53,6 +54,16 @@ def _hang_on_gate_results(world, function: str, name: str) -> None:
                     f"FOR EACH ROW EXECUTE FUNCTION public.{name}()")
 
 
+def _raw(world, query: str) -> int:
+    """One number, read on a connection of one's own: the product's sessions refuse a warehouse
+    with a trigger on a control table, before and inside every transaction."""
+    with psycopg.connect(world.url, autocommit=True) as con:
+        return int(con.execute(query).fetchone()[0])
+
+
+REFUSED_TRIGGER = "has the trigger|a trigger or rule was hung on a table of backfill_control"
+
+
 def _failing_window(world):
     """A plan whose proof passed, then the source of 2026-01-03 loaded twice: that day's gates fail."""
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
@@ -68,9 +79,10 @@ def test_a_trigger_on_gate_results_never_gets_a_failing_gate_sealed_as_passed(en
     world = engine_world
     _failing_window(world)
     _hang_on_gate_results(world, FLIP, "flip_gate")
-    assert world.cli("run", "fix") != 0  # 2026-01-03's gates fail (the command says so)
+    assert world.cli("run", "fix") != 0  # refused: a trigger hangs on a control table
     published = world.cli("publish", "fix")
-    assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
+    assert published == 1 and _raw(world, "SELECT count(*) FROM published_revenue WHERE order_date = "
+                                          "'2026-01-03'") == 0, \
         "a trigger's forged `passed` was sealed: publish copied a day whose gates failed"
 
 
@@ -113,9 +125,10 @@ def test_code_on_the_target_running_as_the_writer_never_gets_gate_results_forged
         for statement in ON_THE_TARGET[way]:
             con.execute(statement)
     assert world.cli("run", "fix") != 0
-    planted = world.sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'flip'")[0][0]
+    planted = _raw(world, "SELECT count(*) FROM pg_trigger WHERE tgname = 'flip'")  # rolled back with the write
     published = world.cli("publish", "fix")
-    assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
+    assert published == 1 and _raw(world, "SELECT count(*) FROM published_revenue WHERE order_date = "
+                                          "'2026-01-03'") == 0, \
         f"the target's {way} ran as the writer (planted {planted} trigger on gate_results): publish " \
         "copied a day whose gates failed"
 
@@ -131,7 +144,7 @@ SINK = ("CREATE FUNCTION public.sink_id() RETURNS trigger LANGUAGE plpgsql AS "
         "$$ BEGIN NEW.publish_id := -NEW.publish_id; RETURN NEW; END $$")
 
 
-def _published_then_republished(world, plant):
+def _published_then_republished(world, plant, capfd) -> bool:
     """The buggy days published, kept aside by the insider; then plan `fix` published over them,
     with `plant` run (as the insider) before its publish."""
     assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
@@ -143,7 +156,12 @@ def _published_then_republished(world, plant):
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("CREATE TABLE public.kept AS SELECT * FROM published_revenue")
         plant(world, role, con)
-    assert world.cli("publish", "fix") == 0
+    capfd.readouterr()
+    if world.cli("publish", "fix") != 0:  # refused in one line: the trigger, before anything committed
+        err = capfd.readouterr().err
+        assert re.search(REFUSED_TRIGGER, err) and err.count("\n") == 1, err
+        assert _raw(world, f"SELECT count(*) FROM {CONTROL}.publications WHERE plan_id = 'fix'") == 0
+        return False
     fixed = world.fingerprints("published_revenue", keys(1, 4))
     assert fixed != buggy and fixed == world.fingerprints("daily_revenue", keys(1, 4))
     # the insider puts the buggy bytes back where consumers read (a direct edit, which must be found)
@@ -151,6 +169,7 @@ def _published_then_republished(world, plant):
         con.execute("DELETE FROM published_revenue")
         con.execute("INSERT INTO published_revenue SELECT * FROM public.kept")
     assert world.fingerprints("published_revenue", keys(1, 4)) == buggy
+    return True
 
 
 def _own_publications(world, role, con):
@@ -185,7 +204,8 @@ def test_a_publication_id_sunk_below_older_ones_never_hides_an_edit_of_the_publi
     puts the buggy bytes back into the published table: `status` finds no edit, the plan stays
     published and `plan close` accepts, while consumers read the bytes the plan replaced."""
     world = engine_world
-    _published_then_republished(world, plant)
+    if not _published_then_republished(world, plant, capfd):
+        return  # the publish was refused: the fix's publication never landed, sunk or not
     ids = world.sql(f"SELECT min(publish_id) FROM {CONTROL}.publications")[0][0]
     capfd.readouterr()
     world.cli("status", "fix")
@@ -215,12 +235,13 @@ def test_a_result_id_sunk_below_older_ones_never_lets_publish_copy_a_day_whose_l
     assert world.phase() == "reconciled"
     _hang_on_gate_results(world, SINK_RESULT, "sink_result")
     capfd.readouterr()
-    assert world.cli("reconcile", "fix") != 0  # the command itself says 2026-01-03 fails now
-    failing = world.sql(f"SELECT count(*) FROM {CONTROL}.gate_results WHERE partition_key = '2026-01-03' "
-                        "AND NOT passed")[0][0]
-    assert failing > 0
-    phase = world.phase()
+    assert world.cli("reconcile", "fix") != 0  # refused: a trigger hangs on a control table
+    failing = _raw(world, f"SELECT count(*) FROM {CONTROL}.gate_results WHERE partition_key = '2026-01-03' "
+                          "AND NOT passed")
+    with psycopg.connect(world.url, autocommit=True) as con:
+        phase = con.execute(f"SELECT phase FROM {CONTROL}.plans WHERE plan_id = 'fix'").fetchone()[0]
     published = world.cli("publish", "fix")
-    assert published == 1 and world.rows("published_revenue", "2026-01-03") == 0, \
+    assert published == 1 and _raw(world, "SELECT count(*) FROM published_revenue WHERE order_date = "
+                                          "'2026-01-03'") == 0, \
         f"reconcile recorded {failing} failing result(s) on 2026-01-03's latest write, yet the plan is " \
         f"{phase} and publish copied it: the failures' sunk result ids made older passes 'the latest'"

@@ -123,12 +123,23 @@ _SESSION_STATE_SQL = (
     "OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() UNION ALL SELECT 'type ' OPERATOR(pg_catalog.||) "
     "t.typname::pg_catalog.text, pg_catalog.ltrim(t.typname::pg_catalog.text, '_'::pg_catalog.text) "
     "FROM pg_catalog.pg_type AS t WHERE t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) AS x "
-    "WHERE NOT pg_catalog.starts_with(x.named, 'backfill_stage_'::pg_catalog.text) LIMIT 1)")
-_SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, set_config, SET ROLE or SET "
-                "CONSTRAINTS on the tables backfill writes or reads (`SELECT oid::regprocedure FROM pg_proc WHERE "
-                "prosrc ~* 'temp|set_config|search_path|constraints|role'`), and drop it; then run the command again")
+    "WHERE NOT pg_catalog.starts_with(x.named, 'backfill_stage_'::pg_catalog.text) LIMIT 1), "
+    # and a trigger or rule hung on a control table meanwhile (by a trigger of the target's, as
+    # the product: `control_relations_plain` refuses them as a transaction begins)
+    "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger AS t JOIN pg_catalog.pg_class AS c ON c.oid "
+    "OPERATOR(pg_catalog.=) t.tgrelid WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace("
+    "%s::pg_catalog.text) AND NOT t.tgisinternal) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) "
+    "FROM pg_catalog.pg_rewrite AS r JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) r.ev_class "
+    "WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%s::pg_catalog.text) "
+    "AND r.rulename OPERATOR(pg_catalog.<>) '_RETURN'::pg_catalog.name)")
+_SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, CREATE TRIGGER or RULE, "
+                "set_config, SET ROLE or SET CONSTRAINTS on the tables backfill writes or reads (`SELECT "
+                "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'temp|trigger|rule|set_config|search_path|"
+                "constraints|role'`), and drop it (and what it hung on backfill_control); then run the command again")
 # statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
-_FOREIGN_PREPARED_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql"
+# (with the session's search_path and role: what `PostgresSession.unaltered` compares later)
+_FOREIGN_PREPARED_SQL = ("SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql), "
+                         "pg_catalog.current_setting('search_path'::pg_catalog.text), CURRENT_USER::pg_catalog.text")
 # psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
 # after its Nth execution (None would refuse to prepare even when asked)
 PREPARED_ONLY_WHEN_ASKED = 1 << 62
@@ -268,7 +279,10 @@ class PostgresSession(Session):
         # its own under the name, answering no view where there is one (found by an attack).
         # Prepared over the protocol, ours are never `from_sql`; every other statement is sent
         # unprepared (`PREPARED_ONLY_WHEN_ASKED`), so there is nothing else to replace.
-        if self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()[0]:
+        foreign, search_path, role = self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()
+        if self._opened_as is None:  # as the session opens, before any statement that runs others' code
+            self._opened_as = (search_path, role)
+        if foreign:
             from backfill_assets.errors import ForgedRecord
 
             raise ForgedRecord("a statement was prepared by SQL in this warehouse session: a trigger or function run "
@@ -328,15 +342,17 @@ class PostgresSession(Session):
         pending fire first, so what follows reads their doing."""
         if self.in_transaction:
             self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
-        found = self.con.execute(_SESSION_STATE_SQL, prepare=False).fetchone()
-        if self._opened_as is None:
-            self._opened_as = (found[0], found[1])
-            return
+        from backfill_assets.warehouse.state_store import SCHEMA
+
+        found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
-        if found[2]:
+        if found[3]:
+            problem = f"a trigger or rule was hung on a table of {SCHEMA}"
+        elif found[2]:
             problem = f"a temporary {found[2]} appeared in it, which its statements would read for the table or type"
         elif (found[0], found[1]) != self._opened_as:
-            problem = (f"its search_path or role changed ({self._opened_as[0]!r} as {self._opened_as[1]}, now "
+            opened = self._opened_as or ("", "")
+            problem = (f"its search_path or role changed ({opened[0]!r} as {opened[1]}, now "
                        f"{found[0]!r} as {found[1]})")
         if problem:
             from backfill_assets.errors import ForgedRecord
@@ -523,8 +539,7 @@ class PostgresEngine(PostgresSpelling, Engine):
             if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
                 con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
             session = PostgresSession(self, con)
-            session.unaltered()  # what it opened as, before any statement that could run others' code
-            session.control_relations_plain(lock=False)
+            session.control_relations_plain(lock=False)  # and what it opened as (`unaltered`)
             yield session
         except BaseException:
             con.close()
