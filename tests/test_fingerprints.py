@@ -103,16 +103,37 @@ def legacy_by_definition(rows) -> Fingerprint:
 
 @pytest.mark.parametrize("settings", ["defaults", "other session settings"])
 def test_fingerprints_are_pinned_and_equal_on_every_engine(engine, settings):
+    # a value's text must not depend on the session: the time zone changes how a TIMESTAMPTZ
+    # prints, extra_float_digits how a PostgreSQL float rounds. On PostgreSQL they are the
+    # database's (what a session starts with): one changed inside a session is refused (below)
+    if settings != "defaults" and engine.name == "postgresql":
+        with engine.session() as session:
+            database = session.scalar("SELECT current_database()")
+            session.execute(f"ALTER DATABASE \"{database}\" SET TimeZone = 'America/New_York'")
+            session.execute(f"ALTER DATABASE \"{database}\" SET extra_float_digits = 0")
     with engine.session() as session:
-        if settings != "defaults":
-            # a value's text must not depend on the session: the time zone changes how a
-            # TIMESTAMPTZ prints, extra_float_digits how a PostgreSQL float rounds
+        if settings != "defaults" and engine.name == "duckdb":
             session.execute("SET TimeZone = 'America/New_York'")
-            if engine.name == "postgresql":
-                session.execute("SET extra_float_digits = 0")
         make_table(session)
         found = fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
     assert found == GOLDEN
+
+
+@pytest.mark.parametrize("setting", ["TimeZone = 'America/New_York'", "extra_float_digits = 0",
+                                     "search_path = pg_catalog"])
+def test_a_setting_changed_inside_a_postgres_session_refuses_its_fingerprints(postgres_url, setting):
+    """What code run inside the session (a table owner's trigger) changes there is not the team's:
+    a float's text in a row or array rounds at extra_float_digits 0, a search path picks another
+    table."""
+    from backfill_assets.errors import ForgedRecord
+    from backfill_assets.warehouse import engine_for
+
+    engine = engine_for(postgres_url)
+    with engine.session() as session:
+        make_table(session)
+        session.execute(f"SET {setting}")
+        with pytest.raises(ForgedRecord, match=f"its {setting.split(' = ')[0]} changed from"):
+            fingerprints(session, "golden", COLUMNS, SCHEME, "day", KEYS)
 
 
 def test_the_pinned_values_are_the_documented_definition():

@@ -116,8 +116,15 @@ _PREPARE_FIX = ("find the function that runs PREPARE (`SELECT oid::regprocedure 
                 "command again")
 # the session's search_path and role, and the first temporary relation or type of its own that is
 # none of the product's (a write's staging table, `writes.STAGE_PREFIX`, its row type and array type)
+# the settings that change which table a name is, how a value prints (and so its fingerprint) or
+# whether triggers and row security apply; with the role, as one JSON array
+_WATCHED_SETTINGS = ("search_path", "extra_float_digits", "DateStyle", "IntervalStyle", "TimeZone", "bytea_output",
+                     "standard_conforming_strings", "session_replication_role", "row_security",
+                     "transform_null_equals")
+_SETTINGS_SQL = ("pg_catalog.json_build_array(CURRENT_USER::pg_catalog.text, " + ", ".join(
+    f"pg_catalog.current_setting('{name}'::pg_catalog.text)" for name in _WATCHED_SETTINGS) + ")::pg_catalog.text")
 _SESSION_STATE_SQL = (
-    "SELECT pg_catalog.current_setting('search_path'::pg_catalog.text), CURRENT_USER::pg_catalog.text, "
+    f"SELECT {_SETTINGS_SQL}, NULL, "
     "(SELECT x.what FROM (SELECT 'table ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text AS what, "
     "c.relname::pg_catalog.text AS named FROM pg_catalog.pg_class AS c WHERE c.relnamespace "
     "OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() UNION ALL SELECT 'type ' OPERATOR(pg_catalog.||) "
@@ -139,7 +146,7 @@ _SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE
 # statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
 # (with the session's search_path and role: what `PostgresSession.unaltered` compares later)
 _FOREIGN_PREPARED_SQL = ("SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql), "
-                         "pg_catalog.current_setting('search_path'::pg_catalog.text), CURRENT_USER::pg_catalog.text")
+                         f"{_SETTINGS_SQL}")
 # psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
 # after its Nth execution (None would refuse to prepare even when asked)
 PREPARED_ONLY_WHEN_ASKED = 1 << 62
@@ -228,7 +235,7 @@ class PostgresSession(Session):
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
         self.con = con
-        self._opened_as: tuple[str, str] | None = None  # (search_path, role) as the session opened
+        self._opened_as: str | None = None  # the role and `_WATCHED_SETTINGS` as the session opened
 
     def _cursor_run(self, sql: str, params: Params, fetch: bool) -> list[tuple[Any, ...]]:
         import psycopg
@@ -279,9 +286,9 @@ class PostgresSession(Session):
         # its own under the name, answering no view where there is one (found by an attack).
         # Prepared over the protocol, ours are never `from_sql`; every other statement is sent
         # unprepared (`PREPARED_ONLY_WHEN_ASKED`), so there is nothing else to replace.
-        foreign, search_path, role = self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()
+        foreign, settings = self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()
         if self._opened_as is None:  # as the session opens, before any statement that runs others' code
-            self._opened_as = (search_path, role)
+            self._opened_as = settings
         if foreign:
             from backfill_assets.errors import ForgedRecord
 
@@ -350,10 +357,13 @@ class PostgresSession(Session):
             problem = f"a trigger or rule was hung on a table of {SCHEMA}"
         elif found[2]:
             problem = f"a temporary {found[2]} appeared in it, which its statements would read for the table or type"
-        elif (found[0], found[1]) != self._opened_as:
-            opened = self._opened_as or ("", "")
-            problem = (f"its search_path or role changed ({opened[0]!r} as {opened[1]}, now "
-                       f"{found[0]!r} as {found[1]})")
+        elif found[0] != self._opened_as:
+            import json
+
+            was, now = json.loads(self._opened_as or "[]"), json.loads(found[0])
+            changed = [(name, a, b) for name, a, b in zip(("role", *_WATCHED_SETTINGS), was, now, strict=False)
+                       if a != b] or [("settings", was, now)]
+            problem = f"its {changed[0][0]} changed from {changed[0][1]!r} to {changed[0][2]!r}"
         if problem:
             from backfill_assets.errors import ForgedRecord
 
