@@ -17,11 +17,10 @@ from __future__ import annotations
 import functools
 import os
 import stat
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from backfill_assets.environment import fix_for, pid_running, reason_of
 from backfill_assets.errors import LockWaitTimeout, UsageError, WarehouseError
 from backfill_assets.identifiers import quote
 from backfill_assets.settings import whole_number
+from backfill_assets.warehouse import kept as kept_scope
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, raise_no_chain_key, type_family
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
@@ -290,14 +290,12 @@ def _memory_mb() -> int:
     return mb
 
 
-class _Kept:
+class _Kept(kept_scope.Kept):
     """Connections kept open between the sessions of a command (`kept_open`), one a database file
     and process, with the mode it was opened in."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.released = False  # `release_kept` was called: none kept until the outermost use ends
+        super().__init__()
         self.connections: dict[tuple[int, str], tuple[duckdb.DuckDBPyConnection, bool]] = {}
         self.memos: dict[tuple[int, str], CatalogMemo] = {}  # valid while the key's connection is kept
         self.files: dict[tuple[int, str], tuple[str, int, int] | None] = {}  # what each kept one opened
@@ -325,33 +323,17 @@ _kept = _Kept()
 def release_kept() -> None:
     """Close the kept connections now, and keep none until the outermost `kept_open` ends: before
     waiting on anything outside the warehouse (a notice's receiver), the file is never held."""
-    with _kept.lock:
-        closing = _kept.take_all()
-        _kept.released = bool(_kept.depth)
-    for con in closing:
-        con.close()
+    kept_scope.release(_kept)
 
 
-@contextmanager
-def kept_open() -> Iterator[None]:
+def kept_open() -> AbstractContextManager[None]:
     """While this lasts, a session's end keeps a connection to its DuckDB database open, so the
     next session joins the database this process has loaded (~0.1 ms) instead of loading it again
     (~15 ms, most of a short command's warehouse time). The file stays locked meanwhile, and a
     session asked to read joins it for writing: use it only around work that writes anyway and
     waits for no other process and no person, nor on a reader of a long output (the CLI's short
     writing commands; the relay lets it go before a receiver). Nested uses end with the outermost."""
-    with _kept.lock:
-        _kept.depth += 1
-    try:
-        yield
-    finally:
-        with _kept.lock:
-            _kept.depth -= 1
-            closing = [] if _kept.depth else _kept.take_all()
-            if not _kept.depth:
-                _kept.released = False
-        for con in closing:
-            con.close()
+    return kept_scope.scope(_kept)
 
 
 # a waiter renews its mark at every poll (at most 0.5 s apart); an older mark waits for nothing
@@ -661,7 +643,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         key = (os.getpid(), os.path.abspath(self.path))
         wait, threads, memory = lock_wait.seconds(wait_seconds), _threads(), _memory_mb()
         with _kept.lock:
-            keeping = bool(_kept.depth) and not _kept.released
+            keeping = _kept.keeping
             kept = _kept.connections.get(key) if keeping else None
             if kept is not None and kept[1] and not read_only:  # kept read-only, wanted for writing
                 _kept.drop(key)
@@ -702,7 +684,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
             try:
                 lost = catalog.lock is not None and not catalog.lock.still_ours()
                 with _kept.lock:
-                    if _kept.depth and not _kept.released and key not in _kept.connections and not lost:
+                    if _kept.keeping and key not in _kept.connections and not lost:
                         # a fresh connection to the same open database: none of this session's state
                         # but what it found in the catalog (`con` keeps the database open meanwhile)
                         _kept.connections[key] = (duckdb.connect(str(self.path), read_only=mode), mode)

@@ -23,16 +23,16 @@ from __future__ import annotations
 import functools
 import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 from backfill_assets.errors import LockWaitTimeout, WarehouseError
 from backfill_assets.identifiers import qualified, quote
+from backfill_assets.warehouse import kept as kept_scope
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, raise_no_chain_key, type_family
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
@@ -394,21 +394,17 @@ class PostgresSession(Session):
         return " FOR UPDATE" if exclusive else " FOR SHARE"
 
 
-class _Kept:
+class _Kept(kept_scope.Kept):
     """Connections kept open between the sessions of a command (`kept_open`), each idle: a new
     connection's server process starts with empty catalog caches, and the control schema's checks
     at a session's start and at each transaction's (`control_relations_plain`) took ~6 of a
     session's ~8 ms on one (~1.5 ms on a kept one). Each session still runs every check."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.released = False  # `release_kept` was called: none kept until the outermost use ends
+        super().__init__()
         self.idle: list[tuple[int, str, Any]] = []  # (the process that opened it, its URL, it)
 
     def take_all(self) -> list[Any]:
-        """This process's kept connections, no longer kept (the caller closes them; a forked
-        child never closes its parent's, whose server processes still serve the parent)."""
         pid = os.getpid()
         taken = [con for owner, _url, con in self.idle if owner == pid]
         self.idle.clear()
@@ -429,7 +425,7 @@ KEPT_IDLE = 2  # idle connections kept a process: sessions nest at most two deep
 def _kept_connection(url: str) -> Any | None:
     pid = os.getpid()
     with _kept.lock:
-        if not _kept.depth or _kept.released:
+        if not _kept.keeping:
             return None
         for i in range(len(_kept.idle) - 1, -1, -1):
             owner, kept_url, con = _kept.idle[i]
@@ -448,8 +444,7 @@ def _keep_or_close(url: str, con: Any) -> None:
     pid = os.getpid()
 
     def room() -> bool:
-        return bool(_kept.depth) and not _kept.released and \
-            sum(1 for owner, _u, _c in _kept.idle if owner == pid) < KEPT_IDLE
+        return _kept.keeping and sum(1 for owner, _u, _c in _kept.idle if owner == pid) < KEPT_IDLE
 
     with _kept.lock:
         wanted = room()
@@ -471,29 +466,13 @@ def _keep_or_close(url: str, con: Any) -> None:
 
 def release_kept() -> None:
     """Close the kept connections now, and keep none until the outermost `kept_open` ends."""
-    with _kept.lock:
-        closing = _kept.take_all()
-        _kept.released = bool(_kept.depth)
-    for con in closing:
-        con.close()
+    kept_scope.release(_kept)
 
 
-@contextmanager
-def kept_open() -> Iterator[None]:
+def kept_open() -> AbstractContextManager[None]:
     """While this lasts, a session's end keeps its connection for the next session of this
     process (`_Kept`). Nested uses end with the outermost."""
-    with _kept.lock:
-        _kept.depth += 1
-    try:
-        yield
-    finally:
-        with _kept.lock:
-            _kept.depth -= 1
-            closing = [] if _kept.depth else _kept.take_all()
-            if not _kept.depth:
-                _kept.released = False
-        for con in closing:
-            con.close()
+    return kept_scope.scope(_kept)
 
 
 class PostgresEngine(PostgresSpelling, Engine):
