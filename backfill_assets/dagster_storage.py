@@ -49,7 +49,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -130,6 +130,20 @@ def under_dagster_home(base_dir: str) -> str:
     return os.path.join(dagster_home, base_dir)
 
 
+def _this_process(engines: dict[int, db.engine.Engine], lock: threading.Lock,
+                  make: Callable[[], db.engine.Engine]) -> db.engine.Engine:
+    """This process's engine of a storage, made on first use: a forked process must not share its
+    parent's connections."""
+    pid = os.getpid()
+    engine = engines.get(pid)
+    if engine is None:
+        with lock:
+            engine = engines.get(pid)
+            if engine is None:
+                engine = engines[pid] = make()
+    return engine
+
+
 class _PooledEngine:
     """One pooled SQLAlchemy engine per process for a sqlite file (WAL, `synchronous=NORMAL`)."""
 
@@ -138,21 +152,14 @@ class _PooledEngine:
 
     def _engine(self) -> db.engine.Engine:
         # made on first use: Dagster constructs these storages through its own __init__s
-        engines: dict[int, db.engine.Engine] = self.__dict__.setdefault("_engines", {})
-        pid = os.getpid()  # a forked process must not share its parent's connections
-        engine = engines.get(pid)
-        if engine is None:
-            with self._engine_lock:
-                engine = engines.get(pid)
-                if engine is None:
-                    # 4 kept open; more at once (the webserver's queries) open and close their own
-                    # rather than wait for the pool: sqlite, not the pool, serialises the writers
-                    engine = db.create_engine(self._conn_string, poolclass=QueuePool, pool_size=4,
-                                              max_overflow=-1,
-                                              connect_args={"timeout": BUSY_TIMEOUT_SECONDS,
-                                                            "check_same_thread": False})
-                    db.event.listen(engine, "connect", _pragmas)
-                    engines[pid] = engine
+        return _this_process(self.__dict__.setdefault("_engines", {}), self._engine_lock, self._made)
+
+    def _made(self) -> db.engine.Engine:
+        # 4 kept open; more at once (the webserver's queries) open and close their own rather than
+        # wait for the pool: sqlite, not the pool, serialises the writers
+        engine = db.create_engine(self._conn_string, poolclass=QueuePool, pool_size=4, max_overflow=-1,
+                                  connect_args={"timeout": BUSY_TIMEOUT_SECONDS, "check_same_thread": False})
+        db.event.listen(engine, "connect", _pragmas)
         return engine
 
     def _dispose_engines(self) -> None:
@@ -392,19 +399,7 @@ class _PooledPostgres:
 
     @property
     def _engine(self) -> db.engine.Engine:
-        engines: dict[int, db.engine.Engine] = self.__dict__.setdefault("_pg_engines", {})
-        pid = os.getpid()  # a forked process must not share its parent's connections
-        engine = engines.get(pid)
-        if engine is None:
-            from dagster_postgres.utils import create_pg_engine
-
-            with self._pool_lock:
-                engine = engines.get(pid)
-                if engine is None:
-                    engine = create_pg_engine(self.postgres_url, self._token_provider, isolation_level="AUTOCOMMIT",
-                                              poolclass=QueuePool, pool_size=1, max_overflow=-1, pool_pre_ping=True)
-                    engines[pid] = engine
-        return engine
+        return _this_process(self.__dict__.setdefault("_pg_engines", {}), self._pool_lock, self._made)
 
     @_engine.setter
     def _engine(self, engine: db.engine.Engine) -> None:
@@ -417,6 +412,12 @@ class _PooledPostgres:
         engines[os.getpid()] = engine
         if replaced is not None and replaced is not engine:  # its connection is this process's own
             replaced.dispose()
+
+    def _made(self) -> db.engine.Engine:
+        from dagster_postgres.utils import create_pg_engine
+
+        return create_pg_engine(self.postgres_url, self._token_provider, isolation_level="AUTOCOMMIT",
+                                poolclass=QueuePool, pool_size=1, max_overflow=-1, pool_pre_ping=True)
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> Any:
