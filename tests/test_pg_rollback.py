@@ -62,8 +62,10 @@ def test_a_deferred_trigger_on_the_target_never_changes_a_rollback_after_its_pro
     if code == 0:
         assert "every fingerprint equals the one taken before the plan's first write" in out.out
         assert world.fingerprints("daily_revenue", window) == target_before
-    else:  # the trigger fired before the proof: refused in one line, nothing changed
-        assert out.err.count("\n") == 1 and "differ" in out.err, out.err
+    else:  # refused in one line, nothing changed: a deferrable trigger of one's own is refused
+        assert out.err.count("\n") == 1 and ("differ" in out.err or "deferrable constraint trigger" in out.err), \
+            out.err
+        world.run_sql("DROP TRIGGER nudge_later ON daily_revenue")
         assert world.phase() != "rolled_back"
 
 
@@ -93,6 +95,28 @@ DEFER = ("CREATE FUNCTION public.defer_all() RETURNS trigger LANGUAGE plpgsql AS
          "AND region = NEW.region; RETURN NULL; END $$",
          "CREATE CONSTRAINT TRIGGER nudge_later AFTER INSERT ON daily_revenue DEFERRABLE INITIALLY IMMEDIATE "
          "FOR EACH ROW WHEN (NEW.region = 'north') EXECUTE FUNCTION public.nudge_later()")
+# fired by the proof's `SET CONSTRAINTS ALL IMMEDIATE`, a constraint trigger defers all again and
+# queues a second, which would change the restored rows at COMMIT, after the proof
+REDEFER = (*DEFER[:2],
+           "CREATE FUNCTION public.first() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+           "SET CONSTRAINTS ALL DEFERRED; UPDATE public.daily_revenue SET orders = orders "
+           "WHERE order_date = NEW.order_date AND region = NEW.region; RETURN NULL; END $$",
+           "CREATE CONSTRAINT TRIGGER first AFTER INSERT ON daily_revenue DEFERRABLE INITIALLY IMMEDIATE "
+           "FOR EACH ROW WHEN (NEW.region = 'north') EXECUTE FUNCTION public.first()",
+           "CREATE FUNCTION public.second() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+           "UPDATE public.daily_revenue SET orders = orders + 1 WHERE order_date = NEW.order_date "
+           "AND region = NEW.region; RETURN NULL; END $$",
+           "CREATE CONSTRAINT TRIGGER second AFTER UPDATE ON daily_revenue DEFERRABLE INITIALLY IMMEDIATE "
+           "FOR EACH ROW WHEN (NEW.region = 'north' AND NEW.orders = OLD.orders) "
+           "EXECUTE FUNCTION public.second()")
+# the search path keeps its text (`"$user", public`), but `"$user"` comes to name a schema the
+# trigger makes as the product (which may create schemas), holding a copy of the target
+USER_SCHEMA = ("CREATE FUNCTION public.user_shadow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+               "EXECUTE pg_catalog.format('CREATE SCHEMA IF NOT EXISTS %I', current_user); "
+               "EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.daily_revenue "
+               "(LIKE public.daily_revenue)', current_user); RETURN NULL; END $$",
+               "CREATE TRIGGER user_shadow AFTER DELETE ON daily_revenue FOR EACH STATEMENT "
+               "EXECUTE FUNCTION public.user_shadow()")
 # the search path turned to a schema of the insider's, for the rest of the session
 DETOUR = ("CREATE TABLE detour.daily_revenue (LIKE public.daily_revenue)",
           "CREATE FUNCTION public.detour() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -101,13 +125,14 @@ DETOUR = ("CREATE TABLE detour.daily_revenue (LIKE public.daily_revenue)",
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
-@pytest.mark.parametrize("way", ["shadow", "defer", "detour"])
+@pytest.mark.parametrize("way", ["shadow", "defer", "redefer", "user schema", "earlier schema", "detour"])
 def test_code_in_the_rollbacks_session_never_gets_a_wrong_restore_proven(engine_world, way, capfd):
     """Insider owning the target only: its trigger, run by the rollback's DELETE as the product,
     changed the rest of the session. A temporary `daily_revenue` took the restore and its proof (the
     real partitions left empty, the rollback reporting every fingerprint restored); constraints
-    deferred again had a trigger change the restored rows at COMMIT; a search path turned to the
-    insider's schema had the restore read and written there."""
+    deferred again had a trigger change the restored rows at COMMIT, as did one deferred again while
+    the proof fired them; a search path turned to the insider's schema, or a schema `"$user"` comes to
+    name, had the restore read and written there (each found by an attack)."""
     world = engine_world
     window = keys(1, 4)
     assert world.materialize(window, spec=BUGGY, publish=True).success
@@ -115,15 +140,22 @@ def test_code_in_the_rollbacks_session_never_gets_a_wrong_restore_proven(engine_
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     fixed = world.fingerprints("daily_revenue", window)
+    if way == "earlier schema":  # `"$user"` names a schema from the start: the path resolves alike throughout
+        world.run_sql("CREATE SCHEMA backfill")
     if way == "detour":  # a schema the insider may create in
         world.run_sql("CREATE SCHEMA detour")
         world.run_sql("GRANT USAGE, CREATE ON SCHEMA detour TO PUBLIC")
     with _insider_owning_target(world) as con:
-        for statement in {"shadow": SHADOW, "defer": DEFER, "detour": DETOUR}[way]:
+        for statement in {"shadow": SHADOW, "defer": DEFER, "redefer": REDEFER, "user schema": USER_SCHEMA,
+                          "earlier schema": USER_SCHEMA, "detour": DETOUR}[way]:
             con.execute(statement)
-    capfd.readouterr()
-    code = world.cli("rollback", "fix")
-    out = capfd.readouterr()
+        capfd.readouterr()
+        code = world.cli("rollback", "fix")
+        out = capfd.readouterr()
+        for (name,) in con.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'public.daily_revenue'::regclass "
+                                   "AND NOT tgisinternal").fetchall():  # what a refusal asks to remove
+            con.execute(f"DROP TRIGGER {name} ON public.daily_revenue")
+    world.run_sql("DROP SCHEMA IF EXISTS backfill CASCADE")  # `"$user"`'s, made as the product
     now = world.fingerprints("daily_revenue", window)
     if code == 0:
         assert now == before, f"rollback ({way}) proved a restore, but daily_revenue holds {now}\n{out.out}"

@@ -119,10 +119,11 @@ _PREPARE_FIX = ("find the function that runs PREPARE (`SELECT oid::regprocedure 
 # the settings that change which table a name is, how a value prints (and so its fingerprint) or
 # whether triggers and row security apply; with the role, as one JSON array
 _WATCHED_SETTINGS = ("search_path", "extra_float_digits", "DateStyle", "IntervalStyle", "TimeZone", "bytea_output",
-                     "standard_conforming_strings", "session_replication_role", "row_security",
+                     "lc_monetary", "standard_conforming_strings", "session_replication_role", "row_security",
                      "transform_null_equals")
 _SETTINGS_SQL = ("pg_catalog.json_build_array(CURRENT_USER::pg_catalog.text, " + ", ".join(
-    f"pg_catalog.current_setting('{name}'::pg_catalog.text)" for name in _WATCHED_SETTINGS) + ")::pg_catalog.text")
+    f"pg_catalog.current_setting('{name}'::pg_catalog.text)" for name in _WATCHED_SETTINGS)
+    + ", pg_catalog.current_schemas(false)::pg_catalog.text)::pg_catalog.text")
 _SESSION_STATE_SQL = (
     f"SELECT {_SETTINGS_SQL}, NULL, "
     "(SELECT x.what FROM (SELECT 'table ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text AS what, "
@@ -138,7 +139,14 @@ _SESSION_STATE_SQL = (
     "%s::pg_catalog.text) AND NOT t.tgisinternal) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) "
     "FROM pg_catalog.pg_rewrite AS r JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) r.ev_class "
     "WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%s::pg_catalog.text) "
-    "AND r.rulename OPERATOR(pg_catalog.<>) '_RETURN'::pg_catalog.name)")
+    "AND r.rulename OPERATOR(pg_catalog.<>) '_RETURN'::pg_catalog.name), "
+    # and a constraint trigger of one's own that can be deferred, on any table: code of the
+    # target's run as the product can defer it again, each time deferred triggers are fired, so it
+    # runs at COMMIT, after the proof (found by an attack: fired by `SET CONSTRAINTS ALL IMMEDIATE`,
+    # a first one deferred all again and queued a second, which changed restored rows at COMMIT)
+    "(SELECT t.tgname::pg_catalog.text OPERATOR(pg_catalog.||) ' on ' OPERATOR(pg_catalog.||) "
+    "t.tgrelid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_trigger AS t "
+    "WHERE t.tgdeferrable AND NOT t.tgisinternal LIMIT 1)")
 _SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, CREATE TRIGGER or RULE, "
                 "set_config, SET ROLE or SET CONSTRAINTS on the tables backfill writes or reads (`SELECT "
                 "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'temp|trigger|rule|set_config|search_path|"
@@ -353,6 +361,13 @@ class PostgresSession(Session):
 
         found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
+        if found[4]:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"the database holds the deferrable constraint trigger {found[4]}: code run inside "
+                               "backfill's transactions can defer it past what they proved, to their commit",
+                               fix="drop it, or create it again NOT DEFERRABLE (`CREATE CONSTRAINT TRIGGER ... "
+                                   "NOT DEFERRABLE`)")
         if found[3]:
             problem = f"a trigger or rule was hung on a table of {SCHEMA}"
         elif found[2]:
@@ -361,7 +376,8 @@ class PostgresSession(Session):
             import json
 
             was, now = json.loads(self._opened_as or "[]"), json.loads(found[0])
-            changed = [(name, a, b) for name, a, b in zip(("role", *_WATCHED_SETTINGS), was, now, strict=False)
+            changed = [(name, a, b) for name, a, b in zip(("role", *_WATCHED_SETTINGS, "schemas on the search path"),
+                                                          was, now, strict=False)
                        if a != b] or [("settings", was, now)]
             problem = f"its {changed[0][0]} changed from {changed[0][1]!r} to {changed[0][2]!r}"
         if problem:
@@ -618,6 +634,14 @@ class PostgresEngine(PostgresSpelling, Engine):
         if shadowing:
             return (f"table in a database whose operator(s) {', '.join(str(r[0]) for r in shadowing)} over "
                     "pg_catalog's types are not pg_catalog's")
+        if not schema and session.scalar(
+                "SELECT pg_catalog.count(*) FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n "
+                f"ON n.oid {eq} c.relnamespace WHERE c.relname {eq} ?::pg_catalog.name AND n.nspname "
+                f"{eq} ANY (pg_catalog.current_schemas(true)) AND c.relkind {eq} ANY "
+                "(ARRAY['r', 'p', 'v', 'm', 'f']::pg_catalog.\"char\"[])", [table]) > 1:
+            # a copy made in a schema earlier on the path (one the product may create in, made by
+            # code run as it: found by an attack) would take the statements' reads and writes
+            return "table whose name two schemas of the search path hold"
         found = session.rows(
             f"SELECT c.relkind, c.relrowsecurity, EXISTS (SELECT 1 {columns} AND a.attgenerated {eq} "
             "'v'::pg_catalog.\"char\"), EXISTS (SELECT 1 FROM pg_catalog.pg_type AS t WHERE t.oid IN "
