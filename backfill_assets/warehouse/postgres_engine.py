@@ -114,18 +114,19 @@ _ODD_FIX = ("drop or rename it: nothing of one's own may stand in for PostgreSQL
 _PREPARE_FIX = ("find the function that runs PREPARE (`SELECT oid::regprocedure FROM pg_proc WHERE prosrc ILIKE "
                 "'%prepare%'`) on the tables backfill writes or reads, and drop it or its trigger; then run the "
                 "command again")
-# the session's search_path and role, and the first temporary relation or type of its own that is
-# none of the product's (a write's staging table, `writes.STAGE_PREFIX`, its row type and array type)
 # the settings that change which table a name is, how a value prints (and so its fingerprint) or
-# whether triggers and row security apply; with the role, as one JSON array
+# whether triggers and row security apply; with the role and the schemas the path resolves to, as
+# one JSON array
 _WATCHED_SETTINGS = ("search_path", "extra_float_digits", "DateStyle", "IntervalStyle", "TimeZone", "bytea_output",
                      "lc_monetary", "standard_conforming_strings", "session_replication_role", "row_security",
                      "transform_null_equals")
 _SETTINGS_SQL = ("pg_catalog.json_build_array(CURRENT_USER::pg_catalog.text, " + ", ".join(
     f"pg_catalog.current_setting('{name}'::pg_catalog.text)" for name in _WATCHED_SETTINGS)
     + ", pg_catalog.current_schemas(false)::pg_catalog.text)::pg_catalog.text")
+# the session's role and settings, and the first temporary relation or type of its own that is
+# none of the product's (a write's staging table, `writes.STAGE_PREFIX`, its row type and array type)
 _SESSION_STATE_SQL = (
-    f"SELECT {_SETTINGS_SQL}, NULL, "
+    f"SELECT {_SETTINGS_SQL}, "
     "(SELECT x.what FROM (SELECT 'table ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text AS what, "
     "c.relname::pg_catalog.text AS named FROM pg_catalog.pg_class AS c WHERE c.relnamespace "
     "OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() UNION ALL SELECT 'type ' OPERATOR(pg_catalog.||) "
@@ -151,8 +152,8 @@ _SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE
                 "set_config, SET ROLE or SET CONSTRAINTS on the tables backfill writes or reads (`SELECT "
                 "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'temp|trigger|rule|set_config|search_path|"
                 "constraints|role'`), and drop it (and what it hung on backfill_control); then run the command again")
-# statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the protocol)
-# (with the session's search_path and role: what `PostgresSession.unaltered` compares later)
+# statements of this session PREPAREd by SQL (none of the product's: psycopg prepares over the
+# protocol), with the session's role and settings (what `PostgresSession.unaltered` compares later)
 _FOREIGN_PREPARED_SQL = ("SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql), "
                          f"{_SETTINGS_SQL}")
 # psycopg's `prepare_threshold`: it prepares a statement only when asked (`prepare=True`), never
@@ -351,27 +352,28 @@ class PostgresSession(Session):
         a table's owner (a trigger, a CHECK's function) runs as the product and may create a
         temporary table or type (searched first: the next `INSERT INTO "daily_revenue"`, and the
         proof that read it back, went to its temporary copy, and a rollback proved a restore that
-        left the table empty), change `search_path` for the session, or defer constraint triggers
-        again (`SET CONSTRAINTS ALL DEFERRED`: a deferred trigger changed a rollback's rows at
-        COMMIT, after its proof; both found by an attack). In a transaction, deferred triggers
-        pending fire first, so what follows reads their doing."""
+        left the table empty), change `search_path` or a setting for the session, make the schema
+        `"$user"` names, hang code on a control table, or defer constraint triggers again (`SET
+        CONSTRAINTS ALL DEFERRED`: a deferred trigger changed a rollback's rows at COMMIT, after its
+        proof; all found by attacks), so no deferrable constraint trigger of one's own may exist. In a
+        transaction, deferred triggers pending fire first, so what follows reads their doing."""
         if self.in_transaction:
             self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
         from backfill_assets.warehouse.state_store import SCHEMA
 
         found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
-        if found[4]:
+        if found[3]:
             from backfill_assets.errors import ForgedRecord
 
-            raise ForgedRecord(f"the database holds the deferrable constraint trigger {found[4]}: code run inside "
+            raise ForgedRecord(f"the database holds the deferrable constraint trigger {found[3]}: code run inside "
                                "backfill's transactions can defer it past what they proved, to their commit",
                                fix="drop it, or create it again NOT DEFERRABLE (`CREATE CONSTRAINT TRIGGER ... "
                                    "NOT DEFERRABLE`)")
-        if found[3]:
+        if found[2]:
             problem = f"a trigger or rule was hung on a table of {SCHEMA}"
-        elif found[2]:
-            problem = f"a temporary {found[2]} appeared in it, which its statements would read for the table or type"
+        elif found[1]:
+            problem = f"a temporary {found[1]} appeared in it, which its statements would read for the table or type"
         elif found[0] != self._opened_as:
             import json
 
@@ -412,9 +414,9 @@ class PostgresSession(Session):
 
 class _Kept(kept_scope.Kept):
     """Connections kept open between the sessions of a command (`kept_open`), each idle: a new
-    connection's server process starts with empty catalog caches, and the control schema's checks
-    at a session's start and at each transaction's (`control_relations_plain`) took ~6 of a
-    session's ~8 ms on one (~1.5 ms on a kept one). Each session still runs every check."""
+    connection's server process starts with empty catalog caches, and a session with one
+    transaction, its checks included, took ~14 ms on one and ~4 ms on a kept one
+    (benchmarks/pg_sessions.py). Each session still runs every check."""
 
     def __init__(self) -> None:
         super().__init__()
