@@ -57,10 +57,10 @@ def _postgres_storage(url: str) -> dict[str, Any]:
         db["password"] = {"env": INSTANCE_PASSWORD_ENV}
     if parts.query:
         db["params"] = dict(parse_qsl(parts.query))
-    # Dagster's `storage: postgres:` with our run and event log storages, which keep a connection
-    # a process instead of connecting for every statement (backfill_assets/dagster_storage.py)
-    # (a copy each: one dict written three times is a YAML anchor, and editing the first block of
-    # the team's file would change all three)
+    # the three storages Dagster's `storage: postgres:` makes, the run and event log ones ours:
+    # they keep a connection a process instead of connecting for every statement
+    # (backfill_assets/dagster_storage.py); the database given to each as a copy (one dict written
+    # three times is a YAML anchor, and editing the first block of the team's file changed all three)
     ours = "backfill_assets.dagster_storage"
     return {"run_storage": {"module": ours, "class": "PooledPostgresRunStorage",
                             "config": {"postgres_db": copy.deepcopy(db)}},
