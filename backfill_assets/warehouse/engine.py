@@ -59,6 +59,10 @@ class Session(ABC):
     # a statement read earlier in it is still what the table holds for it (DuckDB). PostgreSQL's
     # READ COMMITTED reads each statement at its own snapshot, so nothing is remembered there.
     snapshot_transactions = False
+    # Code a table's owner hangs on a table (a trigger, a rule, a cascading foreign key) runs inside
+    # the product's transactions (PostgreSQL): a write after a proof, of another table, can change
+    # what was proven, so each proof is taken again as the transaction commits (`proven`)
+    runs_table_code = False
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -67,6 +71,7 @@ class Session(ABC):
         self._depth = 0
         self._transactions = 0  # outermost transactions begun: which snapshot `snapshot_number` names
         self._after_commit: list[Callable[[], None]] = []
+        self._proofs: list[Callable[[], object]] = []  # taken again before the commit (`proven`)
 
     def memo_while_locked(self) -> dict[str, Any] | None:
         """What this process found in the warehouse while it holds it so that no other process can
@@ -121,6 +126,16 @@ class Session(ABC):
         except BaseException:
             self._depth = 0
             self._after_commit.clear()
+            self._proofs.clear()
+            self._rollback()
+            raise
+        proofs, self._proofs = self._proofs, []
+        try:  # after every write of the transaction, before its commit
+            for proof in proofs:
+                proof()
+        except BaseException:
+            self._depth = 0
+            self._after_commit.clear()
             self._rollback()
             raise
         self._depth = 0
@@ -144,6 +159,14 @@ class Session(ABC):
         """Which transaction's snapshot the next statement reads, when it is one that every
         statement of the transaction reads (`snapshot_transactions`); else None."""
         return self._transactions if self._depth and self.snapshot_transactions else None
+
+    def proven(self, proof: Callable[[], object]) -> None:
+        """A proof this transaction took (it raises when the bytes differ), taken again after the
+        transaction's last write, just before it commits, where code of others runs inside it
+        (`runs_table_code`): a rollback proved a restore, then restored the published table, whose
+        owner's trigger changed the restored target (found by an attack)."""
+        if self._depth and self.runs_table_code:
+            self._proofs.append(proof)
 
     def after_commit(self, action: Callable[[], None]) -> None:
         if self._depth:

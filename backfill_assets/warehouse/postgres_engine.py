@@ -241,6 +241,8 @@ def _odd_control_sql() -> str:
 
 
 class PostgresSession(Session):
+    runs_table_code = True
+
     def __init__(self, engine: PostgresEngine, con: Any) -> None:
         super().__init__(engine)
         self.con = con

@@ -1,0 +1,173 @@
+"""Code that runs after a table's proof but before COMMIT, through plain (IMMEDIATE) triggers, rules
+or cascading foreign keys on a table the product writes later in the same transaction: a rollback
+restores the target and then the published table, a graph's publish copies the days and then the
+month (found by a fourth attack; each test failed first). Each proof is taken again just before the
+commit (`Session.proven`): the command is refused in one line and nothing changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_pg_rollback import _insider_owning_target
+from tests.world import BUGGY, keys
+
+LATE = "CREATE FUNCTION public.late() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " \
+       "UPDATE public.daily_revenue SET orders = orders + 1 WHERE region = 'north'; RETURN NULL; END $$"
+# run as the product by the target's restore (DELETE), it hangs a plain trigger on published_revenue,
+# which the product owns: the published restore, after the target's proof, fires it
+PLANT = ("CREATE FUNCTION public.plant() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         "CREATE OR REPLACE TRIGGER late AFTER INSERT ON public.published_revenue FOR EACH STATEMENT "
+         "EXECUTE FUNCTION public.late(); RETURN NULL; END $$",
+         "CREATE TRIGGER plant AFTER DELETE ON daily_revenue FOR EACH STATEMENT EXECUTE FUNCTION public.plant()")
+
+
+def _setup(world):
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    before = world.fingerprints("daily_revenue", window)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    return window, before
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_insider_owning_target_plants_trigger_on_published_table(engine_world, capfd):
+    world = engine_world
+    window, before = _setup(world)
+    fixed = world.fingerprints("daily_revenue", window)
+    with _insider_owning_target(world) as con:
+        con.execute(LATE)
+        for s in PLANT:
+            con.execute(s)
+        capfd.readouterr()
+        code = world.cli("rollback", "fix")
+        out = capfd.readouterr()
+        con.execute("DROP TRIGGER plant ON public.daily_revenue")
+    world.run_sql("DROP TRIGGER IF EXISTS late ON published_revenue")
+    now = world.fingerprints("daily_revenue", window)
+    if code == 0:
+        assert "every fingerprint equals the one taken before the plan's first write" in out.out
+        assert now == before, f"rollback proved a restore, but daily_revenue holds {now}\n{out.out}"
+    else:
+        assert out.err.count("\n") == 1, out.err
+        assert now == fixed and world.phase() != "rolled_back"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_owner_of_published_table_edits_target_after_its_proof(engine_world, capfd):
+    """Insider owning the published table (a consumer-facing table) only."""
+    world = engine_world
+    window, before = _setup(world)
+    fixed = world.fingerprints("daily_revenue", window)
+    world.run_sql(LATE)
+    world.run_sql("CREATE TRIGGER late AFTER INSERT ON published_revenue FOR EACH STATEMENT "
+                  "EXECUTE FUNCTION public.late()")
+    capfd.readouterr()
+    code = world.cli("rollback", "fix")
+    out = capfd.readouterr()
+    world.run_sql("DROP TRIGGER late ON published_revenue")
+    now = world.fingerprints("daily_revenue", window)
+    if code == 0:
+        assert now == before, f"rollback proved a restore, but daily_revenue holds {now}\n{out.out}"
+    else:
+        assert out.err.count("\n") == 1, out.err
+        assert now == fixed and world.phase() != "rolled_back"
+
+
+# --- a graph's publish: the days' copy proven, then the month's copy fires code changing the days -----
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("planted", [False, True, None])
+def test_graph_publish_days_changed_after_their_proof(engine_world, monkeypatch, capfd, planted):
+    from backfill_assets.demo.sample import generate_orders
+    from tests.test_graph import FULL_DEFS, JANUARY, MONTH, defs_of, reconciled_graph, run
+    from tests.world import START
+
+    world = engine_world
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    buggy = defs_of(world, BUGGY)
+    assert run(world, buggy, ["daily_revenue", "published_revenue"], JANUARY).success
+    assert run(world, buggy, ["monthly_revenue", "published_monthly_revenue"], [MONTH]).success
+    world.run_sql("CREATE FUNCTION public.late_days() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                  "UPDATE public.published_revenue SET orders = orders + 1 WHERE region = 'north'; "
+                  "RETURN NULL; END $$")
+    con = None
+    if planted:  # insider owning the target only: a write of the plan, as the product, hangs it
+        con = _insider_owning_target(world)
+        con.execute("CREATE FUNCTION public.plant_m() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "CREATE OR REPLACE TRIGGER late_days AFTER INSERT ON public.published_monthly_revenue "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION public.late_days(); RETURN NULL; END $$")
+        con.execute("CREATE TRIGGER plant_m AFTER INSERT ON daily_revenue FOR EACH STATEMENT "
+                    "EXECUTE FUNCTION public.plant_m()")
+    reconciled_graph(world)
+    if planted:
+        con.execute("DROP TRIGGER plant_m ON daily_revenue")  # gone before publish: nothing of the target's runs
+        con.close()
+    elif planted is False:  # the owner of the month's published table
+        world.run_sql("CREATE TRIGGER late_days AFTER INSERT ON published_monthly_revenue FOR EACH STATEMENT "
+                      "EXECUTE FUNCTION public.late_days()")
+    before = world.fingerprints("published_revenue", JANUARY)
+    capfd.readouterr()
+    code = world.cli("publish", "fix")
+    out = capfd.readouterr()
+    world.run_sql("DROP TRIGGER IF EXISTS late_days ON published_monthly_revenue")
+    published = world.fingerprints("published_revenue", JANUARY)
+    if code == 0:  # the publish proved (and sealed) published_revenue == daily_revenue's checked bytes
+        target = world.fingerprints("daily_revenue", JANUARY)
+        diff = sorted(k for k in JANUARY if published[k] != target[k])
+        assert published == target, f"publish proved its copy, but published_revenue differs on {diff}\n{out.out}"
+    else:  # refused in one line: consumers keep the last good data
+        assert out.err.count("\n") == 1 and "as the publish was committing" in out.err, out.err
+        assert published == before
+
+
+# --- no trigger of anyone's at the rollback: a foreign key ON DELETE CASCADE from the target into
+# published_revenue (internal triggers only); the published restore's DELETE, after the target's
+# proof, deletes the restored days again ---------------------------------------------------------
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_cascading_foreign_key_from_target_into_published_table(engine_world, capfd):
+    world = engine_world
+    window, before = _setup(world)
+    fixed = world.fingerprints("daily_revenue", window)
+    with _insider_owning_target(world) as con:
+        # run once as the product by any write of the target (here fired by hand with an UPDATE):
+        # the product owns published_revenue, so it may give it a key and let others reference it
+        con.execute("CREATE FUNCTION public.open_up() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'pub_key') THEN "
+                    "ALTER TABLE public.published_revenue ADD CONSTRAINT pub_key UNIQUE (order_date, region); "
+                    "GRANT REFERENCES ON public.published_revenue TO PUBLIC; END IF; RETURN NULL; END $$")
+        con.execute("CREATE TRIGGER open_up AFTER UPDATE ON daily_revenue FOR EACH STATEMENT "
+                    "EXECUTE FUNCTION public.open_up()")
+        world.run_sql("UPDATE daily_revenue SET orders = orders WHERE false")  # stands for the product's next write
+        con.execute("DROP TRIGGER open_up ON daily_revenue")
+        con.execute("ALTER TABLE daily_revenue ADD CONSTRAINT cascade_fk FOREIGN KEY (order_date, region) "
+                    "REFERENCES public.published_revenue (order_date, region) ON DELETE CASCADE")
+        capfd.readouterr()
+        code = world.cli("rollback", "fix")
+        out = capfd.readouterr()
+        con.execute("ALTER TABLE daily_revenue DROP CONSTRAINT cascade_fk")
+    now = world.fingerprints("daily_revenue", window)
+    if code == 0:
+        assert now == before, f"rollback proved a restore, but daily_revenue holds {now}\n{out.out}"
+    else:
+        assert out.err.count("\n") == 1, out.err
+        assert now == fixed and world.phase() != "rolled_back"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_rule_on_published_table_edits_target_after_its_proof(engine_world, capfd):
+    world = engine_world
+    window, before = _setup(world)
+    world.run_sql("CREATE RULE late AS ON INSERT TO published_revenue DO ALSO "
+                  "UPDATE public.daily_revenue SET orders = orders + 1 WHERE region = 'north'")
+    capfd.readouterr()
+    code = world.cli("rollback", "fix")
+    out = capfd.readouterr()
+    world.run_sql("DROP RULE late ON published_revenue")
+    now = world.fingerprints("daily_revenue", window)
+    if code == 0:
+        assert now == before, f"rollback proved a restore, but daily_revenue holds {now}\n{out.out}"
