@@ -26,12 +26,14 @@ os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
 
 # Handed out in this order under `pytest -n --dist loadscope` (a worker takes a whole module, in the
 # order the modules' first tests come): these modules, longest first by their wall under -n 3
-# (benchmarks/suite_cpu.py, 2026-12-06 08:20), then the modules holding LONG_TESTS, then the rest.
+# (benchmarks/suite_cpu.py, 2026-12-06 08:20; the PostgreSQL attack modules of 19:00 by their
+# tests' count), then the modules holding LONG_TESTS, then the rest.
 # Every module over ~5 s is listed, so the last ones handed out are short: a 14 s module named late
 # in the alphabet, handed out last, kept one worker busy alone for the suite's last 12 s.
 LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_run_cli.py", "test_published_bytes.py",
                  "test_publish_and_sensor.py", "test_faults.py", "test_expectations.py", "test_writes_and_rollback.py",
-                 "test_notices.py", "test_graph.py", "test_status_steps.py", "test_package.py",
+                 "test_notices.py", "test_graph.py", "test_pg_rollback.py", "test_pg_after_proof.py",
+                 "test_status_steps.py", "test_package.py",
                  "test_environment_faults.py", "test_approvals.py", "test_state_machine.py", "test_warehouse_faults.py",
                  "test_evidence.py", "test_pg_code_in_tables.py", "test_partitionings.py", "test_cutover.py",
                  "test_hostile_input.py", "test_home_copies.py", "test_load_reads.py", "test_upgrade.py",
