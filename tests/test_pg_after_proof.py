@@ -171,3 +171,31 @@ def test_rule_on_published_table_edits_target_after_its_proof(engine_world, capf
     now = world.fingerprints("daily_revenue", window)
     if code == 0:
         assert now == before, f"rollback proved a restore, but daily_revenue holds {now}\n{out.out}"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_snapshot_a_publish_set_aside_is_never_edited_by_its_later_copy(engine_world, capfd):
+    """The owner of the published table: the publish sets the published partitions aside (the
+    rollback's snapshot), then copies over them, which fires the owner's trigger as the product: it
+    edits the snapshot. Committed, the plan could never be rolled back (found by a review)."""
+    world = engine_world
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    published = world.fingerprints("published_revenue", window)
+    world.run_sql("CREATE FUNCTION public.edit_aside() RETURNS trigger LANGUAGE plpgsql AS $$ DECLARE r record; "
+                  "BEGIN FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = 'backfill_snapshots' LOOP "
+                  "EXECUTE format('UPDATE backfill_snapshots.%I SET orders = orders + 1', r.tablename); END LOOP; "
+                  "RETURN NULL; END $$")
+    world.run_sql("CREATE TRIGGER edit_aside AFTER INSERT ON published_revenue FOR EACH STATEMENT "
+                  "EXECUTE FUNCTION public.edit_aside()")
+    capfd.readouterr()
+    code = world.cli("publish", "fix")
+    err = capfd.readouterr().err
+    world.run_sql("DROP TRIGGER edit_aside ON published_revenue")
+    assert code != 0 and err.count("\n") == 1 and "the snapshot of published_revenue" in err, err
+    assert world.fingerprints("published_revenue", window) == published  # consumers keep the last good data
+    assert world.cli("publish", "fix") == 0  # once the trigger is gone
+    assert world.cli("rollback", "fix") == 0  # and the snapshot it took rolls back
+    assert world.fingerprints("published_revenue", window) == published

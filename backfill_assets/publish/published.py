@@ -114,8 +114,10 @@ class CopyChanged(Exception):
     """The published partitions do not carry the checked bytes after the copy (the transaction is
     rolled back by the caller)."""
 
-    def __init__(self, differing: Mapping[str, tuple[Fingerprint, Fingerprint]], types: str) -> None:
+    def __init__(self, differing: Mapping[str, tuple[Fingerprint, Fingerprint]], types: str,
+                 at_commit: bool = False) -> None:
         self.differing = dict(differing)
+        self.at_commit = at_commit  # proven, then changed by a later write of the same transaction
         first = next(iter(self.differing))
         now, checked = self.differing[first]
         super().__init__(f"{len(self.differing)} partition(s) of the published table would not hold the bytes "
@@ -128,19 +130,20 @@ def prove_and_record(session: Session, spec: TableSpec, scheme: PartitionScheme,
     write id, plan id)}), or CopyChanged; then record them, sealed."""
     keys = list(checked)
 
-    def prove(when: str) -> None:
+    def prove(at_commit: bool) -> None:
         now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, keys)
         differing = {k: (now.get(k, EMPTY), fp) for k, (fp, _, _) in checked.items() if now.get(k, EMPTY) != fp}
         if differing:
             from backfill_assets.warehouse.gate_sql import check_schema
 
             problems = check_schema(session, spec, spec.publish_table).problems
+            when = " as the publish was committing: a later write of it changed them" if at_commit else ""
             raise CopyChanged(differing, when + (f"; {spec.publish_table} against the contract: "
-                                                 f"{'; '.join(problems[:3])}" if problems else ""))
+                                                 f"{'; '.join(problems[:3])}" if problems else ""), at_commit)
 
-    prove("")
+    prove(False)
     # a later copy of the same publish (another table of a graph) could change this one's partitions
-    session.proven(lambda: prove(" as the publish was committing: a later write of it changed them"))
+    session.proven(lambda: prove(True))
     record(session, spec, checked, actor)
 
 

@@ -322,7 +322,9 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             published = _copy(session, tables, actor)
     except published_record.CopyChanged as changed:
         raise PublishBlocked(f"publish of {spec.publish_as} refused, consumers keep the last good data: {changed}",
-                             fix="make the published table's columns what the contract declares (or drop it: "
+                             fix="drop the triggers, rules and foreign keys on the published tables that change "
+                                 "other tables, then publish again" if changed.at_commit else
+                                 "make the published table's columns what the contract declares (or drop it: "
                                  "publish creates it from the contract), then publish again") from None
     except _Refused as refused:
         record_changed(session, refused.spec, refused.found, actor)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from backfill_assets.errors import RollbackRefused
+from backfill_assets.errors import ForgedRecord, RollbackRefused
 from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
@@ -33,7 +33,22 @@ def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table
     where, params = many_predicate(scheme, quote(spec.partition_column), keys)
     session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(table)} WHERE {where}",
                     params)
+    # the rows set aside are the ones recorded as the transaction commits: its later writes (a
+    # publish's copy) can run a table owner's code, as the product, which could edit the snapshot
+    session.proven(lambda: _still_aside(session, spec, scheme, table, plan_id, before))
     return before
+
+
+def _still_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
+                 before: Mapping[str, Fingerprint]) -> None:
+    changed = changed_rows(session, spec, scheme, plan_id, table, before)
+    if changed:
+        first = next(iter(changed))
+        raise ForgedRecord(f"the snapshot of {table} {first} changed before its transaction committed: code run by "
+                           "a later write of it (a table owner's trigger, rule or cascading foreign key) edited "
+                           f"{SNAPSHOT_SCHEMA}; nothing was committed",
+                           fix="drop the triggers, rules and foreign keys on the tables backfill writes that change "
+                               "other tables; then run the command again")
 
 
 def missing_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
