@@ -73,6 +73,10 @@ def test_the_graph_follows_dagsters_partition_mappings_daily_to_monthly_and_stat
 
 @pytest.fixture
 def graph_world(world, monkeypatch):
+    return buggy_january_published(world, monkeypatch)
+
+
+def buggy_january_published(world, monkeypatch):
     """The world with all of January (the month reads every day of it), the buggy release's days
     and month written and published plan-free, and the CLI loading the demo's whole definitions."""
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
