@@ -54,6 +54,7 @@ class CatalogMemo:
         self.shadowing: frozenset[str] | None = None  # the database's macros named like built-ins
         self.plain_tables: set[tuple[str | None, str]] = set()  # (schema, lower name) found plain tables
         self.control_plain = False  # the control schema found to hold only plain tables of plain types
+        self.triggers: bool | None = None  # whether the database holds a trigger (`runs_table_code`)
         self.remembered: dict[str, Any] = {}  # the control record's checks (`Session.memo_while_locked`)
         # this process's lock on the database file, seen as the memo began (`_lock_of`); None where
         # it cannot be seen: nothing is remembered then
@@ -63,6 +64,7 @@ class CatalogMemo:
         """This memo when its answers are of these files, else emptied for them."""
         if files != self.files:
             self.files, self.shadowing, self.plain_tables, self.control_plain = files, None, set(), False
+            self.triggers = None
             self.remembered, self.lock = {}, None  # the lock seen was another file's (found by a review)
         return self
 
@@ -140,6 +142,18 @@ class DuckDBSession(Session):
                                "every statement calling them would answer as the macro says",
                                fix="drop the macro (`DROP MACRO name`), or name it otherwise")
 
+    @property
+    def runs_table_code(self) -> bool:  # type: ignore[override]
+        """Whether the database holds a trigger (DuckDB 2.0 runs one's statement inside the statement
+        that fired it): then each proof is taken again before the commit (`proven`). A rollback
+        proved the restored target, then restored the published table, whose trigger edited the
+        target (found by an attack). Asked once while this process holds the file (no other
+        process can add one meanwhile, and a trigger's statement cannot make one)."""
+        memo = self._memo()
+        if memo.triggers is None:
+            memo.triggers = bool(self.scalar("SELECT count(*) FROM system.main.duckdb_triggers()"))
+        return memo.triggers
+
     def _memo(self) -> CatalogMemo:
         """The catalog memo of the database files this connection reaches, as DuckDB resolved them:
         asked once a session (a connection reaches other files only by an ATTACH run on it, and
@@ -172,7 +186,21 @@ class DuckDBSession(Session):
             "FROM system.main.duckdb_columns() "
             "UNION ALL SELECT 'k', schema_name, table_name, constraint_type, NULL, "
             "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints() "
-            "UNION ALL SELECT 's', schema_name, table_name, NULL, NULL, sql FROM system.main.duckdb_tables()")
+            "UNION ALL SELECT 's', schema_name, table_name, NULL, NULL, sql FROM system.main.duckdb_tables() "
+            "UNION ALL SELECT 't', schema_name, table_name, trigger_name, NULL, NULL "
+            "FROM system.main.duckdb_triggers()")
+        memo.triggers = any(r[0] == "t" for r in found)
+        # DuckDB 2.0 runs a trigger's statement inside the statement that fired it: one on a control
+        # table runs in backfill's transactions after what they proved (an evidence row's insert,
+        # after a publish's proof, edited the published table: found by an attack)
+        hung = [(table, name) for (what, schema, table, name, _, _) in found if what == "t" and _named(schema, SCHEMA)]
+        if hung:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"{SCHEMA} has the trigger {hung[0][1]} on {hung[0][0]}: code of its own runs in "
+                               "backfill's transactions after what they proved, and can change it before they commit",
+                               fix=f"drop it (`DROP TRIGGER {hung[0][1]} ON {SCHEMA}.{hung[0][0]}`); nothing may hang "
+                                   f"on {SCHEMA}'s tables; `backfill evidence verify` then checks the record")
         # names as DuckDB resolves them, without regard to case: `backfill_control.evidence` reads a
         # table made as "Evidence", or a schema made again as "Backfill_Control" (found by an attack)
         odd = [f"the view {view}" for (what, schema, view, _, internal, _) in found
