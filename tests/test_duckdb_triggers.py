@@ -69,3 +69,15 @@ def test_a_graph_publish_never_has_its_days_changed_after_their_proof(engine_wor
     assert world.fingerprints("published_revenue", JANUARY) == before  # consumers keep the last good data
     assert world.cli("publish", "fix") == 0
     assert world.fingerprints("published_revenue", JANUARY) == world.fingerprints("daily_revenue", JANUARY)
+
+
+def test_nothing_checked_is_remembered_while_the_database_holds_a_trigger(world):
+    """A trigger fired by a write of the target can update control rows a check passed on: what a
+    process checked while it holds the file is not taken as still true (`memo_while_locked`)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    with world.warehouse().session() as session:
+        assert session.memo_while_locked() is not None and not session.runs_table_code
+    _insider_duckdb(world, "CREATE TRIGGER note AFTER INSERT ON orders FOR EACH STATEMENT "
+                    "UPDATE backfill_control.writes SET row_count = row_count WHERE false")
+    with world.warehouse().session() as session:
+        assert session.runs_table_code and session.memo_while_locked() is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 import time
 import uuid
@@ -98,8 +99,11 @@ class DuckDBSession(Session):
         # then the kept one opened before it closed (`session`), dropped with it (`let_go`); and only
         # while the lock is still this process's (a descriptor of the file closed anywhere in the
         # process releases it)
+        # nor where a trigger runs in this process's statements (`runs_table_code`): one fired by a
+        # write of the target can update control rows a check passed on, and "this process only
+        # appends" no longer holds (a trigger rewrote a sealed write's fingerprint: found by an attack)
         memo = self._memo()
-        if memo.lock is None:
+        if memo.lock is None or self.runs_table_code:
             return None
         self.refuse_lost_lock()
         return memo.remembered
@@ -188,8 +192,11 @@ class DuckDBSession(Session):
             "CAST(constraint_column_names AS VARCHAR) FROM system.main.duckdb_constraints() "
             "UNION ALL SELECT 's', schema_name, table_name, NULL, NULL, sql FROM system.main.duckdb_tables() "
             "UNION ALL SELECT 't', schema_name, table_name, trigger_name, NULL, NULL "
-            "FROM system.main.duckdb_triggers()")
+            "FROM system.main.duckdb_triggers() "
+            "UNION ALL SELECT 'n', schema_name, parent_schema, NULL, parent_schema_oid IS NOT NULL, NULL "
+            "FROM system.main.duckdb_schemas()")
         memo.triggers = any(r[0] == "t" for r in found)
+        _refuse_nested_namesakes([(str(r[1]), r[2], bool(r[4])) for r in found if r[0] == "n"])
         # DuckDB 2.0 runs a trigger's statement inside the statement that fired it: one on a control
         # table runs in backfill's transactions after what they proved (an evidence row's insert,
         # after a publish's proof, edited the published table: found by an attack)
@@ -258,6 +265,28 @@ def _named(name: object, ours: str) -> bool:
     """Whether DuckDB resolves our (lower-case) name `ours` to the catalog's `name`."""
     return name is not None and (str(name).lower() == ours or str(name).casefold() == ours)
 
+
+def _refuse_nested_namesakes(schemas: list[tuple[str, object, bool]]) -> None:
+    """A nested schema (DuckDB 2.0) named like a schema of the database, or like one the product
+    reads or makes: the catalog lists its tables under that last name alone (`zzz.main.daily_revenue`
+    as `main.daily_revenue`) while a statement's name still means the top-level one, so a check that
+    looks a relation up by its schema's name could read the decoy's columns or kind (a contract gate
+    passed over a column that lost its cents; a view over a snapshot passed for a table: found by an
+    attack). `schemas`: (name, parent, nested) of every schema the connection reaches."""
+    from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA
+    from backfill_assets.warehouse.state_store import SCHEMA
+
+    taken = {"main", SCHEMA, SNAPSHOT_SCHEMA} | {name.casefold() for name, _, nested in schemas if not nested}
+    for name, parent, nested in schemas:
+        if nested and name.casefold() in taken:
+            raise WarehouseError(
+                f"the warehouse holds the nested schema {parent}.{name}, named like the schema {name}: DuckDB lists "
+                f"its tables as {name}'s, so a check could read one of them for the table a statement names",
+                fix=f"rename it or drop it (`DROP SCHEMA {parent}.{name} CASCADE`): a nested schema may not take "
+                    "the name of a schema of the warehouse")
+
+
+_OWN_TYPED = re.compile(r"\b(VARIANT\b|UNION\()", re.IGNORECASE)  # types whose values carry their own type
 
 _BUILTINS: set[str] = set()  # the names of DuckDB's own functions: the library's, learnt once a process
 
@@ -838,6 +867,14 @@ class DuckDBEngine(PostgresSpelling, Engine):
         return f"CAST({expr} AS VARCHAR)"
 
     def value_text_sql(self, expr: str, column_type: str) -> str:
+        if _OWN_TYPED.search(column_type):
+            # a VARIANT's (DuckDB 2.0) or a UNION's value carries its own type, which its text drops:
+            # 1 and '1', ['x'] and '[x]' read alike, so a value's type could change unseen (found by an
+            # attack)
+            raise WarehouseError(f"a column of type {column_type} cannot be fingerprinted: its values carry "
+                                 "their own types, which their text drops (1 and '1' read alike)",
+                                 fix="give the column a type of its own (cast it in the table's SQL and "
+                                     "the contract)")
         family = type_family(column_type)
         if family == "float":
             double = f"CAST({expr} AS DOUBLE)"  # REAL widens exactly
