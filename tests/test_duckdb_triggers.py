@@ -28,7 +28,7 @@ def test_a_trigger_on_a_control_table_is_refused_before_it_runs_in_a_publish(wor
     capfd.readouterr()
     code = world.cli("publish", "fix")
     err = capfd.readouterr().err
-    assert code != 0 and err.count("\n") == 1 and "the trigger late" in err, err
+    assert code != 0 and err.count("\n") == 1 and 'the trigger "late"' in err, err
     _insider_duckdb(world, "DROP TRIGGER late ON backfill_control.evidence")  # as the fix says
     assert world.fingerprints("published_revenue", window) == published and world.phase() == "reconciled"
     assert world.cli("publish", "fix") == 0

@@ -193,10 +193,11 @@ class DuckDBSession(Session):
             "UNION ALL SELECT 's', schema_name, table_name, NULL, NULL, sql FROM system.main.duckdb_tables() "
             "UNION ALL SELECT 't', schema_name, table_name, trigger_name, NULL, NULL "
             "FROM system.main.duckdb_triggers() "
-            "UNION ALL SELECT 'n', schema_name, parent_schema, NULL, parent_schema_oid IS NOT NULL, NULL "
-            "FROM system.main.duckdb_schemas()")
+            "UNION ALL SELECT 'n', schema_name, CAST(oid AS VARCHAR), NULL, parent_schema_oid IS NOT NULL, "
+            "CAST(parent_schema_oid AS VARCHAR) FROM system.main.duckdb_schemas()")
         memo.triggers = any(r[0] == "t" for r in found)
-        _refuse_nested_namesakes([(str(r[1]), r[2], bool(r[4])) for r in found if r[0] == "n"])
+        _refuse_nested_namesakes({str(r[2]): (str(r[1]), None if r[5] is None else str(r[5]))
+                                  for r in found if r[0] == "n"})
         # DuckDB 2.0 runs a trigger's statement inside the statement that fired it: one on a control
         # table runs in backfill's transactions after what they proved (an evidence row's insert,
         # after a publish's proof, edited the published table: found by an attack)
@@ -204,9 +205,10 @@ class DuckDBSession(Session):
         if hung:
             from backfill_assets.errors import ForgedRecord
 
-            raise ForgedRecord(f"{SCHEMA} has the trigger {hung[0][1]} on {hung[0][0]}: code of its own runs in "
-                               "backfill's transactions after what they proved, and can change it before they commit",
-                               fix=f"drop it (`DROP TRIGGER {hung[0][1]} ON {SCHEMA}.{hung[0][0]}`); nothing may hang "
+            table, trigger = (_shown('"' + str(n).replace('"', '""') + '"') for n in hung[0])
+            raise ForgedRecord(f"{SCHEMA} has the trigger {trigger} on {table}: code of its own runs in backfill's "
+                               "transactions after what they proved, and can change it before they commit",
+                               fix=f"drop it (`DROP TRIGGER {trigger} ON {SCHEMA}.{table}`); nothing may hang "
                                    f"on {SCHEMA}'s tables; `backfill evidence verify` then checks the record")
         # names as DuckDB resolves them, without regard to case: `backfill_control.evidence` reads a
         # table made as "Evidence", or a schema made again as "Backfill_Control" (found by an attack)
@@ -266,27 +268,63 @@ def _named(name: object, ours: str) -> bool:
     return name is not None and (str(name).lower() == ours or str(name).casefold() == ours)
 
 
-def _refuse_nested_namesakes(schemas: list[tuple[str, object, bool]]) -> None:
+def _refuse_nested_namesakes(schemas: dict[str, tuple[str, str | None]]) -> None:
     """A nested schema (DuckDB 2.0) named like a schema of the database, or like one the product
     reads or makes: the catalog lists its tables under that last name alone (`zzz.main.daily_revenue`
     as `main.daily_revenue`) while a statement's name still means the top-level one, so a check that
     looks a relation up by its schema's name could read the decoy's columns or kind (a contract gate
     passed over a column that lost its cents; a view over a snapshot passed for a table: found by an
-    attack). `schemas`: (name, parent, nested) of every schema the connection reaches."""
+    attack). `schemas`: each schema the connection reaches, by oid: (name, its parent's oid)."""
     from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA
     from backfill_assets.warehouse.state_store import SCHEMA
 
-    taken = {"main", SCHEMA, SNAPSHOT_SCHEMA} | {name.casefold() for name, _, nested in schemas if not nested}
-    for name, parent, nested in schemas:
-        if nested and name.casefold() in taken:
+    def alike(name: str) -> set[str]:  # as the binder folds it, and as anything else might
+        return {ascii_folded(name), name.casefold()}
+
+    taken = {"main", SCHEMA, SNAPSHOT_SCHEMA}
+    for name, parent in schemas.values():
+        if parent is None:
+            taken |= alike(name)
+    for name, parent in schemas.values():
+        if parent is not None and alike(name) & taken:
+            path: list[str] = [name]
+            at: str | None = parent
+            while at is not None and at in schemas and len(path) < 64:
+                path.insert(0, schemas[at][0])
+                at = schemas[at][1]
+            quoted = ".".join('"' + part.replace('"', '""') + '"' for part in path)
             raise WarehouseError(
-                f"the warehouse holds the nested schema {parent}.{name}, named like the schema {name}: DuckDB lists "
-                f"its tables as {name}'s, so a check could read one of them for the table a statement names",
-                fix=f"rename it or drop it (`DROP SCHEMA {parent}.{name} CASCADE`): a nested schema may not take "
-                    "the name of a schema of the warehouse")
+                f"the warehouse holds the nested schema {_shown(quoted)}, named like the schema {_shown(name)}: DuckDB "
+                f"lists its tables as that schema's, so a check could read one of them for the table a statement names",
+                fix=f"rename it or drop it (`DROP SCHEMA {_shown(quoted)} CASCADE`): a nested schema may not take the "
+                    "name of a schema of the warehouse")
 
 
-_OWN_TYPED = re.compile(r"\b(VARIANT\b|UNION\()", re.IGNORECASE)  # types whose values carry their own type
+def _shown(name: str) -> str:
+    """A name from the catalog in a one-line message: whoever made it chose its characters."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
+# DuckDB's binder matches names without regard to case for ASCII letters only ("İtem" and "item"
+# are two tables), while SQL's lower() and Python's lower() fold other letters too (lower('İtem') is
+# 'item'): a catalog look-up folds as the binder does, or a look-alike's row answers for the table a
+# statement names (a contract gate read a decoy's column types: found by a review)
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_TO_LOWER = str.maketrans(_UPPER, _UPPER.lower())
+
+
+def ascii_folded(name: str) -> str:
+    """`name` as DuckDB's binder compares it."""
+    return name.translate(_TO_LOWER)
+
+
+def _folded_sql(expr: str) -> str:
+    return f"translate({expr}, '{_UPPER}', '{_UPPER.lower()}')"
+
+
+# a VARIANT or a UNION where a type goes (not a quoted ENUM label or field name: `ENUM('variant')`)
+_OWN_TYPED = re.compile(r"\bVARIANT(?=\s*(?:$|[,)\[]))|\bUNION\s*\(", re.IGNORECASE)
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
 
 _BUILTINS: set[str] = set()  # the names of DuckDB's own functions: the library's, learnt once a process
 
@@ -867,7 +905,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
         return f"CAST({expr} AS VARCHAR)"
 
     def value_text_sql(self, expr: str, column_type: str) -> str:
-        if _OWN_TYPED.search(column_type):
+        if _OWN_TYPED.search(_QUOTED.sub("", column_type)):
             # a VARIANT's (DuckDB 2.0) or a UNION's value carries its own type, which its text drops:
             # 1 and '1', ['x'] and '[x]' read alike, so a value's type could change unseen (found by an
             # attack)
@@ -912,7 +950,8 @@ class DuckDBEngine(PostgresSpelling, Engine):
     def table_exists(self, session: Session, table: str, schema: str | None = None) -> bool:
         return bool(session.scalar(
             "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
-            "AND table_schema = coalesce(?, current_schema()) AND lower(table_name) = lower(?)",
+            f"AND {_folded_sql('table_schema')} = {_folded_sql('coalesce(?, current_schema())')} "
+            f"AND {_folded_sql('table_name')} = {_folded_sql('?')}",
             [schema, table]))
 
     def relation_kind(self, session: Session, table: str, schema: str | None = None) -> str | None:
@@ -924,7 +963,7 @@ class DuckDBEngine(PostgresSpelling, Engine):
             memo.shadowing = _shadowing(session)
         if memo.shadowing:
             return f"table in a database whose macro(s) {', '.join(sorted(memo.shadowing)[:3])} shadow built-ins"
-        name = (schema, table.lower())
+        name = (None if schema is None else ascii_folded(schema), ascii_folded(table))
         if name in memo.plain_tables:
             return "table"
         # a VIRTUAL generated column is computed at each read, like a view's rows
@@ -933,10 +972,12 @@ class DuckDBEngine(PostgresSpelling, Engine):
             "AND c.is_generated) THEN 'table with computed columns' ELSE 'table' END "
             "FROM system.main.duckdb_tables() AS t "
             "WHERE t.database_name = current_database() "
-            "AND lower(t.schema_name) = lower(coalesce(?, current_schema())) AND lower(t.table_name) = lower(?) "
+            f"AND {_folded_sql('t.schema_name')} = {_folded_sql('coalesce(?, current_schema())')} "
+            f"AND {_folded_sql('t.table_name')} = {_folded_sql('?')} "
             "UNION ALL "
             "SELECT 'view' FROM system.main.duckdb_views() WHERE database_name = current_database() "
-            "AND lower(schema_name) = lower(coalesce(?, current_schema())) AND lower(view_name) = lower(?)",
+            f"AND {_folded_sql('schema_name')} = {_folded_sql('coalesce(?, current_schema())')} "
+            f"AND {_folded_sql('view_name')} = {_folded_sql('?')}",
             [schema, table, schema, table])
         kind = str(found[0][0]) if found else None
         if kind == "table":
@@ -948,9 +989,11 @@ class DuckDBEngine(PostgresSpelling, Engine):
         # its cost (~1 ms), and every fingerprint reads it
         rows = session.rows(
             "SELECT column_name, data_type FROM duckdb_columns() "
-            "WHERE database_name = current_database() AND lower(schema_name) = lower(coalesce(?, current_schema())) "
-            "AND lower(table_name) = lower(?) ORDER BY column_index", [schema, table])
-        return {str(name).lower(): _normalised(str(kind)) for name, kind in rows}
+            f"WHERE database_name = current_database() "
+            f"AND {_folded_sql('schema_name')} = {_folded_sql('coalesce(?, current_schema())')} "
+            f"AND {_folded_sql('table_name')} = {_folded_sql('?')} ORDER BY column_index", [schema, table])
+        # keyed as the binder reads a column's name (the caller's ASCII names fold alike either way)
+        return {ascii_folded(str(name)): _normalised(str(kind)) for name, kind in rows}
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
