@@ -26,76 +26,80 @@ def _refused(world, capfd, *args: str) -> str:
     return err
 
 
-def _contract_fails(world, capfd) -> None:
-    """The proof reads `gross`'s own type, DECIMAL(18,0), against the contract's DECIMAL(18,2)."""
-    capfd.readouterr()
-    assert world.cli("run", "fix", "--proof") != 0
-    assert "contract_holds failed" in capfd.readouterr().err and world.phase() == "proving"
-
-
-# the decoys, with the contract's columns: a nested schema the catalog lists as `main`; a top-level
-# schema and tables whose names SQL's lower() folds to the real ones (DuckDB's binder does not:
-# "İ" is no "I"), found by a review
+# the decoys, with the contract's columns, and how each is removed: a nested schema the catalog
+# lists as `main`; a top-level schema and tables whose names SQL's lower() folds to the real ones
+# (DuckDB's binder does not: "İ" is no "I"), found by a review. Each is tried in turn on one
+# world: a refusal changes nothing, so the next finds the world as the first did
 DECOYS = {
-    "nested": ("CREATE SCHEMA zzz", "CREATE SCHEMA zzz.main", "CREATE TABLE zzz.main.daily_revenue ({})",
-               "CREATE TABLE zzz.main.published_revenue ({})"),
-    "look-alike schema": ('CREATE SCHEMA "maİn"', 'CREATE TABLE "maİn".daily_revenue ({})',
-                          'CREATE TABLE "maİn".published_revenue ({})'),
-    "look-alike tables": ('CREATE TABLE main."daİly_revenue" ({})', 'CREATE TABLE main."publİshed_revenue" ({})'),
+    "nested": (("CREATE SCHEMA zzz", "CREATE SCHEMA zzz.main", "CREATE TABLE zzz.main.daily_revenue ({})"),
+               "DROP SCHEMA zzz CASCADE"),
+    "look-alike schema": (('CREATE SCHEMA "maİn"', 'CREATE TABLE "maİn".daily_revenue ({})'),
+                          'DROP SCHEMA "maİn" CASCADE'),
+    "look-alike table": (('CREATE TABLE main."daİly_revenue" ({})',), 'DROP TABLE main."daİly_revenue"'),
 }
 
 
-@pytest.mark.parametrize("decoy", [None, *DECOYS])
-def test_a_decoy_named_like_the_target_never_hides_a_broken_contract(world, capfd, decoy):
+def test_a_decoy_named_like_the_target_never_hides_a_broken_contract(world, capfd):
     window = keys(1, 4)
-    assert world.materialize(window, publish=True).success
+    assert world.materialize(window).success
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    statements = ["ALTER TABLE daily_revenue ALTER gross TYPE DECIMAL(18,0)",
-                  "ALTER TABLE published_revenue ALTER gross TYPE DECIMAL(18,0)"]
-    statements += [s.format(CONTRACT_COLUMNS) for s in DECOYS.get(decoy, ())]
-    _insider_duckdb(world, *statements)
-    if decoy == "nested":  # refused before anything is read; once dropped, the contract gate sees gross
-        assert '"zzz"."main"' in _refused(world, capfd, "run", "fix", "--proof")
-        _insider_duckdb(world, "DROP SCHEMA zzz CASCADE")  # as the fix says
-        assert world.phase() == "approved"
-    _contract_fails(world, capfd)
+    _insider_duckdb(world, "ALTER TABLE daily_revenue ALTER gross TYPE DECIMAL(18,0)")  # the cents lost
+    for decoy, (plant, remove) in [(None, ((), None)), *DECOYS.items()]:
+        _insider_duckdb(world, *(s.format(CONTRACT_COLUMNS) for s in plant))
+        capfd.readouterr()
+        code = world.cli("run", "fix", "--proof")
+        err = capfd.readouterr().err
+        if decoy == "nested":  # refused before anything is read; once dropped, the gate sees gross
+            assert code != 0 and err.count("\n") == 1 and '"zzz"."main"' in err, (decoy, err)
+            _insider_duckdb(world, remove)  # as the fix says
+            code = world.cli("run", "fix", "--proof")
+            err = capfd.readouterr().err
+        elif remove:
+            _insider_duckdb(world, remove)
+        # the proof read gross's own type, DECIMAL(18,0), against the contract's DECIMAL(18,2)
+        assert code != 0 and "contract_holds failed" in err, (decoy, err)
+        assert world.phase() in ("approved", "proving"), decoy
 
 
 SNAPSHOT_DECOYS = {
-    "nested": ("CREATE SCHEMA zzz", "CREATE SCHEMA zzz.backfill_snapshots",
-               "CREATE TABLE zzz.backfill_snapshots.{snap} ({columns})"),
-    "look-alike schema": ('CREATE SCHEMA "backfİll_snapshots"', 'CREATE TABLE "backfİll_snapshots".{snap} ({columns})'),
-    "look-alike table": ('CREATE TABLE backfill_snapshots."{alike}" ({columns})',),
+    "nested": (("CREATE SCHEMA zzz", "CREATE SCHEMA zzz.backfill_snapshots",
+                "CREATE TABLE zzz.backfill_snapshots.{snap} ({columns})"), "DROP SCHEMA zzz CASCADE"),
+    "look-alike schema": (('CREATE SCHEMA "backfİll_snapshots"',
+                           'CREATE TABLE "backfİll_snapshots".{snap} ({columns})'),
+                          'DROP SCHEMA "backfİll_snapshots" CASCADE'),
+    "look-alike table": (('CREATE TABLE backfill_snapshots."{alike}" ({columns})',),
+                         'DROP TABLE backfill_snapshots."{alike}"'),
 }
 
 
-@pytest.mark.parametrize("decoy", [None, *SNAPSHOT_DECOYS])
-def test_a_decoy_never_passes_a_view_over_a_snapshot_off_as_a_table(world, capfd, decoy):
+def test_a_decoy_never_passes_a_view_over_a_snapshot_off_as_a_table(world, capfd):
     from backfill_assets.warehouse.snapshots import snapshot_table
     from tests.test_expectations import undeclared_gross_change
 
     undeclared_gross_change(world)  # DAY's changes_as_expected fails: gross changed, undeclared
     snap = snapshot_table("fix", "daily_revenue")
     columns = "order_date, region, orders, gross, refunds, net_revenue, customers"
-    statements = [f"ALTER TABLE backfill_snapshots.{snap} RENAME TO {snap}_real",
-                  f"CREATE VIEW backfill_snapshots.{snap} AS SELECT {columns} FROM backfill_snapshots.{snap}_real "
-                  "WHERE strpos(current_query(), 'sha256(') > 0 UNION ALL SELECT s.order_date, s.region, s.orders, "
-                  "coalesce(d.gross, s.gross), s.refunds, s.net_revenue, s.customers "
-                  f"FROM backfill_snapshots.{snap}_real AS s LEFT JOIN main.daily_revenue AS d "
-                  "ON d.order_date = s.order_date AND d.region = s.region "
-                  "WHERE strpos(current_query(), 'sha256(') = 0"]
-    statements += [s.format(snap=snap, alike=snap.replace("daily", "daİly"), columns=CONTRACT_COLUMNS)
-                   for s in SNAPSHOT_DECOYS.get(decoy, ())]
-    _insider_duckdb(world, *statements)
-    if decoy == "nested":
-        _refused(world, capfd, "reconcile", "fix")
-        _refused(world, capfd, "publish", "fix")
-        _insider_duckdb(world, "DROP SCHEMA zzz CASCADE")  # then the view is found for what it is
-    capfd.readouterr()
-    code = world.cli("reconcile", "fix")
-    err = capfd.readouterr().err
-    assert code != 0 and "view" in err and err.count("\n") == 1, err
-    assert world.phase() != "reconciled"
+    _insider_duckdb(world, f"ALTER TABLE backfill_snapshots.{snap} RENAME TO {snap}_real",
+                    f"CREATE VIEW backfill_snapshots.{snap} AS SELECT {columns} FROM backfill_snapshots.{snap}_real "
+                    "WHERE strpos(current_query(), 'sha256(') > 0 UNION ALL SELECT s.order_date, s.region, s.orders, "
+                    "coalesce(d.gross, s.gross), s.refunds, s.net_revenue, s.customers "
+                    f"FROM backfill_snapshots.{snap}_real AS s LEFT JOIN main.daily_revenue AS d "
+                    "ON d.order_date = s.order_date AND d.region = s.region "
+                    "WHERE strpos(current_query(), 'sha256(') = 0")
+    names = {"snap": snap, "alike": snap.replace("daily", "daİly"), "columns": CONTRACT_COLUMNS}
+    for decoy, (plant, remove) in [(None, ((), None)), *SNAPSHOT_DECOYS.items()]:
+        _insider_duckdb(world, *(s.format(**names) for s in plant))
+        if decoy == "nested":
+            _refused(world, capfd, "reconcile", "fix")
+            _refused(world, capfd, "publish", "fix")
+            _insider_duckdb(world, remove)  # then the view is found for what it is
+        capfd.readouterr()
+        code = world.cli("reconcile", "fix")
+        err = capfd.readouterr().err
+        assert code != 0 and "view" in err and err.count("\n") == 1, (decoy, err)
+        if remove and decoy != "nested":
+            _insider_duckdb(world, remove.format(**names))
+        assert world.phase() != "reconciled", decoy
 
 
 def test_a_nested_schema_named_with_a_line_break_is_refused_in_one_line(world, capfd):
