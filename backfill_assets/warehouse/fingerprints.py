@@ -111,6 +111,11 @@ def _grouped(session: Session, table: str, scheme: PartitionScheme, partition_co
         # a view can answer each statement differently (DuckDB's and PostgreSQL's current_query()):
         # the bytes a fingerprint proves must be the bytes the next statement reads
         name = f"{schema}.{table}" if schema else table
+        if "collated" in kind:  # the bytes are the table's, but the gates would compare them otherwise
+            raise ForgedRecord(f"{name} is a {kind}: its values compare and hash under the collation ('EU' as "
+                               "'eu' under NOCASE), so a gate could not tell values that differ apart",
+                               fix=f"declare the column without COLLATE (`ALTER TABLE {name} ALTER column TYPE "
+                                   "VARCHAR`), then run the command again")
         raise ForgedRecord(f"{name} is a {kind}, not a table: a fingerprint proves the bytes of a table only, and "
                            "this one was replaced", fix="restore the table from backup before anything reads it")
     source = qualified(schema, table) if schema else quote(table)
