@@ -114,7 +114,7 @@ def _grouped(session: Session, table: str, scheme: PartitionScheme, partition_co
         if "collated" in kind:  # the bytes are the table's, but the gates would compare them otherwise
             raise ForgedRecord(f"{name} is a {kind}: its values compare and hash under the collation ('EU' as "
                                "'eu' under NOCASE), so a gate could not tell values that differ apart",
-                               fix=f"declare the column without COLLATE (`ALTER TABLE {name} ALTER column TYPE "
+                               fix=f"declare the column without COLLATE (`ALTER TABLE {name} ALTER <column> TYPE "
                                    "VARCHAR`), then run the command again")
         raise ForgedRecord(f"{name} is a {kind}, not a table: a fingerprint proves the bytes of a table only, and "
                            "this one was replaced", fix="restore the table from backup before anything reads it")
