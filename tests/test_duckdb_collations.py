@@ -11,16 +11,13 @@ from __future__ import annotations
 import pytest
 
 from backfill_assets.warehouse.snapshots import snapshot_table
+from tests.test_duckdb_nested_schemas import refused_saying
 from tests.test_expectations import DAY, NET_UP, buggy_window, plan_with, verdicts
 from tests.test_trust import CONTROL, _insider_duckdb
 
 
 def _refused(world, capfd, *args: str) -> str:
-    capfd.readouterr()
-    code = world.cli(*args)
-    err = capfd.readouterr().err
-    assert code != 0 and err.count("\n") == 1 and "collated column" in err, (code, err)
-    return err
+    return refused_saying("collated column", world, capfd, *args)
 
 
 def test_a_collation_put_on_a_snapshot_never_hides_an_undeclared_key_change(world, capfd):
