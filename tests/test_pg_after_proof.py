@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_pg_rollback import _insider_owning_target, refused_in_one_line
-from tests.world import BUGGY, keys
+from tests.test_pg_rollback import _insider_owning_target, ran_fix, refused_in_one_line, rollback_refused
 
 LATE = "CREATE FUNCTION public.late() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " \
        "UPDATE public.daily_revenue SET orders = orders + 1 WHERE region = 'north'; RETURN NULL; END $$"
@@ -22,10 +21,7 @@ PLANT = ("CREATE FUNCTION public.plant() RETURNS trigger LANGUAGE plpgsql AS $$ 
 
 
 def _setup(world) -> list[str]:
-    window = keys(1, 4)
-    assert world.materialize(window, spec=BUGGY, publish=True).success
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    window = ran_fix(world)
     assert world.cli("publish", "fix") == 0
     return window
 
@@ -56,11 +52,7 @@ def test_owner_of_published_table_edits_target_after_its_proof(engine_world, cap
     world.run_sql(LATE)
     world.run_sql("CREATE TRIGGER late AFTER INSERT ON published_revenue FOR EACH STATEMENT "
                   "EXECUTE FUNCTION public.late()")
-    capfd.readouterr()
-    code = world.cli("rollback", "fix")
-    out = capfd.readouterr()
-    world.run_sql("DROP TRIGGER late ON published_revenue")
-    refused_in_one_line(world, window, fixed, code, out)
+    rollback_refused(world, window, fixed, capfd, "DROP TRIGGER late ON published_revenue")
 
 
 # --- a graph's publish: the days' copy proven, then the month's copy fires code changing the days -----
@@ -139,11 +131,7 @@ def test_rule_on_published_table_edits_target_after_its_proof(engine_world, capf
     fixed = world.fingerprints("daily_revenue", window)
     world.run_sql("CREATE RULE late AS ON INSERT TO published_revenue DO ALSO "
                   "UPDATE public.daily_revenue SET orders = orders + 1 WHERE region = 'north'")
-    capfd.readouterr()
-    code = world.cli("rollback", "fix")
-    out = capfd.readouterr()
-    world.run_sql("DROP RULE late ON published_revenue")
-    refused_in_one_line(world, window, fixed, code, out)
+    rollback_refused(world, window, fixed, capfd, "DROP RULE late ON published_revenue")
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
@@ -152,10 +140,7 @@ def test_a_snapshot_a_publish_set_aside_is_never_edited_by_its_later_copy(engine
     rollback's snapshot), then copies over them, which fires the owner's trigger as the product: it
     edits the snapshot. Committed, the plan could never be rolled back (found by a review)."""
     world = engine_world
-    window = keys(1, 4)
-    assert world.materialize(window, spec=BUGGY, publish=True).success
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    window = ran_fix(world)
     published = world.fingerprints("published_revenue", window)
     world.run_sql("CREATE FUNCTION public.edit_aside() RETURNS trigger LANGUAGE plpgsql AS $$ DECLARE r record; "
                   "BEGIN FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = 'backfill_snapshots' LOOP "

@@ -71,6 +71,27 @@ def test_a_deferred_trigger_on_the_target_never_changes_a_rollback_after_its_pro
 
 # --- code of a table's owner changing the rollback's own session (found by an attack) -------------
 
+def ran_fix(world) -> list[str]:
+    """The buggy window written and published plan-free, then plan `fix` approved, proven and run
+    over it (reconciled, not published): the window."""
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    return window
+
+
+def rollback_refused(world, window: list[str], fixed: dict, capfd, *cleanup: str) -> None:
+    """`rollback fix` under the insider's code: then `cleanup` (as the product's role), and the
+    refusal required (`refused_in_one_line`)."""
+    capfd.readouterr()
+    code = world.cli("rollback", "fix")
+    out = capfd.readouterr()
+    for statement in cleanup:
+        world.run_sql(statement)
+    refused_in_one_line(world, window, fixed, code, out)
+
+
 def refused_in_one_line(world, window: list[str], fixed: dict, code: int, out) -> None:
     """The rollback was refused in one line and nothing of it committed: the target still holds the
     plan's bytes (`fixed`) and the plan is not rolled back. Required, not merely allowed: an attack
@@ -142,10 +163,7 @@ def test_code_in_the_rollbacks_session_never_gets_a_wrong_restore_proven(engine_
     the proof fired them; a search path turned to the insider's schema, or a schema `"$user"` comes to
     name, had the restore read and written there (each found by an attack)."""
     world = engine_world
-    window = keys(1, 4)
-    assert world.materialize(window, spec=BUGGY, publish=True).success
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    window = ran_fix(world)
     fixed = world.fingerprints("daily_revenue", window)
     if way == "earlier schema":  # `"$user"` names a schema from the start: the path resolves alike throughout
         world.run_sql("CREATE SCHEMA backfill")
@@ -172,10 +190,7 @@ def test_a_trigger_on_a_control_table_is_refused_before_it_can_change_a_proven_r
     the rollback records what it proved, and edits the target after the proof, in the same
     transaction."""
     world = engine_world
-    window = keys(1, 4)
-    assert world.materialize(window, spec=BUGGY, publish=True).success
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    window = ran_fix(world)
     fixed = world.fingerprints("daily_revenue", window)
     with psycopg.connect(world.url, autocommit=True) as insider:
         insider.execute("CREATE FUNCTION public.after_proof() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
