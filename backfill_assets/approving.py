@@ -151,6 +151,17 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             state = record.require(session, plan.plan_id)
             assert state.version is not None or record.version(session, sha) is not None
             counted = authority.plan_tally(session, record.version(session, sha), code=code)  # type: ignore[arg-type]
+            late = ""
+            replaced = state.approved_sha256 if state.approved_sha256 not in (None, sha) else None
+            if counted.approved and replaced is not None:
+                # another version is the plan of record: only signatures given since it was adopted
+                # take over from it (a version it superseded came back on its old signatures, with
+                # the owner's key alone or none: found by an attack)
+                counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
+                                               since=record.adoption(session, plan.plan_id, replaced))
+                if not counted.approved:
+                    late = (f"; only signatures given since {replaced[:12]} became the plan of record "
+                            "count toward replacing it")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active
@@ -164,7 +175,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                                         for a in record.approvals(session, sha)])
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
-    return Approved(plan.plan_id, sha, name, recorded_now, counted.describe(),
+    return Approved(plan.plan_id, sha, name, recorded_now, counted.describe() + late,
                     state.approved_sha256 == sha and (adopted or counted.approved), added)
 
 

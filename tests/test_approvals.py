@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -627,3 +628,65 @@ def test_one_key_listed_under_two_names_counts_once(world, run_cli, tmp_path):
     guarded = run_cli("guard", str(path))
     assert guarded.code == 1 and "1/2 approver signature(s) counted (alice)" in guarded.out, guarded.out
     assert "a key counts once" in guarded.out
+
+
+# --- a superseded version ---------------------------------------------------------------------------
+
+def _fix_version(world, name: str, end: str, reason: str) -> Path:
+    return write_plan(world.root / "plans" / f"{name}.yaml", edited(
+        complete_plan(plan_id="fix", start="2026-01-01", end=end, proof=("2026-01-02",)), reason=reason))
+
+
+def _of_record(world) -> str:
+    return world.sql("SELECT approved_sha256 FROM backfill_control.plans WHERE plan_id = 'fix'")[0][0]
+
+
+def _alice_copied_from(path: Path, out: Path) -> tuple[Path, Path]:
+    """alice's statement and signature as the plan file mirrors them: whoever reads the file has both."""
+    from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
+
+    entry = next(g for g in load_plan(path).approvals.granted if g.by == "alice")
+    statement = Statement.make(PLAN_APPROVAL, signed=entry.at, expires=entry.expires,
+                               plan=entry.plan_sha256, code=entry.code, warehouse=entry.warehouse)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "statement.txt").write_text(statement.text)
+    (out / "alice.sig").write_text(entry.signature)
+    return out / "statement.txt", out / "alice.sig"
+
+
+@pytest.mark.parametrize("how", ["alice's signature copied from v1's file", "the owner's key"])
+def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, capsys, how):
+    """v1 (six days) approved, then v2 (three: v1 was too wide) approved and adopted. An operator
+    with no approver's key approved v1 again, re-submitting alice's signature from v1's file or
+    signing as the owner: v1's old signatures still verified, so v1 became the plan of record again
+    and `backfill run` wrote 2026-01-04..06, which v2's approvers had taken out (found by an attack).
+    Only signatures given since v2 was adopted replace it."""
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    assert _of_record(world) == plan_sha256(load_plan(v2))
+    capsys.readouterr()
+    if how.startswith("alice"):
+        statement, signature = _alice_copied_from(v1, world.root / "copied")
+        world.cli("plan", "approve", str(v1), "--by", "alice", "--signature", str(signature),
+                  "--statement", str(statement))
+    else:
+        assert world.cli("plan", "approve", str(v1), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    said = capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v2)), said
+    if not how.startswith("alice"):
+        assert "not approved yet" in said and "count toward replacing it" in said, said
+    world.cli("run", "fix", "--proof")
+    world.cli("run", "fix")
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
+                     "AND partition_key > '2026-01-03'")[0][0] == 0
+
+
+def test_a_superseded_version_comes_back_when_its_approvers_sign_it_again(world, capsys):
+    """Going back is the approvers' call: the owner and both approvers sign v1 anew (statements of
+    a later second than v1's first) and it is the plan of record again."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    time.sleep(1.05)  # a statement says its second: one of the same second as v1's would be v1's own again
+    world.approve(v1)
+    assert _of_record(world) == plan_sha256(load_plan(v1)), capsys.readouterr().out

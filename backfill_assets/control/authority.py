@@ -15,7 +15,8 @@ import datetime as dt
 from typing import Any
 
 from backfill_assets.control import record, trust_record
-from backfill_assets.control.record import PlanVersion
+from backfill_assets.control.record import Adoption, PlanVersion
+from backfill_assets.errors import SignatureError
 from backfill_assets.signing.statements import PLAN_APPROVAL, ROLLBACK, Statement
 from backfill_assets.trust.root import Candidate, Tally, tally
 from backfill_assets.warehouse.engine import Session
@@ -24,12 +25,18 @@ _CACHE: dict[tuple[Any, ...], Tally] = {}
 
 
 def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
-               now: dt.datetime | None = None) -> Tally:
+               now: dt.datetime | None = None, since: Adoption | None = None) -> Tally:
     """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
-    (the coordinator, which cannot load the table: the run's own permission checks it)."""
+    (the coordinator, which cannot load the table: the run's own permission checks it).
+    `since`: another version's adoption as the plan of record; only the approvals the chain recorded
+    after it, of statements signed since (to the second, as statements say), count."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
     recorded = record.approvals(session, version.sha256)
+    if since is not None:
+        floor = since.at.astimezone(dt.UTC).replace(microsecond=0)
+        recorded = [a for a in recorded
+                    if (a.statement, a.signature) in since.approvals_after and _signed(a.statement) >= floor]
     cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code,
                  tuple((a.principal, a.statement, a.signature) for a in recorded))
     cached = _CACHE.get(cache_key)
@@ -45,6 +52,15 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
             _CACHE.clear()
         _CACHE[cache_key] = found
     return found
+
+
+def _signed(text: str) -> dt.datetime:
+    """When a recorded statement says it was signed (the earliest time for one that does not parse:
+    it would not verify either)."""
+    try:
+        return Statement.parse(text).signed
+    except SignatureError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:

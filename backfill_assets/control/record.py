@@ -14,6 +14,7 @@ Someone who can write the warehouse but not read the evidence key cannot forge e
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -433,6 +434,40 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
         "sha256": sha, "principal": approval.principal, "key": approval.key_fingerprint,
         "trust_version": approval.trust_version, "statement": approval.statement, "signature": approval.signature})
     return True
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """When a version last became a plan's plan of record, and the approvals the chain recorded
+    after that: only those, signed since, may replace it (`approving.approve`)."""
+    at: dt.datetime
+    approvals_after: frozenset[tuple[str, str]]  # (statement, signature) of the chain's later approval rows
+
+
+def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
+    """`sha`'s adoption as the chain recorded it: the plan's rows, each verified, its state rows as
+    many as the chain index counts (none hidden). A plan of an earlier release whose rows never
+    name the change answers its newest state row."""
+    counts = evidence_log.check_index(session)
+    every = sorted(evidence_log.verified(session, evidence_log.rows(session, plan_id=plan_id)), key=lambda r: r.seq)
+    states = [r for r in every if r.kind in STATE_KINDS]
+    if counts is not None and len({r.seq for r in states}) != counts.get(("plan", plan_id), (0, 0))[1]:
+        raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+    if not states:
+        raise ForgedRecord(f"plan {plan_id} has a plan of record, but the evidence chain never recorded the plan",
+                           fix=evidence_log.FORGED_FIX)
+    since: evidence_log.EvidenceRow | None = None
+    before = None
+    for row in states:
+        of_record = row.payload.get("sha256") if row.kind == "plan_of_record" else \
+            (row.payload.get("state") or {}).get("approved_sha256", before)
+        if of_record == sha and before != sha:
+            since = row
+        before = of_record
+    since = since or states[-1]
+    return Adoption(dt.datetime.fromisoformat(since.at.replace("Z", "+00:00")),
+                    frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
+                              for r in every if r.kind == "approval" and r.seq > since.seq))
 
 
 def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:
