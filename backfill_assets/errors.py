@@ -123,6 +123,11 @@ class PublishBlocked(BackfillError):
     """Publish may not reopen yet; the message says what blocks it."""
 
 
+class RunNotRecorded(BackfillError):
+    """The warehouse committed what a run did, but Dagster could not record the run (its storage
+    failed after the commit): the command says what happened, not that nothing did."""
+
+
 class RollbackRefused(BackfillError):
     """A rollback cannot be done safely (a later plan wrote the same partitions)."""
 

@@ -4,9 +4,12 @@ file and the fix, exit 1 or 2, before anything commits; never a hang, never exit
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
+
+from tests.world import keys as day_keys
 
 pytestmark = pytest.mark.separate_processes  # the commands under test run as processes of their own
 
@@ -188,3 +191,59 @@ def test_a_full_disk_during_a_load_says_what_failed_committed_nothing_not_the_co
     loaded = _backfill(world, "load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-04")
     assert loaded.returncode == 0, loaded.stderr
     assert all(world.rows("published_revenue", k) > 0 for k in keys(1, 4)), (written, loaded.stdout)
+
+
+# --- a publish that committed, then Dagster could not record it ---------------------------------------
+
+DAYS = day_keys(1, 3)
+
+
+def _disk_fills_when_dagster_records_the_publish(monkeypatch, world) -> None:
+    """The disk fills just after the publish's warehouse transaction committed: Dagster's event log
+    cannot store the published asset's materialization (ENOSPC), as on a full disk (reproduced with
+    RLIMIT_FSIZE too: `the step that failed committed nothing` while the plan was published)."""
+    from backfill_assets.dagster_storage import PooledSqliteEventLogStorage as Storage
+
+    store, batch = Storage.store_event, Storage.store_event_batch
+
+    def full(events) -> None:
+        for event in events:
+            dagster_event = getattr(event, "dagster_event", None)
+            if dagster_event is not None and dagster_event.is_step_materialization and \
+                    dagster_event.asset_key is not None and dagster_event.asset_key.path == ["published_revenue"]:
+                raise OSError(errno.ENOSPC, "No space left on device", str(world.home / "dagster"))
+
+    monkeypatch.setattr(Storage, "store_event", lambda self, event: (full([event]), store(self, event))[1])
+    monkeypatch.setattr(Storage, "store_event_batch", lambda self, events: (full(events), batch(self, events))[1])
+
+
+@pytest.mark.parametrize("command", [("run", "fix", "--and-publish"), ("publish", "fix")])
+def test_a_publish_that_committed_is_never_reported_as_nothing_published(world, run_cli, monkeypatch, command):
+    """The copy committed (consumers read the new bytes, the plan is published), then Dagster could not
+    record it: the command said `the publish run ... failed, nothing was published` (exit 1)."""
+    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
+    if command[0] == "publish":
+        assert run_cli("run", "fix", "--proof").code == 0
+        assert run_cli("run", "fix").code == 0
+    _disk_fills_when_dagster_records_the_publish(monkeypatch, world)
+    done = run_cli(*command)
+    published = world.phase() == "published" and all(world.rows("published_revenue", k) == 5 for k in DAYS)
+    if published:  # what happened: consumers read the plan's bytes
+        assert "nothing was published" not in done.err and "committed nothing" not in done.err, done.err
+    else:
+        assert done.code != 0
+
+
+def test_run_and_publish_with_dagster_home_a_file_is_one_line(world, run_subprocess):
+    """`run PLAN --proof` says it in one line; `--and-publish` printed two `backfill:` lines (a warning
+    from recording the plan's state on the way out, then the problem)."""
+    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
+    not_a_folder = world.root / "dagster-home-file"
+    not_a_folder.write_text("x")
+    alone = run_subprocess("--home", str(world.home), "run", "fix", "--proof", env={"DAGSTER_HOME": str(not_a_folder)})
+    assert alone.code == 2 and alone.err.count("\n") == 1, alone.err
+    chained = run_subprocess("--home", str(world.home), "run", "fix", "--and-publish",
+                             env={"DAGSTER_HOME": str(not_a_folder)})
+    assert chained.code == 2, chained.err
+    assert chained.err.count("\n") == 1 and chained.err.startswith("backfill: "), chained.err
+    assert world.phase() == "approved"

@@ -4,12 +4,16 @@ or refused."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import pytest
 
 from backfill_assets.errors import IdentifierError, WarehouseError, WriteRefused
 from backfill_assets.warehouse.writes import ensure_table, write_rows
 from tests.world import BUGGY, FIXED, failure_text, keys, per_partition
+
+DAYS = keys(1, 3)
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "merge", "replay"])
@@ -278,3 +282,42 @@ def test_a_range_form_recomputation_yielding_rows_of_no_partition_of_the_run_is_
     assert world.fingerprints("daily_revenue", keys(1, 4)) == before
     with pytest.raises(IdentifierError, match="range_form.*binds partition"):
         dataclasses.replace(FIXED, select_sql=per_partition(FIXED).select_sql)
+
+
+def test_a_cancelled_plan_whose_snapshot_rows_were_deleted_still_has_a_way_out(world, run_cli):
+    """Disk full, the hurried user deletes a snapshot's rows to free space; the plan is cancelled. Its
+    only way out, `rollback`, is refused (restore from backup), `plan withdraw` is refused (it wrote),
+    `run` is refused (cancelled), yet `status` names `backfill rollback fix` as the next step
+    ("status names a next step that can succeed"), and the plan holds its window frozen for ever."""
+    assert world.materialize(DAYS, publish=True).success
+    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
+    assert run_cli("run", "fix", "--proof").code == 0
+    assert run_cli("cancel", "fix").code == 0
+    [(table,)] = world.sql("SELECT DISTINCT snapshot_table FROM backfill_control.snapshots")
+    world.run_sql(f'DELETE FROM backfill_snapshots."{table}"')
+    status = json.loads(run_cli("status", "fix", "--json").out)
+    named = re.findall(r"`(backfill [^`]+)`", status["next"])
+    assert named, status["next"]
+    outcomes = {command: run_cli(*command.split()[1:]) for command in named}
+    assert any(r.code == 0 for r in outcomes.values()), {c: (r.code, r.err) for c, r in outcomes.items()}
+    # the rows taken came back from the published copy, which its sealed fingerprint vouched for
+    assert world.phase() == "rolled_back"
+    assert world.fingerprints("daily_revenue", DAYS) == world.fingerprints("published_revenue", DAYS)
+
+
+def test_snapshot_rows_deleted_are_not_refilled_from_a_published_copy_that_differs(world, run_cli):
+    """The published copy stands in for deleted snapshot rows only when it is exactly the rows
+    taken: edited, the rollback refuses as before and changes nothing."""
+    assert world.materialize(DAYS, publish=True).success
+    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
+    assert run_cli("run", "fix", "--proof").code == 0
+    assert run_cli("cancel", "fix").code == 0
+    [(table,)] = world.sql("SELECT DISTINCT snapshot_table FROM backfill_control.snapshots")
+    world.run_sql(f'DELETE FROM backfill_snapshots."{table}"')
+    world.run_sql("UPDATE published_revenue SET gross = gross + 1 WHERE order_date = ?", [DAYS[1]])
+    before = world.fingerprints("daily_revenue", DAYS)
+    refused = run_cli("rollback", "fix")
+    assert refused.code == 1 and "cannot be rolled back whole" in refused.err, refused.err
+    assert world.fingerprints("daily_revenue", DAYS) == before
+    assert world.sql(f'SELECT count(*) FROM backfill_snapshots."{table}"')[0][0] == 0
+    assert world.phase() != "rolled_back"

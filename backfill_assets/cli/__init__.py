@@ -129,17 +129,9 @@ def _environment_fault(args: argparse.Namespace, exc: BaseException) -> Backfill
 
 
 def _log_details(args: argparse.Namespace, text: str) -> str:
-    from backfill_assets.cli.common import home_of
+    from backfill_assets.cli.common import log_details
 
-    try:
-        path = output.log_file(home_of(args))
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(text if text.endswith("\n") else text + "\n")
-        return str(path)
-    except OSError:
-        return "nowhere: the home is not writable"
-    except BackfillError as exc:  # the log file is not a file
-        return f"nowhere: {exc.message}"
+    return log_details(args, text)
 
 
 def _log_traceback(args: argparse.Namespace) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from backfill_assets.control import record
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.schema import SCHEMA_VERSION, ensure_schema, has_control_schema, schema_version
-from backfill_assets.errors import PlanRefused, UsageError, WarehouseError
+from backfill_assets.errors import BackfillError, PlanRefused, UsageError, WarehouseError
 from backfill_assets.home import Home, resolve_home
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
@@ -216,12 +216,29 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
         "the plan is never trusted"))
 
 
+def log_details(args: argparse.Namespace, text: str) -> str:
+    """`text` appended to the home's log file; where it went (or why nowhere)."""
+    from backfill_assets import terminal
+
+    try:
+        path = terminal.log_file(home_of(args))
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text if text.endswith("\n") else text + "\n")
+        return str(path)
+    except OSError:
+        return "nowhere: the home is not writable"
+    except BackfillError as exc:  # the log file is not a file
+        return f"nowhere: {exc.message}"
+
+
 def record_plan_state(args: argparse.Namespace, plan_id: str, graph: TableGraph | None = None,
-                      instance: dg.DagsterInstance | None = None) -> None:
+                      instance: dg.DagsterInstance | None = None, *, failing: bool = False) -> None:
     """The plan's state on each of its tables' assets in the Dagster UI, right after this command
     changed it (the reopen sensor records it on its ticks too). After the commit, and best effort:
     if Dagster's instance cannot be opened now, the sensor's next tick shows it. `instance`: the one
-    the command already has open (run, publish), so it is not opened a second time (~0.3 s)."""
+    the command already has open (run, publish), so it is not opened a second time (~0.3 s).
+    `failing`: the command is failing with its own one line; a failure here goes to the log file
+    (`run --and-publish` printed two lines for one problem: found by an attack)."""
     from backfill_assets import terminal
     from backfill_assets.defs.plan_state import observations
 
@@ -242,5 +259,9 @@ def record_plan_state(args: argparse.Namespace, plan_id: str, graph: TableGraph 
             opened.report_runless_asset_event(event)
     except Exception as exc:  # noqa: BLE001 - the change is committed; the UI catches up at the next tick
         first = str(exc).splitlines()[0] if str(exc) else ""
-        terminal.say(f"backfill: the Dagster UI shows the plan's state at the reopen sensor's next tick "
-                     f"(recording it now failed: {type(exc).__name__}: {first[:160]})")
+        said = (f"backfill: the Dagster UI shows the plan's state at the reopen sensor's next tick "
+                f"(recording it now failed: {type(exc).__name__}: {first[:160]})")
+        if failing:
+            log_details(args, said)
+        else:
+            terminal.say(said)

@@ -24,7 +24,7 @@ from backfill_assets.cli.common import (
 )
 from backfill_assets.cli.partition_args import add_partition_args, chosen
 from backfill_assets.cli.partition_args import given as partition_args_given
-from backfill_assets.errors import PublishBlocked, UsageError
+from backfill_assets.errors import PublishBlocked, RunNotRecorded, UsageError
 from backfill_assets.warehouse import release_kept
 
 if TYPE_CHECKING:
@@ -158,13 +158,19 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
 
     instance = instance_for(home)  # one instance: the publish run, then the plan's state
     fail_dead_runs(instance)
-    with output.dagster_output(home):
-        result = execute_selection(job, [dg.AssetKey(table.spec.publish_as.split("/"))], instance=instance,
-                                   tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
-                                   run_config=output.run_config())
+    try:
+        with output.dagster_output(home):
+            result = execute_selection(job, [dg.AssetKey(table.spec.publish_as.split("/"))], instance=instance,
+                                       tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
+                                       run_config=output.run_config())
+    except Exception as exc:
+        _refuse_if_published(args, state.plan_id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc)
+        raise
     if not result.success:
-        raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: "
-                             + "; ".join(failure_messages(result)[:2]), fix="see `backfill status`")
+        why = "; ".join(failure_messages(result)[:2])
+        _refuse_if_published(args, state.plan_id, why)
+        raise PublishBlocked(f"the publish run {result.run_id[:8]} failed, nothing was published: " + why,
+                             fix="see `backfill status`")
     print(f"published {table.spec.publish_as} for {state.partition_keys[0]}..{state.partition_keys[-1]} "
           f"(run {result.run_id[:8]}); downstream owners notified")
     for asset in state.assets[1:]:  # in the same transaction
@@ -188,6 +194,23 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
         release_kept()
     record_plan_state(args, state.plan_id, table.graph, instance)
     return 0
+
+
+def _refuse_if_published(args: argparse.Namespace, plan_id: str, why: str, cause: BaseException | None = None) -> None:
+    """RunNotRecorded when the publish run failed after its transaction committed (Dagster could not
+    store the run's events: a disk that filled just then): the plan is published and consumers read
+    its bytes, which a command saying "nothing was published" denied (found by an attack)."""
+    from backfill_assets.control import record
+    from backfill_assets.plan.phases import Phase
+
+    with reading(args) as session:
+        state = record.get(session, plan_id)
+    if state is not None and state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+        raise RunNotRecorded(
+            f"plan {plan_id} is published (the warehouse committed it: consumers read the checked bytes), "
+            f"but Dagster could not record the publish run ({why})",
+            fix="fix what Dagster reported (free space on the disk of DAGSTER_HOME?); nothing needs publishing "
+                "again: `backfill status` shows the plan published, and the Dagster UI lacks this run") from cause
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -159,7 +159,7 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     steps += [lambda first: _run(args, loaded, chained=True, resume=first),
               lambda _: reconcile_plan(args, loaded, brief=True),
               lambda _: publish_plan(args, loaded, chained=True)]
-    published = False
+    published = failing = False
     try:
         for number, step in enumerate(steps):
             if number:  # a pause or cancel from another shell stops what comes next (found by an attack)
@@ -180,9 +180,12 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
                 return code
         published = True  # publish recorded the plan's state as it ended
         return 0
+    except BaseException:
+        failing = True
+        raise
     finally:
         if not published:  # the state each step left, on the assets once (~0.2 s a recording)
-            record_plan_state(args, state.plan_id, loaded.table(state.target).graph)
+            record_plan_state(args, state.plan_id, loaded.table(state.target).graph, failing=failing)
 
 
 def _refuse_new_hold(state: record.PlanState) -> None:

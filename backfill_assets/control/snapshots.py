@@ -17,7 +17,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.snapshot_tables import snapshot_in
-from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back
+from backfill_assets.warehouse.snapshots import copy_aside, missing_rows, put_back, refill
 from backfill_assets.warehouse.state_store import snapshot_records as store
 
 
@@ -57,12 +57,21 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
 
 
 def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
-               keys: Sequence[str]) -> list[str]:
-    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them)."""
+               keys: Sequence[str], *, refill_from: str | None = None, write: bool = False) -> list[str]:
+    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them).
+    `refill_from`: a table (the published copy) whose rows of a key whose snapshot rows are missing
+    may be exactly the rows taken (its sealed fingerprint says): that key is not missing, and with
+    `write` its snapshot rows are put back from there (a hurried user who deleted snapshot rows to
+    free space left a cancelled plan no command could end: found by an attack)."""
     recorded = snapshotted(session, plan_id, table)
     problems = [f"{k}: no snapshot record" for k in keys if k not in recorded]
-    return problems + missing_rows(session, spec, scheme, plan_id, table,
-                                   {k: recorded[k] for k in keys if k in recorded})
+    taken = {k: recorded[k] for k in keys if k in recorded}
+    missing = missing_rows(session, spec, scheme, plan_id, table, taken)
+    if missing and refill_from is not None:
+        for key in refill(session, spec, scheme, plan_id, table, refill_from, {k: taken[k] for k in missing},
+                          write=write):
+            del missing[key]
+    return problems + [f"{k}: {why}" for k, why in missing.items()]
 
 
 def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,

@@ -121,12 +121,16 @@ def authorisation(session: Session, state: PlanState, signatures: Sequence[Candi
 
 
 def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
-           state: PlanState) -> tuple[list[str], list[str]]:
-    """The target and published partitions the plan wrote, each with its snapshot, or refuse."""
+           state: PlanState, *, write: bool) -> tuple[list[str], list[str]]:
+    """The target and published partitions the plan wrote, each with its snapshot, or refuse. A
+    target partition whose snapshot rows are gone is restored from the published copy where that
+    copy is exactly the rows taken (never published over: the fingerprint sealed with the snapshot
+    says so); `write`: its snapshot rows are refilled from there first."""
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
     _refuse_later_writers(session, state, keys, spec.name)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
-    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys) + \
+    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys,
+                          refill_from=spec.publish_table, write=write) + \
         incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
     if problems:
         raise RollbackRefused(f"plan {state.plan_id} cannot be rolled back whole: "
@@ -162,7 +166,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     if dry_run:
         # what it says it would restore is what the chain recorded, as the rollback checks it
         top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
-        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, write=False))
                  for table_spec, table_scheme in tables]
         _refuse_what_the_ledger_lost(session, state, whole, top)
         for table_spec, table_scheme, keys, published in whole:
@@ -184,7 +188,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state))
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, write=True))
                  for table_spec, table_scheme in tables]
         # decided on the plan as it is now, under its row's lock: a publish that landed since the
         # command started makes this a rollback consumers see

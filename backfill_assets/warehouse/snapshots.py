@@ -19,7 +19,7 @@ from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in, snapshot_table
 
-__all__ = ["SNAPSHOT_SCHEMA", "copy_aside", "missing_rows", "put_back", "snapshot_table"]
+__all__ = ["SNAPSHOT_SCHEMA", "copy_aside", "missing_rows", "put_back", "refill", "snapshot_table"]
 
 
 def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
@@ -52,17 +52,43 @@ def _still_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, tab
 
 
 def missing_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
-                 recorded: Mapping[str, Fingerprint]) -> list[str]:
-    """The recorded snapshots whose rows are not all in the snapshot table (a rollback must refuse them)."""
+                 recorded: Mapping[str, Fingerprint]) -> dict[str, str]:
+    """The recorded snapshots whose rows are not all in the snapshot table, each with what is
+    wrong (a rollback must refuse them)."""
     present = list(recorded)
     if not present:
-        return []
+        return {}
     name = snapshot_in(session, plan_id, table)
     if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
-        return [f"{k}: snapshot table {SNAPSHOT_SCHEMA}.{name} is gone" for k in present if recorded[k].rows > 0]
+        return {k: f"snapshot table {SNAPSHOT_SCHEMA}.{name} is gone" for k in present if recorded[k].rows > 0}
     counts = rows_per_partition(session, name, spec.partition_column, scheme, present, SNAPSHOT_SCHEMA)
-    return [f"{k}: snapshot holds {counts.get(k, 0)} row(s), {recorded[k].rows} were taken"
-            for k in present if counts.get(k, 0) != recorded[k].rows]
+    return {k: f"snapshot holds {counts.get(k, 0)} row(s), {recorded[k].rows} were taken"
+            for k in present if counts.get(k, 0) != recorded[k].rows}
+
+
+def refill(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str, source: str,
+           recorded: Mapping[str, Fingerprint], *, write: bool) -> list[str]:
+    """The keys of `recorded` whose rows in `source` (the published copy) are exactly the rows
+    taken, by their sealed fingerprints; with `write`, the snapshot's rows of those keys replaced by
+    them, in the caller's transaction, refused unless the snapshot then holds exactly the rows taken."""
+    if not recorded or not session.engine.table_exists(session, source):
+        return []
+    there = fingerprints_like(session, source, spec.columns, scheme, spec.partition_column, recorded)
+    found = [k for k, taken in recorded.items() if there[k] == taken]
+    if not write or not found:
+        return found
+    snap = qualified(SNAPSHOT_SCHEMA, snapshot_in(session, plan_id, table))
+    cols = ", ".join(quote(c) for c in spec.columns)
+    session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
+    where, params = many_predicate(scheme, quote(spec.partition_column), found)
+    session.execute(f"DELETE FROM {snap} WHERE {where}", params)
+    session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(source)} WHERE {where}", params)
+    changed = changed_rows(session, spec, scheme, plan_id, table, {k: recorded[k] for k in found})
+    if changed:
+        raise RollbackRefused(f"the snapshot of {table} {next(iter(changed))} could not be refilled from {source}: "
+                              "its rows there changed as they were copied",
+                              fix="nothing was changed; run the rollback again")
+    return found
 
 
 def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
