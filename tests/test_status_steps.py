@@ -103,3 +103,15 @@ def test_a_cancelled_repair_after_the_approvals_expired_is_told_the_signed_rollb
                      "--sign", f"alice={world.keys['alice']}", "--sign", f"bob={world.keys['bob']}")
     assert signed.code == 0, signed.err
     assert world.phase() == "rolled_back"
+
+
+def test_a_closed_plan_whose_published_table_was_edited_names_the_step_that_publishes_again(world, run_cli):
+    """Closed, then the published table edited: status showed `EDITED since` but `next: nothing`, and
+    `publish` said the plan was closed (found by an attack). A new plan over the window is the way."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert run_cli("run", "fix", "--and-publish").code == 0
+    assert run_cli("plan", "close", "fix").code == 0 and world.phase() == "closed"
+    assert _next(run_cli, "fix") == "nothing: the plan is closed"
+    world.run_sql("UPDATE published_revenue SET gross = gross + 1 WHERE order_date = '2026-01-02'")
+    hint = _next(run_cli, "fix")
+    assert "edited since the plan closed" in hint and "`backfill plan new`" in hint, hint
