@@ -28,7 +28,7 @@ from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_freeze
 from backfill_assets.signing.principals import canonical_principal
-from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
+from backfill_assets.signing.statements import CLOCK_SKEW, PLAN_APPROVAL, Statement, stamp
 from backfill_assets.trust.root import Candidate, Counted, TrustRoot, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
@@ -157,11 +157,14 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 # another version is the plan of record: only signatures given since it was adopted
                 # take over from it (a version it superseded came back on its old signatures, with
                 # the owner's key alone or none: found by an attack)
+                since = record.adoption(session, plan.plan_id, replaced)
                 counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
-                                               since=record.adoption(session, plan.plan_id, replaced))
+                                               since=since)
                 if not counted.approved:
-                    late = (f"; only signatures given since {replaced[:12]} became the plan of record "
-                            "count toward replacing it")
+                    late = (f"; only signatures given since {replaced[:12]} became the plan of record count "
+                            f"toward replacing it: statements signed at or after "
+                            f"{stamp(authority.takes_over_from(since))} (its adoption, plus the "
+                            f"{CLOCK_SKEW.seconds // 60} minutes a signer's clock may run ahead)")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active

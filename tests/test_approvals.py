@@ -9,6 +9,7 @@ they matter: two approvals at once, kill -9 mid-approval, a webhook that answers
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import os
 import pwd
@@ -18,7 +19,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +29,8 @@ import yaml
 
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
+from backfill_assets.signing.sshsig import sign
+from backfill_assets.signing.statements import Statement
 from tests.conftest import BIN, Result
 from tests.plans import complete_plan, edited, write_plan
 from tests.world import DEMO_DEFS
@@ -663,7 +665,7 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
     Only signatures given since v2 was adopted replace it."""
     assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
     v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
-    v2 = world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
     assert _of_record(world) == plan_sha256(load_plan(v2))
     capsys.readouterr()
     if how.startswith("alice"):
@@ -683,10 +685,51 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
 
 
 def test_a_superseded_version_comes_back_when_its_approvers_sign_it_again(world, capsys):
-    """Going back is the approvers' call: the owner and both approvers sign v1 anew (statements of
-    a later second than v1's first) and it is the plan of record again."""
+    """Going back is the approvers' call: signatures given now do not count yet (they may have
+    been made before v2 was adopted, on a clock running ahead), and the command says from when they
+    do; the owner and both approvers signing v1 after that make it the plan of record again."""
     v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
-    world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
-    time.sleep(1.05)  # a statement says its second: one of the same second as v1's would be v1's own again
-    world.approve(v1)
+    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    capsys.readouterr()
+    for name in ("olivia", "alice", "bob"):
+        assert world.cli("plan", "approve", str(v1), "--by", name, "--key", str(world.keys[name])) == 0
+    said = capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v2)), said
+    assert "count toward replacing it: statements signed at or after" in said, said
+    world.approve_replacing(v1)
     assert _of_record(world) == plan_sha256(load_plan(v1)), capsys.readouterr().out
+
+
+def _signed_ahead(world, capsys, path: Path, who: str, ahead: dt.timedelta) -> tuple[Path, Path]:
+    """`who` signs `path`'s statement on a machine whose clock runs `ahead` of the warehouse's (the
+    product accepts statements up to CLOCK_SKEW = 10 minutes in the future): the statement
+    `backfill plan statement` prints there, signed with `ssh-keygen -Y sign` (byte-compatible)."""
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(path)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    statement = Statement.make(printed.kind, signed=printed.signed + ahead, expires=printed.expires + ahead,
+                               **dict(printed.values))
+    out = world.root / "given" / f"{path.stem}-{who}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "statement.txt").write_text(statement.text)
+    (out / "sig").write_text(sign(statement.message, world.keys[who]))
+    return out / "statement.txt", out / "sig"
+
+
+def test_signatures_given_before_the_adoption_by_a_fast_clock_do_not_replace_it(world, capsys):
+    """alice and bob sign v1 (six days) on laptops whose clocks run 4 minutes ahead (inside the
+    10 minutes the product allows); the owner holds their signatures. They change their minds: v2
+    (three days) is signed and adopted. The owner (only the owner's key) then submitted v1 with the
+    signatures held since before v2's adoption: recorded after it, and saying they were signed after
+    it, they replaced v2 although no approver had signed since (found by an attack)."""
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = _fix_version(world, "v1", "2026-01-06", "v1: six days")
+    held = {who: _signed_ahead(world, capsys, v1, who, dt.timedelta(minutes=4)) for who in ("alice", "bob")}
+    v2 = world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    assert _of_record(world) == plan_sha256(load_plan(v2))
+    assert world.cli("plan", "approve", str(v1), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    for who, (statement, signature) in held.items():
+        world.cli("plan", "approve", str(v1), "--by", who, "--signature", str(signature),
+                  "--statement", str(statement))
+    said = capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v2)), said

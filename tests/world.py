@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -144,6 +145,29 @@ class World:
         for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
             assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name]),
                             "--defs", str(defs)) == 0
+        return path
+
+    def approve_replacing(self, path: Path, *who: str, owner: bool = True) -> Path:
+        """`approve`, for a version that replaces the plan of record: a replacement counts only
+        statements that say they were signed CLOCK_SKEW after the plan of record's adoption (a
+        signer's clock may run that far ahead), which a test cannot wait for, so each statement here
+        says it was signed that far ahead of now, as a clock that fast would."""
+        from backfill_assets.signing.sshsig import sign
+        from backfill_assets.signing.statements import CLOCK_SKEW, Statement
+
+        out = self.root / "signed-ahead" / path.stem
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                assert self.cli("plan", "statement", str(path)) == 0
+            now = Statement.parse(printed.getvalue())
+            ahead = Statement.make(now.kind, signed=now.signed + CLOCK_SKEW, expires=now.expires + CLOCK_SKEW,
+                                   **dict(now.values))
+            (out / f"{name}.txt").write_text(ahead.text)
+            (out / f"{name}.sig").write_text(sign(ahead.message, self.keys[name]))
+            assert self.cli("plan", "approve", str(path), "--by", name, "--statement", str(out / f"{name}.txt"),
+                            "--signature", str(out / f"{name}.sig")) == 0
         return path
 
     def approved_plan(self, name: str = "fix", **kwargs) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 from backfill_assets.control import record, trust_record
 from backfill_assets.control.record import Adoption, PlanVersion
 from backfill_assets.errors import SignatureError
-from backfill_assets.signing.statements import PLAN_APPROVAL, ROLLBACK, Statement
+from backfill_assets.signing.statements import CLOCK_SKEW, PLAN_APPROVAL, ROLLBACK, Statement
 from backfill_assets.trust.root import Candidate, Tally, tally
 from backfill_assets.warehouse.engine import Session
 
@@ -29,12 +29,12 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
     (the coordinator, which cannot load the table: the run's own permission checks it).
     `since`: another version's adoption as the plan of record; only the approvals the chain recorded
-    after it, of statements signed since (to the second, as statements say), count."""
+    after it, of statements signed since (`takes_over_from`), count."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
     recorded = record.approvals(session, version.sha256)
     if since is not None:
-        floor = since.at.astimezone(dt.UTC).replace(microsecond=0)
+        floor = takes_over_from(since)
         recorded = [a for a in recorded
                     if (a.statement, a.signature) in since.approvals_after and _signed(a.statement) >= floor]
     cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code,
@@ -52,6 +52,14 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
             _CACHE.clear()
         _CACHE[cache_key] = found
     return found
+
+
+def takes_over_from(since: Adoption) -> dt.datetime:
+    """The earliest signing time a statement may say and count toward replacing a plan of record
+    adopted at `since`: a signer's clock may run up to CLOCK_SKEW ahead, so a statement signed that
+    much before the adoption could say it was signed after (a fast clock's signatures, held back
+    by an operator, brought a superseded version back: found by an attack)."""
+    return since.at.astimezone(dt.UTC).replace(microsecond=0) + CLOCK_SKEW
 
 
 def _signed(text: str) -> dt.datetime:
