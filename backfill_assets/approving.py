@@ -153,18 +153,19 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             counted = authority.plan_tally(session, record.version(session, sha), code=code)  # type: ignore[arg-type]
             late = ""
             replaced = state.approved_sha256 if state.approved_sha256 not in (None, sha) else None
-            if counted.approved and replaced is not None:
+            if replaced is not None:
                 # another version is the plan of record: only signatures given since it was adopted
                 # take over from it (a version it superseded came back on its old signatures, with
-                # the owner's key alone or none: found by an attack)
+                # the owner's key alone or none: found by an attack), and each signer is told
                 since = record.adoption(session, plan.plan_id, replaced)
                 counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
                                                since=since)
-                if not counted.approved:
-                    late = (f"; only signatures given since {replaced[:12]} became the plan of record count "
-                            f"toward replacing it: statements signed at or after "
-                            f"{stamp(authority.takes_over_from(since))} (its adoption, plus the "
-                            f"{CLOCK_SKEW.seconds // 60} minutes a signer's clock may run ahead)")
+                floor = authority.takes_over_from(since)
+                if mine.statement.signed < floor:
+                    late = (f"; {mine.principal}'s signature is recorded but does not count toward replacing the plan "
+                            f"of record {replaced[:12]}: only statements signed at or after {stamp(floor)} do (its "
+                            f"adoption, plus the {CLOCK_SKEW.seconds // 60} minutes a signer's clock may run ahead), "
+                            "so sign again from then")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active

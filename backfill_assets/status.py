@@ -279,9 +279,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
         return f"close the plan when consumers confirm: `backfill plan close {pid}`"
     if phase is Phase.CLOSED:
         if status.blockers:  # a closed plan publishes nothing again: a new plan over the window does
-            return (f"the published table was edited since the plan closed ({status.blockers[0]}): a new plan "
-                    f"over those partitions (`backfill plan new`), once approved and run, publishes checked "
-                    "bytes again")
+            return (f"the published table was edited since the plan closed ({status.blockers[0]}): a new plan over "
+                    f"the edited partitions (`backfill plan new plans/<id>.yaml --target {status.target}`), once "
+                    "approved and run, publishes checked bytes again")
         return "nothing: the plan is closed"
     if phase is Phase.ROLLED_BACK:
         return "nothing: the plan was rolled back; draft a new plan to retry"

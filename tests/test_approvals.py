@@ -535,13 +535,15 @@ def test_an_edited_plan_becomes_the_plan_of_record_only_with_its_own_approvals(w
     assert second != first
     assert openssh_verified(world, path) == []  # the old entries name the old hash
 
-    assert approve(world, path, "carol") == 0 and approve(world, path, "alice") == 0
+    # signatures that replace a plan of record (`World.approve_replacing`: statements said to be
+    # signed 10 minutes after its adoption, as `plan approve` asks)
+    world.approve_replacing(path, "carol", "alice", owner=False)
     versions = {r[0] for r in world.sql(f"SELECT sha256 FROM {CONTROL}.plan_versions WHERE plan_id = 'fix'")}
     assert versions == {first, second}
     assert approved_sha(world, "fix") == first and world.phase("fix") == "approved"  # the owner has not signed
     assert recorded(world, "fix", second) == ["alice", "carol"]
 
-    assert approve(world, path, "olivia") == 0
+    world.approve_replacing(path, "olivia", owner=False)
     assert approved_sha(world, "fix") == second and world.phase("fix") == "approved"
     assert recorded(world, "fix", first) == ["alice", "bob", "olivia"]
     assert recorded(world, "fix", second) == ["alice", "carol", "olivia"]
@@ -677,7 +679,7 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
     said = capsys.readouterr().out
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
     if not how.startswith("alice"):
-        assert "not approved yet" in said and "count toward replacing it" in said, said
+        assert "not approved yet" in said and "does not count toward replacing the plan of record" in said, said
     world.cli("run", "fix", "--proof")
     world.cli("run", "fix")
     assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
@@ -695,7 +697,8 @@ def test_a_superseded_version_comes_back_when_its_approvers_sign_it_again(world,
         assert world.cli("plan", "approve", str(v1), "--by", name, "--key", str(world.keys[name])) == 0
     said = capsys.readouterr().out
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
-    assert "count toward replacing it: statements signed at or after" in said, said
+    assert said.count("does not count toward replacing the plan of record") == 3, said
+    assert "only statements signed at or after" in said and "so sign again from then" in said, said
     world.approve_replacing(v1)
     assert _of_record(world) == plan_sha256(load_plan(v1)), capsys.readouterr().out
 

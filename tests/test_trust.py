@@ -906,7 +906,9 @@ def test_a_superseded_plan_of_record_never_comes_back_by_swapping_two_rows_kinds
     brought v1's window back, and its days outside v2 were written (found by an attack)."""
     world = engine_world
     world.approve(_plan_version(world, "v1", "2026-01-06", "v1: six days"))
-    world.approve(_plan_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    v2 = world.approve_replacing(_plan_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    assert world.sql(f"SELECT approved_sha256 FROM {CONTROL}.plans WHERE plan_id = 'fix'")[0][0] == \
+        plan_sha256(load_plan(v2))
     v3 = _plan_version(world, "v3", "2026-01-03", "v3: a wording change")
     assert world.cli("plan", "approve", str(v3), "--by", "alice", "--key", str(world.keys["alice"])) == 0
     chain = world.sql(f"SELECT seq, kind, plan_id, payload FROM {CONTROL}.evidence ORDER BY seq")

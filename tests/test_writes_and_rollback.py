@@ -284,36 +284,41 @@ def test_a_range_form_recomputation_yielding_rows_of_no_partition_of_the_run_is_
         dataclasses.replace(FIXED, select_sql=per_partition(FIXED).select_sql)
 
 
-def test_a_cancelled_plan_whose_snapshot_rows_were_deleted_still_has_a_way_out(world, run_cli):
-    """Disk full, the hurried user deletes a snapshot's rows to free space; the plan is cancelled. Its
-    only way out, `rollback`, is refused (restore from backup), `plan withdraw` is refused (it wrote),
-    `run` is refused (cancelled), yet `status` names `backfill rollback fix` as the next step
-    ("status names a next step that can succeed"), and the plan holds its window frozen for ever."""
+def _cancelled_with_its_snapshot_rows_deleted(world, run_cli) -> str:
+    """A plan's proof written over published days, the plan cancelled, and its snapshot's rows
+    deleted by hand (to free space on a full disk); the snapshot table's name."""
     assert world.materialize(DAYS, publish=True).success
     world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
     assert run_cli("run", "fix", "--proof").code == 0
     assert run_cli("cancel", "fix").code == 0
     [(table,)] = world.sql("SELECT DISTINCT snapshot_table FROM backfill_control.snapshots")
     world.run_sql(f'DELETE FROM backfill_snapshots."{table}"')
+    return str(table)
+
+
+def test_a_cancelled_plan_whose_snapshot_rows_were_deleted_still_has_a_way_out(world, run_cli):
+    """`rollback`, the only way out, was refused (restore from backup), `plan withdraw` too (the plan
+    wrote), `run` too (cancelled), while `status` named the rollback and the plan kept its window
+    frozen (found by an attack). The published copy, exactly the rows taken, refills the snapshot."""
+    table = _cancelled_with_its_snapshot_rows_deleted(world, run_cli)
+    dry = run_cli("rollback", "fix", "--dry-run")
+    assert dry.code == 0 and "would refill the snapshot of 1 partition(s) of daily_revenue" in dry.out, dry
+    assert world.sql(f'SELECT count(*) FROM backfill_snapshots."{table}"')[0][0] == 0  # a dry run writes nothing
     status = json.loads(run_cli("status", "fix", "--json").out)
     named = re.findall(r"`(backfill [^`]+)`", status["next"])
     assert named, status["next"]
     outcomes = {command: run_cli(*command.split()[1:]) for command in named}
     assert any(r.code == 0 for r in outcomes.values()), {c: (r.code, r.err) for c, r in outcomes.items()}
-    # the rows taken came back from the published copy, which its sealed fingerprint vouched for
     assert world.phase() == "rolled_back"
     assert world.fingerprints("daily_revenue", DAYS) == world.fingerprints("published_revenue", DAYS)
+    [(payload,)] = world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'rollback'")
+    assert json.loads(payload)["refilled"] == {"daily_revenue": {"from": "published_revenue", "partitions": [DAYS[1]]}}
 
 
 def test_snapshot_rows_deleted_are_not_refilled_from_a_published_copy_that_differs(world, run_cli):
     """The published copy stands in for deleted snapshot rows only when it is exactly the rows
     taken: edited, the rollback refuses as before and changes nothing."""
-    assert world.materialize(DAYS, publish=True).success
-    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
-    assert run_cli("run", "fix", "--proof").code == 0
-    assert run_cli("cancel", "fix").code == 0
-    [(table,)] = world.sql("SELECT DISTINCT snapshot_table FROM backfill_control.snapshots")
-    world.run_sql(f'DELETE FROM backfill_snapshots."{table}"')
+    table = _cancelled_with_its_snapshot_rows_deleted(world, run_cli)
     world.run_sql("UPDATE published_revenue SET gross = gross + 1 WHERE order_date = ?", [DAYS[1]])
     before = world.fingerprints("daily_revenue", DAYS)
     refused = run_cli("rollback", "fix")

@@ -197,20 +197,26 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
 
 
 def _refuse_if_published(args: argparse.Namespace, plan_id: str, why: str, cause: BaseException | None = None) -> None:
-    """RunNotRecorded when the publish run failed after its transaction committed (Dagster could not
-    store the run's events: a disk that filled just then): the plan is published and consumers read
-    its bytes, which a command saying "nothing was published" denied (found by an attack)."""
+    """The publish run failed: what is true of the plan now, not "nothing was published". A run can
+    fail after its transaction committed (Dagster could not store the run's events: a disk that
+    filled just then), when the plan is published and consumers read its bytes, which the command
+    denied (found by an attack); or the sensor published it meanwhile. Unreadable now: unknown."""
     from backfill_assets.control import record
     from backfill_assets.plan.phases import Phase
 
-    with reading(args) as session:
-        state = record.get(session, plan_id)
+    try:
+        with reading(args) as session:
+            state = record.get(session, plan_id)
+    except Exception as exc:  # noqa: BLE001 - said in the line, with the run's own failure
+        raise PublishBlocked(f"the publish run failed ({why}), and whether plan {plan_id} is published is unknown: "
+                             f"its record cannot be read now ({str(exc).splitlines()[0] if str(exc) else exc!r})",
+                             fix="`backfill status` says, once the warehouse can be read") from cause
     if state is not None and state.phase in (Phase.PUBLISHED, Phase.CLOSED):
         raise RunNotRecorded(
-            f"plan {plan_id} is published (the warehouse committed it: consumers read the checked bytes), "
-            f"but Dagster could not record the publish run ({why})",
-            fix="fix what Dagster reported (free space on the disk of DAGSTER_HOME?); nothing needs publishing "
-                "again: `backfill status` shows the plan published, and the Dagster UI lacks this run") from cause
+            f"plan {plan_id} is published (consumers read the checked bytes), but this command's publish run "
+            f"failed ({why})",
+            fix="nothing needs publishing again (`backfill status` shows it); if Dagster could not store the run "
+                "(a full disk under DAGSTER_HOME?), fix that: the Dagster UI lacks this run") from cause
 
 
 def cmd_status(args: argparse.Namespace) -> int:

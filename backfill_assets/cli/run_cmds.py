@@ -177,6 +177,7 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
                     _refuse_new_hold(plan_state(session, args.plan))
             code = step(number == 0)
             if code:
+                failing = True  # the step said why: its one line
                 return code
         published = True  # publish recorded the plan's state as it ended
         return 0

@@ -58,7 +58,9 @@ def takes_over_from(since: Adoption) -> dt.datetime:
     """The earliest signing time a statement may say and count toward replacing a plan of record
     adopted at `since`: a signer's clock may run up to CLOCK_SKEW ahead, so a statement signed that
     much before the adoption could say it was signed after (a fast clock's signatures, held back
-    by an operator, brought a superseded version back: found by an attack)."""
+    by an operator, brought a superseded version back: found by an attack). The adoption's time is
+    the clock of the machine that recorded it: whoever could set that clock back and write the
+    warehouse with the evidence key could forge the chain row as well (README, Limits)."""
     return since.at.astimezone(dt.UTC).replace(microsecond=0) + CLOCK_SKEW
 
 

@@ -4,7 +4,8 @@ Once a version's approvals are complete, its canonical content lives here under 
 everything (the write permission, the coordinator, runs, reconcile, publish, rollback) reads the
 window, proof partitions, mode and thresholds from here, never from a file path on one machine.
 Approving an edited plan records the new version beside the old one; the plan of record moves to
-it only when its own approvals are complete. Every phase change goes through `transition`.
+it only when its own approvals are complete, counting, where another version is the plan of record,
+only those given since that one's adoption (`adoption`). Every phase change goes through `transition`.
 
 What is read here is re-verified: every change of a plan's row is a chain row carrying the whole
 new state, and a row of `plans` that differs from the chain's last record of it is refused; a
@@ -440,7 +441,7 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
 class Adoption:
     """When a version last became a plan's plan of record, and the approvals the chain recorded
     after that: only those, signed since, may replace it (`approving.approve`)."""
-    at: dt.datetime
+    at: dt.datetime  # as the chain row says (the clock of the machine that recorded it)
     approvals_after: frozenset[tuple[str, str]]  # (statement, signature) of the chain's later approval rows
 
 

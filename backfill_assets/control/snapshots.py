@@ -7,7 +7,7 @@ The rows themselves are the warehouse's (`warehouse/snapshots.py`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.names import SCHEMA
@@ -57,21 +57,29 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
 
 
 def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
-               keys: Sequence[str], *, refill_from: str | None = None, write: bool = False) -> list[str]:
-    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them).
-    `refill_from`: a table (the published copy) whose rows of a key whose snapshot rows are missing
-    may be exactly the rows taken (its sealed fingerprint says): that key is not missing, and with
-    `write` its snapshot rows are put back from there (a hurried user who deleted snapshot rows to
-    free space left a cancelled plan no command could end: found by an attack)."""
+               keys: Sequence[str], *, excused: Collection[str] = ()) -> list[str]:
+    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them), but
+    those `excused` (whose rows `refill_from_published` found elsewhere)."""
     recorded = snapshotted(session, plan_id, table)
     problems = [f"{k}: no snapshot record" for k in keys if k not in recorded]
+    missing = missing_rows(session, spec, scheme, plan_id, table, {k: recorded[k] for k in keys if k in recorded})
+    return problems + [f"{k}: {why}" for k, why in missing.items() if k not in excused]
+
+
+def refill_from_published(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
+                          keys: Sequence[str], *, write: bool) -> list[str]:
+    """The target's keys whose snapshot rows are missing but whose published copy is exactly the
+    rows taken (the fingerprint sealed with the snapshot says so: the plan never published over
+    it); with `write`, their snapshot rows put back from there, in the caller's transaction (a
+    hurried user who deleted snapshot rows to free space left a cancelled plan no command could
+    end: found by an attack)."""
+    recorded = snapshotted(session, plan_id, spec.table)
     taken = {k: recorded[k] for k in keys if k in recorded}
-    missing = missing_rows(session, spec, scheme, plan_id, table, taken)
-    if missing and refill_from is not None:
-        for key in refill(session, spec, scheme, plan_id, table, refill_from, {k: taken[k] for k in missing},
-                          write=write):
-            del missing[key]
-    return problems + [f"{k}: {why}" for k, why in missing.items()]
+    missing = missing_rows(session, spec, scheme, plan_id, spec.table, taken)
+    if not missing:
+        return []
+    return refill(session, spec, scheme, plan_id, spec.table, spec.publish_table, {k: taken[k] for k in missing},
+                  write=write)
 
 
 def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,

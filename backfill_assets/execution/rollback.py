@@ -23,7 +23,7 @@ from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.snapshots import incomplete, restore, snapshotted
+from backfill_assets.control.snapshots import incomplete, refill_from_published, restore, snapshotted
 from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
@@ -45,10 +45,14 @@ class RollbackReport:
     plan_id: str
     dry_run: bool
     tables: dict[str, dict[str, tuple[Fingerprint, Fingerprint]]] = field(default_factory=dict)
+    refilled: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # table: (from, keys)
 
     def lines(self, limit: int = 20) -> list[str]:
         verb = "would restore" if self.dry_run else "restored"
-        out = []
+        refill = "would refill" if self.dry_run else "refilled"
+        out = [f"{refill} the snapshot of {len(keys)} partition(s) of {table} ({', '.join(keys[:3])}"
+               f"{', ...' if len(keys) > 3 else ''}) from {source}, whose rows are exactly the ones taken (their "
+               "rows in the snapshot were gone)" for table, (source, keys) in self.refilled.items()]
         for table, parts in self.tables.items():
             span = f" ({next(iter(parts))}..{list(parts)[-1]})" if parts else ""
             if not self.dry_run:
@@ -121,16 +125,18 @@ def authorisation(session: Session, state: PlanState, signatures: Sequence[Candi
 
 
 def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
-           state: PlanState, *, write: bool) -> tuple[list[str], list[str]]:
+           state: PlanState, report: RollbackReport) -> tuple[list[str], list[str]]:
     """The target and published partitions the plan wrote, each with its snapshot, or refuse. A
     target partition whose snapshot rows are gone is restored from the published copy where that
     copy is exactly the rows taken (never published over: the fingerprint sealed with the snapshot
-    says so); `write`: its snapshot rows are refilled from there first."""
+    says so), its snapshot rows refilled from there first (`report.refilled`; not on a dry run)."""
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
     _refuse_later_writers(session, state, keys, spec.name)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
-    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys,
-                          refill_from=spec.publish_table, write=write) + \
+    refilled = refill_from_published(session, spec, scheme, state.plan_id, keys, write=not report.dry_run)
+    if refilled:
+        report.refilled[spec.table] = (spec.publish_table, refilled)
+    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys, excused=refilled) + \
         incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
     if problems:
         raise RollbackRefused(f"plan {state.plan_id} cannot be rolled back whole: "
@@ -166,7 +172,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
     if dry_run:
         # what it says it would restore is what the chain recorded, as the rollback checks it
         top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
-        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, write=False))
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, report))
                  for table_spec, table_scheme in tables]
         _refuse_what_the_ledger_lost(session, state, whole, top)
         for table_spec, table_scheme, keys, published in whole:
@@ -188,7 +194,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         state = record.require(session, state.plan_id, exclusive=True)
         if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
             raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
-        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, write=True))
+        whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, report))
                  for table_spec, table_scheme in tables]
         # decided on the plan as it is now, under its row's lock: a publish that landed since the
         # command started makes this a rollback consumers see
@@ -214,7 +220,9 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         faults.checkpoint("rollback.before_commit")
         evidence_log.append(session, plan_id=state.plan_id, kind="rollback", actor=actor, payload={
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
-               for t, parts in report.tables.items()}, "authorised": authorised})
+               for t, parts in report.tables.items()}, "authorised": authorised,
+            **({"refilled": {t: {"from": source, "partitions": keys}
+                             for t, (source, keys) in report.refilled.items()}} if report.refilled else {})})
         told = state.active or state.phase in SEEN_BY_CONSUMERS or bool(published)
         lifecycle.rolled_back(session, state, actor)
         if told and state.version is not None:
