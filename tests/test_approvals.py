@@ -736,3 +736,33 @@ def test_signatures_given_before_the_adoption_by_a_fast_clock_do_not_replace_it(
                   "--statement", str(statement))
     said = capsys.readouterr().out
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
+
+
+def test_a_replacement_counts_only_statements_said_to_be_signed_the_whole_clock_skew_after_the_adoption(world, capsys):
+    """The adoption's time was rounded down to its second: statements saying the floor's second
+    were signed as little as 9 min 59 s after it, so a signature made up to a second before the
+    adoption on a clock the full 10 minutes ahead counted (found by an attack). A second before the
+    floor never counts; the floor is the skew after the adoption, rounded up to a whole second."""
+    from backfill_assets.control import authority, record
+    from backfill_assets.signing.statements import CLOCK_SKEW
+
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    with world.warehouse().session() as session:
+        since = record.adoption(session, "fix", plan_sha256(load_plan(v2)))
+    floor = authority.takes_over_from(since)
+    assert CLOCK_SKEW <= floor - since.at < CLOCK_SKEW + dt.timedelta(seconds=1)
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v1)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    early = floor - dt.timedelta(seconds=1)
+    statement = Statement.make(printed.kind, signed=early, expires=early + dt.timedelta(days=1), **dict(printed.values))
+    out = world.root / "boundary"
+    out.mkdir()
+    (out / "statement.txt").write_text(statement.text)
+    for who in ("olivia", "alice", "bob"):
+        (out / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
+        assert world.cli("plan", "approve", str(v1), "--by", who, "--statement", str(out / "statement.txt"),
+                         "--signature", str(out / f"{who}.sig")) == 0
+    said = capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v2)), said

@@ -61,7 +61,9 @@ def takes_over_from(since: Adoption) -> dt.datetime:
     by an operator, brought a superseded version back: found by an attack). The adoption's time is
     the clock of the machine that recorded it: whoever could set that clock back and write the
     warehouse with the evidence key could forge the chain row as well (README, Limits)."""
-    return since.at.astimezone(dt.UTC).replace(microsecond=0) + CLOCK_SKEW
+    at = since.at.astimezone(dt.UTC)
+    whole = at.replace(microsecond=0) + (dt.timedelta(seconds=1) if at.microsecond else dt.timedelta())
+    return whole + CLOCK_SKEW  # statements say their second: rounded up, none says less than the skew after
 
 
 def _signed(text: str) -> dt.datetime:
