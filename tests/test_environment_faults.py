@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 
+import psycopg
 import pytest
 
 from tests.world import keys as day_keys
@@ -248,3 +249,47 @@ def test_run_and_publish_with_dagster_home_a_file_is_one_line(world, run_subproc
     assert chained.code == 2, chained.err
     assert chained.err.count("\n") == 1 and chained.err.startswith("backfill: "), chained.err
     assert world.phase() == "approved"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_pg_failed_publish_never_claims_consumers_read_checked_bytes_after_an_insider_edit(
+        engine_world, monkeypatch, capfd):
+    """The publish's copy commits, then Dagster cannot store the run (a full disk). Before the
+    command read the plan's state again, an insider committed an edit of the published table from
+    another connection, and the command said `consumers read the checked bytes`: it looked at the
+    phase only (found by an attack). It says what it knows: published, and where to look."""
+    from backfill_assets.dagster_storage import PooledSqliteEventLogStorage as Storage
+
+    world = engine_world
+    world.approved_plan("fix", start=DAYS[0], end=DAYS[-1], proof=(DAYS[1],))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    store, batch = Storage.store_event, Storage.store_event_batch
+
+    def full(events) -> None:
+        for event in events:
+            de = getattr(event, "dagster_event", None)
+            if de is not None and de.is_step_materialization and de.asset_key is not None \
+                    and de.asset_key.path == ["published_revenue"]:
+                # the copy has committed: the insider edits what consumers read, then the disk fills
+                with psycopg.connect(world.url, autocommit=True) as insider:
+                    insider.execute("UPDATE published_revenue SET orders = orders + 1000")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Storage, "store_event", lambda self, e: (full([e]), store(self, e))[1])
+    monkeypatch.setattr(Storage, "store_event_batch", lambda self, es: (full(es), batch(self, es))[1])
+    capfd.readouterr()
+    code = world.cli("publish", "fix")
+    out = capfd.readouterr()
+    monkeypatch.setattr(Storage, "store_event", store)
+    monkeypatch.setattr(Storage, "store_event_batch", batch)
+    assert code != 0
+    assert world.phase("fix") == "published"
+    capfd.readouterr()
+    world.cli("status", "fix")
+    seen = capfd.readouterr()
+    status = seen.out + seen.err
+    # the product itself knows consumers do not read the checked bytes
+    assert "edited" in status or "differ" in status or "changed" in status, status
+    # what consumers read now is not the checked bytes: the command must not say they are
+    assert "consumers read the checked bytes" not in out.err, out.err
+    assert "plan fix is published" in out.err and "`backfill status fix` says what consumers read now" in out.err

@@ -204,3 +204,28 @@ def test_a_trigger_on_a_control_table_is_refused_before_it_can_change_a_proven_r
         assert "backfill_control has the trigger after_proof on evidence" in err and err.count("\n") == 1, err
         insider.execute("DROP TRIGGER after_proof ON backfill_control.evidence")  # what the refusal says to do
     assert world.fingerprints("daily_revenue", window) == fixed and world.phase() != "rolled_back"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_pg_a_refill_changed_by_a_trigger_on_the_snapshot_is_refused_whole(engine_world, capfd):
+    """Snapshot rows of one day deleted (the hurried user), then a BEFORE INSERT trigger on the
+    snapshot table (the insider) changes what the rollback refills from the published copy: refused
+    whole, the plan's bytes left (a guard of the refill, checked by an attack)."""
+    world = engine_world
+    window = keys(1, 4)
+    assert world.materialize(window, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    fixed = world.fingerprints("daily_revenue", window)
+    snap = world.sql("SELECT tablename FROM pg_tables WHERE schemaname = 'backfill_snapshots' "
+                     "AND tablename LIKE '%daily_revenue'")[0][0]
+    world.run_sql(f"DELETE FROM backfill_snapshots.\"{snap}\" WHERE order_date = DATE '2026-01-02'")
+    world.run_sql("CREATE FUNCTION public.bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                  "NEW.orders := NEW.orders + 1; RETURN NEW; END $$")
+    world.run_sql(f'CREATE TRIGGER bump BEFORE INSERT ON backfill_snapshots."{snap}" FOR EACH ROW '
+                  "EXECUTE FUNCTION public.bump()")
+    capfd.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    said = capfd.readouterr().err
+    assert "does not hold the rows taken once copied from published_revenue" in said, said
+    assert world.fingerprints("daily_revenue", window) == fixed and world.phase() != "rolled_back"

@@ -212,11 +212,14 @@ def _refuse_if_published(args: argparse.Namespace, plan_id: str, why: str, cause
                              f"its record cannot be read now ({str(exc).splitlines()[0] if str(exc) else exc!r})",
                              fix="`backfill status` says, once the warehouse can be read") from cause
     if state is not None and state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+        # what consumers read is not claimed: on PostgreSQL an insider's edit of the published table
+        # committed meanwhile had this say they read the checked bytes (found by an attack)
         raise RunNotRecorded(
-            f"plan {plan_id} is published (consumers read the checked bytes), but this command's publish run "
+            f"plan {plan_id} is published (the warehouse committed its publish), but this command's publish run "
             f"failed ({why})",
-            fix="nothing needs publishing again (`backfill status` shows it); if Dagster could not store the run "
-                "(a full disk under DAGSTER_HOME?), fix that: the Dagster UI lacks this run") from cause
+            fix=f"`backfill status {plan_id}` says what consumers read now and what comes next; if Dagster could "
+                "not store the run (a full disk under DAGSTER_HOME?), fix that: the Dagster UI lacks this run"
+        ) from cause
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -85,9 +85,11 @@ def refill(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: 
     session.execute(f"INSERT INTO {snap} ({cols}) SELECT {cols} FROM {quote(source)} WHERE {where}", params)
     changed = changed_rows(session, spec, scheme, plan_id, table, {k: recorded[k] for k in found})
     if changed:
-        raise RollbackRefused(f"the snapshot of {table} {next(iter(changed))} could not be refilled from {source}: "
-                              "its rows there changed as they were copied",
-                              fix="nothing was changed; run the rollback again")
+        raise RollbackRefused(f"the snapshot of {table} {next(iter(changed))} does not hold the rows taken once "
+                              f"copied from {source}: they changed as they were copied (code of a table's owner, a "
+                              f"trigger on {SNAPSHOT_SCHEMA} or {source}, or an edit committed meanwhile)",
+                              fix=f"nothing was changed; drop the triggers and rules on {SNAPSHOT_SCHEMA} and "
+                                  f"{source}, then run the rollback again")
     return found
 
 
