@@ -150,16 +150,15 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             faults.checkpoint("approve.before_commit")
             state = record.require(session, plan.plan_id)
             assert state.version is not None or record.version(session, sha) is not None
-            counted = authority.plan_tally(session, record.version(session, sha), code=code)  # type: ignore[arg-type]
-            late = ""
+            # another version the plan of record: only signatures given since it was adopted take
+            # over from it (a version it superseded came back on its old signatures, with the owner's
+            # key alone or none: found by an attack), and each signer is told
             replaced = state.approved_sha256 if state.approved_sha256 not in (None, sha) else None
-            if replaced is not None:
-                # another version is the plan of record: only signatures given since it was adopted
-                # take over from it (a version it superseded came back on its old signatures, with
-                # the owner's key alone or none: found by an attack), and each signer is told
-                since = record.adoption(session, plan.plan_id, replaced)
-                counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
-                                               since=since)
+            since = record.adoption(session, plan.plan_id, replaced) if replaced is not None else None
+            counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
+                                           since=since)
+            late = ""
+            if replaced is not None and since is not None:
                 floor = authority.takes_over_from(since)
                 if mine.statement.signed < floor:
                     late = (f"; {mine.principal}'s signature is recorded but does not count toward replacing the plan "

@@ -209,10 +209,7 @@ def _chain_states(session: Session, plan_ids: list[str],
                 found[p] = row
                 continue
             # a row of an earlier release without its state: every state row of the plan, verified
-            every = [r for r in evidence_log.verified(session, evidence_log.rows(session, plan_id=p))
-                     if r.kind in STATE_KINDS]
-            if len({r.seq for r in every}) != counts[("plan", p)][1]:
-                raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+            every = [r for r in _plan_rows(session, p, counts) if r.kind in STATE_KINDS]
             stated = [r for r in every if "state" in r.payload]
             if stated:
                 found[p] = stated[-1]
@@ -225,6 +222,16 @@ def _chain_states(session: Session, plan_ids: list[str],
             found[str(raw[2])] = row
     evidence_log.verified(session, list(found.values()))
     return found
+
+
+def _plan_rows(session: Session, plan_id: str, counts: evidence_log.Counts | None) -> list[evidence_log.EvidenceRow]:
+    """Every chain row of the plan in order, each verified, its state rows as many as the checked
+    chain index `counts` says (none hidden; None: a chain of an earlier release, not indexed)."""
+    every = sorted(evidence_log.verified(session, evidence_log.rows(session, plan_id=plan_id)), key=lambda r: r.seq)
+    if counts is not None and \
+            len({r.seq for r in every if r.kind in STATE_KINDS}) != counts.get(("plan", plan_id), (0, 0))[1]:
+        raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+    return every
 
 
 class PlanRowDisagrees(ForgedRecord):
@@ -449,11 +456,8 @@ def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
     """`sha`'s adoption as the chain recorded it: the plan's rows, each verified, its state rows as
     many as the chain index counts (none hidden). A plan of an earlier release whose rows never
     name the change answers its newest state row."""
-    counts = evidence_log.check_index(session)
-    every = sorted(evidence_log.verified(session, evidence_log.rows(session, plan_id=plan_id)), key=lambda r: r.seq)
+    every = _plan_rows(session, plan_id, evidence_log.check_index(session))
     states = [r for r in every if r.kind in STATE_KINDS]
-    if counts is not None and len({r.seq for r in states}) != counts.get(("plan", plan_id), (0, 0))[1]:
-        raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
     if not states:
         raise ForgedRecord(f"plan {plan_id} has a plan of record, but the evidence chain never recorded the plan",
                            fix=evidence_log.FORGED_FIX)

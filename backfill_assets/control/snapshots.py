@@ -7,7 +7,7 @@ The rows themselves are the warehouse's (`warehouse/snapshots.py`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from backfill_assets.control import evidence_log, seals
 from backfill_assets.control.names import SCHEMA
@@ -56,30 +56,28 @@ def ensure_snapshots(session: Session, spec: TableSpec, scheme: PartitionScheme,
     return before
 
 
+NO_RECORD = "no snapshot record"
+
+
 def incomplete(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
-               keys: Sequence[str], *, excused: Collection[str] = ()) -> list[str]:
-    """Keys whose snapshot record or snapshot rows are missing (a rollback must refuse them), but
-    those `excused` (whose rows `refill_from_published` found elsewhere)."""
+               keys: Sequence[str]) -> dict[str, str]:
+    """Keys whose snapshot record or snapshot rows are missing, each with what is wrong (a rollback
+    must refuse them, unless `refill_from_published` finds their rows)."""
     recorded = snapshotted(session, plan_id, table)
-    problems = [f"{k}: no snapshot record" for k in keys if k not in recorded]
-    missing = missing_rows(session, spec, scheme, plan_id, table, {k: recorded[k] for k in keys if k in recorded})
-    return problems + [f"{k}: {why}" for k, why in missing.items() if k not in excused]
+    problems = {k: NO_RECORD for k in keys if k not in recorded}
+    taken = {k: recorded[k] for k in keys if k in recorded}
+    return problems | missing_rows(session, spec, scheme, plan_id, table, taken)
 
 
 def refill_from_published(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
                           keys: Sequence[str], *, write: bool) -> list[str]:
-    """The target's keys whose snapshot rows are missing but whose published copy is exactly the
-    rows taken (the fingerprint sealed with the snapshot says so: the plan never published over
+    """Of the target's `keys` whose snapshot rows are missing, those whose published copy is exactly
+    the rows taken (the fingerprint sealed with the snapshot says so: the plan never published over
     it); with `write`, their snapshot rows put back from there, in the caller's transaction (a
     hurried user who deleted snapshot rows to free space left a cancelled plan no command could
     end: found by an attack)."""
-    recorded = snapshotted(session, plan_id, spec.table)
-    taken = {k: recorded[k] for k in keys if k in recorded}
-    missing = missing_rows(session, spec, scheme, plan_id, spec.table, taken)
-    if not missing:
-        return []
-    return refill(session, spec, scheme, plan_id, spec.table, spec.publish_table, {k: taken[k] for k in missing},
-                  write=write)
+    taken = snapshotted(session, plan_id, spec.table, keys)
+    return refill(session, spec, scheme, plan_id, spec.table, spec.publish_table, taken, write=write) if taken else []
 
 
 def restore(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,

@@ -23,7 +23,7 @@ from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, evidence_log, integrity, ledger, record
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
-from backfill_assets.control.snapshots import incomplete, refill_from_published, restore, snapshotted
+from backfill_assets.control.snapshots import NO_RECORD, incomplete, refill_from_published, restore, snapshotted
 from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
@@ -133,11 +133,15 @@ def _whole(session: Session, spec: TableSpec, scheme: PartitionScheme,
     keys = sorted(written_keys(session, spec, state), key=scheme.position)
     _refuse_later_writers(session, state, keys, spec.name)
     published = sorted(snapshotted(session, state.plan_id, spec.publish_table), key=scheme.position)
-    refilled = refill_from_published(session, spec, scheme, state.plan_id, keys, write=not report.dry_run)
+    lacking = incomplete(session, spec, scheme, state.plan_id, spec.table, keys)
+    refilled = refill_from_published(session, spec, scheme, state.plan_id,
+                                     [k for k, why in lacking.items() if why != NO_RECORD],
+                                     write=not report.dry_run) if lacking else []
     if refilled:
         report.refilled[spec.table] = (spec.publish_table, refilled)
-    problems = incomplete(session, spec, scheme, state.plan_id, spec.table, keys, excused=refilled) + \
-        incomplete(session, spec, scheme, state.plan_id, spec.publish_table, published)
+    problems = [f"{k}: {why}" for k, why in lacking.items() if k not in refilled] + \
+        [f"{k}: {why}" for k, why in incomplete(session, spec, scheme, state.plan_id, spec.publish_table,
+                                                published).items()]
     if problems:
         raise RollbackRefused(f"plan {state.plan_id} cannot be rolled back whole: "
                               + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5
