@@ -500,58 +500,6 @@ def test_what_a_held_database_checked_is_not_asked_again_and_is_forgotten_when_i
         decide()
 
 
-def test_appends_made_while_the_database_is_held_follow_the_checked_chain(world, monkeypatch):
-    """While this process holds the DuckDB file, a chain a check passed on changes only by this
-    process's appends: each append starts from the chain as the memo knows it (no read of the index,
-    ~3 ms, three a run) and, once committed, the memo knows the row it made, so the next decision
-    does not check the whole index again. Rolled back, an append leaves the memo as it was (its
-    number goes to the next row). An append to a chain no check passed on (a file just opened) marks
-    nothing checked: an append reads no head log, so the next decision still checks it all."""
-    from backfill_assets.control import evidence_log
-    from backfill_assets.warehouse.state_store import evidence as evidence_store
-
-    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
-    reads: list[str] = []
-    real = evidence_store.index_rows
-    monkeypatch.setattr(evidence_store, "index_rows", lambda *a, **k: reads.append("index") or real(*a, **k))
-
-    def note(session, text: str) -> evidence_log.EvidenceRow:
-        return evidence_log.append(session, plan_id="fix", kind="note", actor="test", payload={"text": text})
-
-    engine = world.warehouse().engine
-    engine.let_go()  # as a new process finds the file: nothing checked
-    with world.warehouse().session() as session:
-        with session.transaction():
-            unchecked = note(session, "before any check")
-    with world.warehouse().session() as session:
-        reads.clear()
-        evidence_log.check_index(session)
-        assert reads == ["index"]  # an append alone marked nothing checked
-        with session.transaction():
-            first = note(session, "one")
-            second = note(session, "two")
-        assert (first.seq, second.seq) == (unchecked.seq + 1, unchecked.seq + 2)
-        assert second.prev_hash == first.row_hash
-        # the session's first append confirms the key (one read of the index); then none
-        with session.transaction():
-            third = note(session, "three")
-        reads.clear()
-        with pytest.raises(RuntimeError), session.transaction():
-            note(session, "rolled back")
-            raise RuntimeError("rolled back")
-        with session.transaction():
-            fourth = note(session, "four")
-        assert reads == [] and fourth.seq == third.seq + 1 and fourth.prev_hash == third.row_hash
-    with world.warehouse().session() as session:  # another session of the same process
-        counts = evidence_log.check_index(session)
-        assert reads == [] and counts is not None
-    engine.let_go()
-    with world.warehouse().session() as session:  # what was remembered is what the table holds
-        assert evidence_log.check_index(session) == counts and reads == ["index"]
-        assert evidence_log.verify(session) == fourth.seq
-        assert evidence_log.head(session) == (fourth.seq, fourth.row_hash)
-
-
 def test_seals_committed_while_the_database_is_held_are_not_read_back_again(world, monkeypatch):
     """A seal is of the rows read back under its chain row's number in the transaction that wrote
     them (`seals.of_seq`): once that commits, while the file stays held, a verify would read the
@@ -590,3 +538,136 @@ def test_seals_committed_while_the_database_is_held_are_not_read_back_again(worl
     with world.warehouse().session() as session:
         seals.verify(session, "writes", [committed, again])
         assert sorted(reads) == [committed, again]
+
+
+def _noted(session, text: str, plan_id: str | None = "fix"):
+    from backfill_assets.control import evidence_log
+
+    return evidence_log.append(session, plan_id=plan_id, kind="note", actor="test", payload={"text": text})
+
+
+def test_a_check_made_after_an_append_of_a_transaction_that_rolls_back_leaves_no_row_the_next_append_links_to(world):
+    """A decision's check made in a transaction after its own append sees the uncommitted row; the
+    transaction rolls back. The next append still takes the rolled-back row's number and links to
+    the row before it: the chain misses nothing (an append that trusted what the check remembered
+    linked to the row rolled back, found by an attack on a memo tried and withdrawn, 2026-12-07)."""
+    from backfill_assets.control import evidence_log
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    engine = world.warehouse().engine
+    with world.warehouse().session() as session:
+        evidence_log.check_index(session)
+        with session.transaction():
+            first = _noted(session, "one")  # confirms the key: later appends read nothing
+        with pytest.raises(RuntimeError), session.transaction():
+            _noted(session, "rolled back")
+            evidence_log.check_index(session)  # a decision of the same transaction
+            raise RuntimeError("the command fails after its decision")
+        with session.transaction():
+            after = _noted(session, "after the rollback")
+        assert (after.seq, after.prev_hash) == (first.seq + 1, first.row_hash)
+    engine.let_go()
+    with world.warehouse().session() as session:
+        evidence_log.check_index(session)
+        assert evidence_log.verify(session) == after.seq
+
+
+def test_a_session_whose_memo_is_its_own_does_not_number_its_row_over_a_row_another_session_appended(world):
+    """Two sessions of one process, each with a memo of its own (the outer opened after a let-go, as
+    `backfill run`'s wave session is, the inner inside it): the inner one appends and commits, and
+    the outer one's next row comes after it, not over it (a false alarm on the chain's key where an
+    append trusted its session's memo, found by an attack, 2026-12-07)."""
+    from backfill_assets.control import evidence_log
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    engine = world.warehouse().engine
+    engine.let_go()  # nothing kept: the next session's memo is its own
+    with world.warehouse().session() as outer:
+        evidence_log.check_index(outer)
+        with outer.transaction():
+            first = _noted(outer, "outer one")
+        with world.warehouse().session() as inner:  # nested: nothing kept yet, a memo of its own
+            assert inner.memo_while_locked() is not outer.memo_while_locked()
+            with inner.transaction():
+                second = _noted(inner, "inner")
+        with outer.transaction():
+            third = _noted(outer, "outer two")
+        assert (second.seq, third.seq) == (first.seq + 1, first.seq + 2)
+
+
+def test_a_promised_number_read_by_a_session_whose_memo_is_its_own_is_not_called_a_bug(world):
+    """As above, with a row sealing rows under the number `next_seq` promised (an approval, a
+    snapshot, a write): the number promised is the number the row gets."""
+    from backfill_assets.control import evidence_log
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    engine = world.warehouse().engine
+    engine.let_go()
+    with world.warehouse().session() as outer:
+        evidence_log.check_index(outer)
+        with outer.transaction():
+            _noted(outer, "outer one")
+        with world.warehouse().session() as inner, inner.transaction():
+            _noted(inner, "inner")
+        with outer.transaction():
+            seq = evidence_log.next_seq(outer)
+            row = evidence_log.append(outer, plan_id="fix", kind="note", actor="test", payload={}, seq=seq)
+        assert row.seq == seq
+
+
+def test_a_transaction_that_began_before_another_sessions_append_committed_commits_no_row_after_it(world):
+    """Two sessions sharing the held memo: the first decides on its snapshot (the plan goes on), the
+    second cancels the plan and commits. The first one's append meets the cancel's committed row and
+    its stale decision rolls back; numbered past it (from a memo that followed the cancel), it
+    committed a decision the cancel had superseded (found by an attack, 2026-12-07)."""
+    from backfill_assets.control import evidence_log, record
+    from backfill_assets.control.record import Hold
+    from backfill_assets.errors import WarehouseError
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    with world.warehouse().session():
+        pass  # a kept connection: the sessions below share its memo
+    with world.warehouse().session() as stale:
+        evidence_log.check_index(stale)
+        with stale.transaction():
+            _noted(stale, "confirms the key")
+        cancelled = False
+        with pytest.raises(WarehouseError, match="Duplicate key"), stale.transaction():
+            state = record.require(stale, "fix")  # the decision: the plan may go on
+            assert state.hold is None
+            with world.warehouse().session() as other:
+                assert other.memo_while_locked() is stale.memo_while_locked()
+                record.set_hold(other, "fix", Hold.CANCELLED, "test", "cancelled meanwhile")
+            cancelled = True
+            # numbered from the snapshot, the insert meets the cancel's committed row
+            evidence_log.append(stale, plan_id="fix", kind="proof", actor="test",
+                                payload={"passed": True, "decided_on": str(state.hold)})
+        assert cancelled
+
+
+def test_a_row_cut_off_the_chain_by_code_in_the_process_is_not_extended_past_while_held(world):
+    """Code in this process (its own DuckDB connection joins the database this process holds)
+    deletes the chain's last row. The next append takes the deleted row's number, and the next
+    decision finds the head log's row changed; an append past it, linked to the deleted row's hash,
+    left a chain every decision of the held file trusted (found by an attack, 2026-12-07)."""
+    import duckdb
+
+    from backfill_assets.control import evidence_log, record
+    from backfill_assets.errors import EvidenceChainBroken
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    with world.warehouse().session() as session:
+        evidence_log.check_index(session)
+        with session.transaction():
+            cut = _noted(session, "to be cut off")
+        con = duckdb.connect(str(world.warehouse_path))  # joins this process's open database
+        try:
+            con.execute("DELETE FROM backfill_control.evidence WHERE seq = ?", [cut.seq])
+        finally:
+            con.close()
+        with session.transaction():
+            _noted(session, "appended after the cut")
+        with pytest.raises(EvidenceChainBroken, match="cut off the chain's end"):
+            evidence_log.check_index(session)  # the head log's row is another now
+        with pytest.raises(EvidenceChainBroken):
+            record.require(session, "fix")

@@ -348,44 +348,6 @@ def check_index(session: Session) -> Counts | None:
 
 
 _HELD_INDEX = "evidence_log.check_index"
-_PENDING = "_chain_appended"  # (transaction, last row appended in it, the index it digests)
-
-
-def _chain_as_left(session: Session, held: dict[str, Any] | None) -> tuple[tuple[int, str], Counts] | None:
-    """The chain's last row (number, hash) and index as this process knows them while it holds
-    the file, without reading: a chain a check passed on (against the head log, `check_index`),
-    then extended only by this process's appends, each followed into the memo as it committed
-    (`_follow_append`), and by those of this transaction so far. None where nothing is known so
-    (another process may have written, a chain without an index, a key not yet confirmed as the
-    chain's in this session)."""
-    if held is None or not getattr(session, "_key_recorded", False):
-        return None
-    pending = session.__dict__.get(_PENDING)
-    if pending is not None and session.in_transaction and pending[0] == session.snapshot_number:
-        return pending[1], dict(pending[2])
-    checked = held.get(_HELD_INDEX)
-    if checked is None or checked[0] is None or checked[1] is None:
-        return None
-    return checked[0], dict(checked[1])
-
-
-def _follow_append(session: Session, held: dict[str, Any], prev_seq: int, prev_hash: str,
-                   appended: tuple[int, str], counts: Counts) -> None:
-    """An append this process made, followed: later appends of its transaction start from it, and
-    once it commits, a chain checked up to the row it follows is known checked up to it (rolled
-    back, its number goes to another row: nothing is kept). A chain the memo had not checked up to
-    that row stays unchecked: an append reads no head log (remembered alone, it let later decisions
-    obey a chain cut off its end, found by an attack)."""
-    session.__dict__[_PENDING] = (session.snapshot_number, appended, dict(counts))
-    after = dict(counts)
-
-    def committed() -> None:
-        checked = held.get(_HELD_INDEX)
-        if checked is not None and checked[0] == (prev_seq, prev_hash) and checked[1] is not None:
-            held[_HELD_INDEX] = (appended, after)
-        else:
-            held.pop(_HELD_INDEX, None)
-    session.after_commit(committed)
 HELD_SEALS = "seals.verify"  # (table, chain row number, its hash) of seals verified (`seals.verify`)
 
 
@@ -431,25 +393,18 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
         with session.transaction():
             return append(session, plan_id=plan_id, kind=kind, actor=actor, payload=payload, seq=seq)
     session.lock("backfill_control.evidence")  # one chain: appends take turns on server engines
-    held = session.memo_while_locked()
-    known = _chain_as_left(session, held)
-    home = session.home
-    if known is not None:  # the chain as checked and extended by this process alone: nothing to read
-        (top, prev), counts = known
-        number = top + 1
-        key = session_key(session)
-    else:
-        index = _read_index(session)
-        last = index.rows.get(index.top)
-        number, prev = (int(last[0]) + 1, str(last[7])) if last else (1, GENESIS)
-        key = _key_for(session, chain_empty=last is None, last=last)
-        counts = _index_counts(session, key, index)
+    index = _read_index(session)
+    last = index.rows.get(index.top)
+    number, prev = (int(last[0]) + 1, str(last[7])) if last else (1, GENESIS)
     if seq is not None and seq != number:
         raise WarehouseError(f"evidence row {seq} was promised but the chain's next row is {number}",
                              fix="this is a bug: report it with the log file")
+    home = session.home
+    key = _key_for(session, chain_empty=last is None, last=last)
     assert home is not None
     _heads_writable(session, home)
     at = now_iso()
+    counts = _index_counts(session, key, index)
     mark = ("plan", plan_id) if kind in PLAN_STATE_KINDS and plan_id is not None else \
         (kind, None) if kind in INDEXED_KINDS else None
     if mark is not None:
@@ -461,10 +416,9 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
     # never remembered as verified until it commits: rolled back, its number goes to another row
     session.__dict__.setdefault("_appended", set()).add(number)
     session.after_commit(lambda: _append_head(home, number, row_hash))
-    if held is not None:
-        _follow_append(session, held, number - 1, prev, (number, row_hash), counts)
     sealed = payload.get("seals")
-    if isinstance(sealed, dict) and sealed and held is not None:
+    held = session.memo_while_locked() if isinstance(sealed, dict) and sealed else None
+    if isinstance(sealed, dict) and held is not None:
         # each seal is of rows read in this transaction (`seals.of_seq` reads them back under this
         # number once inserted; `seal_unsealed` reads them before numbering them): committed while
         # the file stays held, they are what a verify would read (a window's reconcile read its
