@@ -28,7 +28,7 @@ from backfill_assets.plan.model import Plan
 from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_freeze
 from backfill_assets.signing.principals import canonical_principal
-from backfill_assets.signing.statements import CLOCK_SKEW, PLAN_APPROVAL, Statement, stamp
+from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, Statement
 from backfill_assets.trust.root import Candidate, Counted, TrustRoot, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
@@ -89,7 +89,7 @@ def approval_lock(target: str) -> str:
 
 def _verified_one(root: TrustRoot, plan: Plan, sha: str, code: str, candidate: Candidate) -> Counted:
     """The signature given on the command line, or refuse saying why it does not count."""
-    found = tally(root, [candidate], kind=PLAN_APPROVAL,
+    found = tally(root, [candidate], kind=APPROVALS,
                   expect={"plan": sha, "code": code, "warehouse": root.warehouse_id},
                   requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner)
     mine = found.owner_signature or (found.counted[0] if found.counted else None)
@@ -128,7 +128,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             _refuse_overlap(session, plan, members)
             # only signatures that verify count as "already signed" (a row typed into the table is not one)
             recorded = tally(root, [Candidate(a.principal, a.statement, a.signature)
-                                    for a in record.approvals(session, sha)], kind=PLAN_APPROVAL,
+                                    for a in record.approvals(session, sha)], kind=APPROVALS,
                              expect={"plan": sha, "code": None, "warehouse": root.warehouse_id},
                              requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=None)
             twin = next((a for a in recorded.counted
@@ -141,7 +141,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             # signed entries already in the file (given offline with ssh-keygen) are recorded too,
             # each only if it verifies under the pinned root
             offline, _ = file_candidates(again)
-            valid = tally(root, offline, kind=PLAN_APPROVAL,
+            valid = tally(root, offline, kind=APPROVALS,
                           expect={"plan": sha, "code": code, "warehouse": root.warehouse_id},
                           requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner)
             for other in [*valid.counted, *([valid.owner_signature] if valid.owner_signature else [])]:
@@ -150,21 +150,20 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             faults.checkpoint("approve.before_commit")
             state = record.require(session, plan.plan_id)
             assert state.version is not None or record.version(session, sha) is not None
-            # another version the plan of record: only signatures given since it was adopted take
-            # over from it (a version it superseded came back on its old signatures, with the owner's
-            # key alone or none: found by an attack), and each signer is told
+            # another version the plan of record: only `plan replacement` statements naming its
+            # adoption take over from it (a version it superseded came back on old signatures, with
+            # the owner's key alone or none, and on statements dated ahead and held back: found by
+            # attacks), and each signer whose statement does not is told
             replaced = state.approved_sha256 if state.approved_sha256 not in (None, sha) else None
             since = record.adoption(session, plan.plan_id, replaced) if replaced is not None else None
             counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
                                            since=since)
             late = ""
-            if replaced is not None and since is not None:
-                floor = authority.takes_over_from(since)
-                if mine.statement.signed < floor:
-                    late = (f"; {mine.principal}'s signature is recorded but does not count toward replacing the plan "
-                            f"of record {replaced[:12]}: only statements signed at or after {stamp(floor)} do (its "
-                            f"adoption, plus the {CLOCK_SKEW.seconds // 60} minutes a signer's clock may run ahead), "
-                            "so sign again from then")
+            if replaced is not None and since is not None and not (
+                    mine.statement.kind == PLAN_REPLACEMENT and mine.statement.get("replaces") == since.mark):
+                late = (f"; {mine.principal}'s signature is recorded but does not count toward replacing the plan "
+                        f"of record {replaced[:12]}: only `plan replacement` statements naming its adoption do "
+                        f"(`backfill plan statement {path}` prints one now)")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active

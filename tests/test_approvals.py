@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,15 +64,18 @@ def _armor(one_line: str) -> str:
 def openssh_verified(world, path: Path) -> list[str]:
     """Principals with an entry in the file that OpenSSH accepts for the statement it records, bound
     to the plan's current sha256 (each principal once)."""
-    from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
+    from backfill_assets.signing.statements import PLAN_APPROVAL, PLAN_REPLACEMENT, Statement
 
     sha = sha_of(path)
     found = set()
     for i, entry in enumerate(granted(path)):
         if entry.get("plan_sha256") != sha or "code" not in entry:
             continue
-        statement = Statement.make(PLAN_APPROVAL, signed=_moment(entry["at"]), expires=_moment(entry["expires"]),
-                                   plan=sha, code=entry["code"], warehouse=entry["warehouse"])
+        fields = {"plan": sha, "code": entry["code"], "warehouse": entry["warehouse"]}
+        if "replaces" in entry:  # a `plan replacement` statement: it names the plan of record it replaces
+            fields["replaces"] = entry["replaces"]
+        statement = Statement.make(PLAN_REPLACEMENT if "replaces" in entry else PLAN_APPROVAL,
+                                   signed=_moment(entry["at"]), expires=_moment(entry["expires"]), **fields)
         sig = world.root / f".entry-{i}.sig"
         sig.write_text(_armor(str(entry["signature"])))
         checked = subprocess.run(
@@ -535,8 +539,8 @@ def test_an_edited_plan_becomes_the_plan_of_record_only_with_its_own_approvals(w
     assert second != first
     assert openssh_verified(world, path) == []  # the old entries name the old hash
 
-    # signatures that replace a plan of record (`World.approve_replacing`: statements said to be
-    # signed 10 minutes after its adoption, as `plan approve` asks)
+    # signatures that replace a plan of record (`World.approve_replacing`: `plan replacement`
+    # statements naming its adoption, as `backfill plan statement` prints them now)
     world.approve_replacing(path, "carol", "alice", owner=False)
     versions = {r[0] for r in world.sql(f"SELECT sha256 FROM {CONTROL}.plan_versions WHERE plan_id = 'fix'")}
     assert versions == {first, second}
@@ -664,7 +668,7 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
     with no approver's key approved v1 again, re-submitting alice's signature from v1's file or
     signing as the owner: v1's old signatures still verified, so v1 became the plan of record again
     and `backfill run` wrote 2026-01-04..06, which v2's approvers had taken out (found by an attack).
-    Only signatures given since v2 was adopted replace it."""
+    Only `plan replacement` statements naming v2's adoption replace it: the owner's alone does not."""
     assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
     v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
     v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
@@ -678,8 +682,10 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
         assert world.cli("plan", "approve", str(v1), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
     said = capsys.readouterr().out
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
-    if not how.startswith("alice"):
-        assert "not approved yet" in said and "does not count toward replacing the plan of record" in said, said
+    if how.startswith("alice"):
+        assert "does not count toward replacing the plan of record" in said, said
+    else:
+        assert "not approved yet" in said, said
     world.cli("run", "fix", "--proof")
     world.cli("run", "fix")
     assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
@@ -687,20 +693,28 @@ def test_a_superseded_version_never_comes_back_on_its_old_signatures(world, caps
 
 
 def test_a_superseded_version_comes_back_when_its_approvers_sign_it_again(world, capsys):
-    """Going back is the approvers' call: signatures given now do not count yet (they may have
-    been made before v2 was adopted, on a clock running ahead), and the command says from when they
-    do; the owner and both approvers signing v1 after that make it the plan of record again."""
+    """Going back is the approvers' call: the statement `backfill plan statement` prints for v1 now
+    is a `plan replacement` naming v2's adoption; the owner and both approvers signing it make v1
+    the plan of record again, at once (no wait for a clock that may run ahead)."""
     v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
     v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
     capsys.readouterr()
-    for name in ("olivia", "alice", "bob"):
+    assert world.cli("plan", "statement", str(v1)) == 0
+    printed = capsys.readouterr().out
+    with world.warehouse().session() as session:
+        from backfill_assets.control import record
+
+        mark = record.adoption(session, "fix", plan_sha256(load_plan(v2))).mark
+    assert printed.startswith("backfill-assets plan replacement\n") and f"\nreplaces: {mark}\n" in printed, printed
+    for name in ("olivia", "alice"):
         assert world.cli("plan", "approve", str(v1), "--by", name, "--key", str(world.keys[name])) == 0
+    assert _of_record(world) == plan_sha256(load_plan(v2))
+    assert world.cli("plan", "approve", str(v1), "--by", "bob", "--key", str(world.keys["bob"])) == 0
     said = capsys.readouterr().out
-    assert _of_record(world) == plan_sha256(load_plan(v2)), said
-    assert said.count("does not count toward replacing the plan of record") == 3, said
-    assert "only statements signed at or after" in said and "so sign again from then" in said, said
-    world.approve_replacing(v1)
-    assert _of_record(world) == plan_sha256(load_plan(v1)), capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v1)), said
+    assert "approved: it is the plan of record" in said and "does not count" not in said, said
+    entries = load_plan(v1).approvals.granted  # the file mirrors what each statement names
+    assert sorted(e.by for e in entries if e.replaces == mark) == ["alice", "bob", "olivia"]
 
 
 def _signed_ahead(world, capsys, path: Path, who: str, ahead: dt.timedelta) -> tuple[Path, Path]:
@@ -738,31 +752,57 @@ def test_signatures_given_before_the_adoption_by_a_fast_clock_do_not_replace_it(
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
 
 
-def test_a_replacement_counts_only_statements_said_to_be_signed_the_whole_clock_skew_after_the_adoption(world, capsys):
-    """The adoption's time was rounded down to its second: statements saying the floor's second
-    were signed as little as 9 min 59 s after it, so a signature made up to a second before the
-    adoption on a clock the full 10 minutes ahead counted (found by an attack). A second before the
-    floor never counts; the floor is the skew after the adoption, rounded up to a whole second."""
-    from backfill_assets.control import authority, record
+def test_signatures_held_back_with_statements_dated_ahead_never_replace_it(world, capsys):
+    """alice and bob sign v1 over statements dated 10 min 25 s ahead (a laptop clock running 25 s
+    past the 10 minutes the product allows, or a statement the owner prepared for them); submitted
+    now they would be refused as signed in the future, so the owner holds them. v2 is approved and
+    adopted. Once the held statements no longer lie ahead, the owner signs v1 and submits them: they
+    said a signing time after v2's adoption plus the skew, and v1 became the plan of record again
+    with no approver's signature given since (found by an attack). A statement's `signed:` line is
+    the signer's claim; only a statement naming v2's adoption, which did not exist when these were
+    made, replaces it."""
     from backfill_assets.signing.statements import CLOCK_SKEW
 
-    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
-    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
-    with world.warehouse().session() as session:
-        since = record.adoption(session, "fix", plan_sha256(load_plan(v2)))
-    floor = authority.takes_over_from(since)
-    assert CLOCK_SKEW <= floor - since.at < CLOCK_SKEW + dt.timedelta(seconds=1)
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = _fix_version(world, "v1", "2026-01-06", "v1: six days")
+    margin = 25
+    started = time.time()
+    held = {who: _signed_ahead(world, capsys, v1, who, CLOCK_SKEW + dt.timedelta(seconds=margin))
+            for who in ("alice", "bob")}
+    v2 = world.approve(_fix_version(world, "v2", "2026-01-03", "v2: three days, v1 was too wide"))
+    assert _of_record(world) == plan_sha256(load_plan(v2))
+    assert world.cli("plan", "approve", str(v1), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    time.sleep(max(0.0, started + margin + 1.5 - time.time()))  # the held statements no longer lie ahead
     capsys.readouterr()
-    assert world.cli("plan", "statement", str(v1)) == 0
-    printed = Statement.parse(capsys.readouterr().out)
-    early = floor - dt.timedelta(seconds=1)
-    statement = Statement.make(printed.kind, signed=early, expires=early + dt.timedelta(days=1), **dict(printed.values))
-    out = world.root / "boundary"
-    out.mkdir()
-    (out / "statement.txt").write_text(statement.text)
-    for who in ("olivia", "alice", "bob"):
-        (out / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
-        assert world.cli("plan", "approve", str(v1), "--by", who, "--statement", str(out / "statement.txt"),
-                         "--signature", str(out / f"{who}.sig")) == 0
+    for who, (statement, signature) in held.items():
+        assert world.cli("plan", "approve", str(v1), "--by", who, "--signature", str(signature),
+                         "--statement", str(statement)) == 0
     said = capsys.readouterr().out
     assert _of_record(world) == plan_sha256(load_plan(v2)), said
+    assert said.count("does not count toward replacing the plan of record") == 2, said
+
+
+def test_a_replacement_statement_counts_only_for_the_adoption_it_names(world, capsys):
+    """v1, then v2 replacing it, then v1 again: each adoption is named by the keyed hash of its own
+    chain row, so statements replacing v1's first adoption, signed and held back, do not bring v2
+    back over v1's second one, though they name the same plan of record and are recorded after it."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = _fix_version(world, "v2", "2026-01-03", "v2: three days")
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v2)) == 0
+    first = Statement.parse(capsys.readouterr().out)
+    time.sleep(1.05)  # another second: another statement, signed and held back
+    world.approve_replacing(v2)
+    world.approve_replacing(v1)
+    assert _of_record(world) == plan_sha256(load_plan(v1))
+    out = world.root / "held"
+    out.mkdir()
+    (out / "statement.txt").write_text(first.text)
+    capsys.readouterr()
+    for who in ("olivia", "alice", "bob"):
+        (out / f"{who}.sig").write_text(sign(first.message, world.keys[who]))
+        assert world.cli("plan", "approve", str(v2), "--by", who, "--statement", str(out / "statement.txt"),
+                         "--signature", str(out / f"{who}.sig")) == 0
+    said = capsys.readouterr().out
+    assert _of_record(world) == plan_sha256(load_plan(v1)), said
+    assert said.count("does not count toward replacing the plan of record") == 3, said

@@ -14,7 +14,6 @@ import datetime as dt
 import hashlib
 import io
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -149,27 +148,22 @@ class World:
         return path
 
     def approve_replacing(self, path: Path, *who: str, owner: bool = True) -> Path:
-        """`approve`, for a version that replaces the plan of record: a replacement counts only
-        statements that say they were signed CLOCK_SKEW after the plan of record's adoption (a
-        signer's clock may run that far ahead), which a test cannot wait for, so each statement here
-        says it was signed that far ahead of now, as a clock that fast would."""
+        """`approve`, for a version that replaces the plan of record: each signs the `plan
+        replacement` statement `backfill plan statement` prints now (it names the adoption of the
+        plan of record it replaces), passed as files as a signer who signed elsewhere would."""
         from backfill_assets.signing.sshsig import sign
-        from backfill_assets.signing.statements import CLOCK_SKEW, Statement
+        from backfill_assets.signing.statements import PLAN_REPLACEMENT, Statement
 
-        # a statement says its second, and the adoption's second counts as ended only at the next:
-        # the statements below say the second after the one the adoption may have been recorded in
-        time.sleep(1.02 - time.time() % 1)
-        out = self.root / "signed-ahead" / path.stem
+        out = self.root / "replacing" / path.stem
         out.mkdir(parents=True, exist_ok=True)
         for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
                 assert self.cli("plan", "statement", str(path)) == 0
-            now = Statement.parse(printed.getvalue())
-            ahead = Statement.make(now.kind, signed=now.signed + CLOCK_SKEW, expires=now.expires + CLOCK_SKEW,
-                                   **dict(now.values))
-            (out / f"{name}.txt").write_text(ahead.text)
-            (out / f"{name}.sig").write_text(sign(ahead.message, self.keys[name]))
+            statement = Statement.parse(printed.getvalue())
+            assert statement.kind == PLAN_REPLACEMENT, statement.text
+            (out / f"{name}.txt").write_text(statement.text)
+            (out / f"{name}.sig").write_text(sign(statement.message, self.keys[name]))
             assert self.cli("plan", "approve", str(path), "--by", name, "--statement", str(out / f"{name}.txt"),
                             "--signature", str(out / f"{name}.sig")) == 0
         return path

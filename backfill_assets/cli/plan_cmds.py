@@ -32,6 +32,8 @@ from backfill_assets.plan.model import PLAN_ID_PATTERN
 if TYPE_CHECKING:
     from backfill_assets.control.record import PlanState
     from backfill_assets.loaded_defs import LoadedTable
+    from backfill_assets.plan.model import Plan
+    from backfill_assets.warehouse.engine import Session
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -220,8 +222,21 @@ def cmd_statement(args: argparse.Namespace) -> int:
     assert table is not None  # required: _table_for raises instead
     with reading(args) as session:
         root = trust_record.require(session)
-    print(plan_statement(plan, root, table.code_identity(plan.assets), valid_days=args.valid_days).text, end="")
+        replaces = _replaces(session, plan)
+    print(plan_statement(plan, root, table.code_identity(plan.assets), valid_days=args.valid_days,
+                         replaces=replaces).text, end="")
     return 0
+
+
+def _replaces(session: Session, plan: Plan) -> str | None:
+    """The plan of record this version would replace, as its statement names it (none in a
+    warehouse that never recorded the plan)."""
+    from backfill_assets.control import record
+    from backfill_assets.warehouse.state_store import SCHEMA
+
+    if not session.engine.table_exists(session, "plans", SCHEMA):
+        return None
+    return record.replaced_by(session, plan.plan_id, plan_sha256(plan))
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -238,6 +253,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     sha = plan_sha256(plan)
     with reading(args) as session:
         root = trust_record.require(session)
+        replaces = _replaces(session, plan)
     if args.allowed_signers:  # a file of one's own never changes whose signatures count
         from backfill_assets.signing.allowed_signers import AllowedSigners
 
@@ -248,7 +264,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
                                  fix="approvals count only under the pinned root; a change of it takes its "
                                      "quorum's signatures (`backfill approvers pin`)")
     if args.key:
-        statement = plan_statement(plan, root, table.code_identity(plan.assets)).text
+        statement = plan_statement(plan, root, table.code_identity(plan.assets), replaces=replaces).text
         signature = sshsig.sign(statement.encode("ascii"), Path(args.key).expanduser())
     else:
         statement = _statement_text(args, sha)

@@ -16,8 +16,7 @@ from typing import Any
 
 from backfill_assets.control import record, trust_record
 from backfill_assets.control.record import Adoption, PlanVersion
-from backfill_assets.errors import SignatureError
-from backfill_assets.signing.statements import CLOCK_SKEW, PLAN_APPROVAL, ROLLBACK, Statement
+from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, ROLLBACK, Statement
 from backfill_assets.trust.root import Candidate, Tally, tally
 from backfill_assets.warehouse.engine import Session
 
@@ -29,50 +28,30 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
     (the coordinator, which cannot load the table: the run's own permission checks it).
     `since`: another version's adoption as the plan of record; only the approvals the chain recorded
-    after it, of statements signed since (`takes_over_from`), count."""
+    after it, of `plan replacement` statements naming it (`Adoption.mark`), count: a signature
+    made before the adoption cannot name it, whatever time its statement says."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
     recorded = record.approvals(session, version.sha256)
+    expect: dict[str, str | None] = {"plan": version.sha256, "code": code, "warehouse": root.warehouse_id}
+    kinds: tuple[str, ...] = APPROVALS
     if since is not None:
-        floor = takes_over_from(since)
-        recorded = [a for a in recorded
-                    if (a.statement, a.signature) in since.approvals_after and _signed(a.statement) >= floor]
-    cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code,
-                 tuple((a.principal, a.statement, a.signature) for a in recorded))
+        recorded = [a for a in recorded if (a.statement, a.signature) in since.approvals_after]
+        expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
+    cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code, kinds,
+                 expect.get("replaces"), tuple((a.principal, a.statement, a.signature) for a in recorded))
     cached = _CACHE.get(cache_key)
     if cached is not None and cached.expires is not None and now < cached.expires:
         return cached
     plan = version.plan
-    found = tally(root, [Candidate(a.principal, a.statement, a.signature) for a in recorded], kind=PLAN_APPROVAL,
-                  expect={"plan": version.sha256, "code": code, "warehouse": root.warehouse_id},
-                  requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner,
-                  now=now)
+    found = tally(root, [Candidate(a.principal, a.statement, a.signature) for a in recorded], kind=kinds,
+                  expect=expect, requirement=root.policy.requirement(plan.assets, plan.approvals.required),
+                  owner=plan.owner, now=now)
     if found.approved:
         if len(_CACHE) > 256:
             _CACHE.clear()
         _CACHE[cache_key] = found
     return found
-
-
-def takes_over_from(since: Adoption) -> dt.datetime:
-    """The earliest signing time a statement may say and count toward replacing a plan of record
-    adopted at `since`: a signer's clock may run up to CLOCK_SKEW ahead, so a statement signed that
-    much before the adoption could say it was signed after (a fast clock's signatures, held back
-    by an operator, brought a superseded version back: found by an attack). The adoption's time is
-    the clock of the machine that recorded it: whoever could set that clock back and write the
-    warehouse with the evidence key could forge the chain row as well (README, Limits)."""
-    at = since.at.astimezone(dt.UTC)
-    whole = at.replace(microsecond=0) + (dt.timedelta(seconds=1) if at.microsecond else dt.timedelta())
-    return whole + CLOCK_SKEW  # statements say their second: rounded up, none says less than the skew after
-
-
-def _signed(text: str) -> dt.datetime:
-    """When a recorded statement says it was signed (the earliest time for one that does not parse:
-    it would not verify either)."""
-    try:
-        return Statement.parse(text).signed
-    except SignatureError:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:

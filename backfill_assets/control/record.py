@@ -447,9 +447,17 @@ def add_approval(session: Session, plan_id: str, sha: str, approval: RecordedApp
 @dataclass(frozen=True)
 class Adoption:
     """When a version last became a plan's plan of record, and the approvals the chain recorded
-    after that: only those, signed since, may replace it (`approving.approve`)."""
+    after that: only those, of statements naming this adoption (`mark`), may replace it
+    (`approving.approve`)."""
+    sha256: str  # the version adopted
+    row_hash: str  # the keyed hash of the chain row that recorded it: unknown until it was recorded
     at: dt.datetime  # as the chain row says (the clock of the machine that recorded it)
     approvals_after: frozenset[tuple[str, str]]  # (statement, signature) of the chain's later approval rows
+
+    @property
+    def mark(self) -> str:
+        """What a `plan replacement` statement names as the plan of record it replaces."""
+        return f"{self.sha256}@{self.row_hash}"
 
 
 def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
@@ -470,9 +478,19 @@ def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
             since = row
         before = of_record
     since = since or states[-1]
-    return Adoption(dt.datetime.fromisoformat(since.at.replace("Z", "+00:00")),
+    return Adoption(sha, since.row_hash, dt.datetime.fromisoformat(since.at.replace("Z", "+00:00")),
                     frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
                               for r in every if r.kind == "approval" and r.seq > since.seq))
+
+
+def replaced_by(session: Session, plan_id: str, sha: str) -> str | None:
+    """The plan of record version `sha` of the plan would replace, as a `plan replacement`
+    statement names it (`Adoption.mark`); None where there is none to replace (a first approval,
+    or `sha` is the plan of record)."""
+    state = get(session, plan_id)
+    if state is None or state.approved_sha256 in (None, sha):
+        return None
+    return adoption(session, plan_id, state.approved_sha256).mark
 
 
 def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:

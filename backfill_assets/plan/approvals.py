@@ -27,7 +27,7 @@ from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.allowed_signers import AllowedSigners
-from backfill_assets.signing.statements import PLAN_APPROVAL, Statement, stamp
+from backfill_assets.signing.statements import APPROVALS, PLAN_APPROVAL, PLAN_REPLACEMENT, Statement, stamp
 from backfill_assets.trust.policy import POLICY_FILE, Policy
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, Void, tally
 from backfill_assets.yaml_document import read_yaml_text
@@ -37,12 +37,17 @@ POLICY_ENV = "BACKFILL_POLICY"
 
 
 def plan_statement(plan: Plan, root: TrustRoot, code: str, *, signed: dt.datetime | None = None,
-                   valid_days: int | None = None) -> Statement:
-    """What an approver signs for `plan` under `root`, for a table whose code identity is `code`."""
+                   valid_days: int | None = None, replaces: str | None = None) -> Statement:
+    """What an approver signs for `plan` under `root`, for a table whose code identity is `code`;
+    `replaces`: the plan of record this version would replace (`record.replaced_by`), named in a
+    `plan replacement` statement."""
     signed = signed or dt.datetime.now(dt.UTC)
     days = min(valid_days or root.policy.model.approvals.valid_days, root.policy.model.approvals.valid_days)
-    return Statement.make(PLAN_APPROVAL, signed=signed, expires=signed + dt.timedelta(days=days),
-                          plan=plan_sha256(plan), code=code, warehouse=root.warehouse_id)
+    fields = {"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id}
+    if replaces is not None:
+        return Statement.make(PLAN_REPLACEMENT, signed=signed, expires=signed + dt.timedelta(days=days),
+                              replaces=replaces, **fields)
+    return Statement.make(PLAN_APPROVAL, signed=signed, expires=signed + dt.timedelta(days=days), **fields)
 
 
 def signing_command(statement_file: str = "statement.txt") -> str:
@@ -88,9 +93,12 @@ def file_candidates(plan: Plan) -> tuple[list[Candidate], list[Void]]:
             void.append(Void(entry.by, "signs the plan hash alone (an earlier form): sign the statement of "
                                        "`backfill plan statement` instead"))
             continue
+        fields = {"plan": entry.plan_sha256, "code": entry.code, "warehouse": entry.warehouse}
         try:
-            statement = Statement.make(PLAN_APPROVAL, signed=entry.at, expires=entry.expires,
-                                       plan=entry.plan_sha256, code=entry.code, warehouse=entry.warehouse)
+            statement = Statement.make(PLAN_APPROVAL, signed=entry.at, expires=entry.expires, **fields) \
+                if entry.replaces is None else \
+                Statement.make(PLAN_REPLACEMENT, signed=entry.at, expires=entry.expires, replaces=entry.replaces,
+                               **fields)
         except SignatureError as exc:
             void.append(Void(entry.by, exc.message))
             continue
@@ -102,7 +110,7 @@ def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime |
     """The file's signatures counted under `root`; `code` None when the table could not be loaded
     (shown as unchecked), and so is a root without a warehouse id."""
     candidates, void = file_candidates(plan)
-    counted = tally(root, candidates, kind=PLAN_APPROVAL,
+    counted = tally(root, candidates, kind=APPROVALS,
                     expect={"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None},
                     requirement=root.policy.requirement(plan.assets, plan.approvals.required),
                     owner=plan.owner, now=now)
@@ -110,9 +118,10 @@ def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime |
 
 
 def entry_of(principal: str, statement: Statement, signature: str) -> Approval:
-    """The file entry of a signature over a plan approval statement."""
+    """The file entry of a signature over a plan approval (or replacement) statement."""
     return Approval(by=principal, at=statement.signed, plan_sha256=statement["plan"], code=statement["code"],
-                    warehouse=statement["warehouse"], expires=statement.expires, signature=signature)
+                    warehouse=statement["warehouse"], expires=statement.expires, replaces=statement.get("replaces"),
+                    signature=signature)
 
 
 # --- the file mirror ------------------------------------------------------------------------------
@@ -127,7 +136,8 @@ def _one_line(signature: str) -> str:
 def _entry_line(indent: str, approval: Approval) -> str:
     bound = "".join(f', {name}: "{value}"' for name, value in (
         ("code", approval.code), ("warehouse", approval.warehouse),
-        ("expires", stamp(approval.expires) if approval.expires else None)) if value is not None)
+        ("expires", stamp(approval.expires) if approval.expires else None), ("replaces", approval.replaces))
+        if value is not None)
     return (f'{indent}- {{by: "{approval.by}", at: "{stamp(approval.at)}", plan_sha256: "{approval.plan_sha256}"'
             f'{bound}, signature: "{_one_line(approval.signature)}"}}\n')
 

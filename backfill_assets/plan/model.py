@@ -344,8 +344,9 @@ class Scenario(_Block):
 
 class Approval(_Block):
     """A signed approval: an SSH signature by `by` over a `plan approval` statement binding the
-    plan's sha256, its table's code, the warehouse and an expiry (see signing.statements): `at` is
-    when it was signed. Entries of the earlier form (the hash alone) load, and count for nothing."""
+    plan's sha256, its table's code, the warehouse and an expiry (see signing.statements), or a
+    `plan replacement` one that also names the plan of record it replaces: `at` is when it says it
+    was signed. Entries of the earlier form (the hash alone) load, and count for nothing."""
 
     by: Principal
     at: dt.datetime
@@ -353,6 +354,8 @@ class Approval(_Block):
     code: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     warehouse: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
     expires: dt.datetime | None = None
+    # a `plan replacement` statement's: the plan of record it replaces (`sha@adoption row hash`)
+    replaces: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}@[0-9a-f]{64}$")] | None = None
     signature: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
 
 

@@ -12,6 +12,13 @@ authorise other code, and an old signature stops authorising anything:
     signed: 2026-12-01T21:39:20Z
     expires: 2026-12-15T21:39:20Z
 
+A version that would replace a plan's plan of record (the plan file edited after its approval)
+is approved by a `plan replacement` statement: the same fields and `replaces`, naming the plan of
+record and its adoption by the keyed hash of the evidence row that recorded it. No signature made
+before that adoption can name it, whatever time its statement says (a `signed:` line is the
+signer's claim: statements dated ahead and held back brought a superseded version back, found by
+an attack), and each adoption is named once, so none counts twice (A, then B, then A again).
+
 The same form, with other fields, authorises a change of the trust root and the rollback of a
 published plan. Parsing is strict: the exact header, the kind's fields in order, nothing else.
 """
@@ -26,11 +33,14 @@ from backfill_assets.errors import SignatureError
 
 HEADER = "backfill-assets"
 PLAN_APPROVAL = "plan approval"
+PLAN_REPLACEMENT = "plan replacement"
+APPROVALS = (PLAN_APPROVAL, PLAN_REPLACEMENT)  # each approves the plan it names
 TRUST_ROOT = "trust root"
 ROLLBACK = "rollback"
 # the fields each kind binds, in order, before `signed` and `expires`
 FIELDS: dict[str, tuple[str, ...]] = {
     PLAN_APPROVAL: ("plan", "code", "warehouse"),
+    PLAN_REPLACEMENT: ("plan", "replaces", "code", "warehouse"),
     TRUST_ROOT: ("warehouse", "replaces", "signers", "policy"),
     ROLLBACK: ("plan", "warehouse"),
 }
@@ -80,6 +90,9 @@ class Statement:
 
     def __getitem__(self, name: str) -> str:
         return dict(self.values)[name]
+
+    def get(self, name: str) -> str | None:
+        return dict(self.values).get(name)
 
     @property
     def text(self) -> str:

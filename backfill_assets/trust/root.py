@@ -135,13 +135,25 @@ _MISMATCH = {
     "signers": "signed for allowed_signers {found:.12}, not this one ({wanted:.12})",
     "policy": "signed for policy {found:.12}, not this one ({wanted:.12})",
 }
+_MISMATCH_OF = {
+    ("plan replacement", "replaces"): "signed to replace the plan of record {found}, but the one in force is "
+                                      "{wanted} (adopted since the statement was printed)",
+}
 
 
-def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str, expect: Mapping[str, str | None],
+def _short_mark(mark: str) -> str:
+    """A plan of record as a replacement names it (`sha@adoption row hash`), shortened to read."""
+    sha, _, row = mark.partition("@")
+    return f"{sha[:12]} (adoption {row[:12]})" if row else mark[:24]
+
+
+def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str | tuple[str, ...],
+          expect: Mapping[str, str | None],
           requirement: Requirement, owner: str | None = None, owner_required: bool = True,
           now: dt.datetime | None = None) -> Tally:
-    """Count `candidates` under `root` for a statement of `kind` binding `expect` (a field whose
-    expected value is None is shown as unchecked, not compared). The owner's keys never count as
+    """Count `candidates` under `root` for a statement of `kind` (or of any of several) binding
+    `expect` (a field whose expected value is None is shown as unchecked, not compared; one the
+    statement's kind does not bind is a mismatch). The owner's keys never count as
     an approver's; with `owner_required`, the owner's own signature is needed too."""
     now = now or dt.datetime.now(dt.UTC)
     signers, policy = root.signers, root.policy
@@ -182,7 +194,7 @@ def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str, expect
                  tuple((g, frozenset(policy.members(g))) for g in requirement.groups))
 
 
-def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: str,
+def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: str | tuple[str, ...],
            expect: Mapping[str, str | None], now: dt.datetime) -> tuple[str | None, Counted | None]:
     """(why the candidate does not count, None) or (None, the counted signature)."""
     try:
@@ -190,11 +202,19 @@ def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: 
         statement = Statement.parse(candidate.statement)
     except (PrincipalError, SignatureError) as exc:
         return exc.message, None
-    if statement.kind != kind:
-        return f"a {statement.kind} statement, not a {kind}", None
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if statement.kind not in kinds:
+        return f"a {statement.kind} statement, not a {' or a '.join(kinds)}", None
     for field_name, wanted in expect.items():
-        found = statement[field_name]
-        if wanted is not None and found != wanted:
+        found = statement.get(field_name)
+        if wanted is None:
+            continue
+        if found is None:
+            return f"a {statement.kind} statement names no {field_name} ({wanted[:12]}...)", None
+        if found != wanted:
+            special = _MISMATCH_OF.get((statement.kind, field_name))
+            if special is not None:
+                return special.format(found=_short_mark(found), wanted=_short_mark(wanted)), None
             return _MISMATCH.get(field_name, "{found} is not {wanted}").format(found=found, wanted=wanted), None
     timing = statement.timing_problem(now, policy.valid_for)
     if timing:
