@@ -81,6 +81,16 @@ def _refuse_takeover(session: Session, plan: Plan, sha: str) -> None:
             f"plan {plan.plan_id} is {state.phase} at hash {state.approved_sha256[:12]}; an edited version "
             f"({sha[:12]}) cannot take over what it started",
             fix=f"finish or roll back {plan.plan_id}, then approve the change under a new plan_id")
+    current = state.approved_sha256
+    of_record = record.version(session, current) if current is not None and current != sha else None
+    if of_record is not None and (of_record.plan.owner, of_record.plan.target) != (plan.owner, plan.target):
+        # a replacement needs its plan of record's owner: a version naming another owner was made
+        # the plan of record without a signature of the owner it replaced (found by an attack)
+        raise ApprovalError(
+            f"plan {plan.plan_id}'s plan of record ({of_record.sha256[:12]}) is {of_record.plan.owner}'s, of "
+            f"{of_record.plan.target}; a version of {plan.owner}'s, of {plan.target}, cannot replace it",
+            fix=f"keep owner {of_record.plan.owner} and target {of_record.plan.target}, or approve the change as "
+                "a new plan with its own plan_id")
 
 
 def approval_lock(target: str) -> str:
@@ -154,15 +164,14 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             # adoption take over from it (a version it superseded came back on old signatures, with
             # the owner's key alone or none, and on statements dated ahead and held back: found by
             # attacks), and each signer whose statement does not is told
-            replaced = state.approved_sha256 if state.approved_sha256 not in (None, sha) else None
-            since = record.adoption(session, plan.plan_id, replaced) if replaced is not None else None
-            counted = authority.plan_tally(session, record.version(session, sha), code=code,  # type: ignore[arg-type]
-                                           since=since)
+            since = record.replaced(session, plan.plan_id, sha)
+            counted = authority.plan_tally(session, record.version(session, sha), code=code)  # type: ignore[arg-type]
             late = ""
-            if replaced is not None and since is not None and not (
+            if since is not None and not (
                     mine.statement.kind == PLAN_REPLACEMENT and mine.statement.get("replaces") == since.mark):
-                late = (f"; {mine.principal}'s signature is recorded but does not count toward replacing the plan "
-                        f"of record {replaced[:12]}: only `plan replacement` statements naming its adoption do "
+                late = (f"; {mine.principal}'s signature is recorded but does not count: this version "
+                        f"{'replaces' if state.approved_sha256 != sha else 'replaced'} the plan of record "
+                        f"{since.sha256[:12]}, and only `plan replacement` statements naming its adoption count "
                         f"(`backfill plan statement {path}` prints one now)")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:

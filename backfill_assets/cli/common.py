@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from backfill_assets.graph import TableGraph
+    from backfill_assets.plan.model import Plan
 
 
 def home_of(args: argparse.Namespace) -> Home:
@@ -163,6 +164,21 @@ def committed_home(home: Home) -> str | None:
                 "so its trust root is never read; point BACKFILL_HOME at the team's home or name the default "
                 "branch's files with --allowed-signers [--policy]")
     return None
+
+
+def replaced_mark(home: Home, plan: Plan) -> str | None:
+    """The plan of record `plan` would replace, as a `plan replacement` statement names it, where
+    this home's control record can be read and verified (None elsewhere: a CI job without it cannot
+    know, and `backfill run` refuses a file that is not the plan of record)."""
+    from backfill_assets.control import evidence_log
+
+    store = open_warehouse(home)
+    if not store.exists() or committed_home(home) is not None:
+        return None
+    with store.session(read_only=True) as session:
+        if not has_control_schema(session) or not evidence_log.can_verify(session):
+            return None
+        return record.replaced_by(session, plan.plan_id, plan_sha256(plan))
 
 
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:

@@ -87,14 +87,18 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
     that is not signed it never runs at all; for a signed one it answers only the fit and the code
     identity, its own claim (found by an attack)."""
     import backfill_assets.status  # noqa: F401 - imported before any child runs
-    from backfill_assets.cli.common import resolve_root
+    from backfill_assets.cli.common import replaced_mark, resolve_root
     from backfill_assets.cli.guard_fit import fit_in_child
     from backfill_assets.plan.approvals import file_tally
 
     read = [(path, *collect_problems(read_plan_document(path))) for path in plan_files]
     view = resolve_root(home, signers_path, policy_path, warehouse) if any(p for _, p, _ in read) else None
     root = view.root if view is not None else None
-    first = [(path, plan, problems, file_tally(plan, root, None) if plan is not None and root is not None else None,
+    # where the record can be read, a version replacing its plan of record counts only what names it
+    marks = {path: replaced_mark(home, plan) if plan is not None and view is not None and view.pinned else None
+             for path, plan, _ in read}
+    first = [(path, plan, problems,
+              file_tally(plan, root, None, replaces=marks[path]) if plan is not None and root is not None else None,
               *(_execution(plan, home) if plan is not None else (ExecutionState(), None)))
              for path, plan, problems in read]
     signed = view is not None and view.problem is None and all(
@@ -107,7 +111,7 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
             if signed and root is not None:
                 fitting, note, code = fit_in_child(path, defs)
                 problems = problems + fitting
-                counted = file_tally(plan, root, code)
+                counted = file_tally(plan, root, code, replaces=marks[path])
             else:
                 note = NOT_LOADED
         items = build(plan, problems, counted, execution, notice,

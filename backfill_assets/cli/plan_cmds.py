@@ -291,7 +291,7 @@ def _summary(keys: list[str], limit: int = 6) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from backfill_assets.cli.common import home_of, resolve_root
+    from backfill_assets.cli.common import home_of, replaced_mark, resolve_root
     from backfill_assets.cli.guard_fit import fit_in_child
     from backfill_assets.plan.approvals import file_tally
     from backfill_assets.plan.loading import estimate_window
@@ -300,11 +300,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     plan = load_plan(path)
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
+    replaces = replaced_mark(home_of(args), plan) if view.pinned else None  # counts only what names it
     # the definitions (a pull request's, on a reviewer's checkout) load in a child, as the guard's
     # do: never where the signatures are counted, and only once they count without them (that
     # child runs with the reviewer's rights: it printed a fake "(approved)" on their terminal
     # through /proc/PPID/fd/1 for a plan nobody signed, found by an attack)
-    signed = view.root is not None and view.problem is None and file_tally(plan, view.root, None).approved
+    signed = view.root is not None and view.problem is None and \
+        file_tally(plan, view.root, None, replaces=replaces).approved
     code: str | None = None
     why: str | None = ("not loaded: the definitions, which a pull request may change, load only once the plan's "
            "signatures count; `backfill plan statement` shows the code to sign")
@@ -327,7 +329,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if plan.expect is not None:  # judged by the gate changes_as_expected against the plan's snapshots
         print(f"expect     {plan.expect.describe()}")
     root = view.root
-    print(f"signs      plan {sha[:12]}; code {code or f'({why})'}; warehouse "
+    print(f"signs      plan {sha[:12]}; " + (f"replacing {replaces[:12]} (adoption {replaces[65:77]}); "
+                                               if replaces else "") + f"code {code or f'({why})'}; warehouse "
           + (root.warehouse_id if root and root.warehouse_id else "(not checked: no control record here; "
               "pass --warehouse ID)") + "; expires at most "
           + (f"{root.policy.model.approvals.valid_days} day(s)" if root else "(policy unknown)")
@@ -336,7 +339,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if root is None:
         print("approvals  not counted: no trust root")
     else:
-        counted = file_tally(plan, root, code)
+        counted = file_tally(plan, root, code, replaces=replaces)
         print(f"approvals  {counted.describe(void=False)}" + (" (approved)" if counted.approved else ""))
         if counted.owner_signature:
             owner = counted.owner_signature

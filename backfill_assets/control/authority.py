@@ -15,8 +15,9 @@ import datetime as dt
 from typing import Any
 
 from backfill_assets.control import record, trust_record
-from backfill_assets.control.record import Adoption, PlanVersion
+from backfill_assets.control.record import PlanVersion
 from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, ROLLBACK, Statement
+from backfill_assets.trust.policy import Requirement
 from backfill_assets.trust.root import Candidate, Tally, tally
 from backfill_assets.warehouse.engine import Session
 
@@ -24,29 +25,38 @@ _CACHE: dict[tuple[Any, ...], Tally] = {}
 
 
 def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
-               now: dt.datetime | None = None, since: Adoption | None = None) -> Tally:
+               now: dt.datetime | None = None) -> Tally:
     """The recorded approvals of `version`, counted now; `code` None leaves the code unchecked
-    (the coordinator, which cannot load the table: the run's own permission checks it).
-    `since`: another version's adoption as the plan of record; only the approvals the chain recorded
-    after it, of `plan replacement` statements naming it (`Adoption.mark`), count: a signature
-    made before the adoption cannot name it, whatever time its statement says."""
+    (the coordinator, which cannot load the table: the run's own permission checks it). Where the
+    version replaces (or replaced) another as the plan of record (`record.replaced`), only the
+    approvals the chain recorded after that one's adoption, of `plan replacement` statements naming
+    it (`Adoption.mark`), count, never fewer than it needed: a signature made before an adoption
+    cannot name it, whatever time its statement says."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
+    since = record.replaced(session, version.plan.plan_id, version.sha256)
     recorded = record.approvals(session, version.sha256)
+    plan = version.plan
     expect: dict[str, str | None] = {"plan": version.sha256, "code": code, "warehouse": root.warehouse_id}
     kinds: tuple[str, ...] = APPROVALS
+    requirement = root.policy.requirement(plan.assets, plan.approvals.required)
     if since is not None:
         recorded = [a for a in recorded if (a.statement, a.signature) in since.approvals_after]
         expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
+        # never a lower bar than the plan of record's own: a version that asked fewer approvers, or
+        # wrote fewer tables, replaced one that needed more (found by an attack)
+        replaced = record.version(session, since.sha256)
+        if replaced is not None:
+            was = root.policy.requirement(replaced.plan.assets, replaced.plan.approvals.required)
+            requirement = Requirement(max(requirement.minimum, was.minimum),
+                                      tuple(dict.fromkeys((*requirement.groups, *was.groups))))
     cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code, kinds,
                  expect.get("replaces"), tuple((a.principal, a.statement, a.signature) for a in recorded))
     cached = _CACHE.get(cache_key)
     if cached is not None and cached.expires is not None and now < cached.expires:
         return cached
-    plan = version.plan
     found = tally(root, [Candidate(a.principal, a.statement, a.signature) for a in recorded], kind=kinds,
-                  expect=expect, requirement=root.policy.requirement(plan.assets, plan.approvals.required),
-                  owner=plan.owner, now=now)
+                  expect=expect, requirement=requirement, owner=plan.owner, now=now)
     if found.approved:
         if len(_CACHE) > 256:
             _CACHE.clear()

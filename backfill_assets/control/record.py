@@ -460,37 +460,67 @@ class Adoption:
         return f"{self.sha256}@{self.row_hash}"
 
 
-def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
-    """`sha`'s adoption as the chain recorded it: the plan's rows, each verified, its state rows as
-    many as the chain index counts (none hidden). A plan of an earlier release whose rows never
-    name the change answers its newest state row."""
+def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.EvidenceRow],
+                                                       list[tuple[evidence_log.EvidenceRow, str]]]:
+    """The plan's chain rows (each verified, its state rows as many as the chain index counts: none
+    hidden), and each change of its plan of record, in order: (the state row that recorded it, the
+    version it made the plan of record)."""
     every = _plan_rows(session, plan_id, evidence_log.check_index(session))
+    changes: list[tuple[evidence_log.EvidenceRow, str]] = []
+    before = None
+    for row in (r for r in every if r.kind in STATE_KINDS):
+        of_record = row.payload.get("sha256") if row.kind == "plan_of_record" else \
+            (row.payload.get("state") or {}).get("approved_sha256", before)
+        if of_record is not None and of_record != before:
+            changes.append((row, str(of_record)))
+        before = of_record
+    return every, changes
+
+
+def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.EvidenceRow, sha: str) -> Adoption:
+    return Adoption(sha, row.row_hash, dt.datetime.fromisoformat(row.at.replace("Z", "+00:00")),
+                    frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
+                              for r in every if r.kind == "approval" and r.seq > row.seq))
+
+
+def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
+    """`sha`'s last adoption as the chain recorded it. A plan of an earlier release whose rows never
+    name the change answers its newest state row."""
+    every, changes = _adoptions(session, plan_id)
     states = [r for r in every if r.kind in STATE_KINDS]
     if not states:
         raise ForgedRecord(f"plan {plan_id} has a plan of record, but the evidence chain never recorded the plan",
                            fix=evidence_log.FORGED_FIX)
-    since: evidence_log.EvidenceRow | None = None
-    before = None
-    for row in states:
-        of_record = row.payload.get("sha256") if row.kind == "plan_of_record" else \
-            (row.payload.get("state") or {}).get("approved_sha256", before)
-        if of_record == sha and before != sha:
-            since = row
-        before = of_record
-    since = since or states[-1]
-    return Adoption(sha, since.row_hash, dt.datetime.fromisoformat(since.at.replace("Z", "+00:00")),
-                    frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
-                              for r in every if r.kind == "approval" and r.seq > since.seq))
+    found = [row for row, adopted in changes if adopted == sha]
+    return _adoption_at(every, found[-1] if found else states[-1], sha)
+
+
+def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
+    """The adoption of a plan of record that version `sha`'s approvals must name (`plan
+    replacement` statements, `Adoption.mark`): the plan of record's, when `sha` is another version
+    (what it would replace); when `sha` is the plan of record, the one its own adoption replaced, so
+    every decision counts its approvals as its adoption did (a superseded version made the plan of
+    record again by a chain row alone ran on its old signatures: found by an attack). None where
+    there is none (a first approval, a first plan of record)."""
+    state = get(session, plan_id)
+    current = None if state is None else state.approved_sha256
+    if current is None:
+        return None
+    if current != sha:
+        return adoption(session, plan_id, current)
+    every, changes = _adoptions(session, plan_id)
+    last = max((i for i, (_, adopted) in enumerate(changes) if adopted == sha), default=None)
+    if not last:  # its first adoption, or a chain of an earlier release that never named it
+        return None
+    row, before = changes[last - 1]
+    return _adoption_at(every, row, before)
 
 
 def replaced_by(session: Session, plan_id: str, sha: str) -> str | None:
-    """The plan of record version `sha` of the plan would replace, as a `plan replacement`
-    statement names it (`Adoption.mark`); None where there is none to replace (a first approval,
-    or `sha` is the plan of record)."""
-    state = get(session, plan_id)
-    if state is None or state.approved_sha256 in (None, sha):
-        return None
-    return adoption(session, plan_id, state.approved_sha256).mark
+    """What a statement approving version `sha` names as the plan of record it replaces
+    (`replaced`), or None: a `plan approval` statement then."""
+    found = replaced(session, plan_id, sha)
+    return None if found is None else found.mark
 
 
 def adopt(session: Session, plan_id: str, sha: str, actor: str) -> PlanState:

@@ -106,12 +106,17 @@ def file_candidates(plan: Plan) -> tuple[list[Candidate], list[Void]]:
     return found, void
 
 
-def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime | None = None) -> Tally:
+def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime | None = None,
+               replaces: str | None = None) -> Tally:
     """The file's signatures counted under `root`; `code` None when the table could not be loaded
-    (shown as unchecked), and so is a root without a warehouse id."""
+    (shown as unchecked), and so is a root without a warehouse id. `replaces`: the plan of record
+    this version would replace, where the record can be read (`record.replaced_by`): only `plan
+    replacement` statements naming it count then (a superseded version's file, still signed, was
+    shown approved beside the record that superseded it: found by an attack)."""
     candidates, void = file_candidates(plan)
-    counted = tally(root, candidates, kind=APPROVALS,
-                    expect={"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None},
+    expect = {"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None}
+    counted = tally(root, candidates, kind=APPROVALS if replaces is None else (PLAN_REPLACEMENT,),
+                    expect=expect if replaces is None else {**expect, "replaces": replaces},
                     requirement=root.policy.requirement(plan.assets, plan.approvals.required),
                     owner=plan.owner, now=now)
     return dataclasses.replace(counted, void=void + counted.void)

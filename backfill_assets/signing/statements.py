@@ -47,6 +47,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
 MAX_TEXT = 4096
 CLOCK_SKEW = dt.timedelta(minutes=10)  # a signer's clock may run this much ahead of ours
 _VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
+# fields whose values have one form: a replacement names a plan of record as `sha256@adoption row
+# hash`, so a signed statement in another spelling is refused as it is read (verified and recorded,
+# it could never be mirrored into the plan file, and every later approval failed: found by an attack)
+_FORMS = {(PLAN_REPLACEMENT, "replaces"): (re.compile(r"[0-9a-f]{64}@[0-9a-f]{64}"),
+                                           "the plan of record's sha256 and its adoption row's hash, "
+                                           "sha256@hash in lowercase hex")}
 _FIX = "sign the statement printed by `backfill plan statement` (or `approvers statement`) unchanged"
 
 
@@ -82,6 +88,9 @@ class Statement:
             if not _VALUE.fullmatch(values[name]):
                 raise SignatureError(f"statement field {name} {values[name][:40]!r} is not one line of "
                                      "printable ASCII", fix=_FIX)
+            form = _FORMS.get((kind, name))
+            if form is not None and not form[0].fullmatch(values[name]):
+                raise SignatureError(f"statement field {name} {values[name][:40]!r}... is not {form[1]}", fix=_FIX)
         signed, expires = utc(signed), utc(expires)
         if expires <= signed:
             raise SignatureError(f"the statement expires ({stamp(expires)}) before it is signed "
