@@ -203,19 +203,20 @@ def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: 
     except (PrincipalError, SignatureError) as exc:
         return exc.message, None
     kinds = (kind,) if isinstance(kind, str) else kind
-    if statement.kind not in kinds:
-        return f"a {statement.kind} statement, not a {' or a '.join(kinds)}", None
+    # what the statement binds that differs first (an approval of an edited plan says so, whichever
+    # kind it is), then its kind, then what it does not bind
     for field_name, wanted in expect.items():
         found = statement.get(field_name)
-        if wanted is None:
-            continue
-        if found is None:
-            return f"a {statement.kind} statement names no {field_name} ({wanted[:12]}...)", None
-        if found != wanted:
+        if wanted is not None and found is not None and found != wanted:
             special = _MISMATCH_OF.get((statement.kind, field_name))
             if special is not None:
                 return special.format(found=_short_mark(found), wanted=_short_mark(wanted)), None
             return _MISMATCH.get(field_name, "{found} is not {wanted}").format(found=found, wanted=wanted), None
+    if statement.kind not in kinds:
+        return f"a {statement.kind} statement, not a {' or a '.join(kinds)}", None
+    for field_name, wanted in expect.items():
+        if wanted is not None and statement.get(field_name) is None:
+            return f"a {statement.kind} statement names no {field_name} ({wanted[:12]}...)", None
     timing = statement.timing_problem(now, policy.valid_for)
     if timing:
         return timing, None
