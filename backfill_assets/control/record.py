@@ -224,10 +224,13 @@ def _chain_states(session: Session, plan_ids: list[str],
     return found
 
 
-def _plan_rows(session: Session, plan_id: str, counts: evidence_log.Counts | None) -> list[evidence_log.EvidenceRow]:
-    """Every chain row of the plan in order, each verified, its state rows as many as the checked
-    chain index `counts` says (none hidden; None: a chain of an earlier release, not indexed)."""
-    every = sorted(evidence_log.verified(session, evidence_log.rows(session, plan_id=plan_id)), key=lambda r: r.seq)
+def _plan_rows(session: Session, plan_id: str, counts: evidence_log.Counts | None,
+               kinds: tuple[str, ...] | None = None) -> list[evidence_log.EvidenceRow]:
+    """Every chain row of the plan (of `kinds`, which hold its state rows) in order, each verified,
+    its state rows as many as the checked chain index `counts` says (none hidden; None: a chain of
+    an earlier release, not indexed)."""
+    every = sorted(evidence_log.verified(session, evidence_log.rows(session, plan_id=plan_id, kind=kinds)),
+                   key=lambda r: r.seq)
     if counts is not None and \
             len({r.seq for r in every if r.kind in STATE_KINDS}) != counts.get(("plan", plan_id), (0, 0))[1]:
         raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
@@ -465,7 +468,8 @@ def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.Eviden
     """The plan's chain rows (each verified, its state rows as many as the chain index counts: none
     hidden), and each change of its plan of record, in order: (the state row that recorded it, the
     version it made the plan of record)."""
-    every = _plan_rows(session, plan_id, evidence_log.check_index(session))
+    # its state rows and approvals: not its runs' rows (three a run), which it would read at every decision
+    every = _plan_rows(session, plan_id, evidence_log.check_index(session), (*STATE_KINDS, "approval"))
     changes: list[tuple[evidence_log.EvidenceRow, str]] = []
     before = None
     for row in (r for r in every if r.kind in STATE_KINDS):

@@ -26,16 +26,18 @@ def insert(session: Session, seq: int, at: str, plan_id: str | None, kind: str, 
                     [seq, at, plan_id, kind, actor, payload, prev_hash, row_hash])
 
 
-def rows(session: Session, plan_id: str | None = None, kind: str | None = None) -> list[tuple[Any, ...]]:
-    """Every row (of one plan, of one kind), in chain order."""
+def rows(session: Session, plan_id: str | None = None,
+         kind: str | Sequence[str] | None = None) -> list[tuple[Any, ...]]:
+    """Every row (of one plan, of one kind or of several), in chain order."""
     query = f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE 1=1"
     params: list[Any] = []
     if plan_id is not None:
         query += " AND plan_id = ?"
         params.append(plan_id)
-    if kind is not None:
-        query += " AND kind = ?"
-        params.append(kind)
+    kinds = [kind] if isinstance(kind, str) else list(kind or ())
+    if kinds:
+        query += f" AND kind IN ({', '.join('?' for _ in kinds)})"
+        params += kinds
     return session.rows(query + " ORDER BY seq", params)
 
 
