@@ -173,6 +173,14 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                         f"{'replaces' if state.approved_sha256 != sha else 'replaced'} the plan of record "
                         f"{since.sha256[:12]}, and only `plan replacement` statements naming its adoption count "
                         f"(`backfill plan statement {path}` prints one now)")
+            if since is not None and not counted.approved:
+                own = root.policy.requirement(plan.assets, plan.approvals.required)
+                floor = authority.replaced_floor(session, root, since)
+                if own.at_least(floor) != own:  # the signer cannot tell from the file why more are asked
+                    late += (f"; it needs {floor.minimum} approver(s)"
+                             + (f", one of each of {', '.join(floor.groups)}" if floor.groups else "")
+                             + f" because the plan of record it replaces ({since.sha256[:12]}) or one before it "
+                               "did: a replacement never lowers the bar")
             adopted = False
             if counted.approved and state.approved_sha256 != sha:
                 was_active = state.active

@@ -943,3 +943,188 @@ def test_a_replacements_approvals_renewed_name_the_adoption_it_replaced(world, c
     assert world.cli("plan", "approve", str(v2), "--by", "carol", "--key", str(world.keys["carol"])) == 0
     said = capsys.readouterr().out
     assert "(alice, bob, carol)" in said and "does not count" not in said, said
+
+def _fix_edit(world, name: str, end: str, reason: str, **changes) -> Path:
+    return write_plan(world.root / "plans" / f"{name}.yaml", edited(
+        complete_plan(plan_id="fix", start="2026-01-01", end=end, proof=("2026-01-02",)), reason=reason,
+        **changes))
+
+
+def _sha_of_file(path: Path) -> str:
+    return plan_sha256(load_plan(path))
+
+
+# --- the stricter-requirement rule, by a third version ------------------------------------------
+
+def test_a_third_version_cannot_drop_below_what_the_version_it_replaces_needed(world, capsys):
+    """v1 asks for three approvers; v2 (asking two) replaced it on three; v3 (asking two) replaced v2
+    on two, the stricter of v3's and v2's own requirements (found by an attack): a replacement needs
+    what every version made the plan of record before it needed."""
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    assert _of_record(world) == _sha_of_file(v1)
+    v2 = world.approve_replacing(_fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2),
+                                 "alice", "bob", "carol")
+    assert _of_record(world) == _sha_of_file(v2)
+    v3 = _fix_edit(world, "v3", "2026-01-04", "v3: four days", approvals__required=2)
+    capsys.readouterr()
+    world.approve_replacing(v3, "alice", "bob")
+    said = capsys.readouterr().out
+    assert _of_record(world) == _sha_of_file(v2), said
+
+
+# --- the guard and plan show beside the record ----------------------------------------------------
+
+def test_plan_show_and_the_guard_count_the_stricter_requirement_as_the_record_does(world, capsys):
+    """v1 asks for three approvers; v2 asks for two and carries the owner's and two approvers'
+    replacement statements: the record refuses to adopt it, and `plan show` and the guard beside
+    the record said "(approved)" and ALLOWED, counting v2's own requirement (found by an attack)."""
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    v2 = world.approve_replacing(_fix_edit(world, "v2", "2026-01-03", "v2: three days", approvals__required=2),
+                                 "alice", "bob")
+    assert _of_record(world) == _sha_of_file(v1)  # the record: not enough
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(v2)) == 0
+    shown = capsys.readouterr().out
+    guard = world.cli("guard", str(v2))
+    guarded = capsys.readouterr().out
+    assert guard != 0 and "ALLOWED" not in guarded, guarded
+    assert "(approved)" not in shown, shown
+
+
+# --- PostgreSQL: a decision reads the plan's adoptions apart from the chain index ----------------
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("decision", [("status", "fix"), ("run", "fix", "--proof")])
+def test_a_pause_committed_while_a_decision_reads_the_adoptions_is_not_called_a_forgery(
+        engine_world, capsys, monkeypatch, decision):
+    """Every decision counts the plan of record through `record.replaced`, which reads the chain index,
+    then the plan's state and approval rows. PostgreSQL reads each statement afresh: a `backfill
+    pause` committed between the two reads had `backfill status` call the record forged (found by an
+    attack); they are read again, as the plan's row and its chain record are (`_read_again`)."""
+    from backfill_assets.control import evidence_log
+
+    world = engine_world
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    world.approve(_fix_edit(world, "v1", "2026-01-06", "v1: six days"))
+    real = evidence_log.rows
+    fired: list[int] = []
+
+    def rows(session, plan_id=None, kind=None):
+        if plan_id == "fix" and isinstance(kind, tuple) and "approval" in kind and not fired:
+            fired.append(1)
+            assert world.cli("pause", "fix") == 0  # another session's commit, between the two reads
+        return real(session, plan_id, kind)
+
+    monkeypatch.setattr(evidence_log, "rows", rows)
+    capsys.readouterr()
+    code = world.cli(*decision)
+    said = capsys.readouterr()
+    # (at cc87444 no decision but `plan approve` read the adoptions: the hook never fires there)
+    assert "forged" not in (said.out + said.err).lower() and "index" not in said.err.lower(), said
+    if decision[0] == "status":
+        assert code == 0, said
+
+
+# --- an insider lowers the bar of a plan of record adopted over another -----------------------------
+
+def test_an_insider_deleting_the_replaced_versions_row_does_not_lower_the_plan_of_records_bar(world, capsys):
+    """v1 asks for three approvers; v2 (asking two) replaced it on three, one of which expires, and
+    runs are refused. An insider (no evidence key) deletes v1's version row: the replaced version's
+    requirement was then skipped and v2 ran on two (found by an attack). A version the chain adopted
+    whose row is gone is a forged record."""
+    import datetime as dt
+    import time
+
+    from backfill_assets.signing.sshsig import sign
+    from backfill_assets.signing.statements import Statement
+
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    v2 = _fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2)
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v2)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    signed = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=14) + dt.timedelta(seconds=12)
+    short = Statement.make(printed.kind, signed=signed, expires=signed + dt.timedelta(days=14),
+                           **dict(printed.values))
+    out = world.root / "short"
+    out.mkdir()
+    (out / "statement.txt").write_text(short.text)
+    (out / "carol.sig").write_text(sign(short.message, world.keys["carol"]))
+    assert world.cli("plan", "approve", str(v2), "--by", "carol", "--statement", str(out / "statement.txt"),
+                     "--signature", str(out / "carol.sig")) == 0
+    world.approve_replacing(v2, "alice", "bob")
+    assert _of_record(world) == _sha_of_file(v2), capsys.readouterr()
+    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0  # two of three: refused
+    refused = capsys.readouterr()
+    assert "approvals do not hold" in refused.err, refused
+    world.run_sql("DELETE FROM backfill_control.plan_versions WHERE sha256 = ?", [_sha_of_file(v1)])
+    code = world.cli("run", "fix", "--proof")
+    said = capsys.readouterr()
+    written = world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix'")[0][0]
+    assert code != 0 and written == 0, (code, written, said)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+def test_a_replacement_short_of_the_plan_of_records_bar_is_told_why(world, capsys):
+    """v2 asks for two approvers and has two, but replaces v1, which asked for three: `plan approve`
+    said only "needs 1 more", which v2's own file (`required: 2`) does not explain; it names the
+    plan of record that asks for them."""
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    capsys.readouterr()
+    world.approve_replacing(_fix_edit(world, "v2", "2026-01-03", "v2: three days", approvals__required=2),
+                            "alice", "bob")
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "plan of record" in said and _sha_of_file(v1)[:12] in said, said
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_plan_replaced_twice_is_signed_again_run_published_and_rolled_back_on_postgresql(engine_world, capsys):
+    """v1, v2 replacing it, v3 replacing v2: every decision after counts v3 as its adoption did
+    (statements naming v2's adoption), on PostgreSQL too, and the plan goes the whole way: another
+    approver, a pause, the proof, the window published in one command, status, rollback."""
+    world = engine_world
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    world.approve(_fix_edit(world, "v1", "2026-01-06", "v1"))
+    world.approve_replacing(_fix_edit(world, "v2", "2026-01-05", "v2"))
+    v3 = world.approve_replacing(_fix_edit(world, "v3", "2026-01-04", "v3"))
+    assert _of_record(world) == _sha_of_file(v3)
+    assert world.cli("plan", "approve", str(v3), "--by", "carol", "--key", str(world.keys["carol"])) == 0
+    assert world.cli("pause", "fix") == 0
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix", "--and-publish") == 0, capsys.readouterr()
+    assert world.cli("status", "fix") == 0
+    assert world.cli("plan", "show", str(v3)) == 0
+    assert world.cli("rollback", "fix") == 0, capsys.readouterr()
+
+
+def test_a_replacement_approved_under_an_earlier_release_is_signed_again_and_then_runs(world, capsys):
+    """Before 2026-12-07 a version replaced the plan of record on `plan approval` statements said to
+    be signed 10 minutes after its adoption. Such a plan of record (its adoption made as that release
+    made it) counts them no more: its runs are refused, saying what to sign; once its owner and
+    approvers sign the `plan replacement` statement `backfill plan statement` prints, it runs."""
+    from backfill_assets import lifecycle
+
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = _fix_version(world, "v2", "2026-01-03", "v2: three days")
+    printed = _printed_statement(world, capsys, v2)
+    plain = Statement.make("plan approval", signed=printed.signed, expires=printed.expires, plan=printed["plan"],
+                           code=printed["code"], warehouse=printed["warehouse"])
+    for who in ("olivia", "alice", "bob"):  # recorded, as the earlier release recorded them
+        assert _submit_signed(world, v2, who, plain) == 0
+    with world.warehouse().session() as session, session.transaction():  # and adopted, as it adopted them
+        lifecycle.approvals_complete(session, "fix", _sha_of_file(v2), "earlier-release")
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    refused = capsys.readouterr().err
+    assert "a replacement approved under an earlier release is signed again" in refused, refused
+    world.approve_replacing(v2)
+    assert world.cli("run", "fix", "--proof") == 0, capsys.readouterr()

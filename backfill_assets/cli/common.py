@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from backfill_assets.graph import TableGraph
     from backfill_assets.plan.model import Plan
+    from backfill_assets.trust.policy import Requirement
 
 
 def home_of(args: argparse.Namespace) -> Home:
@@ -166,11 +167,20 @@ def committed_home(home: Home) -> str | None:
     return None
 
 
-def replaced_mark(home: Home, plan: Plan) -> str | None:
-    """The plan of record `plan` would replace, as a `plan replacement` statement names it, where
-    this home's control record can be read and verified (None elsewhere: a CI job without it cannot
-    know, and `backfill run` refuses a file that is not the plan of record)."""
-    from backfill_assets.control import evidence_log
+@dataclass(frozen=True)
+class Replacing:
+    """What a version's approvals must name, and need at least, where it replaces a plan of record."""
+
+    mark: str
+    floor: Requirement
+
+
+def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
+    """The plan of record `plan` would replace (or replaced), as a `plan replacement` statement
+    names it, and what replacing it needs at least, where this home's control record can be read
+    and verified (None elsewhere: a CI job without it cannot know, and `backfill run` refuses a
+    file that is not the plan of record)."""
+    from backfill_assets.control import authority, evidence_log, trust_record
 
     store = open_warehouse(home)
     if not store.exists() or committed_home(home) is not None:
@@ -178,7 +188,10 @@ def replaced_mark(home: Home, plan: Plan) -> str | None:
     with store.session(read_only=True) as session:
         if not has_control_schema(session) or not evidence_log.can_verify(session):
             return None
-        return record.replaced_by(session, plan.plan_id, plan_sha256(plan))
+        since = record.replaced(session, plan.plan_id, plan_sha256(plan))
+        if since is None:
+            return None
+        return Replacing(since.mark, authority.replaced_floor(session, trust_record.require(session), since))
 
 
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:

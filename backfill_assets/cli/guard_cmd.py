@@ -21,8 +21,10 @@ from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.plan.loading import collect_problems, read_plan_document
 
 if TYPE_CHECKING:
+    from backfill_assets.cli.common import Replacing
     from backfill_assets.home import Home
     from backfill_assets.plan.model import Plan
+    from backfill_assets.trust.root import Tally, TrustRoot
 
 
 class _HelpNotAllowed(argparse.Action):
@@ -73,6 +75,14 @@ def _execution(plan: Plan, home: Home) -> tuple[ExecutionState, str | None]:
         (f"frozen; notice queued at {notice[0]} for {notice[1]}" if notice else None)
 
 
+def _counted(plan: Plan, root: TrustRoot, code: str | None, replacing: Replacing | None) -> Tally:
+    from backfill_assets.plan.approvals import file_tally
+
+    if replacing is None:
+        return file_tally(plan, root, code)
+    return file_tally(plan, root, code, replaces=replacing.mark, at_least=replacing.floor)
+
+
 NOT_LOADED = ("not checked against its table: the definitions (which a pull request may change) load only "
               "once every plan given is complete and its signatures count; `backfill plan validate` checks "
               "a draft's fit")
@@ -89,7 +99,6 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
     import backfill_assets.status  # noqa: F401 - imported before any child runs
     from backfill_assets.cli.common import replaced_mark, resolve_root
     from backfill_assets.cli.guard_fit import fit_in_child
-    from backfill_assets.plan.approvals import file_tally
 
     read = [(path, *collect_problems(read_plan_document(path))) for path in plan_files]
     view = resolve_root(home, signers_path, policy_path, warehouse) if any(p for _, p, _ in read) else None
@@ -98,7 +107,7 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
     marks = {path: replaced_mark(home, plan) if plan is not None and view is not None and view.pinned else None
              for path, plan, _ in read}
     first = [(path, plan, problems,
-              file_tally(plan, root, None, replaces=marks[path]) if plan is not None and root is not None else None,
+              _counted(plan, root, None, marks[path]) if plan is not None and root is not None else None,
               *(_execution(plan, home) if plan is not None else (ExecutionState(), None)))
              for path, plan, problems in read]
     signed = view is not None and view.problem is None and all(
@@ -111,7 +120,7 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
             if signed and root is not None:
                 fitting, note, code = fit_in_child(path, defs)
                 problems = problems + fitting
-                counted = file_tally(plan, root, code, replaces=marks[path])
+                counted = _counted(plan, root, code, marks[path])
             else:
                 note = NOT_LOADED
         items = build(plan, problems, counted, execution, notice,

@@ -14,11 +14,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from backfill_assets.control import record, trust_record
-from backfill_assets.control.record import PlanVersion
+from backfill_assets.control import evidence_log, record, trust_record
+from backfill_assets.control.record import Adoption, PlanVersion
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, ROLLBACK, Statement
 from backfill_assets.trust.policy import Requirement
-from backfill_assets.trust.root import Candidate, Tally, tally
+from backfill_assets.trust.root import Candidate, Tally, TrustRoot, tally
 from backfill_assets.warehouse.engine import Session
 
 _CACHE: dict[tuple[Any, ...], Tally] = {}
@@ -43,13 +44,7 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     if since is not None:
         recorded = [a for a in recorded if (a.statement, a.signature) in since.approvals_after]
         expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
-        # never a lower bar than the plan of record's own: a version that asked fewer approvers, or
-        # wrote fewer tables, replaced one that needed more (found by an attack)
-        replaced = record.version(session, since.sha256)
-        if replaced is not None:
-            was = root.policy.requirement(replaced.plan.assets, replaced.plan.approvals.required)
-            requirement = Requirement(max(requirement.minimum, was.minimum),
-                                      tuple(dict.fromkeys((*requirement.groups, *was.groups))))
+        requirement = requirement.at_least(replaced_floor(session, root, since))
     cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code, kinds,
                  expect.get("replaces"), tuple((a.principal, a.statement, a.signature) for a in recorded))
     cached = _CACHE.get(cache_key)
@@ -62,6 +57,23 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
             _CACHE.clear()
         _CACHE[cache_key] = found
     return found
+
+
+def replaced_floor(session: Session, root: TrustRoot, since: Adoption) -> Requirement:
+    """What replacing the plan of record adopted at `since` needs at least: what every version made
+    the plan of record up to it needed (a version that asked fewer approvers, or wrote fewer tables,
+    replaced one that needed more; a third version dropped back below the first's bar: found by
+    attacks). A version the chain adopted whose row is gone is a forged record (deleted, it lowered
+    the bar)."""
+    floor: Requirement | None = None
+    for sha in since.adopted:
+        adopted = record.version(session, sha)
+        if adopted is None:
+            raise ForgedRecord(f"plan version {sha[:12]}, which the evidence chain records as a plan of record, is "
+                               "gone from the control record", fix=evidence_log.FORGED_FIX)
+        floor = root.policy.requirement(adopted.plan.assets, adopted.plan.approvals.required).at_least(floor)
+    assert floor is not None  # an adoption adopts a version
+    return floor
 
 
 def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt.datetime | None = None) -> str | None:

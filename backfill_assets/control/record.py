@@ -233,7 +233,9 @@ def _plan_rows(session: Session, plan_id: str, counts: evidence_log.Counts | Non
                    key=lambda r: r.seq)
     if counts is not None and \
             len({r.seq for r in every if r.kind in STATE_KINDS}) != counts.get(("plan", plan_id), (0, 0))[1]:
-        raise ForgedRecord(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
+        # forged, unless a change of the plan committed between the index's read and this one
+        # (PostgreSQL reads each statement afresh): `_read_again` reads both again
+        raise PlanRowDisagrees(evidence_log.INDEX_BROKEN, fix=evidence_log.FORGED_FIX)
     return every
 
 
@@ -454,6 +456,7 @@ class Adoption:
     (`approving.approve`)."""
     sha256: str  # the version adopted
     row_hash: str  # the keyed hash of the chain row that recorded it: unknown until it was recorded
+    adopted: tuple[str, ...]  # every version made the plan of record up to this adoption, this one last
     at: dt.datetime  # as the chain row says (the clock of the machine that recorded it)
     approvals_after: frozenset[tuple[str, str]]  # (statement, signature) of the chain's later approval rows
 
@@ -467,9 +470,12 @@ def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.Eviden
                                                        list[tuple[evidence_log.EvidenceRow, str]]]:
     """The plan's chain rows (each verified, its state rows as many as the chain index counts: none
     hidden), and each change of its plan of record, in order: (the state row that recorded it, the
-    version it made the plan of record)."""
+    version it made the plan of record). Read again where a change of the plan committed between
+    the index's read and the rows' (a pause during `backfill status` on PostgreSQL was called a
+    forgery: found by an attack)."""
     # its state rows and approvals: not its runs' rows (three a run), which it would read at every decision
-    every = _plan_rows(session, plan_id, evidence_log.check_index(session), (*STATE_KINDS, "approval"))
+    every = _read_again(session, lambda: _plan_rows(session, plan_id, evidence_log.check_index(session),
+                                                    (*STATE_KINDS, "approval")))
     changes: list[tuple[evidence_log.EvidenceRow, str]] = []
     before = None
     for row in (r for r in every if r.kind in STATE_KINDS):
@@ -481,8 +487,10 @@ def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.Eviden
     return every, changes
 
 
-def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.EvidenceRow, sha: str) -> Adoption:
-    return Adoption(sha, row.row_hash, dt.datetime.fromisoformat(row.at.replace("Z", "+00:00")),
+def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.EvidenceRow, sha: str,
+                 changes: list[tuple[evidence_log.EvidenceRow, str]]) -> Adoption:
+    adopted = tuple(dict.fromkeys([*(v for r, v in changes if r.seq <= row.seq and v != sha), sha]))
+    return Adoption(sha, row.row_hash, adopted, dt.datetime.fromisoformat(row.at.replace("Z", "+00:00")),
                     frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
                               for r in every if r.kind == "approval" and r.seq > row.seq))
 
@@ -496,7 +504,7 @@ def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
         raise ForgedRecord(f"plan {plan_id} has a plan of record, but the evidence chain never recorded the plan",
                            fix=evidence_log.FORGED_FIX)
     found = [row for row, adopted in changes if adopted == sha]
-    return _adoption_at(every, found[-1] if found else states[-1], sha)
+    return _adoption_at(every, found[-1] if found else states[-1], sha, changes)
 
 
 def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
@@ -517,7 +525,7 @@ def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
     if not last:  # its first adoption, or a chain of an earlier release that never named it
         return None
     row, before = changes[last - 1]
-    return _adoption_at(every, row, before)
+    return _adoption_at(every, row, before, changes)
 
 
 def replaced_by(session: Session, plan_id: str, sha: str) -> str | None:

@@ -28,7 +28,7 @@ from backfill_assets.plan.model import Approval, Plan
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.statements import APPROVALS, PLAN_APPROVAL, PLAN_REPLACEMENT, Statement, stamp
-from backfill_assets.trust.policy import POLICY_FILE, Policy
+from backfill_assets.trust.policy import POLICY_FILE, Policy, Requirement
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, Void, tally
 from backfill_assets.yaml_document import read_yaml_text
 
@@ -107,17 +107,18 @@ def file_candidates(plan: Plan) -> tuple[list[Candidate], list[Void]]:
 
 
 def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime | None = None,
-               replaces: str | None = None) -> Tally:
+               replaces: str | None = None, at_least: Requirement | None = None) -> Tally:
     """The file's signatures counted under `root`; `code` None when the table could not be loaded
     (shown as unchecked), and so is a root without a warehouse id. `replaces`: the plan of record
     this version would replace, where the record can be read (`record.replaced_by`): only `plan
     replacement` statements naming it count then (a superseded version's file, still signed, was
-    shown approved beside the record that superseded it: found by an attack)."""
+    shown approved beside the record that superseded it: found by an attack), and `at_least`, what
+    replacing it needs, raises the plan's own requirement (`authority.replaced_floor`)."""
     candidates, void = file_candidates(plan)
     expect = {"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None}
     counted = tally(root, candidates, kind=APPROVALS if replaces is None else (PLAN_REPLACEMENT,),
                     expect=expect if replaces is None else {**expect, "replaces": replaces},
-                    requirement=root.policy.requirement(plan.assets, plan.approvals.required),
+                    requirement=root.policy.requirement(plan.assets, plan.approvals.required).at_least(at_least),
                     owner=plan.owner, now=now)
     return dataclasses.replace(counted, void=void + counted.void)
 

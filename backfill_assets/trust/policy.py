@@ -98,6 +98,12 @@ class Requirement:
     minimum: int
     groups: tuple[str, ...]
 
+    def at_least(self, other: Requirement | None) -> Requirement:
+        """This, raised to `other` where it asks more (more approvers, other groups)."""
+        if other is None:
+            return self
+        return Requirement(max(self.minimum, other.minimum), tuple(dict.fromkeys((*self.groups, *other.groups))))
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -213,6 +213,11 @@ def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: 
                 return special.format(found=_short_mark(found), wanted=_short_mark(wanted)), None
             return _MISMATCH.get(field_name, "{found} is not {wanted}").format(found=found, wanted=wanted), None
     if statement.kind not in kinds:
+        if kinds == ("plan replacement",) and statement.kind == "plan approval":
+            # the signer may have signed under a release that asked no replacement statement
+            return ("a plan approval statement, where replacing a plan of record (or having replaced one) "
+                    "takes a plan replacement statement naming its adoption (`backfill plan statement` "
+                    "prints it; a replacement approved under an earlier release is signed again so)"), None
         return f"a {statement.kind} statement, not a {' or a '.join(kinds)}", None
     for field_name, wanted in expect.items():
         if wanted is not None and statement.get(field_name) is None:
