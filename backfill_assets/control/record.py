@@ -498,7 +498,11 @@ def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.Eviden
 def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
     """`sha`'s last adoption as the chain recorded it. A plan of an earlier release whose rows never
     name the change answers its newest state row."""
-    every, changes = _adoptions(session, plan_id)
+    return _last_adoption(session, plan_id, sha, *_adoptions(session, plan_id))
+
+
+def _last_adoption(session: Session, plan_id: str, sha: str, every: list[evidence_log.EvidenceRow],
+                   changes: list[tuple[evidence_log.EvidenceRow, str]]) -> Adoption:
     states = [r for r in every if r.kind in STATE_KINDS]
     if not states:
         raise ForgedRecord(f"plan {plan_id} has a plan of record, but the evidence chain never recorded the plan",
@@ -514,13 +518,17 @@ def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
     every decision counts its approvals as its adoption did (a superseded version made the plan of
     record again by a chain row alone ran on its old signatures: found by an attack). None where
     there is none (a first approval, a first plan of record)."""
-    state = get(session, plan_id)
-    current = None if state is None else state.approved_sha256
+    every, changes = _adoptions(session, plan_id)
+    # the plan of record as the chain's verified rows last changed it (the plan's row says the same,
+    # or its reads are refused); a plan of an earlier release whose rows never name it: its row
+    current = changes[-1][1] if changes else None
+    if current is None:
+        state = get(session, plan_id)
+        current = None if state is None else state.approved_sha256
     if current is None:
         return None
     if current != sha:
-        return adoption(session, plan_id, current)
-    every, changes = _adoptions(session, plan_id)
+        return _last_adoption(session, plan_id, current, every, changes)
     last = max((i for i, (_, adopted) in enumerate(changes) if adopted == sha), default=None)
     if not last:  # its first adoption, or a chain of an earlier release that never named it
         return None
