@@ -69,28 +69,34 @@ def _refuse_overlap(session: Session, plan: Plan, members: dict[str, list[str]])
                         "move the window")
 
 
-def _refuse_takeover(session: Session, plan: Plan, sha: str) -> None:
+def takeover_refusal(session: Session, plan: Plan, sha: str) -> ApprovalError | None:
+    """Why version `sha` of the plan may never become its plan of record, or None: the plan ended,
+    started writing another version, or has a plan of record of another owner or target (a version
+    naming another owner was made the plan of record without a signature of the owner it replaced:
+    found by an attack). Asked by `plan approve`, and by the guard and `plan show` beside the record
+    (which answered ALLOWED for such a version: found by an attack)."""
     state = record.get(session, plan.plan_id)
     if state is None:
-        return
+        return None
     if state.phase in ENDED:
-        raise ApprovalError(f"plan {plan.plan_id} has ended ({state.phase})",
-                            fix="approve the change as a new plan with its own plan_id")
-    if state.approved_sha256 not in (None, sha) and state.phase not in (Phase.DRAFTED, Phase.APPROVED):
-        raise ApprovalError(
-            f"plan {plan.plan_id} is {state.phase} at hash {state.approved_sha256[:12]}; an edited version "
+        return ApprovalError(f"plan {plan.plan_id} has ended ({state.phase})",
+                             fix="approve the change as a new plan with its own plan_id")
+    current = state.approved_sha256
+    if current is None or current == sha:
+        return None
+    if state.phase not in (Phase.DRAFTED, Phase.APPROVED):
+        return ApprovalError(
+            f"plan {plan.plan_id} is {state.phase} at hash {current[:12]}; an edited version "
             f"({sha[:12]}) cannot take over what it started",
             fix=f"finish or roll back {plan.plan_id}, then approve the change under a new plan_id")
-    current = state.approved_sha256
-    of_record = record.version(session, current) if current is not None and current != sha else None
+    of_record = record.version(session, current)
     if of_record is not None and (of_record.plan.owner, of_record.plan.target) != (plan.owner, plan.target):
-        # a replacement needs its plan of record's owner: a version naming another owner was made
-        # the plan of record without a signature of the owner it replaced (found by an attack)
-        raise ApprovalError(
+        return ApprovalError(
             f"plan {plan.plan_id}'s plan of record ({of_record.sha256[:12]}) is {of_record.plan.owner}'s, of "
             f"{of_record.plan.target}; a version of {plan.owner}'s, of {plan.target}, cannot replace it",
             fix=f"keep owner {of_record.plan.owner} and target {of_record.plan.target}, or approve the change as "
                 "a new plan with its own plan_id")
+    return None
 
 
 def approval_lock(target: str) -> str:
@@ -134,7 +140,9 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             if plan_sha256(again) != sha:
                 raise ApprovalError(f"{path} changed while approving (now {plan_sha256(again)[:12]})",
                                     fix="read the plan again and sign its new statement")
-            _refuse_takeover(session, plan, sha)
+            refused = takeover_refusal(session, plan, sha)
+            if refused is not None:
+                raise refused
             _refuse_overlap(session, plan, members)
             # only signatures that verify count as "already signed" (a row typed into the table is not one)
             recorded = tally(root, [Candidate(a.principal, a.statement, a.signature)

@@ -1128,3 +1128,92 @@ def test_a_replacement_approved_under_an_earlier_release_is_signed_again_and_the
     assert "a replacement approved under an earlier release is signed again" in refused, refused
     world.approve_replacing(v2)
     assert world.cli("run", "fix", "--proof") == 0, capsys.readouterr()
+
+
+def test_a_reader_without_the_evidence_key_prints_statements_status_and_the_guard(world, capsys, monkeypatch):
+    """A reader of the warehouse without the evidence key (an approver's machine, a CI job) decides
+    nothing and reports what it reads: `plan statement`, `backfill status` and the guard stopped on
+    "the evidence key ... is missing" once every count read the plan's adoptions verified (found by
+    an attack); they read them unverified there (a mark forged in the table only makes a statement
+    count for nothing)."""
+    v1 = world.approve(_fix_edit(world, "v1", "2026-01-06", "v1"))
+    v2 = _fix_edit(world, "v2", "2026-01-03", "v2")
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    signers = str(world.root / "approvers" / "allowed_signers")
+    capsys.readouterr()
+    results = {}
+    for args in (("plan", "statement", str(v2)), ("plan", "statement", str(v1)), ("status", "fix"),
+                 ("guard", str(v1), "--allowed-signers", signers)):
+        code = world.cli(*args)
+        said = capsys.readouterr()
+        results[" ".join(a[-12:] for a in args)] = (code, said.out[-400:], said.err[-300:])
+    failed = {k: v for k, v in results.items() if "evidence key" in v[2] or (k.startswith("guard") and not v[1])}
+    assert not failed, failed
+    assert all(c == 0 for k, (c, _, _) in results.items() if not k.startswith("guard")), results
+
+
+def test_the_guard_and_plan_show_beside_the_record_refuse_a_replacement_that_changes_the_owner(world, capsys):
+    """v2 names another owner and carries replacement statements naming v1's adoption, signed by its
+    owner and two approvers: the record never adopts it, but `plan show` and the guard beside the
+    record counted its file "(approved)" and ALLOWED (found by an attack). They refuse what `plan
+    approve` refuses (`approving.takeover_refusal`), each signature void saying why."""
+    world.approve(_fix_edit(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = _fix_edit(world, "v2", "2026-01-03", "v2: three days", owner="alice")
+    from backfill_assets.plan.approvals import entry_of, mirror_into_file
+    from backfill_assets.signing.sshsig import sign
+    from backfill_assets.signing.statements import Statement
+
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v2)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    # signed offline, pasted into the file (what `plan approve` would have mirrored)
+    mirror_into_file(v2, [entry_of(who, printed, sign(printed.message, world.keys[who]))
+                          for who in ("alice", "bob", "carol")])
+    for who in ("alice", "bob", "carol"):  # the record refuses each
+        assert world.cli("plan", "approve", str(v2), "--by", who, "--key", str(world.keys[who])) != 0
+    with world.warehouse().session() as session:
+        of_record = session.rows("SELECT approved_sha256 FROM backfill_control.plans WHERE plan_id = 'fix'")[0][0]
+    assert of_record != plan_sha256(load_plan(v2))  # the record: never
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(v2)) == 0
+    shown = capsys.readouterr().out
+    guard = world.cli("guard", str(v2))
+    guarded = capsys.readouterr().out
+    assert guard != 0 and "ALLOWED" not in guarded, guarded
+    assert "(approved)" not in shown, shown
+    assert "cannot replace it" in guarded, guarded
+
+
+def test_a_run_refused_for_the_replaced_versions_bar_says_why_more_are_needed(world, capsys):
+    """v1 asks for three approvers; v2 (`required: 2`) replaced it on three, one of which expires: runs
+    are refused "needs 1 more", which v2's file does not explain (found by an attack); the refusal
+    names the plan of record that asks for more."""
+    import datetime as dt
+    import time
+
+    from backfill_assets.signing.sshsig import sign
+    from backfill_assets.signing.statements import Statement
+
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    v2 = _fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2)
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v2)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    signed = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=14) + dt.timedelta(seconds=10)
+    short = Statement.make(printed.kind, signed=signed, expires=signed + dt.timedelta(days=14),
+                           **dict(printed.values))
+    out = world.root / "short"
+    out.mkdir()
+    (out / "statement.txt").write_text(short.text)
+    (out / "carol.sig").write_text(sign(short.message, world.keys["carol"]))
+    assert world.cli("plan", "approve", str(v2), "--by", "carol", "--statement", str(out / "statement.txt"),
+                     "--signature", str(out / "carol.sig")) == 0
+    world.approve_replacing(v2, "alice", "bob")
+    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--proof") != 0
+    refused = capsys.readouterr().err
+    assert "approvals do not hold" in refused, refused
+    assert plan_sha256(load_plan(v1))[:12] in refused and "never lowers the bar" in refused, refused

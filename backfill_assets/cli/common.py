@@ -173,6 +173,7 @@ class Replacing:
 
     mark: str
     floor: Requirement
+    refused: str | None = None  # why this version can never replace it (`approving.takeover_refusal`)
 
 
 def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
@@ -180,18 +181,22 @@ def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
     names it, and what replacing it needs at least, where this home's control record can be read
     and verified (None elsewhere: a CI job without it cannot know, and `backfill run` refuses a
     file that is not the plan of record)."""
+    from backfill_assets.approving import takeover_refusal
     from backfill_assets.control import authority, evidence_log, trust_record
 
     store = open_warehouse(home)
     if not store.exists() or committed_home(home) is not None:
         return None
+    sha = plan_sha256(plan)
     with store.session(read_only=True) as session:
         if not has_control_schema(session) or not evidence_log.can_verify(session):
             return None
-        since = record.replaced(session, plan.plan_id, plan_sha256(plan))
+        since = record.replaced(session, plan.plan_id, sha)
         if since is None:
             return None
-        return Replacing(since.mark, authority.replaced_floor(session, trust_record.require(session), since))
+        refused = takeover_refusal(session, plan, sha)
+        return Replacing(since.mark, authority.replaced_floor(session, trust_record.require(session), since),
+                         None if refused is None else f"{refused.message}: {refused.fix}")
 
 
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:

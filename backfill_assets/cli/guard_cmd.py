@@ -80,7 +80,7 @@ def _counted(plan: Plan, root: TrustRoot, code: str | None, replacing: Replacing
 
     if replacing is None:
         return file_tally(plan, root, code)
-    return file_tally(plan, root, code, replaces=replacing.mark, at_least=replacing.floor)
+    return file_tally(plan, root, code, replaces=replacing.mark, at_least=replacing.floor, refused=replacing.refused)
 
 
 NOT_LOADED = ("not checked against its table: the definitions (which a pull request may change) load only "

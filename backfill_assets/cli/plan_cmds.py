@@ -301,13 +301,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
     replacing = replaced_mark(home_of(args), plan) if view.pinned else None  # counts only what names it
-    replaces, at_least = (replacing.mark, replacing.floor) if replacing is not None else (None, None)
+    replaces, at_least, refused = (replacing.mark, replacing.floor, replacing.refused) if replacing is not None \
+        else (None, None, None)
     # the definitions (a pull request's, on a reviewer's checkout) load in a child, as the guard's
     # do: never where the signatures are counted, and only once they count without them (that
     # child runs with the reviewer's rights: it printed a fake "(approved)" on their terminal
     # through /proc/PPID/fd/1 for a plan nobody signed, found by an attack)
     signed = view.root is not None and view.problem is None and \
-        file_tally(plan, view.root, None, replaces=replaces, at_least=at_least).approved
+        file_tally(plan, view.root, None, replaces=replaces, at_least=at_least, refused=refused).approved
     code: str | None = None
     why: str | None = ("not loaded: the definitions, which a pull request may change, load only once the plan's "
            "signatures count; `backfill plan statement` shows the code to sign")
@@ -340,7 +341,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if root is None:
         print("approvals  not counted: no trust root")
     else:
-        counted = file_tally(plan, root, code, replaces=replaces, at_least=at_least)
+        counted = file_tally(plan, root, code, replaces=replaces, at_least=at_least, refused=refused)
         print(f"approvals  {counted.describe(void=False)}" + (" (approved)" if counted.approved else ""))
         if counted.owner_signature:
             owner = counted.owner_signature

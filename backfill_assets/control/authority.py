@@ -84,6 +84,16 @@ def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt
     why = "; ".join(found.missing())
     if found.void:
         why += " (void: " + "; ".join(f"{v.principal}: {v.reason}" for v in found.void[:3]) + ")"
+    since = record.replaced(session, version.plan.plan_id, version.sha256)
+    if since is not None:  # what its own file does not say: the plan of record it replaced asks more
+        root = trust_record.require(session)
+        own = root.policy.requirement(version.plan.assets, version.plan.approvals.required)
+        floor = replaced_floor(session, root, since)
+        if own.at_least(floor) != own:
+            why += (f"; {floor.minimum} approver(s)" + (f", one of each of {', '.join(floor.groups)}" if floor.groups
+                                                       else "")
+                    + f" because the plan of record it replaces or replaced ({since.sha256[:12]}) or one before it "
+                      "needed them: a replacement never lowers the bar")
     return f"its approvals do not hold now: needs {why}"
 
 

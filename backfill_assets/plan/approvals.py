@@ -107,19 +107,25 @@ def file_candidates(plan: Plan) -> tuple[list[Candidate], list[Void]]:
 
 
 def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime | None = None,
-               replaces: str | None = None, at_least: Requirement | None = None) -> Tally:
+               replaces: str | None = None, at_least: Requirement | None = None,
+               refused: str | None = None) -> Tally:
     """The file's signatures counted under `root`; `code` None when the table could not be loaded
     (shown as unchecked), and so is a root without a warehouse id. `replaces`: the plan of record
     this version would replace, where the record can be read (`record.replaced_by`): only `plan
     replacement` statements naming it count then (a superseded version's file, still signed, was
     shown approved beside the record that superseded it: found by an attack), and `at_least`, what
-    replacing it needs, raises the plan's own requirement (`authority.replaced_floor`)."""
+    replacing it needs, raises the plan's own requirement (`authority.replaced_floor`); `refused`: why
+    this version can never replace it (then no signature counts, each void saying why)."""
     candidates, void = file_candidates(plan)
     expect = {"plan": plan_sha256(plan), "code": code, "warehouse": root.warehouse_id or None}
     counted = tally(root, candidates, kind=APPROVALS if replaces is None else (PLAN_REPLACEMENT,),
                     expect=expect if replaces is None else {**expect, "replaces": replaces},
                     requirement=root.policy.requirement(plan.assets, plan.approvals.required).at_least(at_least),
                     owner=plan.owner, now=now)
+    if refused is not None:
+        named = [*counted.counted, *([counted.owner_signature] if counted.owner_signature else [])]
+        return dataclasses.replace(counted, counted=[], owner_signature=None,
+                                   void=void + counted.void + [Void(c.principal, refused) for c in named])
     return dataclasses.replace(counted, void=void + counted.void)
 
 
