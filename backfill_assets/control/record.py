@@ -15,7 +15,6 @@ Someone who can write the warehouse but not read the evidence key cannot forge e
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -457,7 +456,6 @@ class Adoption:
     sha256: str  # the version adopted
     row_hash: str  # the keyed hash of the chain row that recorded it: unknown until it was recorded
     adopted: tuple[str, ...]  # every version made the plan of record up to this adoption, this one last
-    at: dt.datetime  # as the chain row says (the clock of the machine that recorded it)
     approvals_after: frozenset[tuple[str, str]]  # (statement, signature) of the chain's later approval rows
 
     @property
@@ -495,7 +493,7 @@ def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.Eviden
 def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.EvidenceRow, sha: str,
                  changes: list[tuple[evidence_log.EvidenceRow, str]]) -> Adoption:
     adopted = tuple(dict.fromkeys([*(v for r, v in changes if r.seq <= row.seq and v != sha), sha]))
-    return Adoption(sha, row.row_hash, adopted, dt.datetime.fromisoformat(row.at.replace("Z", "+00:00")),
+    return Adoption(sha, row.row_hash, adopted,
                     frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
                               for r in every if r.kind == "approval" and r.seq > row.seq))
 
