@@ -1217,3 +1217,44 @@ def test_a_run_refused_for_the_replaced_versions_bar_says_why_more_are_needed(wo
     refused = capsys.readouterr().err
     assert "approvals do not hold" in refused, refused
     assert plan_sha256(load_plan(v1))[:12] in refused and "never lowers the bar" in refused, refused
+
+
+def test_the_guard_allows_a_closed_plan_of_record_that_replaced_another(world, capsys):
+    """v1 approved, v2 replaced it, ran, was published and closed: the guard over every plan (the
+    README's `backfill guard plans/*.yaml`) refused v2's own file as a takeover of an ended plan, and
+    `plan show` dropped "(approved)" (found by a review): the plan of record is never a takeover."""
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    world.approve(_fix_edit(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = world.approve_replacing(_fix_edit(world, "v2", "2026-01-04", "v2: four days"))
+    assert _of_record(world) == plan_sha256(load_plan(v2))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix", "--and-publish") == 0, capsys.readouterr()
+    assert world.cli("plan", "close", "fix") == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(v2)) == 0
+    shown = capsys.readouterr().out
+    guard = world.cli("guard", str(v2))
+    guarded = capsys.readouterr().out
+    assert "has ended" not in guarded and guard == 0, guarded
+    assert "(approved)" in shown, shown
+
+
+@pytest.mark.parametrize("forged", [
+    "UPDATE backfill_control.evidence SET recorded_at = 'yesterday' WHERE plan_id = 'fix' AND kind = 'plan_of_record'",
+    "UPDATE backfill_control.evidence SET payload = '{\"sha256\": 1, \"state\": \"x\"}' "
+    "WHERE plan_id = 'fix' AND kind = 'transition'",
+])
+def test_a_reader_without_the_key_is_told_one_line_when_an_unverified_row_is_malformed(world, capsys, monkeypatch,
+                                                                                       forged):
+    """An insider (writes the warehouse, no key) edits the plan's chain rows; a writer refuses them as
+    forged, and a reader without the key, reading them unverified, ended in an internal error (found
+    by a review): it reads them as data of any shape."""
+    world.approve(_fix_edit(world, "v1", "2026-01-06", "v1"))
+    v2 = _fix_edit(world, "v2", "2026-01-03", "v2")
+    world.run_sql(forged)
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    capsys.readouterr()
+    code = world.cli("plan", "statement", str(v2))
+    said = capsys.readouterr()
+    assert "internal error" not in said.err, said.err
+    assert code in (0, 1, 2), (code, said.err)

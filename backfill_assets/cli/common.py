@@ -194,7 +194,10 @@ def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
         since = record.replaced(session, plan.plan_id, sha)
         if since is None:
             return None
-        refused = takeover_refusal(session, plan, sha)
+        state = record.get(session, plan.plan_id)
+        # the plan of record itself is never refused as a takeover (ended, it was refused, and one
+        # closed replacement failed every later pull request's guard: found by a review)
+        refused = None if state is not None and state.approved_sha256 == sha else takeover_refusal(session, plan, sha)
         return Replacing(since.mark, authority.replaced_floor(session, trust_record.require(session), since),
                          None if refused is None else f"{refused.message}: {refused.fix}")
 

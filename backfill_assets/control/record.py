@@ -482,10 +482,15 @@ def _adoptions(session: Session, plan_id: str) -> tuple[list[evidence_log.Eviden
     changes: list[tuple[evidence_log.EvidenceRow, str]] = []
     before = None
     for row in (r for r in every if r.kind in STATE_KINDS):
-        of_record = row.payload.get("sha256") if row.kind == "plan_of_record" else \
-            (row.payload.get("state") or {}).get("approved_sha256", before)
+        # read as data of any shape: a keyless reader's rows are unverified (a payload an insider
+        # made a string was an internal error there: found by a review)
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        found = payload.get("state")
+        state: dict[str, Any] = found if isinstance(found, dict) else {}
+        of_record = payload.get("sha256") if row.kind == "plan_of_record" else state.get("approved_sha256", before)
+        of_record = of_record if isinstance(of_record, str) else None
         if of_record is not None and of_record != before:
-            changes.append((row, str(of_record)))
+            changes.append((row, of_record))
         before = of_record
     return every, changes
 
@@ -494,8 +499,8 @@ def _adoption_at(every: list[evidence_log.EvidenceRow], row: evidence_log.Eviden
                  changes: list[tuple[evidence_log.EvidenceRow, str]]) -> Adoption:
     adopted = tuple(dict.fromkeys([*(v for r, v in changes if r.seq <= row.seq and v != sha), sha]))
     return Adoption(sha, row.row_hash, adopted,
-                    frozenset((str(r.payload.get("statement")), str(r.payload.get("signature")))
-                              for r in every if r.kind == "approval" and r.seq > row.seq))
+                    frozenset((str(r.payload.get("statement")), str(r.payload.get("signature"))) for r in every
+                              if r.kind == "approval" and r.seq > row.seq and isinstance(r.payload, dict)))
 
 
 def adoption(session: Session, plan_id: str, sha: str) -> Adoption:
