@@ -30,7 +30,8 @@ os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
 # tests' count), then the modules holding LONG_TESTS, then the rest.
 # Every module over ~5 s is listed, so the last ones handed out are short: a 14 s module named late
 # in the alphabet, handed out last, kept one worker busy alone for the suite's last 12 s.
-LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_run_cli.py", "test_published_bytes.py",
+LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_plan_replacement.py", "test_run_cli.py",
+                 "test_published_bytes.py",
                  "test_publish_and_sensor.py", "test_faults.py", "test_expectations.py", "test_writes_and_rollback.py",
                  "test_notices.py", "test_graph.py", "test_pg_rollback.py", "test_pg_after_proof.py",
                  "test_status_steps.py", "test_package.py",
