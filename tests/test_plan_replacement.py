@@ -413,31 +413,7 @@ def test_an_insider_deleting_the_replaced_versions_row_does_not_lower_the_plan_o
     runs are refused. An insider (no evidence key) deletes v1's version row: the replaced version's
     requirement was then skipped and v2 ran on two (found by an attack). A version the chain adopted
     whose row is gone is a forged record."""
-    import datetime as dt
-    import time
-
-    from backfill_assets.signing.sshsig import sign
-    from backfill_assets.signing.statements import Statement
-
-    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
-    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
-    world.approve(v1, "alice", "bob", "carol")
-    v2 = _fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2)
-    capsys.readouterr()
-    assert world.cli("plan", "statement", str(v2)) == 0
-    printed = Statement.parse(capsys.readouterr().out)
-    signed = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=14) + dt.timedelta(seconds=12)
-    short = Statement.make(printed.kind, signed=signed, expires=signed + dt.timedelta(days=14),
-                           **dict(printed.values))
-    out = world.root / "short"
-    out.mkdir()
-    (out / "statement.txt").write_text(short.text)
-    (out / "carol.sig").write_text(sign(short.message, world.keys["carol"]))
-    assert world.cli("plan", "approve", str(v2), "--by", "carol", "--statement", str(out / "statement.txt"),
-                     "--signature", str(out / "carol.sig")) == 0
-    world.approve_replacing(v2, "alice", "bob")
-    assert _of_record(world) == _sha_of_file(v2), capsys.readouterr()
-    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
+    v1, v2 = _replaced_on_three_of_which_one_expires(world, capsys)
     capsys.readouterr()
     assert world.cli("run", "fix", "--proof") != 0  # two of three: refused
     refused = capsys.readouterr()
@@ -567,30 +543,7 @@ def test_a_run_refused_for_the_replaced_versions_bar_says_why_more_are_needed(wo
     """v1 asks for three approvers; v2 (`required: 2`) replaced it on three, one of which expires: runs
     are refused "needs 1 more", which v2's file does not explain (found by an attack); the refusal
     names the plan of record that asks for more."""
-    import datetime as dt
-    import time
-
-    from backfill_assets.signing.sshsig import sign
-    from backfill_assets.signing.statements import Statement
-
-    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
-    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
-    world.approve(v1, "alice", "bob", "carol")
-    v2 = _fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2)
-    capsys.readouterr()
-    assert world.cli("plan", "statement", str(v2)) == 0
-    printed = Statement.parse(capsys.readouterr().out)
-    signed = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=14) + dt.timedelta(seconds=10)
-    short = Statement.make(printed.kind, signed=signed, expires=signed + dt.timedelta(days=14),
-                           **dict(printed.values))
-    out = world.root / "short"
-    out.mkdir()
-    (out / "statement.txt").write_text(short.text)
-    (out / "carol.sig").write_text(sign(short.message, world.keys["carol"]))
-    assert world.cli("plan", "approve", str(v2), "--by", "carol", "--statement", str(out / "statement.txt"),
-                     "--signature", str(out / "carol.sig")) == 0
-    world.approve_replacing(v2, "alice", "bob")
-    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
+    v1, v2 = _replaced_on_three_of_which_one_expires(world, capsys)
     capsys.readouterr()
     assert world.cli("run", "fix", "--proof") != 0
     refused = capsys.readouterr().err
@@ -637,3 +590,35 @@ def test_a_reader_without_the_key_is_told_one_line_when_an_unverified_row_is_mal
     said = capsys.readouterr()
     assert "internal error" not in said.err, said.err
     assert code in (0, 1, 2), (code, said.err)
+
+
+def _replaced_on_three_of_which_one_expires(world, capsys) -> tuple[Path, Path]:
+    """v1 asks for three approvers; v2 (asking two) replaces it on alice's, bob's and carol's
+    signatures, carol's over a statement that expires 12 s after it is printed; returns (v1, v2)
+    once it has (v2 then needs three and has two)."""
+    import datetime as dt
+    import time
+
+    from backfill_assets.signing.sshsig import sign
+    from backfill_assets.signing.statements import Statement
+
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    v1 = _fix_edit(world, "v1", "2026-01-06", "v1: six days", approvals__required=3)
+    world.approve(v1, "alice", "bob", "carol")
+    v2 = _fix_edit(world, "v2", "2026-01-05", "v2: five days", approvals__required=2)
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(v2)) == 0
+    printed = Statement.parse(capsys.readouterr().out)
+    signed = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(days=14) + dt.timedelta(seconds=12)
+    short = Statement.make(printed.kind, signed=signed, expires=signed + dt.timedelta(days=14),
+                           **dict(printed.values))
+    out = world.root / "short"
+    out.mkdir()
+    (out / "statement.txt").write_text(short.text)
+    (out / "carol.sig").write_text(sign(short.message, world.keys["carol"]))
+    assert world.cli("plan", "approve", str(v2), "--by", "carol", "--statement", str(out / "statement.txt"),
+                     "--signature", str(out / "carol.sig")) == 0
+    world.approve_replacing(v2, "alice", "bob")
+    assert _of_record(world) == _sha_of_file(v2), capsys.readouterr()
+    time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
+    return v1, v2
