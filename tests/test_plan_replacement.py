@@ -363,13 +363,7 @@ def test_plan_show_and_the_guard_count_the_stricter_requirement_as_the_record_do
     v2 = world.approve_replacing(_fix_edit(world, "v2", "2026-01-03", "v2: three days", approvals__required=2),
                                  "alice", "bob")
     assert _of_record(world) == _sha_of_file(v1)  # the record: not enough
-    capsys.readouterr()
-    assert world.cli("plan", "show", str(v2)) == 0
-    shown = capsys.readouterr().out
-    guard = world.cli("guard", str(v2))
-    guarded = capsys.readouterr().out
-    assert guard != 0 and "ALLOWED" not in guarded, guarded
-    assert "(approved)" not in shown, shown
+    _shown_and_guarded_unapproved(world, capsys, v2)
 
 
 # --- PostgreSQL: a decision reads the plan's adoptions apart from the chain index ----------------
@@ -529,13 +523,7 @@ def test_the_guard_and_plan_show_beside_the_record_refuse_a_replacement_that_cha
     with world.warehouse().session() as session:
         of_record = session.rows("SELECT approved_sha256 FROM backfill_control.plans WHERE plan_id = 'fix'")[0][0]
     assert of_record != plan_sha256(load_plan(v2))  # the record: never
-    capsys.readouterr()
-    assert world.cli("plan", "show", str(v2)) == 0
-    shown = capsys.readouterr().out
-    guard = world.cli("guard", str(v2))
-    guarded = capsys.readouterr().out
-    assert guard != 0 and "ALLOWED" not in guarded, guarded
-    assert "(approved)" not in shown, shown
+    guarded = _shown_and_guarded_unapproved(world, capsys, v2)
     assert "cannot replace it" in guarded, guarded
 
 
@@ -622,3 +610,15 @@ def _replaced_on_three_of_which_one_expires(world, capsys) -> tuple[Path, Path]:
     assert _of_record(world) == _sha_of_file(v2), capsys.readouterr()
     time.sleep(max(0.0, (short.expires - dt.datetime.now(dt.UTC)).total_seconds() + 1))
     return v1, v2
+
+
+def _shown_and_guarded_unapproved(world, capsys, path: Path) -> str:
+    """`plan show` beside the record does not say "(approved)" and the guard refuses; its output."""
+    capsys.readouterr()
+    assert world.cli("plan", "show", str(path)) == 0
+    shown = capsys.readouterr().out
+    guard = world.cli("guard", str(path))
+    guarded = capsys.readouterr().out
+    assert guard != 0 and "ALLOWED" not in guarded, guarded
+    assert "(approved)" not in shown, shown
+    return guarded
