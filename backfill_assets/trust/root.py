@@ -25,7 +25,7 @@ from backfill_assets.errors import PrincipalError, SignatureError
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.principals import canonical_principal
 from backfill_assets.signing.sshsig import fingerprint
-from backfill_assets.signing.statements import Statement, stamp
+from backfill_assets.signing.statements import PLAN_APPROVAL, PLAN_REPLACEMENT, Statement, stamp
 from backfill_assets.trust.policy import Policy, Requirement
 
 
@@ -136,7 +136,7 @@ _MISMATCH = {
     "policy": "signed for policy {found:.12}, not this one ({wanted:.12})",
 }
 _MISMATCH_OF = {
-    ("plan replacement", "replaces"): "signed to replace the plan of record {found}, but the one in force is "
+    (PLAN_REPLACEMENT, "replaces"): "signed to replace the plan of record {found}, but the one in force is "
                                       "{wanted} (adopted since the statement was printed)",
 }
 
@@ -213,7 +213,7 @@ def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: 
                 return special.format(found=_short_mark(found), wanted=_short_mark(wanted)), None
             return _MISMATCH.get(field_name, "{found} is not {wanted}").format(found=found, wanted=wanted), None
     if statement.kind not in kinds:
-        if kinds == ("plan replacement",) and statement.kind == "plan approval":
+        if kinds == (PLAN_REPLACEMENT,) and statement.kind == PLAN_APPROVAL:
             # the signer may have signed under a release that asked no replacement statement
             return ("a plan approval statement, where replacing a plan of record (or having replaced one) "
                     "takes a plan replacement statement naming its adoption (`backfill plan statement` "
