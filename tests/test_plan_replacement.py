@@ -622,3 +622,35 @@ def _shown_and_guarded_unapproved(world, capsys, path: Path) -> str:
     assert guard != 0 and "ALLOWED" not in guarded, guarded
     assert "(approved)" not in shown, shown
     return guarded
+
+
+def test_a_rollback_of_a_replacement_needs_the_bar_of_the_plan_of_record_it_replaced(world, capsys):
+    """v1 asks three approvers; v2 (asking two) replaced it on three, ran and was published. The team
+    then drops carol's key (a re-pin signed by alice and bob), so v2's approvals no longer hold and
+    rolling back what consumers see needs rollback signatures: alice's and bob's alone rolled it back
+    (the rollback counted v2's own two, not the three of the plan of record it replaced: found by
+    an attack). A replacement never lowers the bar, for a rollback either."""
+    from tests.world import signers_text
+
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-08") == 0
+    world.approve(_fix_edit(world, "v1", "2026-01-03", "v1: three days", approvals__required=3),
+                  "alice", "bob", "carol")
+    v2 = _fix_edit(world, "v2", "2026-01-02", "v2: two days", approvals__required=2)
+    world.approve_replacing(v2, "alice", "bob", "carol")
+    assert _of_record(world) == _sha_of_file(v2)
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix", "--and-publish") == 0
+    without_carol = world.root / "without-carol" / "allowed_signers"
+    without_carol.parent.mkdir()
+    without_carol.write_text(signers_text(world.keys, ("alice", "bob", "olivia")))
+    assert world.cli("approvers", "pin", str(without_carol), "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    published = world.fingerprints("published_revenue", ["2026-01-01", "2026-01-02"])
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") != 0
+    assert "changes what consumers see" in capsys.readouterr().err
+    code = world.cli("rollback", "fix", "--sign", f"alice={world.keys['alice']}", "--sign", f"bob={world.keys['bob']}")
+    said = capsys.readouterr().err
+    assert code != 0 and world.phase() == "published", said
+    assert "3 approver" in said and said.count("\n") == 1, said
+    assert world.fingerprints("published_revenue", ["2026-01-01", "2026-01-02"]) == published

@@ -107,9 +107,14 @@ def rollback_statement(session: Session, version: PlanVersion, *, signed: dt.dat
 
 def rollback_tally(session: Session, version: PlanVersion, candidates: list[Candidate]) -> Tally:
     """Signatures authorising the rollback of a published plan: the policy's approvers for its
-    target (the owner's keys never count), over a `rollback` statement for this plan and warehouse."""
+    target (the owner's keys never count), over a `rollback` statement for this plan and warehouse;
+    for a version that replaced a plan of record, never fewer than that one needed (`replaced_floor`:
+    two rolled back what a three-approver plan of record's replacement published, found by an attack)."""
     root = trust_record.require(session)
     plan = version.plan
+    requirement = root.policy.requirement(plan.assets, plan.approvals.required)
+    since = record.replaced(session, plan.plan_id, version.sha256)
+    if since is not None:
+        requirement = requirement.at_least(replaced_floor(session, root, since))
     return tally(root, candidates, kind=ROLLBACK, expect={"plan": version.sha256, "warehouse": root.warehouse_id},
-                 requirement=root.policy.requirement(plan.assets, plan.approvals.required), owner=plan.owner,
-                 owner_required=False)
+                 requirement=requirement, owner=plan.owner, owner_required=False)
