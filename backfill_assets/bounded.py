@@ -1,4 +1,5 @@
-"""Reading a file a user names: only a regular file, never more than it could sensibly hold.
+"""Reading a file a user names: only a regular file, never more than it could sensibly hold; and
+writing one whole or not at all.
 
 `/dev/zero` is a file too, and opening a named pipe (FIFO) for reading blocks until someone writes
 to it: the file is opened without blocking and checked with fstat before a byte is read.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from backfill_assets.errors import BackfillError, UsageError
@@ -80,3 +82,18 @@ def read_bounded(path: str | Path, limit: int, what: str, fix: str,
     if len(data) > limit:
         raise error(f"{what} {path} is larger than {limit:,} bytes", fix=fix)
     return data
+
+
+def replace_file(path: Path, text: str) -> None:
+    """`path` holds `text` afterwards, or what it held before: written beside it, flushed to disk,
+    then renamed over it (a kill or a full disk mid-write never leaves half a file)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -235,7 +236,19 @@ class _Signed:
     key_fingerprint: str
 
 
+HEADER = "# Release-gate evidence rendered by `backfill evidence` from the control record.\n"
+
+
 def to_yaml(document: dict[str, Any]) -> str:
-    header = ("# Release-gate evidence rendered by `backfill evidence` from the control record.\n"
-              "# Form: templates/release-gate-evidence.yaml\n")
-    return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+    return (HEADER + "# Form: templates/release-gate-evidence.yaml\n"
+            + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100))
+
+
+def rendered_before(path: Path) -> bool:
+    """Whether the file at `path` is one `backfill evidence --out` wrote (it begins with our header):
+    the only kind `--out` writes over."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(HEADER.encode())) == HEADER.encode()
+    except OSError:
+        return False

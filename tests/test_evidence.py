@@ -443,3 +443,34 @@ def test_a_chain_cut_off_its_end_is_refused_even_after_an_append_in_the_same_tra
             evidence_log.append(session, plan_id=None, kind="note", actor="relay", payload={})
         with pytest.raises(EvidenceChainBroken, match="cut off the chain's end"):
             record.require(session, "fix")
+
+
+@pytest.mark.parametrize("name", ["warehouse.duckdb", "keys/evidence.key", "keys/evidence-heads.log"])
+def test_evidence_out_onto_a_file_of_the_home_is_refused_and_changes_nothing(world, cli, name):
+    """A hurried user tab-completes `--out` onto a file of the home (`backfill evidence fix --out
+    .backfill/warehouse.duckdb`, the evidence key, the head log): the command wrote the YAML over it
+    with exit 0, and the warehouse (every table, the whole record) or the chain's key was gone for
+    good (found by an attack). Only a file `backfill evidence` wrote is written over; anything else
+    is one line, a non-zero exit, and stays as it was."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    target = world.home / name
+    before = hashlib.sha256(target.read_bytes()).hexdigest()
+    result = cli("evidence", "fix", "--out", str(target))
+    assert result.code != 0, result.out
+    assert result.err.count("\n") == 1 and result.err.startswith("backfill: ") and "evidence" in result.err, result.err
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == before
+    assert cli("status", "fix").code == 0
+    assert cli("evidence", "verify").code == 0
+
+
+def test_evidence_out_writes_over_an_evidence_file_it_wrote_before(world, cli, tmp_path):
+    """Rendering the evidence again to the same path (each release gate) replaces the old file."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    out = tmp_path / "gate" / "fix-evidence.yaml"
+    assert cli("evidence", "fix", "--out", str(out)).code == 0
+    first = out.read_text()
+    assert world.cli("run", "fix", "--proof") == 0
+    assert cli("evidence", "fix", "--out", str(out)).code == 0
+    assert out.read_text() != first and yaml.safe_load(out.read_text())["chain"]["head_seq"] > \
+        yaml.safe_load(first)["chain"]["head_seq"]
+    assert not [p for p in out.parent.iterdir() if p != out]  # no temporary file left beside it

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from backfill_assets import terminal as output
-from backfill_assets.bounded import read_bounded, refuse_non_regular
+from backfill_assets.bounded import read_bounded, refuse_non_regular, replace_file
 from backfill_assets.cli.common import (
     actor,
     add_defs,
@@ -395,12 +395,18 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         document, verified = evidence.render(session, state, actor())
     text = evidence.to_yaml(document)
     if args.out:
-        if not os.path.isdir(args.out):  # a folder is refused below, by the write itself
+        out = Path(args.out)
+        if not out.is_dir():  # a folder is refused below, by the write itself
             # opening a FIFO for writing waits for a reader
-            refuse_non_regular(args.out, "--out", "pass --out a regular file's path")
+            refuse_non_regular(out, "--out", "pass --out a regular file's path")
+        if out.exists() and not out.is_dir() and not evidence.rendered_before(out):
+            # the warehouse, the evidence key or a plan tab-completed in a hurry was written over with
+            # exit 0, and gone for good (found by an attack)
+            raise UsageError(f"--out {out} exists and is not an evidence file `backfill evidence` wrote: it is "
+                             "left as it is", fix="pass --out a new file's path (or one it wrote before)")
         try:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(text, encoding="utf-8")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(out, text)
         except OSError as exc:
             raise UsageError(f"cannot write the evidence to {args.out} ({exc.strerror})",
                              fix="pass --out a file path in a folder you can write") from None

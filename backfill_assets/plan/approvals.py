@@ -17,11 +17,11 @@ import dataclasses
 import datetime as dt
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backfill_assets.bounded import replace_file
 from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
@@ -216,14 +216,5 @@ def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
     if len(_granted(updated, str(path))) != len(_granted(text, str(path))) + added:
         raise PlanReadError(f"{path}: could not append the approval without changing the plan's layout",
                             fix="write `granted:` as a block list under approvals, as in the template")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(updated)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, updated)
     return added
