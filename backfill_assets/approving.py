@@ -46,6 +46,7 @@ class Approved:
     described: str  # the tally: owner, approvers counted, what is missing
     plan_of_record: bool  # this version is now the plan of record
     added_to_file: int
+    unmirrored: str | None = None  # why the plan file could not take the recorded signatures, if it could not
 
 
 def _check_fit(plan: Plan, path: Path, table: LoadedTable) -> dict[str, list[str]]:
@@ -197,13 +198,19 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 if not was_active:
                     announce_freeze(session, plan, actor)
         faults.checkpoint("approve.after_commit")
-        # still holding the warehouse (and so the target's turn): mirror the record into the file
-        added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
-                                        for a in record.approvals(session, sha)])
+        # still holding the warehouse (and so the target's turn): mirror the record into the file;
+        # the approval committed whatever the file's folder says (a read-only checkout, a full disk):
+        # the caller says so, not that nothing committed (found by an attack)
+        unmirrored = None
+        try:
+            added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
+                                            for a in record.approvals(session, sha)])
+        except OSError as exc:
+            added, unmirrored = 0, exc.strerror or type(exc).__name__
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
     return Approved(plan.plan_id, sha, name, recorded_now, counted.describe() + late,
-                    state.approved_sha256 == sha and (adopted or counted.approved), added)
+                    state.approved_sha256 == sha and (adopted or counted.approved), added, unmirrored)
 
 
 def _recorded(counted: Counted, trust_version: int, actor: str, at: str) -> RecordedApproval:

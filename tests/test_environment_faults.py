@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from backfill_assets.plan.loading import load_plan
 from tests.world import keys as day_keys
 
 pytestmark = pytest.mark.separate_processes  # the commands under test run as processes of their own
@@ -87,10 +89,11 @@ def test_a_named_pipe_where_the_warehouse_file_is_is_one_line_never_a_hang(world
 
 # --- a full disk, a read-only home, quotes in the home's path -----------------------------------
 
-def _backfill(world, *args, limit: int | None = None, read_only: bool = False, timeout: float = 300):
+def _backfill(world, *args, limit: int | None = None, read_only: bool | Path = False, timeout: float = 300):
     """The console script as a subprocess: under RLIMIT_FSIZE `limit` (every write past that offset
-    fails with EFBIG, as on a full disk), or with the home bind-mounted read-only in a private mount
-    namespace (root ignores chmod 0555, not a read-only mount)."""
+    fails with EFBIG, as on a full disk), or with the home (or the folder `read_only` names)
+    bind-mounted read-only in a private mount namespace (root ignores chmod 0555, not a read-only
+    mount)."""
     import resource
     import subprocess
 
@@ -100,9 +103,9 @@ def _backfill(world, *args, limit: int | None = None, read_only: bool = False, t
            "BACKFILL_DEFS": "backfill_assets.demo.daily"}
     command = [str(BIN / "backfill"), "--home", str(world.home), *args]
     if read_only:
-        home = str(world.home)
+        folder = str(world.home if read_only is True else read_only)
         command = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" '
-                   '&& exec "$@"', home, *command]
+                   '&& exec "$@"', folder, *command]
 
     def limit_writes() -> None:
         if limit is not None:
@@ -293,3 +296,26 @@ def test_pg_failed_publish_never_claims_consumers_read_checked_bytes_after_an_in
     # what consumers read now is not the checked bytes: the command must not say they are
     assert "consumers read the checked bytes" not in out.err, out.err
     assert "plan fix is published" in out.err and "`backfill status fix` says what consumers read now" in out.err
+
+
+@pytest.mark.separate_processes
+def test_an_approval_that_committed_is_never_reported_as_committing_nothing(world):
+    """The plan sits in a checkout on a read-only mount: bob's `plan approve --key` completes the
+    approval in the warehouse (his row, the plan of record adopted, the freeze announced), then copying
+    the signatures into the plan file fails. The command said "the step that failed committed
+    nothing" and to move BACKFILL_HOME, the opposite of what happened (found by an attack). Now it
+    says the approval is recorded, that the file the guard reads was not updated, and how to sync it;
+    the same command, once the folder can be written, does."""
+    plan = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.approve(plan, "alice")  # the owner and alice: bob's signature completes it
+    assert world.phase() == "drafted"
+    approve = ("plan", "approve", str(plan), "--by", "bob", "--key", str(world.keys["bob"]))
+    done = _backfill(world, *approve, read_only=plan.parent)
+    assert done.returncode == 1, done.stderr
+    one_line(done)
+    assert world.phase() == "approved" and "approved: it is the plan of record" in done.stdout, done.stdout
+    assert "committed nothing" not in done.stderr and "BACKFILL_HOME" not in done.stderr, done.stderr
+    assert "is recorded" in done.stderr and str(plan) in done.stderr and "plan approve" in done.stderr, done.stderr
+    assert "bob" not in {g.by for g in load_plan(plan).approvals.granted}
+    assert world.cli(*approve) == 0  # the folder writable again: the file gets every recorded signature
+    assert "bob" in {g.by for g in load_plan(plan).approvals.granted}
