@@ -654,3 +654,22 @@ def test_a_rollback_of_a_replacement_needs_the_bar_of_the_plan_of_record_it_repl
     assert code != 0 and world.phase() == "published", said
     assert "3 approver" in said and said.count("\n") == 1, said
     assert world.fingerprints("published_revenue", ["2026-01-01", "2026-01-02"]) == published
+
+
+def test_a_keyless_guard_beside_the_record_never_allows_a_superseded_version(world, capsys, monkeypatch):
+    """A pull request reverts the plan file to v1, which v2 replaced, with v1's old signatures from
+    git history. The CI job may read the warehouse but not the evidence key: the guard, given the
+    team's allowed_signers, counted v1's plain approvals and answered ALLOWED, while every run
+    refuses v1 (found by an attack). Read unverified, the record still says what v1 would have to
+    name; the guard counts by it (rows it cannot verify can only make it refuse)."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    assert _of_record(world) == _sha_of_file(v2)
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    signers = str(world.root / "approvers" / "allowed_signers")
+    capsys.readouterr()
+    assert world.cli("guard", str(v1), "--allowed-signers", signers) != 0
+    guarded = capsys.readouterr().out
+    assert "ALLOWED" not in guarded, guarded
+    assert world.cli("guard", str(v2), "--allowed-signers", signers) == 0  # the plan of record still is
+    assert "ALLOWED" in capsys.readouterr().out

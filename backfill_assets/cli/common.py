@@ -176,20 +176,23 @@ class Replacing:
     refused: str | None = None  # why this version can never replace it (`approving.takeover_refusal`)
 
 
-def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
+def replaced_mark(home: Home, plan: Plan, root: TrustRoot) -> Replacing | None:
     """The plan of record `plan` would replace (or replaced), as a `plan replacement` statement
-    names it, and what replacing it needs at least, where this home's control record can be read
-    and verified (None elsewhere: a CI job without it cannot know, and `backfill run` refuses a
-    file that is not the plan of record)."""
+    names it, and what replacing it needs at least under `root`, where this home's control record
+    can be read (None elsewhere: a CI job without it cannot know, and `backfill run` refuses a file
+    that is not the plan of record). Read without the evidence key (a CI job that may read the
+    warehouse), the rows are unverified: they decide nothing, every run counts again; counting
+    by them keeps the guard from allowing a superseded version every run refuses (found by an
+    attack), and a forged row can only have it refuse."""
     from backfill_assets.approving import takeover_refusal
-    from backfill_assets.control import authority, evidence_log, trust_record
+    from backfill_assets.control import authority
 
     store = open_warehouse(home)
     if not store.exists() or committed_home(home) is not None:
         return None
     sha = plan_sha256(plan)
     with store.session(read_only=True) as session:
-        if not has_control_schema(session) or not evidence_log.can_verify(session):
+        if not has_control_schema(session):
             return None
         since = record.replaced(session, plan.plan_id, sha)
         if since is None:
@@ -198,7 +201,7 @@ def replaced_mark(home: Home, plan: Plan) -> Replacing | None:
         # the plan of record itself is never refused as a takeover (ended, it was refused, and one
         # closed replacement failed every later pull request's guard: found by a review)
         refused = None if state is not None and state.approved_sha256 == sha else takeover_refusal(session, plan, sha)
-        return Replacing(since.mark, authority.replaced_floor(session, trust_record.require(session), since),
+        return Replacing(since.mark, authority.replaced_floor(session, root, since),
                          None if refused is None else f"{refused.message}: {refused.fix}")
 
 

@@ -104,7 +104,7 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
     view = resolve_root(home, signers_path, policy_path, warehouse) if any(p for _, p, _ in read) else None
     root = view.root if view is not None else None
     # where the record can be read, a version replacing its plan of record counts only what names it
-    marks = {path: replaced_mark(home, plan) if plan is not None and view is not None and view.pinned else None
+    marks = {path: replaced_mark(home, plan, root) if plan is not None and root is not None else None
              for path, plan, _ in read}
     first = [(path, plan, problems,
               _counted(plan, root, None, marks[path]) if plan is not None and root is not None else None,

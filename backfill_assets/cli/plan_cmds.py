@@ -306,7 +306,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     plan = load_plan(path)
     sha = plan_sha256(plan)
     view = resolve_root(home_of(args), args.allowed_signers, args.policy, args.warehouse)
-    replacing = replaced_mark(home_of(args), plan) if view.pinned else None  # counts only what names it
+    # beside the record, a version replacing its plan of record counts only what names it
+    replacing = replaced_mark(home_of(args), plan, view.root) if view.root is not None else None
     replaces, at_least, refused = (replacing.mark, replacing.floor, replacing.refused) if replacing is not None \
         else (None, None, None)
     # the definitions (a pull request's, on a reviewer's checkout) load in a child, as the guard's
