@@ -7,7 +7,8 @@ engine per process, in WAL mode with `synchronous=NORMAL` (a crash of the proces
 a power cut can lose the last events, never corrupt the file), and stores a batch of events in
 one transaction (Dagster's base class stores a batch one event at a time): their event log rows in
 one INSERT executed for all, each event serialized once for every row that holds it (Dagster
-serializes a planned check again for each partition of the run). Inside a batch, each
+serializes a planned check again for each partition of the run), into the text Dagster writes,
+made in about half its time (`event_json.py`). Inside a batch, each
 asset's row of the asset index is written once, by the last writer of each of its columns, instead
 of once an event (a failed INSERT, then an UPDATE with the event serialized again), and the check
 evaluations update their execution rows with one UPDATE executed for all; the rows are those
@@ -252,16 +253,17 @@ class PooledSqliteEventLogStorage(_PooledEngine, ConsolidatedSqliteEventLogStora
             self.store_asset_check_event(event, event_id)
 
     def _serialized(self, event: Any) -> str:
-        """The event's JSON, made once a batch: its event log row, its check execution row and
-        each partition's row of a planned check all hold the same text."""
-        from dagster_shared.serdes import serialize_value
+        """The event's JSON (`event_json`: Dagster's text, made faster), once a batch: its event
+        log row, its check execution row and each partition's row of a planned check all hold the
+        same text."""
+        from backfill_assets.event_json import serialized
 
         made: dict[int, tuple[Any, str]] | None = getattr(self._batch, "serialized", None)
         if made is None:
-            return serialize_value(event)
+            return serialized(event)
         kept = made.get(id(event))
         if kept is None or kept[0] is not event:  # keyed by id: the event is kept alive beside its text
-            kept = (event, serialize_value(event))
+            kept = (event, serialized(event))
             made[id(event)] = kept
         return kept[1]
 

@@ -222,9 +222,9 @@ LAYERS: tuple[tuple[tuple[str, ...], str], ...] = (
      "values and readers the floors above share: a table's declaration, signatures, output, strict YAML"),
     (("identifiers", "bounded", "environment", "settings", "partitions", "home"),
      "checks of what users and the machine give: identifiers, files, the machine, settings, partitions, homes"),
-    (("faults", "errors", "dagster_storage", "dagster_inprocess", "tags"),
+    (("faults", "errors", "dagster_storage", "event_json", "dagster_inprocess", "tags"),
      "the ground, importing nothing of the package: errors, crash points, run tag names, the storage we "
-     "extend, the in-process runs we build once"),
+     "extend and its events' JSON, the in-process runs we build once"),
 )
 FLOOR = {name: index for index, (names, _) in enumerate(LAYERS) for name in names}
 

@@ -7,6 +7,7 @@ import sqlite3
 import time
 
 import dagster as dg
+import pytest
 
 from backfill_assets.dagster_setup import instance_for
 from backfill_assets.dagster_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
@@ -421,3 +422,67 @@ def test_a_postgres_instance_the_webserver_optimizes_leaves_no_connection_open_o
     while backends() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert backends() == 0
+
+
+# the Dagster functions `event_json` replicates, by the hash of their source when it was written
+SERDES_REPLICATED = {"ObjectSerializer.pack_items": "d8ae47dc560cf3e7",
+                     "NamedTupleSerializer.object_as_mapping": "77e5a6dbba939382",
+                     "_transform_for_serialization": "f225506f6a3edc8a", "serialize_value": "ce4cdafb65e178dd",
+                     "EnumSerializer.pack": "5bfb873f647327fd", "MetadataFieldSerializer.pack": "5d6fcaf8426dfb53"}
+
+
+def test_the_dagster_serializer_functions_event_json_replicates_are_the_ones_it_was_written_against():
+    import hashlib
+    import inspect
+
+    from dagster._core.definitions import metadata
+    from dagster_shared.serdes import serdes
+
+    found = {}
+    for name in SERDES_REPLICATED:
+        owner, _, attribute = name.rpartition(".")
+        module = metadata if owner == "MetadataFieldSerializer" else serdes
+        function = getattr(getattr(module, owner), attribute) if owner else getattr(module, attribute)
+        found[name] = hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
+    assert found == SERDES_REPLICATED, \
+        "Dagster changed how it serializes events: re-read event_json.py, then update both"
+
+
+@pytest.mark.own_dagster_home  # its event log holds this test's events alone
+def test_every_event_a_replay_stores_is_the_text_dagsters_serializer_writes(world):
+    """The runs, a failed gate (its figures as JSON), a published window (the impact as markdown) and
+    the planned checks: each stored event's JSON is `serialize_value`'s, byte for byte, and so are
+    values `event_json` hands back to Dagster (sets, tuples, a mapping with non-string keys)."""
+    import dataclasses
+
+    from dagster._core.events import DagsterEventType
+    from dagster_shared.serdes import deserialize_value, serialize_value
+    from dagster_shared.serdes.serdes import SerializableNonScalarKeyMapping
+
+    from backfill_assets.demo.revenue import BUGGY_SELECT
+    from backfill_assets.event_json import serialized
+    from tests.world import FIXED
+
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    unfixed = dataclasses.replace(FIXED, select_sql=BUGGY_SELECT)
+    world.approve_for(path, unfixed)
+    assert not world.plan_run("fix", keys(3, 4), spec=unfixed, publish=True).success  # a gate fails
+    assert world.cli("run", "fix", "--and-publish") == 0
+    stored = [text for (text,) in sqlite3.connect(world.home / "dagster" / "event_log" / "event_log.db").execute(
+        "SELECT event FROM event_logs ORDER BY id")]
+    kinds = set()
+    for text in stored:
+        event = deserialize_value(text)
+        assert serialized(event) == serialize_value(event) == text
+        if event.dagster_event is not None:
+            kinds.add(event.dagster_event.event_type)
+    assert {DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED,
+            DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+            DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE} <= kinds, kinds
+    failed = [deserialize_value(t) for t in stored if '"figures"' in t]
+    assert failed, "no failed gate's figures were stored"
+    for odd in ({"b", "a"}, frozenset({3, 1}), ("x", 1), SerializableNonScalarKeyMapping({("a", 1): "b"}),
+                {"key": [dg.AssetKey(["a", "b"]), dg.MetadataValue.json({"n": [1, 2]})]},
+                dg.TableColumn("a", "int"), dg.TableColumn("b", "text", tags={"pii": ""})):  # tags skipped when empty
+        assert serialized(odd) == serialize_value(odd)
