@@ -427,3 +427,28 @@ def test_status_says_when_the_sensor_gave_up_on_a_publish_and_names_the_command(
     assert "next       the reopen sensor's 3 publish runs of this window failed" in shown, shown
     assert "`backfill publish fix`" in shown and "publish reopens by the sensor" not in shown
     assert world.cli("publish", "fix") == 0 and world.phase() == "published"
+
+
+def test_a_reconcile_under_definitions_nobody_signed_never_lets_failed_bytes_be_published(world, capsys):
+    """The window was written by the release deployed meanwhile (UNFIXED, signed too) and fails
+    `metrics_match_source`, so publish is refused. An operator without an approver's key reconciled
+    with definitions nobody signed (`--defs`: the net_revenue metric loosened to expect refunds
+    subtracted twice): the reconcile recorded passing verdicts on the failed bytes and `backfill
+    publish` copied them to consumers (found by an attack). A reconcile judges with code that wrote
+    the window, or is refused before it records anything."""
+    window = keys(1, 2)
+    path = world.approved_plan("fix", start=window[0], end=window[1], proof=(window[1],))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.approve_for(path, UNFIXED)
+    unfixed = world.defs_file(UNFIXED)
+    assert not world.plan_run("fix", window, spec=UNFIXED).success
+    assert world.cli("reconcile", "fix", "--defs", str(unfixed)) == 1  # the signed code's gates fail it
+    results = world.sql("SELECT count(*) FROM backfill_control.gate_results")
+    lenient = world.defs_file(dataclasses.replace(UNFIXED, metrics=BUGGY.metrics))
+    capsys.readouterr()
+    assert world.cli("reconcile", "fix", "--defs", str(lenient)) != 0
+    said = capsys.readouterr().err
+    assert "wrote none of plan fix's window" in said and said.count("\n") == 1, said
+    assert world.sql("SELECT count(*) FROM backfill_control.gate_results") == results  # nothing recorded
+    assert world.cli("publish", "fix", "--defs", str(unfixed)) != 0
+    assert world.rows("published_revenue", window[0]) == 0 and world.phase() != "published"

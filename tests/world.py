@@ -134,14 +134,20 @@ class World:
             assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name])) == 0
         return path
 
-    def approve_for(self, path: Path, spec: TableSpec, *who: str, owner: bool = True) -> Path:
-        """Signatures for the table's code as `spec` declares it (a release the team deploys next):
-        approvers sign what the definitions they load say, so they load a definitions file of it."""
+    def defs_file(self, spec: TableSpec) -> Path:
+        """A definitions file of the table as `spec` declares it, for `--defs` (a release, or one an
+        operator wrote)."""
         defs = self.root / f"defs_{hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]}.py"
         defs.write_text("from backfill_assets.demo.definitions import build_definitions\n"
                         "from backfill_assets.table import TableSpec\n"
                         f"defs = build_definitions(TableSpec.from_json({spec.to_json()!r}), home={str(self.home)!r}, "
                         f"url={self.url or ''!r})\n", encoding="utf-8")
+        return defs
+
+    def approve_for(self, path: Path, spec: TableSpec, *who: str, owner: bool = True) -> Path:
+        """Signatures for the table's code as `spec` declares it (a release the team deploys next):
+        approvers sign what the definitions they load say, so they load a definitions file of it."""
+        defs = self.defs_file(spec)
         for name in ((OWNER,) if owner else ()) + (who or ("alice", "bob")):
             assert self.cli("plan", "approve", str(path), "--by", name, "--key", str(self.keys[name]),
                             "--defs", str(defs)) == 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from backfill_assets.control import ledger
 from backfill_assets.control.record import PlanState
+from backfill_assets.errors import PlanRefused
 from backfill_assets.execution.advance import advance, plan_tables
 from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GATE_NAMES, GateResult
@@ -77,11 +78,35 @@ def _table(found: dict[str, list[GateResult] | None], limit: int) -> str:
     return "\n".join(lines + failures[:60])
 
 
-def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, keys: list[str],
-            actor: str, slice_size: int) -> dict[str, list[GateResult] | None]:
-    # the gates run again on each latest write: its id and fingerprint, never its earlier figures
+def _latest_signed(session: Session, spec: TableSpec, state: PlanState,
+                   keys: list[str]) -> dict[str, ledger.LatestWrite | None]:
+    """The plan's latest write of each partition, once the definitions judging them are code that
+    wrote some partition of the window (and so code the plan's approvals bound, as every write's
+    permission asked): else PlanRefused, before any verdict is recorded. Definitions nobody signed
+    (a metric loosened to pass what the signed code failed, passed with --defs) recorded passing
+    verdicts on failed bytes, which publish then copied (found by an attack)."""
     latest = ledger.latest(session, spec.name, keys, state.plan_id, figures=False)
-    results: dict[str, list[GateResult] | None] = {k: None for k in keys}
+    wrote = {e.code_identity for e in latest.values() if e is not None}
+    if wrote and None not in wrote and spec.code_identity not in wrote:  # None: written before it was recorded
+        labels = ", ".join(sorted({w.split("/", 1)[0] for w in wrote if w}))
+        raise PlanRefused(
+            f"the definitions loaded judge {spec.name} as code {_short(spec.code_identity)}, which wrote none of "
+            f"plan {state.plan_id}'s window (written by code version {labels}): its gates are not the ones its "
+            "approvals bind",
+            fix="reconcile with the definitions that wrote the window (deployed, or passed with --defs)")
+    return latest
+
+
+def _short(identity: str) -> str:
+    label, _, digest = identity.partition("/")
+    return f"{label} ({digest[:12]})" if digest else label
+
+
+def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
+            latest: dict[str, ledger.LatestWrite | None], actor: str,
+            slice_size: int) -> dict[str, list[GateResult] | None]:
+    # the gates run again on each latest write: its id and fingerprint, never its earlier figures
+    results: dict[str, list[GateResult] | None] = {k: None for k in latest}
     written = [(k, e) for k, e in latest.items() if e is not None]
     for i in range(0, len(written), slice_size):
         part = written[i:i + slice_size]
@@ -95,6 +120,8 @@ def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state:
     """The gates of the plan's window again, on the data as it is now; for a plan over a graph, of
     every table it wrote (`graph`: the loaded definitions)."""
     tables = plan_tables(state, spec, scheme, graph)
-    results = _judged(session, spec, scheme, state, list(state.partition_keys), actor, slice_size)
-    downstream = {t.name: _judged(session, t, s, state, list(keys), actor, slice_size) for t, s, keys in tables[1:]}
+    latest = [_latest_signed(session, t, state, list(keys)) for t, _, keys in tables]  # every table's, first
+    results = _judged(session, spec, scheme, state, latest[0], actor, slice_size)
+    downstream = {t.name: _judged(session, t, s, state, found, actor, slice_size)
+                  for (t, s, _), found in zip(tables[1:], latest[1:], strict=True)}
     return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream)
