@@ -1958,3 +1958,36 @@ def test_a_ledger_row_forged_only_while_a_decision_reads_it_is_refused(engine_wo
                     expected = evidence_log.FORGED_FIX if store is evidence_log.store else seals.CHANGED_WHILE_READ_FIX
                     assert refused.fix == expected, (what, refused)
     assert taken == []
+
+
+def test_a_rollback_of_published_data_never_goes_unsigned_under_definitions_naming_another_published_table(
+        world, tmp_path, capsys):
+    """fix was published, bob's key was then dropped (its approvals no longer hold) and it went back
+    to reconciled after an edit of the published table: consumers read its bytes, so a rollback needs
+    approvers' signatures. An operator without a key passed definitions whose `publish_as` names
+    another table: the rollback found no published snapshot there, called the plan "not published:
+    no approval needed", restored the target alone and ended the plan while consumers still read its
+    bytes (found by an attack). The chain says which tables the plan wrote: all of them, or none."""
+    import dataclasses
+
+    from tests.world import FIXED
+
+    window = ["2026-01-01", "2026-01-02"]
+    world.approved_plan("fix", start=window[0], end=window[1], proof=(window[1],))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    _drop_bob(world, tmp_path)
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-01'")
+    world.cli("reconcile", "fix")
+    world.cli("reconcile", "fix")
+    assert world.phase() == "reconciled"
+    seen = world.fingerprints("published_revenue", window), world.fingerprints("daily_revenue", window)
+    elsewhere = world.defs_file(dataclasses.replace(FIXED, publish_as="published_revenue_elsewhere"))
+    for dry in ((), ("--dry-run",)):
+        capsys.readouterr()
+        assert world.cli("rollback", "fix", *dry, "--defs", str(elsewhere)) != 0
+        said = capsys.readouterr().err
+        assert "published_revenue" in said and "do not restore" in said and said.count("\n") == 1, said
+    assert world.phase() == "reconciled"
+    assert (world.fingerprints("published_revenue", window), world.fingerprints("daily_revenue", window)) == seen

@@ -242,6 +242,18 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
     would keep the plan's bytes, and a later writer lost would have its work erased."""
     chained = ledger.chained_writes(session, top)
     mine = [c for c in chained if c.plan_id == state.plan_id]
+    # every table the chain says the plan wrote or snapshotted is one the definitions loaded restore:
+    # definitions naming another published table had a published plan's rollback find no published
+    # snapshot, ask no signature, restore the target alone and end the plan while consumers still
+    # read its bytes (found by an attack)
+    covered = {(kind, table) for spec, _, _, _ in whole
+               for kind, table in (("write", spec.name), ("snapshot", spec.table), ("snapshot", spec.publish_table))}
+    stray = next((row for row in mine if (row.kind, row.table) not in covered), None)
+    if stray is not None:
+        raise RollbackRefused(
+            f"plan {state.plan_id} {'wrote' if stray.kind == 'write' else 'snapshotted'} {stray.table} (evidence row "
+            f"{stray.seq}), which the definitions loaded do not restore: a rollback restores every table of the "
+            "plan or none", fix="roll back with the definitions the plan wrote with (deployed, or passed with --defs)")
     first = min((c.seq for c in mine if c.kind == "write"), default=None)
     phases: dict[str, Phase] | None = None  # read once, when a later writer is a plan
     for spec, _, keys, published in whole:
