@@ -29,7 +29,7 @@ from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
-from backfill_assets.plan.phases import WRITABLE, Hold
+from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, WRITABLE, Hold
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
@@ -213,6 +213,12 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     if ours:
         latest.update(ledger.latest(session, parent, ours, plan.plan_id, figures=False))  # type: ignore[union-attr]
     changed = _changed_since_passed(session, graph, parent, latest, upstream_exists)
+    # another plan's write consumers have not seen is no input of a table they will see: a month
+    # loaded plan-free read a cancelled (or not yet published) plan's days and was published beside
+    # days that never showed them (found by an attack)
+    others = {e.plan_id for u, e in latest.items() if e is not None and e.plan_id is not None and u not in ours}
+    unpublished = {p: found for p in sorted(others)
+                   if (found := record.get(session, p)) is not None and found.phase not in SEEN_BY_CONSUMERS}
     for key, upstream in reads.items():
         legacy = [u for u in upstream if (e := latest.get(u)) is not None and e.passed and e.fingerprint.legacy]
         if legacy:
@@ -233,6 +239,17 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            plan.plan_id if plan else None, key,
                            f"replay {parent} {moved[0]} with a plan (`backfill plan new plans/<id>.yaml --target "
                            f"{parent}`) so its gates check what it holds, then write {spec.name} {key}")
+        unseen = [u for u in upstream if u not in ours and (e := latest.get(u)) is not None
+                  and e.plan_id is not None and e.plan_id in unpublished]
+        if unseen:
+            other = unpublished[latest[unseen[0]].plan_id]  # type: ignore[union-attr, index]
+            return _refuse(f"{spec.name} {key} reads {parent} {unseen[0]}, whose latest write is plan "
+                           f"{other.plan_id}'s, which consumers have not seen ({other.phase}"
+                           f"{f', {other.hold}' if other.hold else ''})"
+                           + (f" (+{len(unseen) - 1} more)" if len(unseen) > 1 else ""),
+                           plan.plan_id if plan else None, key,
+                           f"publish plan {other.plan_id} (`backfill publish {other.plan_id}`) or roll it back "
+                           f"(`backfill rollback {other.plan_id}`), then write {spec.name} {key}")
         bad = [u for u in upstream if latest.get(u) is None or not latest[u].passed]  # type: ignore[union-attr]
         if bad:
             entry = latest.get(bad[0])

@@ -23,7 +23,7 @@ from backfill_assets.graph import TableGraph
 from backfill_assets.permission import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.table import Column, Metric, TableSpec
 from tests.plans import complete_plan, write_plan
-from tests.world import BUGGY, FIXED, START, keys
+from tests.world import BUGGY, FIXED, START, failure_text, keys
 
 JANUARY = keys(1, 31)
 MONTH = "2026-01-01"
@@ -290,3 +290,53 @@ def test_a_day_re_run_after_its_month_passed_holds_publish_until_the_month_is_co
     month = world.sql(f"SELECT region, net_revenue FROM published_monthly_revenue WHERE month = DATE '{MONTH}' "
                       "ORDER BY 1")
     assert days == month
+
+
+def _published_by_region(world, table: str, column: str) -> dict[str, float]:
+    """January's published figures by region (the days summed, or the month's row)."""
+    if not world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])[0][0]:
+        return {}
+    return {r: round(float(n), 2) for r, n in world.sql(
+        f"SELECT region, sum(net_revenue) FROM {table} WHERE {column} >= DATE '2026-01-01' "
+        f"AND {column} < DATE '2026-02-01' GROUP BY region")}
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_month_loaded_without_a_plan_never_reads_a_day_of_a_plan_consumers_have_not_seen(world, monkeypatch,
+                                                                                           capsys, held):
+    """January's days are loaded and published; a plan over 2026-01-05..08, approved while the
+    project had no monthly rollup, is proven and reconciled, then cancelled (or left unpublished).
+    The team deploys the rollup and loads January's month, which no plan claims: it took each day's
+    latest write that passed, the plan's for 2026-01-05..08, and published a month that does not add
+    up to the published days (found by an attack). It is refused, naming the plan to publish or roll
+    back; once the plan is published, the month loads and adds up to the published days (rolled
+    back, the days hold other bytes than their latest write: the month's refusal names a replay)."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success  # the daily table alone
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    if held:
+        assert world.cli("cancel", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
+    month = run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                {"dagster/backfill": "ui-bf"})
+    assert not month.success
+    assert _published_by_region(world, "published_monthly_revenue", "month") == {}
+    failures = failure_text(month)
+    assert "plan fix's, which consumers have not seen" in failures and "backfill rollback fix" in failures, failures
+    monkeypatch.setenv("BACKFILL_DEFS", "backfill_assets.demo.daily")  # the plan's own project: no rollup
+    if held:
+        assert world.cli("rollback", "fix") == 0
+    else:
+        assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    again = run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                {"dagster/backfill": "ui-bf"})
+    if held:
+        assert not again.success and "replay daily_revenue 2026-01-05" in failure_text(again), failure_text(again)
+        return
+    assert again.success
+    assert _published_by_region(world, "published_monthly_revenue", "month") == \
+        _published_by_region(world, "published_revenue", "order_date")
