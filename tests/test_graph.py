@@ -340,3 +340,23 @@ def test_a_month_loaded_without_a_plan_never_reads_a_day_of_a_plan_consumers_hav
     assert again.success
     assert _published_by_region(world, "published_monthly_revenue", "month") == \
         _published_by_region(world, "published_revenue", "order_date")
+
+
+def test_a_graph_publish_refused_for_a_changed_month_shows_the_months_check_failed(graph_world):
+    """A graph plan reconciled; the month is edited by hand; the sensor's publish run is refused for
+    the month and the ledger records its failed unchanged_since_checked, but the UI showed only the
+    table the run was asked for: the month's check stayed green (found by an attack)."""
+    from dagster._core.event_api import PartitionKeyFilter
+
+    from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+
+    world = graph_world
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world.run_sql(f"UPDATE monthly_revenue SET net_revenue = net_revenue + 1 WHERE month = DATE '{MONTH}' "
+                  "AND region = 'north'")
+    assert not run(world, defs_of(world), ["published_revenue"], keys(5, 8), {}).success
+    check = dg.AssetCheckKey(dg.AssetKey("monthly_revenue"), UNCHANGED_SINCE_CHECKED)
+    latest = world.instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [check], partition_filter=PartitionKeyFilter(key=MONTH))
+    assert latest[check].status.value == "FAILED", latest

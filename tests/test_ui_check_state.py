@@ -101,3 +101,34 @@ def test_a_publish_refused_for_a_changed_partition_shows_as_a_failed_check_on_th
                                                           "2026-01-03": "FAILED"}
     latest = checks[UNCHANGED_SINCE_CHECKED]["executionForLatestMaterialization"]
     assert (latest["runId"], latest["status"], latest["partition"]) == (refused.run_id, "FAILED", "2026-01-03")
+
+
+def _unchanged_statuses(world, spec=FIXED) -> dict[str, str]:
+    with _ui(world, spec) as process:
+        node = execute_dagster_graphql(process.create_request_context(), CHECKS,
+                                       {"asset": ASSET}).data["assetNodeOrError"]
+    return _statuses({c["name"]: c for c in node["assetChecksOrError"]["checks"]}[UNCHANGED_SINCE_CHECKED])
+
+
+def test_a_cli_publish_refused_for_a_changed_partition_shows_as_a_failed_check_on_that_partition(world):
+    """`backfill publish` refuses a partition edited since its gates ran before it launches its run,
+    and records a failed unchanged_since_checked in the ledger: the UI kept showing the check passed
+    there (found by an attack). It shows it failed, as when the publish run refuses."""
+    reconciled_plan(world)
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03'")
+    assert world.cli("publish", "fix") == 1
+    assert _unchanged_statuses(world) == {**dict.fromkeys(keys(1, 4), "SUCCEEDED"), "2026-01-03": "FAILED"}
+
+
+def test_a_cli_reconcile_shows_the_gates_last_word_on_each_partition(world):
+    """A partition edited by hand after the plan reconciled: `backfill reconcile` fails its gates
+    and the plan goes back to running, while the UI kept every check passed there (found by an
+    attack). It shows what the reconcile found; the edit undone, the next reconcile shows them passed."""
+    reconciled_plan(world)
+    edit = "UPDATE daily_revenue SET net_revenue = net_revenue {} 1 WHERE order_date = '2026-01-03'"
+    world.run_sql(edit.format("+"))
+    assert world.cli("reconcile", "fix") == 1 and world.phase() == "running"
+    assert _unchanged_statuses(world) == {**dict.fromkeys(keys(1, 4), "SUCCEEDED"), "2026-01-03": "FAILED"}
+    world.run_sql(edit.format("-"))
+    assert world.cli("reconcile", "fix") == 0
+    assert _unchanged_statuses(world) == dict.fromkeys(keys(1, 4), "SUCCEEDED")

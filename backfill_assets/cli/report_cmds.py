@@ -88,6 +88,17 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
         result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph)
+    if result.changed:  # the UI shows the gates' last word, as a run's would be shown
+        from backfill_assets.dagster_setup import instance_for
+        from backfill_assets.defs.verdicts_shown import gate_evaluation, report
+        from backfill_assets.graph import asset_key
+        from backfill_assets.tags import cli_run_tags
+
+        with output.dagster_output(home_of(args)):
+            report(instance_for(home_of(args)), [gate_evaluation(asset_key(asset), gate, key)
+                                                 for asset, parts in result.changed.items()
+                                                 for key, gates in parts.items() for gate in gates],
+                   cli_run_tags(state.plan_id, actor()))
     if getattr(args, "json", False):
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
@@ -123,6 +134,7 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
     from backfill_assets.status import plan_status
 
     home = home_of(args)
+    blocked: PublishBlocked | None = None
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
@@ -148,7 +160,18 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
         if found is not None and found.problems:
             rule.record_changed(session, table.spec, found, actor())
             status = plan_status(session, state, table.spec, table.scheme(), table.graph)
-            raise PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
+            blocked = PublishBlocked("; ".join(found.problems[:5]), fix=status.next)
+    if blocked is not None:
+        assert found is not None
+        if found.any_changed:  # recorded as failed `unchanged_since_checked`: the UI shows it as the run would
+            from backfill_assets.defs.verdicts_shown import changed_evaluations, report
+            from backfill_assets.tags import cli_run_tags
+
+            with output.dagster_output(home):
+                report(instance_for(home), changed_evaluations(
+                    {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}}),
+                    cli_run_tags(state.plan_id, actor()))
+        raise blocked
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 

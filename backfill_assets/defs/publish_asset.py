@@ -8,8 +8,8 @@ import dagster as dg
 
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
+from backfill_assets.defs.verdicts_shown import changed_evaluations
 from backfill_assets.errors import BackfillError
-from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.graph import asset_key, graph_of_run
 from backfill_assets.impact import Impact
 from backfill_assets.publish import rule
@@ -54,15 +54,11 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         if refusal is not None:
             from backfill_assets.dagster_storage import with_targets  # Dagster's storages: runs only
 
-            # the UI shows a partition changed after its gates ran on the target's sixth check;
-            # yielded (not logged) so the events are stored before the step fails; each targets the
+            # the UI shows a partition changed after its gates ran on its table's check, a graph's
+            # other table's too (a month edited by hand stayed green: found by an attack); yielded
+            # (not logged) so the events are stored before the step fails; each targets the
             # partition's latest materialization, or the check's partition status would not count it
-            yield from with_targets(context.instance, [dg.AssetCheckEvaluation(
-                asset_key=target_key, check_name=UNCHANGED_SINCE_CHECKED, passed=False, partition=key,
-                severity=dg.AssetCheckSeverity.ERROR, blocking=True,
-                description=f"changed since its gates checked it: now {now}, checked {written}",
-                metadata={"now": str(now), "checked": str(written)})
-                for key, (now, written, _) in getattr(refusal, "changed", {}).items()])
+            yield from with_targets(context.instance, changed_evaluations(getattr(refusal, "changed", {})))
             raise dg.Failure(description=str(refusal))
         # the other tables of a plan's graph were copied in the same transaction: their published
         # assets are materialized by this run too, partition by partition, so the UI shows them current

@@ -22,6 +22,7 @@ from backfill_assets.defs.relay import make_notice_relay
 from backfill_assets.defs.resources import DEFAULT_KEY, as_warehouse
 from backfill_assets.defs.run_context import run_actor, table_scheme
 from backfill_assets.defs.sensor import make_reopen_sensor
+from backfill_assets.defs.verdicts_shown import gate_evaluation, gate_metadata
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
@@ -61,22 +62,12 @@ class ReplayableTable:
 
 def _check_event(key: dg.AssetKey, result: GateResult,
                  partition_key: str | None) -> dg.AssetCheckResult | dg.AssetCheckEvaluation:
-    """A yielded result in a one-partition run, else an evaluation logged for its partition.
-
-    A passing gate says its numbers and its detail; a failing one also its whole figures as JSON
-    (the non-numeric ones too, e.g. the code versions): a window stores seven evaluations a
-    partition, and the JSON, which repeats the numbers, took a fifth of the time to serialize each."""
-    metadata: dict[str, object] = {f"figure.{k}": dg.MetadataValue.float(v) for k, v in result.numbers.items()}
-    metadata["detail"] = dg.MetadataValue.text(result.detail)
-    if not result.passed:
-        metadata["figures"] = dg.MetadataValue.json({"expected": result.expected, "actual": result.actual,
-                                                     "threshold": result.threshold,
-                                                     "difference": result.difference})
-    common: dict[str, Any] = dict(asset_key=key, check_name=result.gate, passed=result.passed, metadata=metadata,
-                  severity=dg.AssetCheckSeverity.ERROR, description=result.detail[:1000])
+    """A yielded result in a one-partition run, else an evaluation logged for its partition."""
     if partition_key is None:
-        return dg.AssetCheckResult(**common)
-    return dg.AssetCheckEvaluation(**common, blocking=True, partition=partition_key)
+        return dg.AssetCheckResult(asset_key=key, check_name=result.gate, passed=result.passed,
+                                   metadata=gate_metadata(result), severity=dg.AssetCheckSeverity.ERROR,
+                                   description=result.detail[:1000])
+    return gate_evaluation(key, result, partition_key)
 
 
 def _impact_metadata(context: dg.AssetExecutionContext, session: Session, spec: TableSpec,

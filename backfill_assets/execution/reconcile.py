@@ -35,6 +35,9 @@ class Reconciliation:
     results: dict[str, list[GateResult] | None]  # None: partition not written under the plan
     # the other tables of the plan's graph, each the same way: asset -> partition -> results
     graph: dict[str, dict[str, list[GateResult] | None]] = field(default_factory=dict)
+    # asset -> partition -> results, where a gate's verdict is not the one recorded before: what
+    # the UI shows from the runs and publish refusals is no longer the gates' last word there
+    changed: dict[str, dict[str, list[GateResult]]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -124,4 +127,19 @@ def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state:
     results = _judged(session, spec, scheme, state, latest[0], actor, slice_size)
     downstream = {t.name: _judged(session, t, s, state, found, actor, slice_size)
                   for (t, s, _), found in zip(tables[1:], latest[1:], strict=True)}
-    return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream)
+    changed = {t.name: _changed(found, judged)
+               for (t, _, _), found, judged in zip(tables, latest, [results, *downstream.values()], strict=True)}
+    return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream,
+                          {asset: parts for asset, parts in changed.items() if parts})
+
+
+def _changed(before: dict[str, ledger.LatestWrite | None],
+             after: dict[str, list[GateResult] | None]) -> dict[str, list[GateResult]]:
+    """The partitions whose gates' verdicts now are not the ones their latest write had."""
+    out = {}
+    for key, results in after.items():
+        entry = before.get(key)
+        if results is not None and entry is not None and \
+                {g.gate: g.passed for g in results} != {gate: passed for gate, (passed, _) in entry.gates.items()}:
+            out[key] = results
+    return out

@@ -334,7 +334,8 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                                + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                                                             if len(problems) > 5 else ""),
                                fix=_fix(refused.found))
-        error.changed = refused.found.changed if refused.spec is spec else {}  # type: ignore[attr-defined]
+        # the refused table's partitions changed since its gates ran, by its asset: the UI shows them
+        error.changed = {refused.spec.name: refused.found.changed}  # type: ignore[attr-defined]
         raise error from None
     return dataclasses.replace(published, impact_error=tables[0].impact_error)
 
