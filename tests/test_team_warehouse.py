@@ -164,3 +164,27 @@ def test_a_prefixed_publish_as_makes_the_io_manager_read_the_ungated_target(team
     assert not consumed.success or seen == 0, (
         f"the consumer of the published asset loaded {seen} rows of {day}: the target's, whose gates failed "
         "and which publish refused")
+
+
+def test_a_teams_pandas_asset_below_the_target_never_loads_rows_whose_gates_failed(team):
+    """An analyst places a pandas asset below the target (`ins={"daily_revenue": AssetIn()}`, the
+    asset they see in the UI) with DuckDBPandasIOManager. A write whose gates failed is in the
+    target, never published: the factory gave the target `partition_expr`/`schema` too, so the IO
+    manager loaded those rows into the team's DataFrame (found by an attack). Only the published
+    asset names where its rows are; reading the target fails loudly unless the team says so itself."""
+    @dg.asset(partitions_def=PARTITIONS, ins={"daily_revenue": dg.AssetIn()})
+    def extract(context: dg.AssetExecutionContext, daily_revenue: pd.DataFrame) -> None:
+        CONSUMED[f"target {context.partition_key}"] = daily_revenue
+
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, extract],
+                          resources={"warehouse": WarehouseResource(home=str(team.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(team.warehouse_path))})
+    day = keys(2, 2)[0]
+    team.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, amount, "
+                 "status FROM orders WHERE order_date = ? LIMIT 1", [day])
+    written = run(defs, team.instance, ["daily_revenue"], day, day)
+    assert not written.success and team.rows("daily_revenue", day) > 0  # written, gates failed
+    loaded = run(defs, team.instance, ["extract"], day, day)
+    seen = len(CONSUMED.get(f"target {day}", []))
+    assert not loaded.success and seen == 0, f"the team's asset loaded {seen} row(s) whose gates failed"

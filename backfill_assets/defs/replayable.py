@@ -92,15 +92,18 @@ def _team_metadata(metadata: Mapping[str, object] | None, spec: TableSpec, asset
     """The team's metadata, under ours for `asset` (the target or the published asset):
     `partition_expr` (the partition column) and `schema` tell dagster-duckdb's IO managers where a
     partition's rows are, so a downstream pandas asset loads the published table's partitions as
-    DataFrames. Those IO managers name the table by the key's last part, so for a key with a prefix
-    (`published/sales`, the table `published__sales`) they would read another table, the target
-    itself for `publish_as: published/<target>`: such an asset gets neither, and the IO manager
-    fails loudly instead of reading rows no gate passed."""
+    DataFrames. Only the published asset's: on the target they loaded a team asset placed below it
+    with rows whose gates failed (found by an attack), so an asset reading the target fails loudly
+    unless the team sets them itself. Those IO managers name the table by the key's last part, so for
+    a key with a prefix (`published/sales`, the table `published__sales`) they would read another
+    table, the target itself for `publish_as: published/<target>`: such an asset gets neither, and
+    the IO manager fails loudly instead of reading rows no gate passed."""
     given = dict(metadata or {})
     if SPEC_METADATA in given:
         raise UsageError(f"metadata of {spec.name} may not set {SPEC_METADATA}: the table's spec travels there",
                          fix="give the key another name")
-    where: dict[str, object] = {"partition_expr": spec.partition_column, "schema": "main"} if "/" not in asset else {}
+    where: dict[str, object] = {"partition_expr": spec.partition_column, "schema": "main"} \
+        if asset == spec.publish_as and "/" not in asset else {}
     return {**where, **given}
 
 
