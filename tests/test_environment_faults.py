@@ -319,3 +319,23 @@ def test_an_approval_that_committed_is_never_reported_as_committing_nothing(worl
     assert "bob" not in {g.by for g in load_plan(plan).approvals.granted}
     assert world.cli(*approve) == 0  # the folder writable again: the file gets every recorded signature
     assert "bob" in {g.by for g in load_plan(plan).approvals.granted}
+
+
+@pytest.mark.own_dagster_home
+@pytest.mark.separate_processes
+def test_a_reconcile_whose_verdicts_the_ui_cannot_take_says_they_are_recorded(world):
+    """A reconcile whose verdicts changed shows them in the UI by a run of its own; with DAGSTER_HOME
+    on a read-only mount the run cannot be stored: the verdicts are committed all the same, the
+    reconcile's own answer stands (its table, exit 1 for a failed gate), and one line says the UI
+    was not shown them, never that nothing was committed."""
+    from backfill_assets.control import ledger
+    from tests.test_publish_and_sensor import reconciled_plan
+
+    reconciled_plan(world)
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03'")
+    done = _backfill(world, "reconcile", "fix", read_only=world.home / "dagster")
+    assert done.returncode == 1 and "NOT reconciled" in done.stdout, (done.stdout, done.stderr)
+    assert "the verdicts are recorded, but the Dagster UI was not shown them" in done.stderr, done.stderr
+    assert "committed nothing" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    with world.warehouse().session() as session:
+        assert not ledger.latest(session, "daily_revenue", ["2026-01-03"], figures=False)["2026-01-03"].passed

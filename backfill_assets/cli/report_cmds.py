@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -89,16 +89,12 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
         table = loaded.table(state.target)
         result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph)
     if result.changed:  # the UI shows the gates' last word, as a run's would be shown
-        from backfill_assets.dagster_setup import instance_for
-        from backfill_assets.defs.verdicts_shown import gate_evaluation, report
+        from backfill_assets.defs.verdicts_shown import gate_evaluation
         from backfill_assets.graph import asset_key
-        from backfill_assets.tags import cli_run_tags
 
-        with output.dagster_output(home_of(args)):
-            report(instance_for(home_of(args)), [gate_evaluation(asset_key(asset), gate, key)
-                                                 for asset, parts in result.changed.items()
-                                                 for key, gates in parts.items() for gate in gates],
-                   cli_run_tags(state.plan_id, actor()))
+        _show_in_ui(home_of(args), state.plan_id, [gate_evaluation(asset_key(asset), gate, key)
+                                                   for asset, parts in result.changed.items()
+                                                   for key, gates in parts.items() for gate in gates])
     if getattr(args, "json", False):
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
@@ -108,6 +104,24 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
         print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan {state.plan_id} is "
               f"{result.state.phase}")
     return 0 if result.passed else 1
+
+
+def _show_in_ui(home: Home, plan_id: str, evaluations: list[Any]) -> None:
+    """Verdicts this command recorded, shown in the Dagster UI by a run of their own; a Dagster
+    instance that cannot take them (a read-only DAGSTER_HOME, a full disk) is one line: the
+    verdicts are committed, and the command says so rather than that nothing was."""
+    from backfill_assets.dagster_setup import instance_for
+    from backfill_assets.defs.verdicts_shown import report
+    from backfill_assets.tags import cli_run_tags
+
+    try:
+        with output.dagster_output(home):
+            report(instance_for(home), evaluations, cli_run_tags(plan_id, actor()))
+    except Exception as exc:  # noqa: BLE001 - the UI is a view of the ledger, which holds the verdicts
+        reason = str(getattr(exc, "message", None) or exc).strip().splitlines()
+        output.say(f"backfill: note: the verdicts are recorded, but the Dagster UI was not shown them "
+                   f"({type(exc).__name__}: {reason[0] if reason else 'no detail'}); `backfill status {plan_id}` "
+                   "shows them")
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -164,13 +178,10 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
     if blocked is not None:
         assert found is not None
         if found.any_changed:  # recorded as failed `unchanged_since_checked`: the UI shows it as the run would
-            from backfill_assets.defs.verdicts_shown import changed_evaluations, report
-            from backfill_assets.tags import cli_run_tags
+            from backfill_assets.defs.verdicts_shown import changed_evaluations
 
-            with output.dagster_output(home):
-                report(instance_for(home), changed_evaluations(
-                    {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}}),
-                    cli_run_tags(state.plan_id, actor()))
+            _show_in_ui(home, state.plan_id, changed_evaluations(
+                {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}}))
         raise blocked
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
