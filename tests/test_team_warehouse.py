@@ -3,6 +3,7 @@ rows no gate passed. Found by an attack on issue 24's team path (each test faile
 
 import shutil
 from dataclasses import replace
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -132,6 +133,21 @@ def test_an_insider_launders_a_plan_free_rewrite_of_history_through_a_run_on_a_c
 CONSUMED: dict[str, pd.DataFrame] = {}
 
 
+def _a_failed_write_below(team, spec, reader: dg.AssetsDefinition) -> tuple[Any, dg.Definitions, str]:
+    """The table of `spec` and a team's pandas asset `reader` through DuckDBPandasIOManager; day 2's
+    orders gain an event with no region, so its write lands in the target and its gates fail."""
+    table = make_replayable_table(spec, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, reader],
+                          resources={"warehouse": WarehouseResource(home=str(team.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(team.warehouse_path))})
+    day = keys(2, 2)[0]
+    team.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, amount, "
+                 "status FROM orders WHERE order_date = ? LIMIT 1", [day])
+    written = run(defs, team.instance, ["daily_revenue"], day, day)
+    assert not written.success and team.rows("daily_revenue", day) > 0  # written, gates failed
+    return table, defs, day
+
+
 def test_a_prefixed_publish_as_makes_the_io_manager_read_the_ungated_target(team):
     """The factory gives the published asset `partition_expr` and `schema: main` so that
     "downstream pandas assets read the published table through DuckDBPandasIOManager". With a
@@ -145,16 +161,7 @@ def test_a_prefixed_publish_as_makes_the_io_manager_read_the_ungated_target(team
     def consumer(context: dg.AssetExecutionContext, published: pd.DataFrame) -> None:
         CONSUMED[context.partition_key] = published
 
-    table = make_replayable_table(spec, PARTITIONS)
-    defs = dg.Definitions(assets=[ORDERS, *table.assets, consumer],
-                          resources={"warehouse": WarehouseResource(home=str(team.home)),
-                                     "io_manager": DuckDBPandasIOManager(database=str(team.warehouse_path))})
-    day = keys(2, 2)[0]
-    # day 2's orders gain an event with no region: the write lands in the target and its gates fail
-    team.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, amount, "
-                 "status FROM orders WHERE order_date = ? LIMIT 1", [day])
-    written = run(defs, team.instance, ["daily_revenue"], day, day)
-    assert not written.success and team.rows("daily_revenue", day) > 0  # written, gates failed
+    table, defs, day = _a_failed_write_below(team, spec, consumer)
     job = defs.resolve_implicit_global_asset_job_def()
     refused = job.execute_in_process(instance=team.instance, asset_selection=[table.publish.key],
                                      tags={"dagster/partition": day}, raise_on_error=False)
@@ -176,15 +183,7 @@ def test_a_teams_pandas_asset_below_the_target_never_loads_rows_whose_gates_fail
     def extract(context: dg.AssetExecutionContext, daily_revenue: pd.DataFrame) -> None:
         CONSUMED[f"target {context.partition_key}"] = daily_revenue
 
-    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
-    defs = dg.Definitions(assets=[ORDERS, *table.assets, extract],
-                          resources={"warehouse": WarehouseResource(home=str(team.home)),
-                                     "io_manager": DuckDBPandasIOManager(database=str(team.warehouse_path))})
-    day = keys(2, 2)[0]
-    team.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, NULL, order_ts, order_date, amount, "
-                 "status FROM orders WHERE order_date = ? LIMIT 1", [day])
-    written = run(defs, team.instance, ["daily_revenue"], day, day)
-    assert not written.success and team.rows("daily_revenue", day) > 0  # written, gates failed
+    _, defs, day = _a_failed_write_below(team, DAILY_REVENUE, extract)
     loaded = run(defs, team.instance, ["extract"], day, day)
     seen = len(CONSUMED.get(f"target {day}", []))
     assert not loaded.success and seen == 0, f"the team's asset loaded {seen} row(s) whose gates failed"
