@@ -29,7 +29,7 @@ from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
-from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, WRITABLE, Hold
+from backfill_assets.plan.phases import WRITABLE, Hold, Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
@@ -188,6 +188,10 @@ def code_identity(plan: PlanState, spec: TableSpec, graph: TableGraph | None) ->
     return graph.code_identity(assets) if graph is not None else f"unknown/{plan.target}"
 
 
+# a plan whose last writes consumers were given and that writes no more (repairing may re-run)
+PUBLISHED_FOR_GOOD = frozenset({Phase.PUBLISHED, Phase.CLOSED})
+
+
 def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], graph: TableGraph | None,
                       plan: PlanState | None, *, holding: bool = False) -> PartitionRefused | None:
     """A table computed from a replayable table reads only data its gates passed: every partition
@@ -215,10 +219,12 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     changed = _changed_since_passed(session, graph, parent, latest, upstream_exists)
     # another plan's write consumers have not seen is no input of a table they will see: a month
     # loaded plan-free read a cancelled (or not yet published) plan's days and was published beside
-    # days that never showed them (found by an attack)
+    # days that never showed them (found by an attack); a plan under repair may have written since
+    # its publish (a re-run day's bytes were read so: found by an attack), so only a plan that
+    # published and can write no more counts as seen
     others = {e.plan_id for u, e in latest.items() if e is not None and e.plan_id is not None and u not in ours}
     unpublished = {p: found for p in sorted(others)
-                   if (found := record.get(session, p)) is not None and found.phase not in SEEN_BY_CONSUMERS}
+                   if (found := record.get(session, p)) is not None and found.phase not in PUBLISHED_FOR_GOOD}
     for key, upstream in reads.items():
         legacy = [u for u in upstream if (e := latest.get(u)) is not None and e.passed and e.fingerprint.legacy]
         if legacy:

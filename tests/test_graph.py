@@ -360,3 +360,30 @@ def test_a_graph_publish_refused_for_a_changed_month_shows_the_months_check_fail
     latest = world.instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [check], partition_filter=PartitionKeyFilter(key=MONTH))
     assert latest[check].status.value == "FAILED", latest
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+def test_a_month_never_reads_a_day_a_plan_under_repair_wrote_again(world, monkeypatch, cancelled):
+    """A plan over 2026-01-05..08 was published; a late order for 2026-01-06 fails its reconcile and
+    the plan goes to repairing; the day is re-run from the UI under the plan's tag (its new bytes
+    published nowhere; the plan still repairing, or then cancelled). A month loaded without a plan
+    read the re-run day and was published beside days that never showed it, because repairing
+    counted as seen by consumers (found by an attack): only a plan published for good does."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success  # the daily table alone
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
+                  "DATE '2026-01-06', 1000.00, 'completed')")
+    assert world.cli("reconcile", "fix") == 1 and world.phase() == "repairing"
+    assert world.plan_run("fix", ["2026-01-06"]).success and world.phase() == "repairing"
+    if cancelled:
+        assert world.cli("cancel", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
+    month = run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                {"dagster/backfill": "ui-bf"})
+    assert not month.success and "plan fix's, which consumers have not seen (repairing" in failure_text(month)
+    assert _published_by_region(world, "published_monthly_revenue", "month") == {}
