@@ -19,7 +19,7 @@ from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.errors import ApprovalError, PlanInvalidError
+from backfill_assets.errors import ApprovalError, PlanInvalidError, PlanReadError
 from backfill_assets.plan.approvals import entry_of, file_candidates, mirror_into_file
 from backfill_assets.plan.fit import fit
 from backfill_assets.plan.identity import plan_sha256
@@ -46,7 +46,8 @@ class Approved:
     described: str  # the tally: owner, approvers counted, what is missing
     plan_of_record: bool  # this version is now the plan of record
     added_to_file: int
-    unmirrored: str | None = None  # why the plan file could not take the recorded signatures, if it could not
+    # why the plan file could not take the recorded signatures, and what makes it able to, if it could not
+    unmirrored: tuple[str, str] | None = None
 
 
 def _check_fit(plan: Plan, path: Path, table: LoadedTable) -> dict[str, list[str]]:
@@ -206,7 +207,10 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
                                             for a in record.approvals(session, sha)])
         except OSError as exc:
-            added, unmirrored = 0, exc.strerror or type(exc).__name__
+            added, unmirrored = 0, (exc.strerror or type(exc).__name__,
+                                    f"make {path.parent} writable (or free space)")
+        except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
+            added, unmirrored = 0, (exc.message, exc.fix or "lay the file out as the template does")
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
     return Approved(plan.plan_id, sha, name, recorded_now, counted.describe() + late,

@@ -636,3 +636,23 @@ def test_one_key_listed_under_two_names_counts_once(world, run_cli, tmp_path):
 
 
 # --- a superseded version ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["no granted key", "flow mapping"])
+def test_an_approval_recorded_but_not_laid_into_a_hand_edited_file_says_it_was_recorded(world, capsys, layout):
+    """A plan file edited by hand (no `granted:`, or the approvals as a flow mapping) takes no
+    signature where the mirror puts it; the approval committed first, and the command said only
+    what the layout lacked, as if nothing had been recorded (found by an attack). It says the
+    approval is recorded, what the file lacks, and that the same command syncs it."""
+    path = world.plan("fix")
+    text = path.read_text()
+    edited = text.replace("granted: []\n", "") if layout == "no granted key" else \
+        text.replace("approvals:\n  required: 2\n  granted: []\n", "approvals: {required: 2, granted: []}\n")
+    assert edited != text, text
+    path.write_text(edited)
+    capsys.readouterr()
+    assert world.cli("plan", "approve", str(path), "--by", "olivia", "--key", str(world.keys["olivia"])) == 1
+    said = capsys.readouterr().err
+    assert world.sql("SELECT count(*) FROM backfill_control.approvals WHERE plan_id = 'fix'") == [(1,)]
+    assert "olivia's approval is recorded in the warehouse" in said and "plan approve` again" in said, said
+    assert said.count("\n") == 1, said

@@ -474,3 +474,17 @@ def test_evidence_out_writes_over_an_evidence_file_it_wrote_before(world, cli, t
     assert out.read_text() != first and yaml.safe_load(out.read_text())["chain"]["head_seq"] > \
         yaml.safe_load(first)["chain"]["head_seq"]
     assert not [p for p in out.parent.iterdir() if p != out]  # no temporary file left beside it
+
+
+def test_evidence_out_never_writes_over_a_link(world, cli, tmp_path):
+    """`--out reports`, a link to the team's reports folder (tab-completed without a file name): the
+    check for an evidence file followed the link to the folder and skipped, and the rename replaced
+    the link itself with the file (found by an attack). A link is one line and stays as it was."""
+    world.approve(world.plan("fix"))
+    shared = tmp_path / "team-reports"
+    shared.mkdir()
+    link = tmp_path / "reports"
+    link.symlink_to(shared, target_is_directory=True)
+    result = cli("evidence", "fix", "--out", str(link))
+    assert result.code != 0 and result.err.count("\n") == 1 and "symbolic link" in result.err, result.err
+    assert link.is_symlink() and os.readlink(link) == str(shared) and not any(shared.iterdir())

@@ -673,3 +673,52 @@ def test_a_keyless_guard_beside_the_record_never_allows_a_superseded_version(wor
     assert "ALLOWED" not in guarded, guarded
     assert world.cli("guard", str(v2), "--allowed-signers", signers) == 0  # the plan of record still is
     assert "ALLOWED" in capsys.readouterr().out
+
+
+def _plant_adoption_of(world, content: str) -> None:
+    """An insider's SQL (no evidence key): a plan_versions row whose content hashes to its sha256 but
+    is no plan, and a chain row making it plan fix's plan of record; neither verifies."""
+    import hashlib
+    import json
+
+    sha = hashlib.sha256(content.encode("ascii")).hexdigest()
+    world.run_sql("INSERT INTO backfill_control.plan_versions VALUES (?, 'fix', ?, '[]', NULL, "
+                  "'2026-12-07T00:00:00Z', NULL)", [sha, content])
+    seq = world.sql("SELECT max(seq) FROM backfill_control.evidence")[0][0] + 1
+    world.run_sql("INSERT INTO backfill_control.evidence VALUES (?, '2026-12-07T00:00:00Z', 'fix', 'plan_of_record', "
+                  "'mallory', ?, 'x', 'y')", [seq, json.dumps({"sha256": sha})])
+
+
+@pytest.mark.parametrize("content", ["not json", "[]"])
+@pytest.mark.parametrize("command", ["guard", "show"])
+def test_a_keyless_guard_refuses_in_one_line_on_rows_no_plan_wrote(world, capsys, monkeypatch, content, command):
+    """An insider plants a version whose content is no plan and a chain row adopting it; a CI job
+    without the evidence key runs the guard or `plan show` beside the record: both stopped with an
+    internal error (found by an attack). Rows read unverified can only make them refuse."""
+    world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    v2 = _fix_version(world, "v2", "2026-01-03", "v2: three days")
+    _plant_adoption_of(world, content)
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    capsys.readouterr()
+    args = ["guard", str(v2)] if command == "guard" else ["plan", "show", str(v2)]
+    code = world.cli(*args, "--allowed-signers", str(world.root / "approvers" / "allowed_signers"))
+    said = capsys.readouterr()
+    assert code in (0, 1) and "internal error" not in said.err and "ALLOWED" not in said.out, (code, said)
+    assert "(approved)" not in said.out
+
+
+def test_a_keyless_guard_is_not_brought_to_allow_a_superseded_version_by_rows_cut_off_the_chain(world, capsys,
+                                                                                                monkeypatch):
+    """v2 replaced v1; a pull request reverts the file to v1 with its old signatures; an insider
+    deletes the chain rows recorded since v1 was adopted (only the head log beside the key shows a
+    cut end). The guard without the key read v1 as the first plan of record and answered ALLOWED,
+    while the plan's row still names v2 and every run refuses v1 (found by an attack)."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    cut = world.sql("SELECT max(seq) FROM backfill_control.evidence")[0][0]
+    world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    world.run_sql("DELETE FROM backfill_control.evidence WHERE seq > ?", [cut])
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    capsys.readouterr()
+    assert world.cli("guard", str(v1), "--allowed-signers", str(world.root / "approvers" / "allowed_signers")) != 0
+    guarded = capsys.readouterr().out
+    assert "ALLOWED" not in guarded and "shows no adoption of it" in guarded, guarded

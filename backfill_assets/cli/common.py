@@ -184,25 +184,48 @@ def replaced_mark(home: Home, plan: Plan, root: TrustRoot) -> Replacing | None:
     warehouse), the rows are unverified: they decide nothing, every run counts again; counting
     by them keeps the guard from allowing a superseded version every run refuses (found by an
     attack), and a forged row can only have it refuse."""
-    from backfill_assets.approving import takeover_refusal
-    from backfill_assets.control import authority
+    from backfill_assets.control import evidence_log
 
     store = open_warehouse(home)
     if not store.exists() or committed_home(home) is not None:
         return None
-    sha = plan_sha256(plan)
     with store.session(read_only=True) as session:
         if not has_control_schema(session):
             return None
-        since = record.replaced(session, plan.plan_id, sha)
-        if since is None:
-            return None
-        state = record.get(session, plan.plan_id)
-        # the plan of record itself is never refused as a takeover (ended, it was refused, and one
-        # closed replacement failed every later pull request's guard: found by a review)
-        refused = None if state is not None and state.approved_sha256 == sha else takeover_refusal(session, plan, sha)
-        return Replacing(since.mark, authority.replaced_floor(session, root, since),
-                         None if refused is None else f"{refused.message}: {refused.fix}")
+        if evidence_log.can_verify(session):
+            return _replacing(session, plan, root)
+        try:
+            return _replacing(session, plan, root, keyless=True)
+        except (ValueError, TypeError, KeyError) as exc:
+            # rows an insider planted (a version whose content is no plan) stopped the guard with an
+            # internal error (found by an attack): read unverified, they can only make it refuse
+            return Replacing("unreadable", root.policy.requirement(plan.assets, plan.approvals.required),
+                             f"the control record, read without the evidence key, holds rows that are no plan's "
+                             f"({type(exc).__name__}): only a reader with the key can tell what this version needs")
+
+
+def _replacing(session: Session, plan: Plan, root: TrustRoot, *, keyless: bool = False) -> Replacing | None:
+    from backfill_assets.approving import takeover_refusal
+    from backfill_assets.control import authority
+
+    sha = plan_sha256(plan)
+    since = record.replaced(session, plan.plan_id, sha)
+    state = record.get(session, plan.plan_id)
+    if since is None:
+        if keyless and state is not None and state.approved_sha256 not in (None, sha):
+            # the plan's row names another plan of record, its chain no adoption this version would
+            # replace: rows cut off the chain's end (which only the head log beside the key shows)
+            # brought the guard to allow a superseded version every run refuses (found by an attack)
+            return Replacing("unreadable", root.policy.requirement(plan.assets, plan.approvals.required),
+                             f"the control record, read without the evidence key, names "
+                             f"{state.approved_sha256[:12]} as plan {plan.plan_id}'s plan of record but its chain "
+                             "shows no adoption of it: only a reader with the key can tell what this version needs")
+        return None
+    # the plan of record itself is never refused as a takeover (ended, it was refused, and one
+    # closed replacement failed every later pull request's guard: found by a review)
+    refused = None if state is not None and state.approved_sha256 == sha else takeover_refusal(session, plan, sha)
+    return Replacing(since.mark, authority.replaced_floor(session, root, since),
+                     None if refused is None else f"{refused.message}: {refused.fix}")
 
 
 def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse: str | None) -> RootView:

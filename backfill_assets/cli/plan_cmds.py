@@ -283,10 +283,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if done.plan_of_record and done.recorded_now:  # the signature that made it approved: its phase changed
         record_plan_state(args, done.plan_id, table.graph)
     if done.unmirrored:
+        why, fix = done.unmirrored
         raise ApprovalError(f"{done.principal}'s approval is recorded in the warehouse, but {path} was not updated "
-                            f"({done.unmirrored}): the plan file the guard reads lacks it",
-                            fix=f"make {path.parent} writable (or free space), then run the same `backfill plan "
-                                "approve` again: it copies every recorded signature into the file")
+                            f"({why}): the plan file the guard reads lacks it",
+                            fix=f"{fix}, then run the same `backfill plan approve` again: it copies every recorded "
+                                "signature into the file")
     return 0
 
 

@@ -430,6 +430,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     text = evidence.to_yaml(document)
     if args.out:
         out = Path(args.out)
+        if out.is_symlink():  # the rename would replace the link itself (one to a folder: found by an attack)
+            raise UsageError(f"--out {out} is a symbolic link: it is left as it is",
+                             fix=f"pass the path it names ({os.path.realpath(out)}), or a new file's path")
         if not out.is_dir():  # a folder is refused below, by the write itself
             # opening a FIFO for writing waits for a reader
             refuse_non_regular(out, "--out", "pass --out a regular file's path")

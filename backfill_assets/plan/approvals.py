@@ -122,10 +122,9 @@ def file_tally(plan: Plan, root: TrustRoot, code: str | None, now: dt.datetime |
                     expect=expect if replaces is None else {**expect, "replaces": replaces},
                     requirement=root.policy.requirement(plan.assets, plan.approvals.required).at_least(at_least),
                     owner=plan.owner, now=now)
-    if refused is not None:
-        named = [*counted.counted, *([counted.owner_signature] if counted.owner_signature else [])]
+    if refused is not None:  # the decisive reason, each signature's (a kind's mismatch hid it)
         return dataclasses.replace(counted, counted=[], owner_signature=None,
-                                   void=void + counted.void + [Void(c.principal, refused) for c in named])
+                                   void=void + [Void(c.principal, refused) for c in candidates])
     return dataclasses.replace(counted, void=void + counted.void)
 
 
