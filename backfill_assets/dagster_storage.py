@@ -603,3 +603,23 @@ def log_check_evaluations(context: Any, evaluations: Sequence[Any]) -> None:
     finally:
         if unset:
             os.environ.pop(BATCH_SIZE_ENV, None)
+
+
+def shown_checks(instance: Any, asset_key: Any, check_names: Sequence[str],
+                 partitions: Sequence[str]) -> dict[tuple[str, str], bool | None]:
+    """What the UI's partition bar shows of each (partition, check): True for passed, False for
+    failed, None for nothing (never evaluated, planned, or its latest evaluation aimed at an older
+    materialization, which Dagster's partition status does not count), read as the UI reads it
+    (`get_asset_check_partition_info`, one query a check)."""
+    from dagster import AssetCheckKey
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus as Status
+
+    keys = [AssetCheckKey(asset_key, name) for name in check_names]
+    shown: dict[tuple[str, str], bool | None] = {}
+    for info in instance.event_log_storage.get_asset_check_partition_info(keys, partition_keys=list(partitions)):
+        if info.partition_key is None or not info.is_current:
+            continue
+        status = info.latest_execution_status
+        shown[(info.partition_key, info.check_key.name)] = \
+            True if status == Status.SUCCEEDED else False if status == Status.FAILED else None
+    return shown

@@ -486,3 +486,26 @@ def test_every_event_a_replay_stores_is_the_text_dagsters_serializer_writes(worl
                 {"key": [dg.AssetKey(["a", "b"]), dg.MetadataValue.json({"n": [1, 2]})]},
                 dg.TableColumn("a", "int"), dg.TableColumn("b", "text", tags={"pii": ""})):  # tags skipped when empty
         assert serialized(odd) == serialize_value(odd)
+
+
+def test_shown_checks_reads_each_partitions_check_as_the_ui_shows_it(world):
+    """`shown_checks` (Dagster's `get_asset_check_partition_info`, an internal the UI's partition
+    bar reads): a range run's failed gate is False on its partitions, a passed one True, a partition
+    never run None."""
+    import dataclasses
+
+    from backfill_assets.dagster_storage import shown_checks
+    from backfill_assets.demo.revenue import BUGGY_SELECT
+    from backfill_assets.gates.results import METRICS_MATCH_SOURCE, ROW_COUNT_MATCHES_SOURCE
+    from tests.world import FIXED
+
+    unfixed = dataclasses.replace(FIXED, select_sql=BUGGY_SELECT)
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    world.approve_for(path, unfixed)
+    assert not world.plan_run("fix", keys(3, 4), spec=unfixed).success
+    shown = shown_checks(world.instance, dg.AssetKey("daily_revenue"),
+                         [METRICS_MATCH_SOURCE, ROW_COUNT_MATCHES_SOURCE], keys(1, 4))
+    assert {k: shown.get((k, METRICS_MATCH_SOURCE)) for k in keys(1, 4)} == \
+        {"2026-01-01": None, "2026-01-02": True, "2026-01-03": False, "2026-01-04": False}
+    assert shown.get(("2026-01-03", ROW_COUNT_MATCHES_SOURCE)) is True

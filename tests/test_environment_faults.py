@@ -339,3 +339,22 @@ def test_a_reconcile_whose_verdicts_the_ui_cannot_take_says_they_are_recorded(wo
     assert "committed nothing" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     with world.warehouse().session() as session:
         assert not ledger.latest(session, "daily_revenue", ["2026-01-03"], figures=False)["2026-01-03"].passed
+
+
+@pytest.mark.own_dagster_home
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("first", ["reconcile", "publish"])
+def test_verdicts_the_ui_could_not_take_are_shown_by_the_next_reconcile(world, first):
+    """A reconcile (or a publish refused before its run) whose verdicts the Dagster instance could
+    not take: the next reconcile, the home writable again, compared them with the ledger, which held
+    them already, and showed nothing, so the UI kept the check passed for good (found by an attack).
+    A reconcile shows every verdict the UI does not show as the gates gave it."""
+    from tests.test_publish_and_sensor import reconciled_plan
+    from tests.test_ui_check_state import _unchanged_statuses
+
+    reconciled_plan(world)
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = '2026-01-03'")
+    done = _backfill(world, first, "fix", read_only=world.home / "dagster")
+    assert done.returncode == 1 and "`backfill reconcile fix` shows them there" in done.stderr, done.stderr
+    assert world.cli("reconcile", "fix") == 1
+    assert _unchanged_statuses(world) == {**dict.fromkeys(day_keys(1, 4), "SUCCEEDED"), "2026-01-03": "FAILED"}

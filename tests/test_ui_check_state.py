@@ -132,3 +132,29 @@ def test_a_cli_reconcile_shows_the_gates_last_word_on_each_partition(world):
     world.run_sql(edit.format("-"))
     assert world.cli("reconcile", "fix") == 0
     assert _unchanged_statuses(world) == dict.fromkeys(keys(1, 4), "SUCCEEDED")
+
+
+def _check_statuses(world) -> dict[str, dict[str, str]]:
+    """check -> partition -> status, as the asset's Checks tab and partition bars show them."""
+    with _ui(world, FIXED) as process:
+        node = execute_dagster_graphql(process.create_request_context(), CHECKS,
+                                       {"asset": ASSET}).data["assetNodeOrError"]
+    return {c["name"]: _statuses(c) for c in node["assetChecksOrError"]["checks"]}
+
+
+def test_reconciling_an_older_plan_never_fails_the_check_of_a_newer_plans_write(world):
+    """Plan fix was published and closed; late orders for 2026-01-03; plan fix2 rewrote 01-03..04
+    and every gate passed. Re-checking fix, `backfill reconcile fix` fails fix's own write of 01-03
+    (no longer what the table holds): that verdict, shown on the partition's latest materialization
+    (fix2's), failed the check of a write whose gates passed (found by an attack). Only the verdicts
+    of writes the table still holds are shown."""
+    reconciled_plan(world)
+    assert world.cli("publish", "fix") == 0 and world.cli("plan", "close", "fix") == 0
+    world.run_sql("INSERT INTO orders SELECT order_id + 5000000, customer_id, region, order_ts, order_date, "
+                  "amount + 500, status FROM orders WHERE order_date = ? AND status <> 'refunded' "
+                  "ORDER BY order_id LIMIT 3", ["2026-01-03"])
+    world.approved_plan("fix2", start="2026-01-03", end="2026-01-04", proof=("2026-01-03",))
+    assert world.cli("run", "fix2", "--proof") == 0 and world.cli("run", "fix2") == 0
+    assert world.cli("reconcile", "fix") == 1  # fix's write of 01-03 is no longer what the table holds
+    shown = _check_statuses(world)
+    assert {name: by_key.get("2026-01-03") for name, by_key in shown.items()} == dict.fromkeys(shown, "SUCCEEDED")

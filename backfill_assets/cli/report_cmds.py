@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,14 +88,17 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = loaded.table(state.target)
-        result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph)
-    if result.changed:  # the UI shows the gates' last word, as a run's would be shown
-        from backfill_assets.defs.verdicts_shown import gate_evaluation
-        from backfill_assets.graph import asset_key
+        result = reconcile(session, table.spec, table.scheme(), state, actor(), graph=table.graph,
+                           every_current=not brief)
+    # the UI shows the gates' last word, as a run's would be shown: right after the plan's runs, the
+    # verdicts that changed; alone, every verdict the UI does not show as the gates gave it (one
+    # the UI was not shown before, when its instance could not take it, is shown now: found by an
+    # attack)
+    from backfill_assets.defs.verdicts_shown import out_of_date
 
-        _show_in_ui(home_of(args), state.plan_id, [gate_evaluation(asset_key(asset), gate, key)
-                                                   for asset, parts in result.changed.items()
-                                                   for key, gates in parts.items() for gate in gates])
+    if result.changed if brief else result.current:
+        _show_in_ui(home_of(args), state.plan_id,
+                    lambda instance: out_of_date(instance, result.changed if brief else result.current))
     if getattr(args, "json", False):
         print(json.dumps({"plan_id": state.plan_id, "phase": result.state.phase.value,
                           "passed": result.passed, "partitions": result.rows()}, indent=2, default=str))
@@ -106,22 +110,24 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
     return 0 if result.passed else 1
 
 
-def _show_in_ui(home: Home, plan_id: str, evaluations: list[Any]) -> None:
-    """Verdicts this command recorded, shown in the Dagster UI by a run of their own; a Dagster
-    instance that cannot take them (a read-only DAGSTER_HOME, a full disk) is one line: the
-    verdicts are committed, and the command says so rather than that nothing was."""
+def _show_in_ui(home: Home, plan_id: str, pick: Callable[[Any], list[Any]]) -> None:
+    """Verdicts this command recorded (`pick`: those to show, given the instance), shown in the
+    Dagster UI by a run of their own; a Dagster instance that cannot take them (a read-only
+    DAGSTER_HOME, a full disk) is one line: the verdicts are committed, and the command says so
+    rather than that nothing was, and how to show them later."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.verdicts_shown import report
     from backfill_assets.tags import cli_run_tags
 
     try:
         with output.dagster_output(home):
-            report(instance_for(home), evaluations, cli_run_tags(plan_id, actor()))
+            instance = instance_for(home)
+            report(instance, pick(instance), cli_run_tags(plan_id, actor()))
     except Exception as exc:  # noqa: BLE001 - the UI is a view of the ledger, which holds the verdicts
         reason = str(getattr(exc, "message", None) or exc).strip().splitlines()
         output.say(f"backfill: note: the verdicts are recorded, but the Dagster UI was not shown them "
-                   f"({type(exc).__name__}: {reason[0] if reason else 'no detail'}); `backfill status {plan_id}` "
-                   "shows them")
+                   f"({type(exc).__name__}: {reason[0] if reason else 'no detail'}); `backfill reconcile {plan_id}` "
+                   "shows them there once it can (`backfill status` shows them now)")
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -180,8 +186,9 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
         if found.any_changed:  # recorded as failed `unchanged_since_checked`: the UI shows it as the run would
             from backfill_assets.defs.verdicts_shown import changed_evaluations
 
-            _show_in_ui(home, state.plan_id, changed_evaluations(
-                {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}}))
+            evaluations = changed_evaluations(
+                {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}})
+            _show_in_ui(home, state.plan_id, lambda _instance: evaluations)
         raise blocked
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg

@@ -56,6 +56,23 @@ def changed_evaluations(changed_by_asset: Mapping[str, Changed]) -> list[dg.Asse
         for asset, changed in changed_by_asset.items() for key, (now, written, _) in changed.items()]
 
 
+def out_of_date(instance: dg.DagsterInstance,
+                verdicts: Mapping[str, Mapping[str, list[GateResult]]]) -> list[dg.AssetCheckEvaluation]:
+    """Of each table's (its target asset's name) partitions and their gates' verdicts, the
+    evaluations of every partition where the UI's check shows another (or none): all its gates."""
+    from backfill_assets.dagster_storage import shown_checks  # Dagster's storages: only when there is one
+
+    out = []
+    for asset, parts in verdicts.items():
+        key = asset_key(asset)
+        names = sorted({g.gate for gates in parts.values() for g in gates})
+        shown = shown_checks(instance, key, names, sorted(parts))
+        for partition, gates in parts.items():
+            if any(shown.get((partition, g.gate)) is not g.passed for g in gates):
+                out += [gate_evaluation(key, g, partition) for g in gates]
+    return out
+
+
 JOB = "backfill_verdicts"
 
 

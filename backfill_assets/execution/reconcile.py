@@ -35,8 +35,11 @@ class Reconciliation:
     results: dict[str, list[GateResult] | None]  # None: partition not written under the plan
     # the other tables of the plan's graph, each the same way: asset -> partition -> results
     graph: dict[str, dict[str, list[GateResult] | None]] = field(default_factory=dict)
-    # asset -> partition -> results, where a gate's verdict is not the one recorded before: what
-    # the UI shows from the runs and publish refusals is no longer the gates' last word there
+    # asset -> partition -> results, of the partitions whose judged write is what the table holds
+    # (the partition's latest write, a later plan's if it wrote since): what the UI's checks show
+    current: dict[str, dict[str, list[GateResult]]] = field(default_factory=dict)
+    # of those, where a gate's verdict is not the one recorded before: what the UI shows from the
+    # runs and publish refusals is no longer the gates' last word there
     changed: dict[str, dict[str, list[GateResult]]] = field(default_factory=dict)
 
     @property
@@ -119,27 +122,35 @@ def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: P
 
 
 def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
-              actor: str, slice_size: int = SLICE_PARTITIONS, graph: TableGraph | None = None) -> Reconciliation:
+              actor: str, slice_size: int = SLICE_PARTITIONS, graph: TableGraph | None = None,
+              every_current: bool = True) -> Reconciliation:
     """The gates of the plan's window again, on the data as it is now; for a plan over a graph, of
-    every table it wrote (`graph`: the loaded definitions)."""
+    every table it wrote (`graph`: the loaded definitions). `every_current` False: `current` holds
+    only the partitions whose verdicts changed (a reconcile right after the plan's own runs, which
+    showed theirs: no statement more when nothing changed)."""
     tables = plan_tables(state, spec, scheme, graph)
     latest = [_latest_signed(session, t, state, list(keys)) for t, _, keys in tables]  # every table's, first
     results = _judged(session, spec, scheme, state, latest[0], actor, slice_size)
     downstream = {t.name: _judged(session, t, s, state, found, actor, slice_size)
                   for (t, s, _), found in zip(tables[1:], latest[1:], strict=True)}
-    changed = {t.name: _changed(found, judged)
-               for (t, _, _), found, judged in zip(tables, latest, [results, *downstream.values()], strict=True)}
+    current: dict[str, dict[str, list[GateResult]]] = {}
+    changed: dict[str, dict[str, list[GateResult]]] = {}
+    for (t, _, _), found, judged in zip(tables, latest, [results, *downstream.values()], strict=True):
+        judged_writes = {k: (e, r) for k, r in judged.items() if r is not None and (e := found.get(k)) is not None}
+        differ = {k for k, (e, r) in judged_writes.items() if _differs(e, r)}
+        wanted = sorted(judged_writes) if every_current else sorted(differ)
+        # a later plan's write of a partition is what its table holds and its checks show: a verdict
+        # on this plan's older write shown there failed the check of a write whose gates passed
+        # (found by an attack)
+        holding = ledger.latest(session, t.name, wanted, figures=False) if wanted else {}
+        current[t.name] = {k: judged_writes[k][1] for k in wanted
+                           if (now := holding.get(k)) is not None and now.write_id == judged_writes[k][0].write_id}
+        changed[t.name] = {k: r for k, r in current[t.name].items() if k in differ}
     return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream,
-                          {asset: parts for asset, parts in changed.items() if parts})
+                          {a: parts for a, parts in current.items() if parts},
+                          {a: parts for a, parts in changed.items() if parts})
 
 
-def _changed(before: dict[str, ledger.LatestWrite | None],
-             after: dict[str, list[GateResult] | None]) -> dict[str, list[GateResult]]:
-    """The partitions whose gates' verdicts now are not the ones their latest write had."""
-    out = {}
-    for key, results in after.items():
-        entry = before.get(key)
-        if results is not None and entry is not None and \
-                {g.gate: g.passed for g in results} != {gate: passed for gate, (passed, _) in entry.gates.items()}:
-            out[key] = results
-    return out
+def _differs(before: ledger.LatestWrite, after: list[GateResult]) -> bool:
+    """Whether the gates' verdicts now are not the ones the write had."""
+    return {g.gate: g.passed for g in after} != {gate: passed for gate, (passed, _) in before.gates.items()}
