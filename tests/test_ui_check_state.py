@@ -158,3 +158,22 @@ def test_reconciling_an_older_plan_never_fails_the_check_of_a_newer_plans_write(
     assert world.cli("reconcile", "fix") == 1  # fix's write of 01-03 is no longer what the table holds
     shown = _check_statuses(world)
     assert {name: by_key.get("2026-01-03") for name, by_key in shown.items()} == dict.fromkeys(shown, "SUCCEEDED")
+
+
+def test_after_a_later_plan_is_rolled_back_a_reconcile_shows_the_restored_writes_verdict(world):
+    """fix wrote 2026-01-01..04, was published and closed; fix2 re-ran 01-03 with a release that
+    fails metrics_match_source there (the UI: FAILED) and was rolled back, so the table holds fix's
+    bytes of 01-03 again. `backfill reconcile fix` passes every gate on them, but the UI kept fix2's
+    failed verdict: the ledger's latest write is still fix2's (a rollback writes none), and only
+    the latest write's verdicts were shown (found by an attack). A write whose bytes the table
+    holds is shown too."""
+    reconciled_plan(world)
+    assert world.cli("publish", "fix") == 0 and world.cli("plan", "close", "fix") == 0
+    path = world.approved_plan("fix2", start="2026-01-03", end="2026-01-04", proof=("2026-01-03",))
+    world.approve_for(path, UNFIXED)
+    assert not world.plan_run("fix2", ["2026-01-03"], spec=UNFIXED).success
+    assert world.cli("rollback", "fix2") == 0
+    assert _check_statuses(world)[METRICS_MATCH_SOURCE].get("2026-01-03") == "FAILED"
+    assert world.cli("reconcile", "fix") == 0
+    shown = _check_statuses(world)
+    assert {name: by_key.get("2026-01-03") for name, by_key in shown.items()} == dict.fromkeys(shown, "SUCCEEDED")

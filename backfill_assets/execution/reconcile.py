@@ -15,7 +15,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PlanRefused
 from backfill_assets.execution.advance import advance, plan_tables
 from backfill_assets.execution.audit import judge
-from backfill_assets.gates.results import GATE_NAMES, GateResult
+from backfill_assets.gates.results import GATE_NAMES, UNCHANGED_SINCE_CHECKED, GateResult
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse import SLICE_PARTITIONS
@@ -141,14 +141,22 @@ def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state:
         wanted = sorted(judged_writes) if every_current else sorted(differ)
         # a later plan's write of a partition is what its table holds and its checks show: a verdict
         # on this plan's older write shown there failed the check of a write whose gates passed
-        # (found by an attack)
+        # (found by an attack); unless the table holds this write's very bytes again (the later plan
+        # rolled back: a rollback restores bytes without a write, and its failed verdict stayed
+        # shown on them, found by an attack)
         holding = ledger.latest(session, t.name, wanted, figures=False) if wanted else {}
         current[t.name] = {k: judged_writes[k][1] for k in wanted
-                           if (now := holding.get(k)) is not None and now.write_id == judged_writes[k][0].write_id}
+                           if ((now := holding.get(k)) is not None and now.write_id == judged_writes[k][0].write_id)
+                           or _holds_its_bytes(judged_writes[k][1])}
         changed[t.name] = {k: r for k, r in current[t.name].items() if k in differ}
     return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream,
                           {a: parts for a, parts in current.items() if parts},
                           {a: parts for a, parts in changed.items() if parts})
+
+
+def _holds_its_bytes(results: list[GateResult]) -> bool:
+    """Whether the gates found the table holding exactly the judged write's bytes."""
+    return any(g.gate == UNCHANGED_SINCE_CHECKED and g.passed for g in results)
 
 
 def _differs(before: ledger.LatestWrite, after: list[GateResult]) -> bool:
