@@ -177,3 +177,33 @@ def test_after_a_later_plan_is_rolled_back_a_reconcile_shows_the_restored_writes
     assert world.cli("reconcile", "fix") == 0
     shown = _check_statuses(world)
     assert {name: by_key.get("2026-01-03") for name, by_key in shown.items()} == dict.fromkeys(shown, "SUCCEEDED")
+
+
+def test_reconciling_an_earlier_plan_never_shows_its_verdicts_on_a_later_plans_identical_write(world, capsys):
+    """fix (a loose, signed tolerance on net_revenue) wrote 2026-01-01..04 with the release
+    UNFIXED, passed, was published and closed; fix2 (exact metrics) re-ran 01-03 with the same
+    release: identical bytes, and its metrics_match_source failed. `backfill reconcile fix` passed
+    under fix's loose threshold and, the table holding fix's bytes, showed fix's verdicts on 01-03:
+    the UI turned green on a write whose own gates failed (found by an attack). The bytes of a
+    later write, identical or not, carry that write's verdicts."""
+    import json
+
+    from tests.plans import complete_plan, edited, write_plan
+
+    loose = edited(complete_plan(plan_id="fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",)),
+                   gates__metrics=[{"name": "net_revenue", "tolerance_pct": 100}, {"name": "orders"}])
+    path = write_plan(world.root / "plans" / "fix.yaml", loose)
+    world.approve_for(path, UNFIXED)
+    defs = str(world.defs_file(UNFIXED))
+    for step in (("run", "fix", "--proof"), ("run", "fix"), ("publish", "fix")):
+        assert world.cli(*step, "--defs", defs) == 0
+    assert world.cli("plan", "close", "fix") == 0
+    before = world.fingerprints("daily_revenue", ["2026-01-03"])
+    world.approve_for(world.plan("fix2", start="2026-01-03", end="2026-01-04", proof=("2026-01-03",)), UNFIXED)
+    assert not world.plan_run("fix2", ["2026-01-03"], spec=UNFIXED).success
+    assert world.fingerprints("daily_revenue", ["2026-01-03"]) == before  # identical bytes
+    assert world.cli("reconcile", "fix", "--defs", defs) == 0
+    capsys.readouterr()
+    world.cli("status", "fix2", "--json")
+    assert json.loads(capsys.readouterr().out)["failed"] == {"2026-01-03": [METRICS_MATCH_SOURCE]}
+    assert _check_statuses(world)[METRICS_MATCH_SOURCE].get("2026-01-03") == "FAILED"

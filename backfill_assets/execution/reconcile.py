@@ -141,13 +141,16 @@ def reconcile(session: Session, spec: TableSpec, scheme: PartitionScheme, state:
         wanted = sorted(judged_writes) if every_current else sorted(differ)
         # a later plan's write of a partition is what its table holds and its checks show: a verdict
         # on this plan's older write shown there failed the check of a write whose gates passed
-        # (found by an attack); unless the table holds this write's very bytes again (the later plan
-        # rolled back: a rollback restores bytes without a write, and its failed verdict stayed
-        # shown on them, found by an attack)
+        # (found by an attack); unless the table holds this write's very bytes again and not the
+        # later write's (the later plan rolled back: a rollback restores bytes without a write, and
+        # its failed verdict stayed shown on them, found by an attack; a later write of identical
+        # bytes is what the table holds too, and its own verdicts stand: found by an attack)
         holding = ledger.latest(session, t.name, wanted, figures=False) if wanted else {}
         current[t.name] = {k: judged_writes[k][1] for k in wanted
-                           if ((now := holding.get(k)) is not None and now.write_id == judged_writes[k][0].write_id)
-                           or _holds_its_bytes(judged_writes[k][1])}
+                           if (now := holding.get(k)) is not None
+                           and (now.write_id == judged_writes[k][0].write_id
+                                or (now.fingerprint != judged_writes[k][0].fingerprint
+                                    and _holds_its_bytes(judged_writes[k][1])))}
         changed[t.name] = {k: r for k, r in current[t.name].items() if k in differ}
     return Reconciliation(advance(session, state, actor, spec, scheme, graph), results, downstream,
                           {a: parts for a, parts in current.items() if parts},
