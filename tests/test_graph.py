@@ -292,6 +292,17 @@ def test_a_day_re_run_after_its_month_passed_holds_publish_until_the_month_is_co
     assert days == month
 
 
+def _january_and_a_plan_over_its_days(world) -> None:
+    """January's days loaded and published by the project without a rollup (the daily table alone);
+    plan fix over 2026-01-05..08, approved for that project, proven and run (reconciled)."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+
+
 def _published_by_region(world, table: str, column: str) -> dict[str, float]:
     """January's published figures by region (the days summed, or the month's row)."""
     if not world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])[0][0]:
@@ -311,12 +322,7 @@ def test_a_month_loaded_without_a_plan_never_reads_a_day_of_a_plan_consumers_hav
     up to the published days (found by an attack). It is refused, naming the plan to publish or roll
     back; once the plan is published, the month loads and adds up to the published days (rolled
     back, the days hold other bytes than their latest write: the month's refusal names a replay)."""
-    with world.warehouse().session() as session:
-        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
-    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success  # the daily table alone
-    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
-        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _january_and_a_plan_over_its_days(world)
     if held:
         assert world.cli("cancel", "fix") == 0
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
@@ -369,12 +375,7 @@ def test_a_month_never_reads_a_day_a_plan_under_repair_wrote_again(world, monkey
     published nowhere; the plan still repairing, or then cancelled). A month loaded without a plan
     read the re-run day and was published beside days that never showed it, because repairing
     counted as seen by consumers (found by an attack): only a plan published for good does."""
-    with world.warehouse().session() as session:
-        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
-    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success  # the daily table alone
-    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
-        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _january_and_a_plan_over_its_days(world)
     assert world.cli("publish", "fix") == 0
     world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
                   "DATE '2026-01-06', 1000.00, 'completed')")
