@@ -39,3 +39,7 @@ def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -
     if plan_id:
         tags[PLAN_TAG] = plan_id
     return tags
+
+
+# the job of the runs that show verdicts the ledger recorded outside a target's run (`defs/verdicts_shown.py`)
+VERDICTS_JOB = "backfill_verdicts"

@@ -375,3 +375,25 @@ def test_pause_while_a_run_holds_the_duckdb_file_gets_in_between_its_runs_and_st
     assert ran.code == 1 and "plan fix is paused: stopped before 2026-01-04" in ran.err, (ran.out, ran.err)
     assert written(world) == set(keys(1, 3))
     assert world.phase("fix") == "running"
+
+
+def test_a_verdicts_run_whose_process_died_is_failed_naming_what_shows_its_verdicts(world):
+    """A `backfill_verdicts` run (verdicts the ledger holds, shown in the UI) left STARTED by a kill
+    -9 is marked failed by the next command, as a backfill run is, but with its own words: it wrote
+    no partition, and `backfill reconcile PLAN` shows what it could not."""
+    import socket
+    import subprocess
+
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from backfill_assets.execution.runner import fail_dead_runs
+    from backfill_assets.tags import HOST_TAG, VERDICTS_JOB
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    run = world.instance.add_run(DagsterRun(job_name=VERDICTS_JOB, status=dg.DagsterRunStatus.STARTED,
+                                            tags={PID_TAG: str(gone.pid), HOST_TAG: socket.gethostname()}))
+    assert run.run_id in fail_dead_runs(world.instance)
+    [failure] = world.instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    message = failure.event_log_entry.message or ""
+    assert "`backfill reconcile PLAN` shows them" in message and "wholly old or new" not in message, message

@@ -18,6 +18,7 @@ import dagster as dg
 
 from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, GateResult
 from backfill_assets.graph import asset_key
+from backfill_assets.tags import VERDICTS_JOB
 from backfill_assets.warehouse.fingerprints import Fingerprint
 
 # a partition changed since its gates ran: {partition: (fingerprint now, fingerprint checked, write id)}
@@ -73,9 +74,6 @@ def out_of_date(instance: dg.DagsterInstance,
     return out
 
 
-JOB = "backfill_verdicts"
-
-
 def report(instance: dg.DagsterInstance, evaluations: Iterable[dg.AssetCheckEvaluation],
            tags: Mapping[str, str]) -> str | None:
     """The evaluations logged by a run of their own, each aimed at its partition's latest
@@ -91,7 +89,8 @@ def report(instance: dg.DagsterInstance, evaluations: Iterable[dg.AssetCheckEval
         for evaluation in aimed:
             context.log_event(evaluation)
 
-    @dg.job(name=JOB, description="Gate verdicts recorded outside a target's run (reconcile, a refused publish)")
+    @dg.job(name=VERDICTS_JOB, description="Gate verdicts recorded outside a target's run (reconcile, a publish "
+                                           "refused before its run)")
     def job() -> None:
         shown()
 

@@ -27,7 +27,7 @@ from backfill_assets.environment import pid_running
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
-from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, cli_run_tags
+from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, VERDICTS_JOB, cli_run_tags
 from backfill_assets.warehouse import Warehouse, kept_open
 from backfill_assets.warehouse.engine import Session
 
@@ -227,7 +227,10 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
         if not pid_running(int(pid)):
+            # a run showing verdicts the ledger holds (`defs/verdicts_shown.py`) wrote no partition
+            what = ("some verdicts may not be shown: `backfill reconcile PLAN` shows them"
+                    if run.job_name == VERDICTS_JOB else "every partition is wholly old or new")
             instance.report_run_failed(run, message=f"the backfill process (pid {pid}) died while the run "
-                                                    "was in progress; every partition is wholly old or new")
+                                                    f"was in progress; {what}")
             dead.append(run.run_id)
     return dead
