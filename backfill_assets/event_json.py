@@ -11,11 +11,11 @@ skipped when empty or None, old fields), and applied without the walk's overhead
 
 Only classes whose serializer is Dagster's plain `NamedTupleSerializer` (no hook of its own) and
 whitelisted enums are planned, and of custom field serializers only the metadata's (a
-materialization's metadata as Dagster's old entries); anything else (a serializer with its own hooks, a set, a mapping
-with non-string keys, a pydantic model, a dataclass) is packed by Dagster's `pack_value`, as it
-would be. `tests/test_dagster_storage.py` compares this text with `serialize_value`'s for every
-kind of event a replay stores, and pins the Dagster functions it replicates: an upgrade that
-changes them fails there.
+materialization's metadata as Dagster's old entries); anything else (a serializer with its own
+hooks, a set, a mapping with non-string keys, a pydantic model, a dataclass) is packed by
+Dagster's `pack_value`, as it would be. `tests/test_dagster_storage.py` compares this text with
+`serialize_value`'s for every kind of event a replay stores, and pins the Dagster functions it
+replicates: an upgrade that changes them fails there.
 """
 
 from __future__ import annotations
