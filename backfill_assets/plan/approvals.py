@@ -198,8 +198,11 @@ def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
     """Write every given approval the file lacks into it, atomically, keeping comments and layout.
 
     Idempotent: an approval already in the file (same principal, hash and signature) is skipped,
-    so re-running after a crash converges. Returns how many were added.
+    so re-running after a crash converges. Returns how many were added. A link is followed: the
+    file it names is rewritten (the rename replaced a link into the reviewed checkout with a file
+    of its own, and the checkout's file, the guard's, never got the signature: found by an attack).
     """
+    path = Path(os.path.realpath(path))
     text = path.read_text(encoding="utf-8")
     present = {(g.get("by"), g.get("plan_sha256"), _one_line(str(g.get("signature", ""))))
                for g in _granted(text, str(path)) if g.get("signature")}
