@@ -86,10 +86,14 @@ def read_bounded(path: str | Path, limit: int, what: str, fix: str,
 
 def replace_file(path: Path, text: str) -> None:
     """`path` holds `text` afterwards, or what it held before: written beside it, flushed to disk,
-    then renamed over it (a kill or a full disk mid-write never leaves half a file)."""
+    then renamed over it (a kill or a full disk mid-write never leaves half a file), with the mode
+    of the file it replaces (a plan file others read came out 0600, mkstemp's: found by an attack)."""
+    kept = _mode_of(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if kept is not None:
+                os.fchmod(handle.fileno(), kept)
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -97,3 +101,12 @@ def replace_file(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_of(path: Path) -> int | None:
+    """The permission bits of the regular file at `path`, or None (none there)."""
+    try:
+        found = os.stat(path).st_mode
+    except OSError:
+        return None
+    return stat.S_IMODE(found) if stat.S_ISREG(found) else None
