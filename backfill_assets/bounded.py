@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -101,6 +102,22 @@ def replace_file(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def create_file(path: Path, text: str) -> None:
+    """`path` made to hold `text`, whole or not at all, never over anything there (a dangling link
+    too): written beside it (with the mode the umask gives a new file), flushed, then linked in
+    place; FileExistsError when something is there."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _mode_of(path: Path) -> int | None:

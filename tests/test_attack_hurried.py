@@ -33,3 +33,28 @@ def test_approving_keeps_the_plan_files_mode(world, run_cli):
     assert done.code == 0, done.err
     assert "signature:" in path.read_text()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("backfill: "), err
+    assert "internal error" not in err, err
+    return err
+
+
+def test_plan_new_on_a_full_disk_leaves_no_half_template_and_names_the_plan_file(tmp_path, run_subprocess):
+    """`plan new` under a file size limit (a full disk) wrote the template's first kilobyte and
+    stopped, blaming the home; the same `plan new` again then refused: the half template "already
+    exists". And a folder that cannot be made (a file in the way) was an internal error."""
+    from tests.conftest import BIN
+
+    path = tmp_path / "plans" / "fix.yaml"
+    limited = [str(BIN / "python"), "-c",
+               "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)); "
+               "from backfill_assets.cli import main; sys.exit(main(sys.argv[1:]))", "plan", "new", str(path)]
+    full = run_subprocess(command=limited)
+    assert full.code == 2 and str(path) in _one_line(full.err), full.err
+    assert not path.exists(), path.read_text()
+    assert run_subprocess("plan", "new", str(path)).code == 0
+    (tmp_path / "afile").write_text("")
+    blocked = run_subprocess("plan", "new", str(tmp_path / "afile" / "fix.yaml"))
+    assert blocked.code == 2 and "afile" in _one_line(blocked.err), blocked.err

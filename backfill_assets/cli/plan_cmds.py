@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backfill_assets.bounded import read_bounded
+from backfill_assets.bounded import create_file, read_bounded
 from backfill_assets.cli.common import (
     actor,
     add_defs,
@@ -135,13 +135,28 @@ def cmd_new(args: argparse.Namespace) -> int:
             text, filled = prefill(text, table, args.start, args.end)
         else:
             print(f"not pre-filled from the definitions: {why} (pass --defs)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    _create(path, text)
     _plan, problems = collect_problems(read_plan_document(path))
     if filled:
         print(f"filled from the definitions: {'; '.join(filled)}")
     print(f"wrote {path}; {len(problems)} key(s) still to fill: run `backfill plan validate {path}`")
     return 0
+
+
+def _create(path: Path, text: str) -> None:
+    """The new plan file, whole or not at all: a full disk left the template's first kilobyte, which
+    the same `plan new` then refused as existing (found by an attack)."""
+    from backfill_assets.environment import reason_of
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        create_file(path, text)
+    except FileExistsError:
+        raise UsageError(f"{path} already exists", fix="choose another file name or delete it") from None
+    except OSError as exc:
+        why = reason_of(str(exc)) or exc.strerror or type(exc).__name__
+        raise UsageError(f"cannot write the plan file {path} ({why})",
+                         fix="pass a path in a folder you can write, on a disk with free space") from None
 
 
 def _table_for(plan_target: str, defs: str | None, *, required: bool) -> tuple[LoadedTable | None, str | None]:
