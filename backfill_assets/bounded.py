@@ -90,7 +90,7 @@ def replace_file(path: Path, text: str) -> None:
     then renamed over it (a kill or a full disk mid-write never leaves half a file), with the mode
     of the file it replaces (a plan file others read came out 0600, mkstemp's: found by an attack)."""
     kept = _mode_of(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             if kept is not None:
@@ -108,7 +108,7 @@ def create_file(path: Path, text: str) -> None:
     """`path` made to hold `text`, whole or not at all, never over anything there (a dangling link
     too): written beside it (with the mode the umask gives a new file), flushed, then linked in
     place; FileExistsError when something is there."""
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp = path.parent / f"{_temporary_prefix(path)}{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -118,6 +118,13 @@ def create_file(path: Path, text: str) -> None:
         os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _temporary_prefix(path: Path) -> str:
+    """The start of the name of a file written beside `path`: never longer than a file name may be
+    (a legal 240-letter name, with the prefix and suffix added, was "File name too long": its
+    approval never reached the plan file; found by an attack)."""
+    return f".{path.name[:48]}."  # 48 characters: at most 192 bytes in UTF-8
 
 
 def _mode_of(path: Path) -> int | None:

@@ -58,3 +58,18 @@ def test_plan_new_on_a_full_disk_leaves_no_half_template_and_names_the_plan_file
     (tmp_path / "afile").write_text("")
     blocked = run_subprocess("plan", "new", str(tmp_path / "afile" / "fix.yaml"))
     assert blocked.code == 2 and "afile" in _one_line(blocked.err), blocked.err
+
+
+def test_a_long_but_legal_file_name_takes_the_approval_and_the_evidence(world, run_cli):
+    """A plan file named with 240 letters (the file system allows 255): the signature was recorded
+    but never reached the file, "File name too long" for the temporary file written beside it, with
+    the fix to make its folder writable, which it was; so was `evidence --out` such a name."""
+    short = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    path = short.with_name("l" * 240 + ".yaml")
+    short.rename(path)
+    done = run_cli("plan", "approve", str(path), "--by", OWNER, "--key", str(world.keys[OWNER]))
+    assert done.code == 0, done.err
+    assert "signature:" in path.read_text()
+    out = world.root / ("e" * 250)
+    rendered = run_cli("evidence", "fix", "--out", str(out))
+    assert rendered.code == 0 and out.read_text().startswith("#"), rendered.err
