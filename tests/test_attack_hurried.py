@@ -73,3 +73,13 @@ def test_a_long_but_legal_file_name_takes_the_approval_and_the_evidence(world, r
     out = world.root / ("e" * 250)
     rendered = run_cli("evidence", "fix", "--out", str(out))
     assert rendered.code == 0 and out.read_text().startswith("#"), rendered.err
+
+
+def test_evidence_out_a_folder_that_is_not_there_yet_is_refused_not_written_as_a_file(world, run_cli):
+    """`evidence fix --out reports/` (a folder meant, not made yet): it wrote a file named `reports`
+    and said "wrote evidence for fix to reports/", exit 0."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    folder = world.root / "reports"
+    done = run_cli("evidence", "fix", "--out", f"{folder}/")
+    assert done.code == 2 and f"{folder}/" in _one_line(done.err), (done.code, done.out, done.err)
+    assert not folder.exists()

@@ -437,6 +437,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     text = evidence.to_yaml(document)
     if args.out:
         out = Path(args.out)
+        if args.out.endswith(("/", os.sep)):  # Path drops the slash: `reports/` was written as a file `reports`
+            raise UsageError(f"--out {args.out} names a folder: --out takes a file",
+                             fix=f"pass a file's path in it, e.g. --out {out}/{args.plan}.yaml")
         if out.is_symlink():  # the rename would replace the link itself (one to a folder: found by an attack)
             raise UsageError(f"--out {out} is a symbolic link: it is left as it is",
                              fix=f"pass the path it names ({os.path.realpath(out)}), or a new file's path")
