@@ -72,6 +72,18 @@ def refuse_non_regular(path: str | Path, what: str, fix: str, error: type[Backfi
         raise error(f"{what} {path} is {kind_of(mode)}, not a regular file", fix=fix)
 
 
+NO_SUCH_HOME_FIX = "spell the path out, or its `~user` as an account of this machine"
+
+
+def expanded(raw: str, what: str, fix: str = NO_SUCH_HOME_FIX) -> Path:
+    """`raw` with a leading `~` or `~user` expanded; a user with no home (`~alcie/.ssh/...`, a
+    mistyped name) is one line, not Python's RuntimeError (found by an attack)."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:
+        raise UsageError(f"{what} {raw}: {raw.split('/', 1)[0]} names no user's home folder", fix=fix) from None
+
+
 def read_bounded(path: str | Path, limit: int, what: str, fix: str,
                  error: type[BackfillError] = UsageError) -> bytes:
     """The file's bytes, or a one-line error (`error`, UsageError by default) when it is not a

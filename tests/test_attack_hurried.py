@@ -83,3 +83,17 @@ def test_evidence_out_a_folder_that_is_not_there_yet_is_refused_not_written_as_a
     done = run_cli("evidence", "fix", "--out", f"{folder}/")
     assert done.code == 2 and f"{folder}/" in _one_line(done.err), (done.code, done.out, done.err)
     assert not folder.exists()
+
+
+def test_a_key_under_a_home_that_is_no_ones_is_one_line(world, run_cli):
+    """`--key ~alcie/.ssh/id_ed25519` (a user's name mistyped): Python cannot expand the `~`, and the
+    command ended in an internal error; so did `--sign NAME=~alcie/...` and `--signature`."""
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    statement = world.root / "rollback.txt"
+    printed = run_cli("rollback", "fix", "--print-statement")
+    statement.write_text(printed.out)
+    for args in (("plan", "approve", str(path), "--by", "carol", "--key", "~nosuchuser_x/.ssh/id_ed25519"),
+                 ("rollback", "fix", "--sign", "alice=~nosuchuser_x/.ssh/id_ed25519"),
+                 ("rollback", "fix", "--statement", str(statement), "--signature", "alice=~nosuchuser_x/sig")):
+        done = run_cli(*args)
+        assert done.code == 2 and "~nosuchuser_x" in _one_line(done.err), (args, done.err)

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backfill_assets.bounded import create_file, read_bounded
+from backfill_assets.bounded import create_file, expanded, read_bounded
 from backfill_assets.cli.common import (
     actor,
     add_defs,
@@ -281,7 +281,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
                                      "quorum's signatures (`backfill approvers pin`)")
     if args.key:
         statement = plan_statement(plan, root, table.code_identity(plan.assets), replaces=replaces).text
-        signature = sshsig.sign(statement.encode("ascii"), Path(args.key).expanduser())
+        signature = sshsig.sign(statement.encode("ascii"), expanded(args.key, "--key"))
     else:
         statement = _statement_text(args, sha)
         try:

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from backfill_assets.bounded import read_bounded
+from backfill_assets.bounded import expanded, read_bounded
 from backfill_assets.errors import UsageError
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.statements import Statement
@@ -35,7 +35,7 @@ def _pair(raw: str, option: str) -> tuple[str, Path]:
     name, sep, path = raw.partition("=")
     if not sep or not name.strip() or not path.strip():
         raise UsageError(f"{option} {raw!r} is not NAME=PATH", fix=_FIX)
-    return name.strip(), Path(path.strip()).expanduser()
+    return name.strip(), expanded(path.strip(), option)
 
 
 def _read(path: Path, what: str, limit: int = 64 * 1024) -> str:
