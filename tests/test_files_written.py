@@ -1,5 +1,6 @@
-"""A hurried user's and an operator's faults (no approver key), found by an attack: each test
-failed first."""
+"""The files a command writes for a hurried user: a plan file that is a link or others read, a
+full disk under `plan new`, a long but legal file name, `--out` naming a folder not made yet, a key
+path under a mistyped `~user`. Each test failed first (found by an attack)."""
 
 from __future__ import annotations
 
