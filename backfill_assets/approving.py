@@ -199,18 +199,24 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 if not was_active:
                     announce_freeze(session, plan, actor)
         faults.checkpoint("approve.after_commit")
-        # still holding the warehouse (and so the target's turn): mirror the record into the file;
-        # the approval committed whatever the file's folder says (a read-only checkout, a full disk):
-        # the caller says so, not that nothing committed (found by an attack)
+        # the record mirrored into the file in the target's turn: on DuckDB the warehouse is still
+        # held; on PostgreSQL the commit let the turn go, and two approvals' read-then-rename of the
+        # file interleaved, one putting back a file without the other's signature (found by an
+        # attack), so it is taken again by a transaction that writes nothing (nothing to roll back
+        # under the file's update). The approval committed whatever the file's folder says (a
+        # read-only checkout, a full disk): the caller says so, not that nothing committed
         unmirrored = None
-        try:
-            added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
-                                            for a in record.approvals(session, sha)])
-        except OSError as exc:
-            added, unmirrored = 0, (exc.strerror or type(exc).__name__,
-                                    f"make {path.parent} writable (or free space)")
-        except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
-            added, unmirrored = 0, (exc.message, exc.fix or "lay the file out as the template does")
+        with session.transaction():
+            for asset in sorted(members):
+                session.lock(approval_lock(asset))
+            try:
+                added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
+                                                for a in record.approvals(session, sha)])
+            except OSError as exc:
+                added, unmirrored = 0, (exc.strerror or type(exc).__name__,
+                                        f"make {path.parent} writable (or free space)")
+            except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
+                added, unmirrored = 0, (exc.message, exc.fix or "lay the file out as the template does")
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
     return Approved(plan.plan_id, sha, name, recorded_now, counted.describe() + late,

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.permission import PLAN_TAG, permit
@@ -139,3 +140,40 @@ def test_a_verdict_that_moves_nothing_never_waits_for_an_open_write(engine_world
         # the sensor's session, with a shorter wait: had it waited, LockWaitTimeout would end the test
         with world.warehouse().session(wait_seconds=2.0) as sensor:
             assert advance(sensor, record.require(sensor, "fix"), "reopen-sensor").phase.value == "running"
+
+
+def test_two_approvals_mirrored_at_once_both_stay_in_the_plan_file(engine_world, monkeypatch):
+    """alice's approval has read the plan file to add her signature when bob's commits and mirrors
+    his: the commit had let the target's turn go, so bob's file was written, then alice's over it,
+    without bob's signature (the record kept it; found by an attack). Her update now holds the turn,
+    which bob waits for."""
+    from backfill_assets import faults
+
+    world = engine_world
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.approve(path, "carol")  # the owner's and carol's: alice's and bob's come at once
+    monkeypatch.setenv(faults.STALL_ENV, "approve.mirror_read@1=60")
+    codes: dict[str, int] = {}
+
+    def approve(who: str) -> None:
+        codes[who] = world.cli("plan", "approve", str(path), "--by", who, "--key", str(world.keys[who]))
+
+    alice = threading.Thread(target=approve, args=("alice",))
+    alice.start()
+    deadline = time.monotonic() + 60
+    while faults.reached("approve.mirror_read") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    bob = threading.Thread(target=approve, args=("bob",))
+    bob.start()
+    # bob either finishes (the turn not taken again) or waits for alice's update to end
+    deadline = time.monotonic() + 60
+    while bob.is_alive() and not world.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND wait_event = 'advisory'")[0][0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    monkeypatch.setenv(faults.RELEASE_ENV, "approve.mirror_read")
+    alice.join(timeout=120)
+    bob.join(timeout=120)
+    assert codes == {"alice": 0, "bob": 0}
+    signed = {g["by"] for g in yaml.safe_load(path.read_text())["approvals"]["granted"]}
+    assert signed == {"olivia", "carol", "alice", "bob"}

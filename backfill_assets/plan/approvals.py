@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backfill_assets import faults
 from backfill_assets.bounded import replace_file
 from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
 from backfill_assets.plan.identity import plan_sha256
@@ -218,5 +219,6 @@ def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
     if len(_granted(updated, str(path))) != len(_granted(text, str(path))) + added:
         raise PlanReadError(f"{path}: could not append the approval without changing the plan's layout",
                             fix="write `granted:` as a block list under approvals, as in the template")
+    faults.checkpoint("approve.mirror_read")
     replace_file(path, updated)
     return added
