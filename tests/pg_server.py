@@ -41,6 +41,7 @@ from backfill_assets.environment import pid_running
 
 PG_OS_USER = "backfill-pg"  # the OS user the server runs as when we are root
 PG_ROLE = "backfill"  # the superuser role, and the default database's name
+APP_ROLE = "backfill_app"  # the role the tests' databases belong to: no superuser, no CREATEROLE
 _USERADD_LOCK = "/tmp/backfill-pg-useradd.lock"
 _TMP_PREFIX = "backfill-pg-"
 _OWNER_FILE = "owner.pid"  # in the temp dir: the pid of the process that started the server
@@ -168,7 +169,8 @@ class PostgresServer:
         `postgresql+psycopg2://` form for SQLAlchemy."""
         self._require_running()
         scheme = f"postgresql+{driver}" if driver else "postgresql"
-        return f"{scheme}://{PG_ROLE}@{self.host}:{self.port}/{dbname}"
+        role = PG_ROLE if dbname == PG_ROLE else APP_ROLE
+        return f"{scheme}://{role}@{self.host}:{self.port}/{dbname}"
 
     def dsn_for(self, dbname: str = PG_ROLE) -> str:
         self._require_running()
@@ -217,6 +219,7 @@ class PostgresServer:
             self._start_on_free_port()
             self._wait_ready()
             self._psql_admin(f'CREATE DATABASE "{PG_ROLE}"')
+            self._psql_admin(f'CREATE ROLE "{APP_ROLE}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
         except BaseException:
             self.stop()
             raise
@@ -254,7 +257,7 @@ class PostgresServer:
         """Create an empty database (a unique name when none is given); returns its URL."""
         name = name or f"test_{os.getpid()}_{next(self._db_counter)}"
         _check_identifier(name)
-        self._psql_admin(f'CREATE DATABASE "{name}"')
+        self._psql_admin(f'CREATE DATABASE "{name}" OWNER "{APP_ROLE}"')
         return self.url_for(name)
 
     def drop_database(self, name: str) -> None:
@@ -356,6 +359,29 @@ class PostgresServer:
             conn.execute(sql)  # type: ignore[arg-type]
 
 
+def as_admin(url: str) -> str:
+    """The same database as the superuser: what only an administrator does in a test (making an
+    insider's role, handing it a table), never the product, which runs as APP_ROLE."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{PG_ROLE}@{rest.partition('@')[2]}"
+
+
+def admin_sql(url: str, *statements: str) -> None:
+    """`statements` run by the superuser on `url`'s database, each on its own."""
+    import psycopg
+
+    with psycopg.connect(as_admin(url), autocommit=True) as con:
+        for statement in statements:
+            con.execute(statement)
+
+
+def give_table(url: str, table: str, role: str) -> None:
+    """`role` made the owner of `table`, which keeps the product's role's rights on it: a team's
+    table the product writes is granted to it by its owner (who may hang code on it, and is the
+    insider of the tests that do this)."""
+    admin_sql(url, f"ALTER TABLE {table} OWNER TO {role}", f"GRANT ALL ON TABLE {table} TO {APP_ROLE}")
+
+
 def _check_identifier(name: str) -> None:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
         raise ValueError(f"not a plain database name: {name!r}")
@@ -391,10 +417,14 @@ def postgres_url(postgres_server: PostgresServer, request) -> Iterator[str]:
 
 
 __all__ = [
+    "APP_ROLE",
     "PG_OS_USER",
     "PG_ROLE",
     "PostgresServer",
     "PostgresServerError",
+    "admin_sql",
+    "as_admin",
+    "give_table",
     "find_pg_bin",
     "postgres_server",
     "postgres_url",

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from backfill_assets.gates.results import GATE_NAMES
+from tests.pg_server import APP_ROLE
 from tests.world import BUGGY, failure_text, keys
 
 
@@ -124,7 +125,7 @@ def test_dagster_instance_on_postgres_holds_the_runs_of_a_plan(postgres_server, 
 
     warehouse_url = postgres_server.create_database("warehouse_on_pg")
     # with a password (trust auth ignores it): dagster.yaml names it, never holds it
-    dagster_url = postgres_server.create_database("dagster_on_pg").replace("://backfill@", "://backfill:s3cr%40t@")
+    dagster_url = postgres_server.create_database("dagster_on_pg").replace(f"://{APP_ROLE}@", f"://{APP_ROLE}:s3cr%40t@")
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", warehouse_url)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))

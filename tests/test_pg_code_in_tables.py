@@ -18,6 +18,7 @@ import uuid
 import psycopg
 import pytest
 
+from tests.pg_server import admin_sql, give_table
 from tests.world import BUGGY, keys
 
 CONTROL = "backfill_control"
@@ -31,8 +32,8 @@ FLIP = ("CREATE FUNCTION public.flip_gate() RETURNS trigger LANGUAGE plpgsql AS 
 def _insider(world):
     """A non-superuser role with CREATE on `public`; its URL."""
     role = f"insider_{uuid.uuid4().hex[:8]}"
-    world.run_sql(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
-    world.run_sql(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+    admin_sql(world.url, f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+    admin_sql(world.url, f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
     _, _, rest = world.url.partition("@")
     url = f"postgresql://{role}@{rest}"
     with psycopg.connect(url, autocommit=True) as con:
@@ -44,9 +45,9 @@ def _hang_on_gate_results(world, function: str, name: str) -> None:
     """The insider owns `backfill_control.gate_results` and the source `orders`: 2026-01-03's orders
     loaded twice (its gates fail now), and `function` hung on each gate result the writer inserts."""
     role, url = _insider(world)
-    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
-    world.run_sql(f"ALTER TABLE {CONTROL}.gate_results OWNER TO {role}")
-    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
+    admin_sql(world.url, f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
+    give_table(world.url, f"{CONTROL}.gate_results", role)
+    give_table(world.url, "orders", role)
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("INSERT INTO orders SELECT * FROM orders WHERE order_date = '2026-01-03' LIMIT 2")
         con.execute(function)
@@ -115,8 +116,8 @@ def test_code_on_the_target_running_as_the_writer_never_gets_gate_results_forged
     world = engine_world
     _failing_window(world)
     role, url = _insider(world)
-    world.run_sql(f"ALTER TABLE daily_revenue OWNER TO {role}")
-    world.run_sql(f"ALTER TABLE orders OWNER TO {role}")
+    give_table(world.url, "daily_revenue", role)
+    give_table(world.url, "orders", role)
     with psycopg.connect(url, autocommit=True) as con:
         assert con.execute("SELECT has_schema_privilege(current_user, 'backfill_control', 'USAGE')"
                            ).fetchone()[0] is False
@@ -152,7 +153,7 @@ def _published_then_republished(world, plant, capfd) -> bool:
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     role, url = _insider(world)
-    world.run_sql(f"ALTER TABLE published_revenue OWNER TO {role}")
+    give_table(world.url, "published_revenue", role)
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("CREATE TABLE public.kept AS SELECT * FROM published_revenue")
         plant(world, role, con)
@@ -173,8 +174,8 @@ def _published_then_republished(world, plant, capfd) -> bool:
 
 
 def _own_publications(world, role, con):
-    world.run_sql(f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
-    world.run_sql(f"ALTER TABLE {CONTROL}.publications OWNER TO {role}")
+    admin_sql(world.url, f"GRANT USAGE ON SCHEMA {CONTROL} TO {role}")
+    give_table(world.url, f"{CONTROL}.publications", role)
     con.execute(SINK)
     con.execute(f"CREATE TRIGGER sink BEFORE INSERT ON {CONTROL}.publications "
                 "FOR EACH ROW EXECUTE FUNCTION public.sink_id()")

@@ -13,6 +13,7 @@ import pytest
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.warehouse import engine_for, kept_open
 from backfill_assets.warehouse.state_store import SCHEMA
+from tests.pg_server import APP_ROLE, admin_sql, give_table
 
 
 def _backend(session) -> int:
@@ -131,14 +132,11 @@ def poisoner(postgres_url):
 
     role = f"insider_{uuid.uuid4().hex[:8]}"
     engine = engine_for(postgres_url)
-    with engine.session() as session:
-        session.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
-        session.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
-        session.execute(f"CREATE SCHEMA {SCHEMA} AUTHORIZATION {role}")
-        session.execute(f"CREATE TABLE {SCHEMA}.plans (plan_id VARCHAR)")
-        session.execute(f"ALTER TABLE {SCHEMA}.plans OWNER TO {role}")
-        session.execute("CREATE TABLE public.target (x INTEGER)")
-        session.execute(f"ALTER TABLE public.target OWNER TO {role}")
+    admin_sql(postgres_url, f"CREATE ROLE {role} LOGIN NOSUPERUSER", f"GRANT USAGE, CREATE ON SCHEMA public TO {role}",
+              f"CREATE SCHEMA {SCHEMA} AUTHORIZATION {role}", f"GRANT USAGE, CREATE ON SCHEMA {SCHEMA} TO {APP_ROLE}",
+              f"CREATE TABLE {SCHEMA}.plans (plan_id VARCHAR)", "CREATE TABLE public.target (x INTEGER)")
+    give_table(postgres_url, f"{SCHEMA}.plans", role)
+    give_table(postgres_url, "public.target", role)
     url = f"postgresql://{role}@{postgres_url.partition('@')[2]}"
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(r"""

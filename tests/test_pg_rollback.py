@@ -11,6 +11,7 @@ import uuid
 import psycopg
 import pytest
 
+from tests.pg_server import admin_sql, give_table
 from tests.world import BUGGY, keys
 
 # a valid plan id (PLAN_ID_PATTERN allows 1-63 characters); its snapshot tables'
@@ -102,9 +103,8 @@ def refused_in_one_line(world, window: list[str], fixed: dict, code: int, out) -
 
 def _insider_owning_target(world):
     role = f"insider_{uuid.uuid4().hex[:8]}"
-    world.run_sql(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
-    world.run_sql(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
-    world.run_sql(f"ALTER TABLE daily_revenue OWNER TO {role}")
+    admin_sql(world.url, f"CREATE ROLE {role} LOGIN NOSUPERUSER", f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
+    give_table(world.url, "daily_revenue", role)
     return psycopg.connect(f"postgresql://{role}@{world.url.partition('@')[2]}", autocommit=True)
 
 

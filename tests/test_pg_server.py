@@ -38,8 +38,11 @@ def _port_is_free(port: int) -> bool:
 
 
 def test_fresh_database_accepts_tables(postgres_url):
-    assert postgres_url.startswith("postgresql://backfill@127.0.0.1:")
+    """The product's role in the tests is what README asks of it: no superuser, no CREATEROLE."""
+    assert postgres_url.startswith("postgresql://backfill_app@127.0.0.1:")
     with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = current_user"
+                            ).fetchone() == (False, False)
         assert conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchone() == (0,)
@@ -47,7 +50,7 @@ def test_fresh_database_accepts_tables(postgres_url):
         conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
         conn.commit()
         assert conn.execute("SELECT v FROM t ORDER BY id").fetchall() == [("a",), ("b",)]
-        assert conn.execute("SELECT current_user").fetchone() == ("backfill",)
+        assert conn.execute("SELECT current_user").fetchone() == ("backfill_app",)
         assert conn.execute("SHOW fsync").fetchone() == ("off",)
         assert conn.execute("SHOW max_connections").fetchone() == ("200",)
 

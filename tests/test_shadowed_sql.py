@@ -26,6 +26,7 @@ from backfill_assets.errors import ForgedRecord, WarehouseError
 from backfill_assets.warehouse import engine_for
 from backfill_assets.warehouse.duckdb_engine import kept_open
 from backfill_assets.warehouse.fingerprints import fingerprints
+from tests.pg_server import APP_ROLE, admin_sql, give_table
 from tests.test_fingerprints import COLUMNS, KEYS, SCHEME, make_table
 
 # the tampering: alice's 12.50 becomes 999.00; in a row's canonical text `5:12.50` becomes `6:999.00`
@@ -186,19 +187,16 @@ def insider(postgres_url):
 
     role = f"insider_{uuid.uuid4().hex[:8]}"
     engine = engine_for(postgres_url)
+    admin_sql(postgres_url, f"CREATE ROLE {role} LOGIN NOSUPERUSER", f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
     with engine.session() as session:
-        session.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
-        session.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {role}")
         make_table(session)
-        session.execute(f"ALTER TABLE golden OWNER TO {role}")
+    give_table(postgres_url, "golden", role)
     user, _, rest = postgres_url.partition("@")
     url = f"postgresql://{role}@{rest}"
     with psycopg.connect(url, autocommit=True) as con:
         assert not con.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]
     yield engine, url
-    with engine.session() as session:
-        session.execute(f"DROP OWNED BY {role} CASCADE")
-        session.execute(f"DROP ROLE {role}")
+    admin_sql(postgres_url, f"DROP OWNED BY {role} CASCADE", f"DROP ROLE {role}")
 
 
 def test_postgres_a_user_convert_to_text_text_keeps_a_tampered_partition_s_fingerprint(insider):
@@ -233,6 +231,7 @@ def test_postgres_a_user_operator_oid_eq_regclass_lets_a_view_pass_as_no_relatio
     engine, url = insider
     with psycopg.connect(url, autocommit=True) as con:
         two_faced_view(con.execute)
+        con.execute(f"GRANT SELECT ON tampered, seen TO {APP_ROLE}")  # the owner's grant: the product reads them
         con.execute("CREATE FUNCTION public.oid_is(l oid, r regclass) RETURNS boolean LANGUAGE sql STABLE "
                     "AS $$ SELECT l OPERATOR(pg_catalog.=) r::oid AND r::text <> 'seen' $$")
         con.execute("CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_is)")
@@ -257,6 +256,7 @@ def test_postgres_a_user_cast_of_its_own_type_to_text_hides_a_column_from_the_fi
         con.execute("CREATE TABLE priced (day DATE, p price)")
         con.execute("INSERT INTO priced VALUES (DATE '2026-01-01', ROW(12.50, 'EUR')), "
                     "(DATE '2026-01-02', ROW(999.00, 'EUR'))")
+        con.execute(f"GRANT SELECT ON priced TO {APP_ROLE}")
         con.execute("CREATE FUNCTION price_text(v price) RETURNS text LANGUAGE sql IMMUTABLE "
                     "AS $$ SELECT (v).currency $$")
         con.execute("CREATE CAST (price AS text) WITH FUNCTION price_text(price)")
@@ -329,6 +329,7 @@ def test_postgres_a_user_eq_varchar_varchar_hides_a_partition_s_rows_from_the_fi
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("CREATE TABLE regional (region VARCHAR(8), amount NUMERIC(18,2))")
         con.execute("INSERT INTO regional VALUES ('us', 1.00)")
+        con.execute(f"GRANT SELECT ON regional TO {APP_ROLE}")
     with engine.session() as session:
         recorded = fingerprints(session, "regional", ["region", "amount"], scheme, "region", ["eu", "us"])
     assert recorded["eu"] == EMPTY

@@ -16,6 +16,7 @@ from backfill_assets.demo.definitions import ORDERS, PARTITIONS
 from backfill_assets.demo.revenue import DAILY_REVENUE
 from backfill_assets.errors import UsageError
 from backfill_assets.warehouse import engine_for
+from tests.pg_server import APP_ROLE
 from tests.test_component import ATTRIBUTES
 from tests.world import failure_text, keys
 
@@ -190,7 +191,7 @@ def test_a_resource_url_that_libpq_reads_as_another_database_or_server_is_refuse
     refused(world.url + "/")  # the database "db/"
     refused(world.url + "?dbname=")  # the database named after the user
     monkeypatch.setenv("PGHOST", str(world.root / "no-socket-here"))
-    refused(f"postgresql://backfill@:{port_db}", f"postgresql://backfill@localhost:{port_db}")
+    refused(f"postgresql://{APP_ROLE}@:{port_db}", f"postgresql://{APP_ROLE}@localhost:{port_db}")
     monkeypatch.delenv("PGHOST")
     assert world.rows("daily_revenue", first) == 0
 
