@@ -397,3 +397,32 @@ def test_a_verdicts_run_whose_process_died_is_failed_naming_what_shows_its_verdi
     [failure] = world.instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
     message = failure.event_log_entry.message or ""
     assert "`backfill reconcile PLAN` shows them" in message and "wholly old or new" not in message, message
+
+
+def test_a_run_whose_pid_a_later_process_took_is_failed(world):
+    """A run our CLI started, its process killed, and the pid given to another process since (a
+    container's restarted processes take the same small pids): the run stayed STARTED for ever. A
+    process started after the run was made is not the one that made it."""
+    import datetime as dt
+    import socket
+    import subprocess
+
+    import sqlalchemy as db
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.storage.runs.schema import RunsTable
+
+    from backfill_assets.execution.runner import fail_dead_runs
+    from backfill_assets.tags import HOST_TAG
+
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        run = world.instance.add_run(DagsterRun(job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
+                                                tags={PID_TAG: str(other.pid), HOST_TAG: socket.gethostname()}))
+        assert fail_dead_runs(world.instance) == []  # made as `other` ran: it may be its maker
+        made = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=1)
+        with world.instance.run_storage.connect() as conn:  # the run made a minute before `other` started
+            conn.execute(db.update(RunsTable).where(RunsTable.c.run_id == run.run_id).values(create_timestamp=made))
+        assert fail_dead_runs(world.instance) == [run.run_id]
+    finally:
+        other.kill()
+        other.wait()

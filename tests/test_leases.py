@@ -174,3 +174,27 @@ def test_a_run_carrying_the_holders_launcher_label_is_still_refused_outside_its_
     finally:
         holder.stdin.close()
         assert holder.wait(timeout=60) == 0
+
+
+def test_a_lease_naming_a_pid_a_later_process_took_ends_with_its_holder(world):
+    """The holder on this host was killed, and its pid went to another process (a container's
+    restarted processes take the same small pids): the plan stayed blocked until someone deleted
+    the lease's row. A process started after the lease's last heartbeat is not its holder; one
+    started before it still holds the lease."""
+    import time
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        with world.warehouse().session() as session:
+            ensure_schema(session)
+        world.run_sql("INSERT INTO backfill_control.leases VALUES (?, ?, ?, ?, ?, ?)",
+                      ["fix", "backfill run by ops@vm", socket.gethostname(), other.pid,
+                       "2026-01-15T08:00:00+00:00", time.time() + 1])  # renewed after `other` started
+        assert world.cli("run", "fix", "--proof") != 0  # a live holder, as far as anyone can tell
+        world.run_sql("UPDATE backfill_control.leases SET heartbeat_at = ? WHERE plan_id = 'fix'",
+                      [time.time() - 60])  # its last heartbeat a minute before `other` started
+        assert world.cli("run", "fix", "--proof") == 0
+    finally:
+        other.kill()
+        other.wait()

@@ -1,8 +1,10 @@
 """One `backfill run` of a plan at a time: a lease in the control record.
 
 The holder renews it between slices. A second run is refused naming the holder. A lease expires
-when its holder's process is gone (same host: the pid no longer runs) or its heartbeat is older
-than the time-to-live (another host), so a run killed with kill -9 never blocks the plan for good.
+when its holder's process is gone (same host: the pid no longer runs, or runs a process started
+after the holder's last heartbeat, which got the pid once the holder died) or its heartbeat is
+older than the time-to-live (another host), so a run killed with kill -9 never blocks the plan for
+good.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
-from backfill_assets.environment import pid_running
+from backfill_assets.environment import running_since
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
@@ -38,7 +40,8 @@ class Lease:
     def alive(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
         if self.host == socket.gethostname():
-            return pid_running(self.pid)
+            # a process started after the last heartbeat is not the holder: its pid was reused
+            return running_since(self.pid, self.heartbeat_at)
         # a heartbeat from further ahead than a time-to-live is no clock's skew: a row planted to
         # hold every run off for ever (leases are not sealed; found by an attack) is a dead lease
         return abs(now - self.heartbeat_at) < TTL_SECONDS
@@ -67,8 +70,8 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
             raise PlanRefused(f"plan {plan_id} is already being run by {found.describe()}",
                               fix="wait for that run to finish (or stop it): a killed run's lease ends with "
                                   "its process on its host, elsewhere five minutes after its last heartbeat; "
-                                  "one naming a live process that is no backfill run (a pid reused, or a row "
-                                  f"planted) stays until its row in {SCHEMA}.leases is deleted")
+                                  "one naming a live process that is no backfill run but started before that "
+                                  f"heartbeat (a row planted) stays until its row in {SCHEMA}.leases is deleted")
         lease = Lease(plan_id, holder, mine[0], mine[1],
                       dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.time())
         store.replace(session, lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,

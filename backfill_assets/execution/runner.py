@@ -23,7 +23,7 @@ from backfill_assets import faults
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.dagster_inprocess import execute_selection
-from backfill_assets.environment import pid_running
+from backfill_assets.environment import running_since
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
@@ -221,12 +221,14 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     """Runs our CLI started whose process died (kill -9) are marked failed, not STARTED forever."""
     host = socket.gethostname()
     dead = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
-                                                                 dg.DagsterRunStatus.STARTING])):
+    for found in instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
+                                                                          dg.DagsterRunStatus.STARTING])):
+        run = found.dagster_run
         pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
         if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
-        if not pid_running(int(pid)):
+        # the process that made the run had started by then; one started later got its pid after it died
+        if not running_since(int(pid), found.create_timestamp.timestamp()):
             # a run showing verdicts the ledger holds (`defs/verdicts_shown.py`) wrote no partition
             what = ("some verdicts may not be shown: `backfill reconcile PLAN` shows them"
                     if run.job_name == VERDICTS_JOB else "every partition is wholly old or new")
