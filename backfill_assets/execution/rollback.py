@@ -15,7 +15,7 @@ approvers over a `rollback` statement; the downstream owners are told, and it is
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -178,7 +178,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, report))
                  for table_spec, table_scheme in tables]
-        _refuse_what_the_ledger_lost(session, state, whole, top)
+        _refuse_what_the_ledger_lost(session, state, whole, top, graph)
         for table_spec, table_scheme, keys, published in whole:
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
                 expected = snapshotted(session, state.plan_id, table)
@@ -212,7 +212,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         # while this waited for a partition's lock is found too; rows hidden after this are found by
         # `restore`, which reads the snapshot records again and refuses one gone since (a whole
         # group of them hidden while it waited was left out: found by an attack)
-        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.last_before_reading(session))
+        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.last_before_reading(session), graph)
         for table_spec, table_scheme, keys, published in whole:
             _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
@@ -236,10 +236,11 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
 
 def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                                  whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
-                                 top: int) -> None:
+                                 top: int, graph: TableGraph | None = None) -> None:
     """What the rollback restores was read from the ledger; the chain says what the plan wrote and
     snapshotted, and who wrote its partitions after it: a partition it lists that the ledger lost
-    would keep the plan's bytes, and a later writer lost would have its work erased."""
+    would keep the plan's bytes, and a later writer lost would have its work erased. And who
+    computed a table of the loaded `graph` from the plan's partitions since (`_refuse_computed_since`)."""
     chained = ledger.chained_writes(session, top)
     mine = [c for c in chained if c.plan_id == state.plan_id]
     # every table the chain says the plan wrote or snapshotted is one the definitions loaded restore:
@@ -255,7 +256,7 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
             f"{stray.seq}), which the definitions loaded do not restore: a rollback restores every table of the "
             "plan or none", fix="roll back with the definitions the plan wrote with (deployed, or passed with --defs)")
     first = min((c.seq for c in mine if c.kind == "write"), default=None)
-    phases: dict[str, Phase] | None = None  # read once, when a later writer is a plan
+    later_of = _later_writers_in(session, chained, state, first)
     for spec, _, keys, published in whole:
         # every table the plan wrote is among `whole` (`_tables` refuses a plan with a table the
         # definitions lack), so a row of another table is checked in that table's turn
@@ -268,18 +269,57 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                 raise ForgedRecord(f"plan {state.plan_id}'s {row.kind} of {row.table} {lost[0]} (evidence row "
                                    f"{row.seq}) is gone from {where}: a rollback would leave it",
                                    fix=evidence_log.FORGED_FIX)
+        _refuse_writers(state, later_of(spec.name, keys))
+    _refuse_computed_since(state, whole, graph, later_of)
+
+
+def _later_writers_in(session: Session, chained: Sequence[ledger.Chained], state: PlanState,
+                      first: int | None) -> Callable[[str, Sequence[str]], list[tuple[str, str]]]:
+    """(writer, partition) of the chain's writes of a table's partitions after the plan's first
+    write, by others (`incremental runs` for plan-free writes) but plans since rolled back."""
+    phases: dict[str, Phase] = {}  # read once, when a later writer is a plan
+
+    def later(table: str, keys: Sequence[str]) -> list[tuple[str, str]]:
         wanted = set(keys)
-        later: set[tuple[str, str]] = set()
+        found: set[tuple[str, str]] = set()
         for c in chained:
-            if first is None or c.kind != "write" or c.table != spec.name or c.seq <= first \
+            if first is None or c.kind != "write" or c.table != table or c.seq <= first \
                     or c.plan_id == state.plan_id or not c.keys & wanted:
                 continue
             if c.plan_id is not None:
-                phases = phases if phases is not None else {p.plan_id: p.phase for p in record.all_plans(session)}
+                if not phases:
+                    phases.update({p.plan_id: p.phase for p in record.all_plans(session)})
                 if phases.get(c.plan_id) is Phase.ROLLED_BACK:
                     continue
-            later |= {(c.plan_id or "incremental runs", k) for k in c.keys & wanted}
-        _refuse_writers(state, sorted(later, key=lambda w: w[1]))
+            found |= {(c.plan_id or "incremental runs", k) for k in c.keys & wanted}
+        return sorted(found, key=lambda w: w[1])
+    return later
+
+
+def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
+                           graph: TableGraph | None,
+                           later_of: Callable[[str, Sequence[str]], list[tuple[str, str]]]) -> None:
+    """A table the plan did not write, computed from one it did (a rollup deployed after the plan's
+    publish and loaded from its days, a later plan's month), whose partitions reading the plan's
+    were written after its first write: they hold figures of the plan's bytes, and restoring the
+    plan's tables alone left consumers a month that does not add up to the days beside it (found by
+    an attack)."""
+    if graph is None:
+        return
+    mine = {spec.name for spec, _, _, _ in whole}
+    for spec, _, keys, _ in whole:
+        for child in graph.children(spec.name):
+            if child in mine or not keys:
+                continue
+            later = later_of(child, graph.downstream_keys(spec.name, keys, child))
+            if later:
+                who = sorted({w for w, _ in later})
+                raise RollbackRefused(
+                    f"{child} {later[0][1]} was computed from plan {state.plan_id}'s {spec.name} partitions since "
+                    f"(by {', '.join(who)}); restoring {spec.name} alone would leave {child} computed from bytes "
+                    "consumers no longer see",
+                    fix=(f"roll back {who[0]} first, or " if who[0] != "incremental runs" else "")
+                    + f"replay the window with a new plan that lists {child} in its graph")
 
 
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:
