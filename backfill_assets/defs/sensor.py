@@ -62,17 +62,32 @@ def publish_run_key(instance: dg.DagsterInstance, plan_id: str, reconciled_seq: 
     return None
 
 
+def _changed_for_consumers(session: Session, state: record.PlanState) -> int | None:
+    """The chain row after which a plan's consumers read other published data: its publish (while
+    published), or the rollback of a plan that had published (the report refreshed after the
+    publish went on showing the rolled-back month: found by an attack); None otherwise."""
+    rows = evidence_log.rows(session, state.plan_id, ("published", "rollback"))
+    published = [r for r in rows if r.kind == "published"]
+    if state.phase is Phase.PUBLISHED:
+        found = published[-1] if published else None
+        return found.seq if found is not None and found.payload.get("sha256") == state.approved_sha256 else None
+    if state.phase is Phase.ROLLED_BACK and published and rows[-1].kind == "rollback":
+        return rows[-1].seq
+    return None
+
+
 def consumer_requests(session: Session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
-    """After a plan's publish, a run of each consumer downstream of its tables (a pandas report,
-    an extract), for the partitions that read them: once per publish (the run key)."""
-    published = evidence_log.rows(session, state.plan_id, "published")
-    if not published or published[-1].payload.get("sha256") != state.approved_sha256:
+    """After a plan's publish, and after the rollback of a published plan, a run of each consumer
+    downstream of its tables (a pandas report, an extract), for the partitions that read them: once
+    per publish or rollback (the run key)."""
+    seq = _changed_for_consumers(session, state)
+    if seq is None:
         return []
     members = [Member(a, state.keys_of(a)) for a in state.assets if a in graph.tables]
     requests = []
     for consumer in graph.consumers(members):
         selection = [asset_key(consumer.asset)]
-        base = f"consumers:{state.plan_id}:{published[-1].seq}:{consumer.asset}"
+        base = f"consumers:{state.plan_id}:{seq}:{consumer.asset}"
         tags = {PLAN_TAG: state.plan_id, ACTOR_TAG: "reopen-sensor"}
         if consumer.keys is None:
             requests.append(dg.RunRequest(run_key=base, asset_selection=selection, tags=tags))
@@ -119,7 +134,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                                                           tags=publish_run_tags(state)))
                 if graph is not None:
                     for state in record.all_plans(session, target=spec.name):
-                        if state.target == spec.name and state.phase is Phase.PUBLISHED:
+                        if state.target == spec.name and state.phase in (Phase.PUBLISHED, Phase.ROLLED_BACK):
                             requests += consumer_requests(session, state, graph)
                 table, active = plans_of_table(session, spec.name, spec, scheme, graph)
         except LockWaitTimeout as exc:
