@@ -90,3 +90,30 @@ def test_a_rolled_back_graph_plan_refreshes_the_report_that_read_its_published_m
     assert len(requests) == 1, "the report reads the rolled-back month and no run refreshes it"
     assert _run_request(world, defs, requests[0]) == old
     assert [r.run_key for r in _report_requests(world, defs)] == [requests[0].run_key]  # once per rollback
+
+
+def test_plan_validate_says_a_consumer_reading_the_target_reads_rows_no_gate_passed(world, run_cli, tmp_path,
+                                                                                    monkeypatch):
+    """A team's asset reads the target through its own DuckDBResource and SQL (`deps=["daily_revenue"]`,
+    dagster-duckdb's usual pattern), not through the IO manager (which fails loudly on the target).
+    `plan validate` listed it as a consumer "requested after the publish", as if it were one of the
+    consumers the gates protect; between publishes it reads whatever the target holds, a failed
+    write's rows and a plan's unchecked ones included. Before anyone signs, it must say so."""
+    from tests.plans import complete_plan, write_plan
+
+    defs = tmp_path / "team_defs.py"
+    defs.write_text(
+        "import dagster as dg\n"
+        "from backfill_assets.demo.definitions import build_definitions\n"
+        "@dg.asset(deps=['daily_revenue'])\n"
+        "def sales_extract() -> None: ...\n"
+        f"defs = dg.Definitions.merge(build_definitions(home={str(world.home)!r}), "
+        "dg.Definitions(assets=[sales_extract]))\n", encoding="utf-8")
+    document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
+    document["downstream"].append({"asset": "sales_extract", "owners": ["finance-bi"]})
+    path = write_plan(world.root / "plans" / "fix.yaml", document)
+    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
+    shown = run_cli("plan", "validate", str(path))
+    assert shown.code == 0, shown.err
+    [line] = [ln for ln in shown.out.splitlines() if "sales_extract" in ln]
+    assert "reads daily_revenue, the target" in line and "published_revenue" in line, line

@@ -207,8 +207,19 @@ def graph_lines(table: LoadedTable, members: dict[str, list[str]]) -> list[str]:
     found = table.graph.consumers([Member(a, tuple(k)) for a, k in members.items()])
     for consumer in found:
         shown = "all of it (unpartitioned)" if consumer.keys is None else _span(list(consumer.keys))
-        lines.append(f"  consumer  {consumer.asset} {shown} reads {consumer.reads}: requested after the publish")
+        lines.append(f"  consumer  {consumer.asset} {shown} reads {_read(table, consumer.reads)}: requested after "
+                     "the publish")
     return lines
+
+
+def _read(table: LoadedTable, asset: str) -> str:
+    """What a consumer reads, said plainly when it is a replayable target: its own SQL there reads
+    rows no gate passed yet between publishes (a failed write's, a plan's), which no check can stop."""
+    graph = table.graph
+    if graph is None or asset not in graph.tables:
+        return asset
+    return (f"{asset}, the target (rows no gate passed yet, between publishes; consumers read "
+            f"{graph.spec(asset).publish_as})")
 
 
 def _span(keys: list[str]) -> str:
