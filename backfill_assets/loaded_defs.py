@@ -105,7 +105,13 @@ def _definitions_in(module: ModuleType, attr: str | None, source: str) -> dg.Def
             raise UsageError(f"{source} has no attribute {attr}", fix=FIX)
         candidates = [getattr(module, attr)]
     else:
-        found = [v for v in vars(module).values() if isinstance(v, dg.Definitions)]
+        named = {k: v for k, v in vars(module).items() if isinstance(v, dg.Definitions)}
+        if len(named) > 1:
+            # as Dagster refuses them: taking the first had the CLI decide over a graph that Dagster
+            # does not run (a rollup merged into the second was left out of plans: found by an attack)
+            raise UsageError(f"{source} holds {len(named)} dagster Definitions ({', '.join(named)}), so which "
+                             "one Dagster runs is not clear", fix=f"name it: --defs {source}:{next(reversed(named))}")
+        found = list(named.values())
         lazy = [v for k, v in vars(module).items() if callable(v) and type(v).__name__ == "LazyDefinitions"]
         candidates = found or lazy
     value: Any

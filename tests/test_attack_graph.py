@@ -117,3 +117,26 @@ def test_plan_validate_says_a_consumer_reading_the_target_reads_rows_no_gate_pas
     assert shown.code == 0, shown.err
     [line] = [ln for ln in shown.out.splitlines() if "sales_extract" in ln]
     assert "reads daily_revenue, the target" in line and "published_revenue" in line, line
+
+
+def test_a_definitions_file_holding_two_definitions_is_refused_not_read_as_the_first(world, run_cli, tmp_path,
+                                                                                     monkeypatch):
+    """`base = build_definitions(...)` then `defs = Definitions.merge(base, <the team's rollup>)`: Dagster
+    refuses a file holding two Definitions; the CLI took the first, so plans, runs and publish
+    decided over a graph without the rollup Dagster runs."""
+    from tests.plans import complete_plan, write_plan
+
+    defs = tmp_path / "team_defs.py"
+    defs.write_text(
+        "import dagster as dg\n"
+        "from backfill_assets.demo.definitions import build_definitions\n"
+        "from backfill_assets.demo.revenue import MONTHLY_REVENUE\n"
+        f"base = build_definitions(home={str(world.home)!r})\n"
+        f"defs = build_definitions(home={str(world.home)!r}, monthly=MONTHLY_REVENUE)\n", encoding="utf-8")
+    path = write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4))
+    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
+    shown = run_cli("plan", "validate", str(path))
+    said = shown.out + shown.err
+    assert "2 dagster Definitions (base, defs)" in said and "fits daily_revenue" not in said, said
+    assert "Traceback" not in said
