@@ -278,8 +278,20 @@ def _states(session: Session, rows: list[tuple[Any, ...]],
                     raise PlanRowDisagrees(
                         f"plan {row[0]}: {SCHEMA}.plans says {name} {value!r}, but the evidence chain's last record "
                         f"of it (row {sealed.seq}) says {expected.get(name)!r}", fix=evidence_log.FORGED_FIX)
-    return [PlanState(r[0], Phase(r[1]), r[2], r[3], r[4], Hold(r[5]) if r[5] else None, r[6],
-                      _approved_version(session, r[0], r[4])) for r in rows]
+    return [PlanState(r[0], *_phase_and_hold(r), r[6], _approved_version(session, r[0], r[4]))
+            for r in rows]
+
+
+def _phase_and_hold(row: tuple[Any, ...]) -> tuple[Phase, str, str, str | None, Hold | None]:
+    """The row's phase, target, owner, plan of record and hold; a phase or hold that is no word of
+    ours is a forged row (read without the key, unverified, it stopped the guard with an internal
+    error: found by an attack)."""
+    try:
+        return Phase(row[1]), row[2], row[3], row[4], Hold(row[5]) if row[5] else None
+    except ValueError:
+        raise ForgedRecord(f"plan {row[0]}'s row in {SCHEMA}.plans holds phase {str(row[1])[:40]!r} and hold "
+                           f"{str(row[5])[:40]!r}, which are no phase and hold of a plan",
+                           fix=evidence_log.FORGED_FIX) from None
 
 
 def _approved_version(session: Session, plan_id: str, sha: str | None) -> PlanVersion | None:

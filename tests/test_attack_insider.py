@@ -1,0 +1,57 @@
+"""Attacks by an insider (any SQL on the warehouse, no evidence key), an approver with one key, and a
+pull request's author in CI: each test is a hole found on 2026-12-07, failing before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backfill_assets.plan.identity import plan_sha256
+from backfill_assets.plan.loading import load_plan
+from tests.plans import complete_plan, edited, write_plan
+
+CONTROL = "backfill_control"
+
+
+def _fix_version(world, name: str, end: str, reason: str, **changes) -> Path:
+    return write_plan(world.root / "plans" / f"{name}.yaml", edited(
+        complete_plan(plan_id="fix", start="2026-01-01", end=end, proof=("2026-01-02",)), reason=reason, **changes))
+
+
+def _sha(path: Path) -> str:
+    return plan_sha256(load_plan(path))
+
+
+def test_keyed_guard_refuses_plan_row_and_chain_cut_together_in_one_line(world, capsys):
+    """v2 replaced v1; an insider cuts the chain back to v1's adoption and puts v1 back in the plan's
+    row. Beside the key the guard refuses v1 in one line (the head log finds the cut): what held."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    cut = world.sql("SELECT max(seq) FROM backfill_control.evidence")[0][0]
+    world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    world.run_sql("DELETE FROM backfill_control.evidence WHERE seq > ?", [cut])
+    world.run_sql("UPDATE backfill_control.plans SET approved_sha256 = ? WHERE plan_id = 'fix'", [_sha(v1)])
+    capsys.readouterr()
+    code = world.cli("guard", str(v1))
+    said = capsys.readouterr()
+    assert code == 1 and "ALLOWED" not in said.out and said.err.count("\n") <= 1, (code, said.out[-600:], said.err)
+
+
+@pytest.mark.parametrize("column", ["phase", "hold"])
+def test_keyless_readers_refuse_in_one_line_on_a_plan_row_of_no_phase_or_hold(world, capsys, monkeypatch, column):
+    """An insider sets the plan's phase (or hold) to a word that is no phase; a CI job without the
+    evidence key runs the guard beside the record: it ended in an internal error (exit 3), where
+    rows read unverified can only make it refuse, in one line."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.run_sql(f"UPDATE backfill_control.plans SET {column} = 'sideways' WHERE plan_id = 'fix'")
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    signers = str(world.root / "approvers" / "allowed_signers")
+    found = {}
+    for args in (("guard", str(v1), "--allowed-signers", signers), ("status", "fix"),
+                 ("plan", "show", str(v1), "--allowed-signers", signers)):
+        capsys.readouterr()
+        code = world.cli(*args)
+        said = capsys.readouterr()
+        found[args[0] + " " + args[1]] = (code, said.err[-300:], "ALLOWED" in said.out)
+    bad = {k: v for k, v in found.items() if v[0] not in (0, 1, 2) or "internal error" in v[1] or v[2]}
+    assert not bad, found
