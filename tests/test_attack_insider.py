@@ -55,3 +55,29 @@ def test_keyless_readers_refuse_in_one_line_on_a_plan_row_of_no_phase_or_hold(wo
         found[args[0] + " " + args[1]] = (code, said.err[-300:], "ALLOWED" in said.out)
     bad = {k: v for k, v in found.items() if v[0] not in (0, 1, 2) or "internal error" in v[1] or v[2]}
     assert not bad, found
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE backfill_control.trust_roots SET signatures = 'not json' WHERE version = 2",
+    "UPDATE backfill_control.trust_roots SET signatures = '[1]' WHERE version = 2",
+    "UPDATE backfill_control.trust_roots SET signatures = '[{}]' WHERE version = 2",
+    "UPDATE backfill_control.trust_roots SET pinned_at = 'yesterday' WHERE version = 2",
+])
+def test_keyless_guard_refuses_in_one_line_on_a_re_pins_row_typed_over(world, capsys, monkeypatch, edit):
+    """The team re-pinned its root once (v2, signed by alice and bob); an insider types over v2's row
+    (its signatures, or its time). A CI job without the evidence key runs the guard beside the record:
+    it re-verifies the root's signatures, read unverified, and ended in an internal error (exit 3:
+    JSONDecodeError, TypeError, KeyError, ValueError), where a row read so can only make it refuse."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    same = world.root / "same" / "allowed_signers"
+    same.parent.mkdir()
+    same.write_text((world.root / "approvers" / "allowed_signers").read_text() + "# re-pinned\n")
+    assert world.cli("approvers", "pin", str(same), "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    world.run_sql(edit)
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    capsys.readouterr()
+    code = world.cli("guard", str(v1), "--allowed-signers", str(same))
+    said = capsys.readouterr()
+    assert code == 1 and "internal error" not in said.err and "ALLOWED" not in said.out, (code, said.err[-300:])
+    assert said.err.count("\n") == 1 and "v2" in said.err, said.err

@@ -120,8 +120,8 @@ def history(session: Session) -> list[PinnedRoot]:
             # the signatures were valid when the change was pinned: at the chain row's time (which
             # no one without the key can alter), else the row's own
             when = chain[int(seq)].at if verify and seq is not None else str(at)
-            counted = count_change(previous, signers, policy, _candidates(signatures),
-                                   now=dt.datetime.fromisoformat(when.replace("Z", "+00:00")))
+            counted = count_change(previous, signers, policy, _candidates(signatures, where),
+                                   now=_pinned_at(when, where))
             if not counted.approved:
                 raise ForgedRecord(f"{where} lacks the quorum of v{previous.version}'s approvers "
                                    f"({counted.describe()})", fix=evidence_log.FORGED_FIX)
@@ -150,8 +150,29 @@ def _digest(signatures: str) -> str:
     return hashlib.sha256(signatures.encode("utf-8")).hexdigest()
 
 
-def _candidates(signatures: str) -> list[Candidate]:
-    return [Candidate(s["principal"], s["statement"], s["signature"]) for s in json.loads(signatures)]
+# a row read without the key is unverified: what an insider typed into it stopped the guard with an
+# internal error (found by an attack); it is refused in one line instead, as a row that is no pin's
+
+def _candidates(signatures: str, where: str) -> list[Candidate]:
+    """The signatures a pin's row lists, each a principal, statement and signature."""
+    try:
+        found = json.loads(signatures)
+    except (TypeError, ValueError):
+        found = None
+    fields = ("principal", "statement", "signature")
+    if not isinstance(found, list) or not all(
+            isinstance(s, dict) and all(isinstance(s.get(f), str) for f in fields) for s in found):
+        raise ForgedRecord(f"{where}: its signatures are not a list of signed statements", fix=evidence_log.FORGED_FIX)
+    return [Candidate(s["principal"], s["statement"], s["signature"]) for s in found]
+
+
+def _pinned_at(when: str, where: str) -> dt.datetime:
+    """When a pin was made: the chain row's time (the row's own, read without the key)."""
+    try:
+        return dt.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        raise ForgedRecord(f"{where}: pinned at {str(when)[:40]!r}, which is no time", fix=evidence_log.FORGED_FIX) \
+            from None
 
 
 def change_statement(current_root: TrustRoot, signers: AllowedSigners, policy: Policy, *,
