@@ -81,3 +81,22 @@ def test_keyless_guard_refuses_in_one_line_on_a_re_pins_row_typed_over(world, ca
     said = capsys.readouterr()
     assert code == 1 and "internal error" not in said.err and "ALLOWED" not in said.out, (code, said.err[-300:])
     assert said.err.count("\n") == 1 and "v2" in said.err, said.err
+
+
+@pytest.mark.parametrize("row", ["the last", "an approval"])
+def test_an_evidence_row_typed_over_with_no_json_is_refused_in_one_line_with_the_key(world, capsys, row):
+    """An insider types `not json` over an evidence row's payload (the chain's last, or an approval's).
+    `backfill status` and the guard, run beside the key, parsed the payload before checking its hash
+    and ended in an internal error (exit 3, JSONDecodeError), where a forged row is one line."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    which = "(SELECT max(seq) FROM backfill_control.evidence)" if row == "the last" else \
+        "(SELECT min(seq) FROM backfill_control.evidence WHERE kind = 'approval')"
+    world.run_sql(f"UPDATE backfill_control.evidence SET payload = 'not json' WHERE seq = {which}")
+    found = {}
+    for args in (("status", "fix"), ("guard", str(v1)), ("evidence", "verify"), ("run", "fix", "--proof")):
+        capsys.readouterr()
+        code = world.cli(*args)
+        said = capsys.readouterr()
+        found[args[0]] = (code, said.err[-240:], "ALLOWED" in said.out)
+    bad = {k: v for k, v in found.items() if v[0] != 1 or "internal error" in v[1] or v[2] or v[1].count("\n") > 1}
+    assert not bad, found

@@ -250,7 +250,21 @@ class EvidenceRow:
 
 
 def row_of(r: tuple[Any, ...]) -> EvidenceRow:
-    return EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], json.loads(r[5]), r[6], r[7])
+    return EvidenceRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], _payload_of(r[0], r[5]), r[6], r[7])
+
+
+def _payload_of(seq: Any, text: Any) -> dict[str, Any]:
+    """A row's payload: every row is appended with a JSON object, so a payload typed over with
+    anything else is refused in one line before its hash is checked (`backfill status` and the
+    guard, with the key, ended in an internal error: found by an attack)."""
+    try:
+        payload = json.loads(text)
+    except (TypeError, ValueError):
+        payload = None
+    if not isinstance(payload, dict):
+        raise ForgedRecord(f"evidence row {seq}'s payload is not the JSON object it was appended with (it was "
+                           "typed over)", fix=FORGED_FIX)
+    return payload
 
 
 def _row_ok(key: bytes, row: EvidenceRow) -> bool:
