@@ -100,3 +100,22 @@ def test_an_evidence_row_typed_over_with_no_json_is_refused_in_one_line_with_the
         found[args[0]] = (code, said.err[-240:], "ALLOWED" in said.out)
     bad = {k: v for k, v in found.items() if v[0] != 1 or "internal error" in v[1] or v[2] or v[1].count("\n") > 1}
     assert not bad, found
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE backfill_control.plan_versions SET partition_keys = '[1'",
+    "UPDATE backfill_control.plan_versions SET partition_keys = '{\"a\": 1}'",
+    "UPDATE backfill_control.plan_versions SET partition_keys = '{\"members\": []}'",
+])
+def test_keyless_guard_refuses_in_one_line_on_a_versions_partitions_typed_over(world, capsys, monkeypatch, edit):
+    """An insider types over the plan of record's partitions in plan_versions. A CI job without the
+    evidence key runs the guard beside the record on that very version: it counted by the rows
+    (refusing, as it should) and then read its execution state from them, ending in an internal error
+    (exit 3: JSONDecodeError, KeyError), where a row read unverified can only make it refuse."""
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.run_sql(edit)
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    capsys.readouterr()
+    code = world.cli("guard", str(v1), "--allowed-signers", str(world.root / "approvers" / "allowed_signers"))
+    said = capsys.readouterr()
+    assert code == 1 and "internal error" not in said.err and "ALLOWED" not in said.out, (code, said.err[-300:])

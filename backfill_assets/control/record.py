@@ -137,13 +137,20 @@ def members_text(target: str, members: Mapping[str, Sequence[str]]) -> str:
 @lru_cache(maxsize=64)
 def _version_from(sha: str, content: str, keys: str, source: str | None) -> PlanVersion:
     # versions are content-addressed and immutable, so parsing each once per process is safe
-    plan = plan_from_canonical(content)
-    stored = json.loads(keys)
-    if isinstance(stored, dict):
-        members = tuple((str(a), tuple(k)) for a, k in stored["members"])
-    else:
-        members = ((plan.target, tuple(stored)),)
-    return PlanVersion(sha, plan, members[0][1], source, members)
+    try:
+        plan = plan_from_canonical(content)
+        stored = json.loads(keys)
+        if isinstance(stored, dict):
+            members = tuple((str(a), tuple(k)) for a, k in stored["members"])
+        else:
+            members = ((plan.target, tuple(stored)),)
+        return PlanVersion(sha, plan, members[0][1], source, members)
+    except (ValueError, TypeError, KeyError, IndexError):
+        # read without the key, a row an insider typed over is unverified: its partitions (or a
+        # planted version's content) that are no plan's stopped the guard with an internal error
+        # (found by an attack); a reader with the key refuses the row before it is parsed
+        raise ForgedRecord(f"version {sha[:12]} in {SCHEMA}.plan_versions holds content or partitions that are no "
+                           "plan's", fix=evidence_log.FORGED_FIX) from None
 
 
 def keys_digest(keys_text: str) -> str:
