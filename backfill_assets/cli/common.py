@@ -183,7 +183,10 @@ def replaced_mark(home: Home, plan: Plan, root: TrustRoot) -> Replacing | None:
     that is not the plan of record). Read without the evidence key (a CI job that may read the
     warehouse), the rows are unverified: they decide nothing, every run counts again; counting
     by them keeps the guard from allowing a superseded version every run refuses (found by an
-    attack), and a forged row can only have it refuse."""
+    attack). A row typed over can only have it refuse; rows edited to agree with each other (the
+    chain cut back to an earlier adoption and the plan's row put back to match, or the plan's rows
+    deleted) are an earlier record to it, and have it count a superseded version's old signatures
+    (found by an attack): no reader without the key can tell (README, the guard in CI)."""
     from backfill_assets.control import evidence_log
 
     store = open_warehouse(home)
