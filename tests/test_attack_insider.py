@@ -119,3 +119,39 @@ def test_keyless_guard_refuses_in_one_line_on_a_versions_partitions_typed_over(w
     code = world.cli("guard", str(v1), "--allowed-signers", str(world.root / "approvers" / "allowed_signers"))
     said = capsys.readouterr()
     assert code == 1 and "internal error" not in said.err and "ALLOWED" not in said.out, (code, said.err[-300:])
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_an_unplanned_rewrite_whose_history_is_hidden_between_two_reads_of_the_whole_check_is_found(
+        engine_world, monkeypatch):
+    """Insider on PostgreSQL, no key. 2026-01-02 was written without a plan; the insider hides that
+    write's group and the partition's rows, triples the source and lets a Materialize write it again
+    as a new partition, then puts the group back: the ledger holds an unplanned rewrite, which the
+    whole-record check (publish's and rollback's first step, `evidence verify`) refuses. But it read
+    the seals, then asked the ledger alone for rewrites: the group hidden again between the two had
+    it pass (a table computed from the day, whose own publish asks only of its own partitions, is
+    then published over unplanned data). It asks the chain's writes too."""
+    import psycopg
+
+    from tests.test_trust import _verified_while
+
+    world = engine_world
+    one = "order_date = '2026-01-02'"
+    assert world.materialize(["2026-01-01", "2026-01-02"]).success
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        seq = insider.execute(f"SELECT evidence_seq FROM {CONTROL}.writes WHERE partition_key = '2026-01-02'"
+                              ).fetchone()[0]
+        insider.execute(f"CREATE TABLE public.stash_w AS SELECT * FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+        insider.execute(f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+        insider.execute(f"DELETE FROM public.daily_revenue WHERE {one}")
+        insider.execute(f"UPDATE public.orders SET amount = amount * 3 WHERE {one}")  # the unplanned data
+        assert world.materialize(["2026-01-02"]).success  # plan-free: the partition looks new
+        insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash_w")
+
+        def hide() -> None:
+            insider.execute(f"DELETE FROM {CONTROL}.writes WHERE evidence_seq = {seq}")
+
+        outcome = _verified_while(world, monkeypatch, "seals.verify_all.after_ledger", hide)
+        insider.execute(f"INSERT INTO {CONTROL}.writes SELECT * FROM public.stash_w")
+    assert "verified" not in outcome, outcome
+    assert "2026-01-02: written without a plan (evidence row" in str(outcome.get("error")), outcome

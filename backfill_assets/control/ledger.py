@@ -273,23 +273,37 @@ def rewrites_without_plan(session: Session, asset: str | None = None, keys: Sequ
     (found by an attack). Read after the rows were checked against their seals (publish, verify)."""
     if asset is not None and not keys:
         return []
-    top = evidence_log.last_before_reading(session) if asset is not None else 0
+    top = evidence_log.last_before_reading(session)
     rows = store.rewrites_without_plan(session, asset, keys)
     found = [f"{'' if asset else f'{a} '}{key}: written without a plan (write {wid}) over a partition written "
              f"before (write {first})" for a, key, wid, first in rows]
     if top:
         # and as the chain recorded the partitions' writes: the earlier write's whole group hidden
         # while publish waited for its lock, on PostgreSQL, let an unplanned rewrite be copied
-        # (found by an attack; `evidence verify`, reading the whole record, found it only after)
-        said = {str(key) for _, key, _, _ in rows}
-        chained = [c for c in chained_writes(session, top) if c.kind == "write" and c.table == asset]
-        for key in keys:
-            writes = [c for c in chained if key in c.keys]
-            later = [c for c in writes[1:] if c.plan_id is None]
-            if later and key not in said:
-                found.append(f"{key}: written without a plan (evidence row {later[0].seq}) over a partition "
-                             f"written before (evidence row {writes[0].seq})")
+        # (found by an attack; `evidence verify`, reading the whole record, found it only after);
+        # the whole record's check asks it too: the group hidden again between its read of the
+        # seals and this read passed it (found by an attack)
+        said = {(str(a), str(key)) for a, key, _, _ in rows}
+        found += _chained_rewrites(session, top, asset, keys, said)
     return found
+
+
+def _chained_rewrites(session: Session, top: int, asset: str | None, keys: Sequence[str],
+                      said: set[tuple[str, str]]) -> list[str]:
+    """`rewrites_without_plan` as the chain recorded the writes (of `asset`'s `keys`, or of every
+    table), but for the partitions in `said` (already found in the ledger)."""
+    first: dict[tuple[str, str], int] = {}
+    out = []
+    for c in chained_writes(session, top):
+        if c.kind != "write" or (asset is not None and c.table != asset):
+            continue
+        for key in sorted(c.keys if asset is None else c.keys & set(keys)):
+            earlier = first.setdefault((c.table, key), c.seq)
+            if earlier != c.seq and c.plan_id is None and (c.table, key) not in said:
+                said.add((c.table, key))
+                out.append(f"{'' if asset else f'{c.table} '}{key}: written without a plan (evidence row {c.seq}) "
+                           f"over a partition written before (evidence row {earlier})")
+    return out
 
 
 def ever_written(session: Session, asset: str, keys: Sequence[str]) -> set[str]:
