@@ -496,9 +496,35 @@ def test_a_reader_without_the_evidence_key_prints_statements_status_and_the_guar
         code = world.cli(*args)
         said = capsys.readouterr()
         results[" ".join(a[-12:] for a in args)] = (code, said.out[-400:], said.err[-300:])
-    failed = {k: v for k, v in results.items() if "evidence key" in v[2] or (k.startswith("guard") and not v[1])}
+    failed = {k: v for k, v in results.items() if "is missing" in v[2] or (k.startswith("guard") and not v[1])}
     assert not failed, failed
     assert all(c == 0 for k, (c, _, _) in results.items() if not k.startswith("guard")), results
+    # each statement names its warehouse, which a keyless read cannot check: stderr says so
+    warehouse = world.sql("SELECT warehouse_id FROM backfill_control.trust_roots")[0][0]
+    for key, (_, out, err) in results.items():
+        if key.startswith("plan statement"):
+            assert f"warehouse: {warehouse}" in out and f"warehouse ({warehouse}) is unchecked" in err, (key, err)
+
+
+def test_a_statement_read_without_the_key_says_its_warehouse_is_unchecked(world, capsys, monkeypatch):
+    """An insider of staging types production's warehouse id into staging's trust root; an approver
+    without the evidence key prints the plan's statement there to sign it for staging, as they
+    think: it named production, where the signature counts (found by an attack). The statement is
+    printed as read (approvers sign offline from such readers), and stderr says its warehouse is
+    unchecked and where to compare it; `approvers statement` too. With the key nothing is said."""
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    capsys.readouterr()
+    assert world.cli("plan", "statement", str(path)) == 0
+    assert "unchecked" not in capsys.readouterr().err
+    world.run_sql("UPDATE backfill_control.trust_roots SET warehouse_id = 'wh-0000000000000000'")
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(world.root / "no-such-key"))
+    signers = str(world.root / "approvers" / "allowed_signers")
+    for args in (("plan", "statement", str(path)), ("approvers", "statement", signers)):
+        assert world.cli(*args) == 0
+        said = capsys.readouterr()
+        assert "wh-0000000000000000" in said.out, (args, said.out)
+        assert said.err.count("\n") == 1 and "warehouse (wh-0000000000000000) is unchecked" in said.err, (args, said.err)
+        assert "backfill approvers show" in said.err
 
 
 def test_the_guard_and_plan_show_beside_the_record_refuse_a_replacement_that_changes_the_owner(world, capsys):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from backfill_assets.cli.common import actor, add_home, reading, writing
+from backfill_assets.cli.common import actor, add_home, note_unverified_statement, reading, writing
 from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import trust_record
 from backfill_assets.signing.allowed_signers import AllowedSigners
@@ -73,6 +73,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_statement(args: argparse.Namespace) -> int:
     with reading(args) as session:
         root = trust_record.require(session)
+        note_unverified_statement(session, root.warehouse_id)
     signers, policy = load_files(args.allowed_signers, args.policy, root.policy)
     statement = trust_record.change_statement(root, signers, policy, valid_days=args.valid_days)
     print(statement.text, end="")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +87,20 @@ def reading(args: argparse.Namespace) -> Iterator[Session]:
                                  fix="run a writing command of this release once (e.g. `backfill init`): it "
                                      "upgrades the record in place")
         yield session
+
+
+def note_unverified_statement(session: Session, warehouse_id: str) -> None:
+    """A statement printed from a record read without the evidence key names a warehouse (and a
+    plan of record) no one checked: an insider of staging who typed production's id into its root had
+    an approver sign, for staging as they thought, a statement that counts in production (found by
+    an attack). The statement is still printed (approvers sign offline from such readers); stderr
+    says what to compare before signing."""
+    from backfill_assets.control.evidence_log import can_verify
+
+    if not can_verify(session):
+        sys.stderr.write(f"backfill: note: read without the evidence key, so this statement's warehouse "
+                         f"({warehouse_id}) is unchecked: compare it with `backfill approvers show` where the key "
+                         "is before signing\n")
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from backfill_assets.cli.common import (
     actor,
     add_defs,
     add_home,
+    note_unverified_statement,
     plan_state,
     record_plan_state,
     warehouse_of,
@@ -250,6 +251,7 @@ def cmd_statement(args: argparse.Namespace) -> int:
     with reading(args) as session:
         root = trust_record.require(session)
         replaces = _replaces(session, plan)
+        note_unverified_statement(session, root.warehouse_id)
     print(plan_statement(plan, root, table.code_identity(plan.assets), valid_days=args.valid_days,
                          replaces=replaces).text, end="")
     return 0
