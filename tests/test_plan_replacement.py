@@ -523,8 +523,8 @@ def test_a_statement_read_without_the_key_says_its_warehouse_is_unchecked(world,
         assert world.cli(*args) == 0
         said = capsys.readouterr()
         assert "wh-0000000000000000" in said.out, (args, said.out)
-        assert said.err.count("\n") == 1 and "warehouse (wh-0000000000000000) is unchecked" in said.err, (args, said.err)
-        assert "backfill approvers show" in said.err
+        assert said.err.count("\n") == 1 and "backfill approvers show" in said.err, (args, said.err)
+        assert "warehouse (wh-0000000000000000) is unchecked" in said.err
 
 
 def test_the_guard_and_plan_show_beside_the_record_refuse_a_replacement_that_changes_the_owner(world, capsys):
