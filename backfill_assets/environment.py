@@ -129,6 +129,31 @@ def running_since(pid: int, at: float) -> bool:
     return started is None or started <= at + START_SLACK_SECONDS
 
 
+def process_identity(pid: int) -> str | None:
+    """The process `pid` as no other process of this machine is, whatever its wall clock did since:
+    the boot's id and the process's start in clock ticks after the boot (Linux's /proc), or None.
+    A time read from the wall clock moves with it (a clock stepped forward ten minutes made a live
+    lease holder look started after its own heartbeat, so another run took its lease over: found by
+    an attack); these do not."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[-1].split()[19])  # field 22: starttime
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    return f"{boot}:{ticks}" if boot and " " not in boot else None
+
+
+def is_process(pid: int, identity: str) -> bool:
+    """Whether the process `pid` runs on this machine and is the one `process_identity` named
+    `identity` (where the identity cannot be read, a running pid counts)."""
+    if not pid_running(pid):
+        return False
+    found = process_identity(pid)
+    return found is None or found == identity
+
+
 def process_start(pid: int) -> float | None:
     """When the process `pid` started, in seconds since the epoch (Linux's /proc), or None."""
     try:

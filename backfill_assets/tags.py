@@ -21,6 +21,9 @@ REPLAYABLE_OP_TAG = "backfill_assets/replayable"
 ACTOR_TAG = "backfill_assets/actor"
 PID_TAG = "backfill_assets/pid"
 HOST_TAG = "backfill_assets/host"
+# the process of PID_TAG as no clock step changes it (`environment.process_identity`): a run's
+# creation time, the wall clock's, moves with a step (found by an attack)
+PROCESS_TAG = "backfill_assets/process"
 # on every run `backfill run` launches, in-process or in its worker processes: "<host>:<pid>" of
 # the process holding the lease. A label for coordination, not authority: whoever sets it still
 # needs the plan's write permission.
@@ -30,12 +33,15 @@ CAP_TAG = "backfill_assets/plan-cap-{}"
 MAX_CAP = 16
 
 
-def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -> dict[str, str]:
+def cli_run_tags(plan_id: str | None, actor: str, launcher: str | None = None,
+                 process: str | None = None) -> dict[str, str]:
     """Tags of the runs `backfill run` launches: labels for the UI, for finding dead runs (the
-    process running it) and for the plan's lease (the process holding it, `launcher`; by default
-    this one)."""
+    process running it, and `process`, its identity) and for the plan's lease (the process holding
+    it, `launcher`; by default this one)."""
     tags = {ACTOR_TAG: actor, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(),
             LAUNCHER_TAG: launcher or f"{socket.gethostname()}:{os.getpid()}"}
+    if process:
+        tags[PROCESS_TAG] = process
     if plan_id:
         tags[PLAN_TAG] = plan_id
     return tags

@@ -117,12 +117,12 @@ def _show_in_ui(home: Home, plan_id: str, pick: Callable[[Any], list[Any]]) -> N
     rather than that nothing was, and how to show them later."""
     from backfill_assets.dagster_setup import instance_for
     from backfill_assets.defs.verdicts_shown import report
-    from backfill_assets.tags import cli_run_tags
+    from backfill_assets.execution.runner import our_run_tags
 
     try:
         with output.dagster_output(home):
             instance = instance_for(home)
-            report(instance, pick(instance), cli_run_tags(plan_id, actor()))
+            report(instance, pick(instance), our_run_tags(plan_id, actor()))
     except Exception as exc:  # noqa: BLE001 - the UI is a view of the ledger, which holds the verdicts
         reason = str(getattr(exc, "message", None) or exc).strip().splitlines()
         output.say(f"backfill: note: the verdicts are recorded, but the Dagster UI was not shown them "
@@ -194,15 +194,14 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
     import dagster as dg
 
     from backfill_assets.dagster_inprocess import execute_selection
-    from backfill_assets.execution.runner import fail_dead_runs
-    from backfill_assets.tags import cli_run_tags
+    from backfill_assets.execution.runner import fail_dead_runs, our_run_tags
 
     instance = instance_for(home)  # one instance: the publish run, then the plan's state
     fail_dead_runs(instance)
     try:
         with output.dagster_output(home):
             result = execute_selection(job, [dg.AssetKey(table.spec.publish_as.split("/"))], instance=instance,
-                                       tags={**publish_run_tags(state), **cli_run_tags(state.plan_id, actor())},
+                                       tags={**publish_run_tags(state), **our_run_tags(state.plan_id, actor())},
                                        run_config=output.run_config())
     except Exception as exc:
         _refuse_if_published(args, state.plan_id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc)

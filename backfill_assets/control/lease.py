@@ -1,8 +1,9 @@
 """One `backfill run` of a plan at a time: a lease in the control record.
 
 The holder renews it between slices. A second run is refused naming the holder. A lease expires
-when its holder's process is gone (same host: the pid no longer runs, or runs a process started
-after the holder's last heartbeat, which got the pid once the holder died) or its heartbeat is
+when its holder's process is gone (same host: the pid no longer runs, or runs another process than
+the holder, which got the pid once the holder died: told by the boot's id and the process's start
+in ticks since boot, which no wall-clock step moves) or its heartbeat is
 older than the time-to-live (another host), so a run killed with kill -9 never blocks the plan for
 good.
 """
@@ -19,13 +20,16 @@ from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
-from backfill_assets.environment import running_since
+from backfill_assets.environment import is_process, process_identity, running_since
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import leases as store
 
 TTL_SECONDS = 300.0
+# what follows the time in `acquired_at`: the holder's `process_identity` (a column of its own would
+# need a new schema); a heartbeat is the wall clock's, which a step moves (found by an attack)
+_PROCESS = " process "
 
 
 @dataclass(frozen=True)
@@ -37,17 +41,26 @@ class Lease:
     acquired_at: str
     heartbeat_at: float
 
+    @property
+    def since(self) -> str:
+        return self.acquired_at.split(_PROCESS, 1)[0]
+
     def alive(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
         if self.host == socket.gethostname():
-            # a process started after the last heartbeat is not the holder: its pid was reused
+            process = self.acquired_at.split(_PROCESS, 1)[1] if _PROCESS in self.acquired_at else None
+            if process:
+                # the holder's own process, named as no clock step changes (`process_identity`)
+                return is_process(self.pid, process)
+            # a row without it (planted, or written before): a process started after the last
+            # heartbeat is not the holder, its pid was reused
             return running_since(self.pid, self.heartbeat_at)
         # a heartbeat from further ahead than a time-to-live is no clock's skew: a row planted to
         # hold every run off for ever (leases are not sealed; found by an attack) is a dead lease
         return abs(now - self.heartbeat_at) < TTL_SECONDS
 
     def describe(self) -> str:
-        return f"{self.holder} (pid {self.pid} on {self.host}, since {self.acquired_at})"
+        return f"{self.holder} (pid {self.pid} on {self.host}, since {self.since})"
 
 
 def current(session: Session, plan_id: str) -> Lease | None:
@@ -72,8 +85,10 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
                                   "its process on its host, elsewhere five minutes after its last heartbeat; "
                                   "one naming a live process that is no backfill run but started before that "
                                   f"heartbeat (a row planted) stays until its row in {SCHEMA}.leases is deleted")
-        lease = Lease(plan_id, holder, mine[0], mine[1],
-                      dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.time())
+        process = process_identity(mine[1])
+        since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        lease = Lease(plan_id, holder, mine[0], mine[1], since + (f"{_PROCESS}{process}" if process else ""),
+                      time.time())
         store.replace(session, lease.plan_id, lease.holder, lease.host, lease.pid, lease.acquired_at,
                       lease.heartbeat_at)
         if found is not None and (found.host, found.pid) != mine:

@@ -23,11 +23,19 @@ from backfill_assets import faults
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.dagster_inprocess import execute_selection
-from backfill_assets.environment import running_since
+from backfill_assets.environment import is_process, process_identity, running_since
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
-from backfill_assets.tags import HOST_TAG, PID_TAG, RANGE_END, RANGE_START, VERDICTS_JOB, cli_run_tags
+from backfill_assets.tags import (
+    HOST_TAG,
+    PID_TAG,
+    PROCESS_TAG,
+    RANGE_END,
+    RANGE_START,
+    VERDICTS_JOB,
+    cli_run_tags,
+)
 from backfill_assets.warehouse import Warehouse, kept_open
 from backfill_assets.warehouse.engine import Session
 
@@ -95,7 +103,7 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
     `launcher`: the lease holder's label when this process is one of its workers; `assets`: what the
     run materializes instead of the target alone (a plan-free load adds the published asset)."""
     job = loaded.definitions.resolve_implicit_global_asset_job_def()
-    tags = cli_run_tags(plan_id, actor, launcher)
+    tags = our_run_tags(plan_id, actor, launcher)
     if len(keys) == 1:
         tags["dagster/partition"] = keys[0]
     else:
@@ -217,6 +225,11 @@ def worker_run(defs_ref: str | None, home_root: str, warehouse_url: str | None, 
                          terminal.run_config(), launcher)
 
 
+def our_run_tags(plan_id: str | None, actor: str, launcher: str | None = None) -> dict[str, str]:
+    """`cli_run_tags` of this process, its identity included (`fail_dead_runs` reads it)."""
+    return cli_run_tags(plan_id, actor, launcher, process_identity(os.getpid()))
+
+
 def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     """Runs our CLI started whose process died (kill -9) are marked failed, not STARTED forever."""
     host = socket.gethostname()
@@ -227,8 +240,12 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
         if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
-        # the process that made the run had started by then; one started later got its pid after it died
-        if not running_since(int(pid), found.create_timestamp.timestamp()):
+        # the process that made the run, named as no clock step changes it; a run without that name
+        # (made before): the process that made it had started by then, one started later got its
+        # pid after it died (a clock stepped forward since the run was made fools this one)
+        process = run.tags.get(PROCESS_TAG)
+        if not (is_process(int(pid), process) if process
+                else running_since(int(pid), found.create_timestamp.timestamp())):
             # a run showing verdicts the ledger holds (`defs/verdicts_shown.py`) wrote no partition
             what = ("some verdicts may not be shown: `backfill reconcile PLAN` shows them"
                     if run.job_name == VERDICTS_JOB else "every partition is wholly old or new")
