@@ -67,3 +67,29 @@ def test_a_live_cli_run_is_not_failed_when_the_clock_steps_forward(world):
     finally:
         other.stdin.close()
         other.wait(timeout=60)
+
+
+@pytest.mark.xfail(strict=True, reason="no fix yet: the cancelled repairing plan's only way out, its rollback, "
+                   "is refused for good by _refuse_computed_since (reported, not fixed)")
+def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(world, monkeypatch, capsys):
+    """A plan over 2026-01-05..08 is published; the team deploys its monthly rollup and loads
+    January's month from the published days. A published day is then edited, so the plan goes back
+    to repairing, and the operator cancels it: a cancelled plan only rolls back, and its rollback is
+    refused while the month computed from its days stands. The fix it names (a new plan listing the
+    month) is refused too, the cancelled plan holding its window: no command ends the plan."""
+    from tests.test_graph import FULL_DEFS, MONTH, _january_and_a_plan_over_its_days, defs_of, run
+    from tests.world import BUGGY
+
+    _january_and_a_plan_over_its_days(world)
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
+    world.cli("reconcile", "fix")
+    assert world.phase("fix") == "repairing"
+    assert world.cli("cancel", "fix") == 0
+    capsys.readouterr()
+    code = world.cli("rollback", "fix")
+    said = capsys.readouterr()
+    assert code == 0 or world.phase("fix") != "repairing", said.err
