@@ -113,22 +113,6 @@ def pid_running(pid: int) -> bool:
         return True
 
 
-# a wall clock stepped forward after a holder wrote its time would put the holder's start after it:
-# a process starting this much later than the time is not taken for its writer
-START_SLACK_SECONDS = 5.0
-
-
-def running_since(pid: int, at: float) -> bool:
-    """Whether a process of this pid runs on this machine and had started by `at` (seconds since the
-    epoch, give or take START_SLACK_SECONDS): one started later is not the process that wrote `at`
-    but another given its pid after that one died (a container's restarted processes take the same
-    small pids). Where the start cannot be read (no /proc), a running pid counts."""
-    if not pid_running(pid):
-        return False
-    started = process_start(pid)
-    return started is None or started <= at + START_SLACK_SECONDS
-
-
 def process_identity(pid: int) -> str | None:
     """The process `pid` as no other process of this machine is, whatever its wall clock did since:
     the boot's id and the process's start in clock ticks after the boot (Linux's /proc), or None.
@@ -152,15 +136,3 @@ def is_process(pid: int, identity: str) -> bool:
         return False
     found = process_identity(pid)
     return found is None or found == identity
-
-
-def process_start(pid: int) -> float | None:
-    """When the process `pid` started, in seconds since the epoch (Linux's /proc), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            ticks = int(handle.read().rsplit(")", 1)[-1].split()[19])  # field 22: starttime
-        with open("/proc/stat", encoding="ascii") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None

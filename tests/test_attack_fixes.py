@@ -69,14 +69,14 @@ def test_a_live_cli_run_is_not_failed_when_the_clock_steps_forward(world):
         other.wait(timeout=60)
 
 
-@pytest.mark.xfail(strict=True, reason="no fix yet: the cancelled repairing plan's only way out, its rollback, "
-                   "is refused for good by _refuse_computed_since (reported, not fixed)")
 def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(world, monkeypatch, capsys):
     """A plan over 2026-01-05..08 is published; the team deploys its monthly rollup and loads
     January's month from the published days. A published day is then edited, so the plan goes back
-    to repairing, and the operator cancels it: a cancelled plan only rolls back, and its rollback is
-    refused while the month computed from its days stands. The fix it names (a new plan listing the
-    month) is refused too, the cancelled plan holding its window: no command ends the plan."""
+    to repairing, and the operator cancels it: a cancelled plan only rolls back, and its rollback was
+    refused for good while the month computed from its days stood (its writer, a load without a
+    plan, has no rollback; a new plan listing the month is refused while the cancelled plan holds its
+    window): no command ended the plan. Naming the month with --keep-computed leaves it as it is,
+    said and recorded; a name of no table is one line."""
     from tests.test_graph import FULL_DEFS, MONTH, _january_and_a_plan_over_its_days, defs_of, run
     from tests.world import BUGGY
 
@@ -85,11 +85,23 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
     assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
                {"dagster/backfill": "ui-bf"}).success
+    month = world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")
     world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
     world.cli("reconcile", "fix")
     assert world.phase("fix") == "repairing"
     assert world.cli("cancel", "fix") == 0
     capsys.readouterr()
-    code = world.cli("rollback", "fix")
+    assert world.cli("rollback", "fix") == 1
     said = capsys.readouterr()
-    assert code == 0 or world.phase("fix") != "repairing", said.err
+    assert said.err.count("\n") == 1 and "--keep-computed monthly_revenue" in said.err, said.err
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revnue") == 2
+    said = capsys.readouterr()
+    assert said.err.count("\n") == 1 and "monthly_revnue" in said.err and "monthly_revenue" in said.err, said.err
+    assert world.phase("fix") == "repairing"  # cancelled: a hold on it
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
+    said = capsys.readouterr()
+    assert "left 1 partition(s) of monthly_revenue (2026-01-01) as computed" in said.out, said.out
+    assert world.phase("fix") == "rolled_back"
+    assert world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue") == month  # left as it was
+    [payload] = world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'rollback'")
+    assert '"kept_computed":{"monthly_revenue":["2026-01-01"]}' in payload[0], payload[0]

@@ -401,28 +401,27 @@ def test_a_verdicts_run_whose_process_died_is_failed_naming_what_shows_its_verdi
 
 def test_a_run_whose_pid_a_later_process_took_is_failed(world):
     """A run our CLI started, its process killed, and the pid given to another process since (a
-    container's restarted processes take the same small pids): the run stayed STARTED for ever. A
-    process started after the run was made is not the one that made it."""
-    import datetime as dt
+    container's restarted processes take the same small pids): the run stayed STARTED for ever. The
+    run names the process that made it as the pid alone does not (`PROCESS_TAG`)."""
     import socket
     import subprocess
 
-    import sqlalchemy as db
     from dagster._core.storage.dagster_run import DagsterRun
-    from dagster._core.storage.runs.schema import RunsTable
 
+    from backfill_assets.environment import process_identity
     from backfill_assets.execution.runner import fail_dead_runs
-    from backfill_assets.tags import HOST_TAG
+    from backfill_assets.tags import HOST_TAG, PROCESS_TAG
 
     other = subprocess.Popen(["sleep", "60"])
     try:
-        run = world.instance.add_run(DagsterRun(job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
-                                                tags={PID_TAG: str(other.pid), HOST_TAG: socket.gethostname()}))
-        assert fail_dead_runs(world.instance) == []  # made as `other` ran: it may be its maker
-        made = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=1)
-        with world.instance.run_storage.connect() as conn:  # the run made a minute before `other` started
-            conn.execute(db.update(RunsTable).where(RunsTable.c.run_id == run.run_id).values(create_timestamp=made))
-        assert fail_dead_runs(world.instance) == [run.run_id]
+        named = process_identity(other.pid)
+        assert named is not None
+        boot, ticks = named.rsplit(":", 1)
+        runs = {who: world.instance.add_run(DagsterRun(
+            job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
+            tags={PID_TAG: str(other.pid), HOST_TAG: socket.gethostname(), PROCESS_TAG: process}))
+            for who, process in (("other", named), ("before", f"{boot}:{int(ticks) - 100}"))}
+        assert fail_dead_runs(world.instance) == [runs["before"].run_id]  # `other` made the first, not the second
     finally:
         other.kill()
         other.wait()

@@ -179,21 +179,29 @@ def test_a_run_carrying_the_holders_launcher_label_is_still_refused_outside_its_
 def test_a_lease_naming_a_pid_a_later_process_took_ends_with_its_holder(world):
     """The holder on this host was killed, and its pid went to another process (a container's
     restarted processes take the same small pids): the plan stayed blocked until someone deleted
-    the lease's row. A process started after the lease's last heartbeat is not its holder; one
-    started before it still holds the lease."""
-    import time
+    the lease's row. The lease names its holder's process as the pid alone does not (the boot's id
+    and its start in ticks since boot, which no clock step moves); a lease naming another process
+    than the one with its pid now has ended, one naming it still holds, and one of a release
+    before, which names none, holds while its pid runs."""
+    from backfill_assets.environment import process_identity
 
     world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
     other = subprocess.Popen(["sleep", "60"])
     try:
         with world.warehouse().session() as session:
             ensure_schema(session)
+        named = process_identity(other.pid)
+        assert named is not None
+        boot, ticks = named.rsplit(":", 1)
         world.run_sql("INSERT INTO backfill_control.leases VALUES (?, ?, ?, ?, ?, ?)",
                       ["fix", "backfill run by ops@vm", socket.gethostname(), other.pid,
-                       "2026-01-15T08:00:00+00:00", time.time() + 1])  # renewed after `other` started
-        assert world.cli("run", "fix", "--proof") != 0  # a live holder, as far as anyone can tell
-        world.run_sql("UPDATE backfill_control.leases SET heartbeat_at = ? WHERE plan_id = 'fix'",
-                      [time.time() - 60])  # its last heartbeat a minute before `other` started
+                       f"2026-01-15T08:00:00+00:00 process {named}", 0.0])
+        assert world.cli("run", "fix", "--proof") != 0  # `other` is the holder
+        world.run_sql("UPDATE backfill_control.leases SET acquired_at = ? WHERE plan_id = 'fix'",
+                      ["2026-01-15T08:00:00+00:00"])
+        assert world.cli("run", "fix", "--proof") != 0  # a lease naming no process holds while its pid runs
+        world.run_sql("UPDATE backfill_control.leases SET acquired_at = ? WHERE plan_id = 'fix'",
+                      [f"2026-01-15T08:00:00+00:00 process {boot}:{int(ticks) - 100}"])  # the holder before `other`
         assert world.cli("run", "fix", "--proof") == 0
     finally:
         other.kill()

@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rollback = sub.add_parser("rollback", help="restore every partition the plan wrote")
     rollback.add_argument("plan")
     rollback.add_argument("--dry-run", action="store_true")
+    rollback.add_argument("--keep-computed", action="append", default=[], metavar="TABLE",
+                          help="leave TABLE's partitions computed since from the plan's as they are (a rollup loaded "
+                               "without a plan, which the rollback otherwise refuses)")
     add_signature_options(rollback)  # a published plan whose approvals expired: approvers sign the rollback
     add_defs(rollback)
     add_home(rollback)
@@ -369,7 +372,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         given = candidates(args, lambda: rollback_statement(session, state.approved)) \
             if args.sign or args.signature else []
         report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run,
-                          signatures=given, graph=table.graph)
+                          signatures=given, graph=table.graph, keep_computed=args.keep_computed)
     for line in report.lines():
         print(line)
     if not args.dry_run:

@@ -20,7 +20,7 @@ from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
-from backfill_assets.environment import is_process, process_identity, running_since
+from backfill_assets.environment import is_process, pid_running, process_identity
 from backfill_assets.errors import PartitionRefused, PlanRefused
 from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
@@ -49,12 +49,11 @@ class Lease:
         now = time.time() if now is None else now
         if self.host == socket.gethostname():
             process = self.acquired_at.split(_PROCESS, 1)[1] if _PROCESS in self.acquired_at else None
-            if process:
-                # the holder's own process, named as no clock step changes (`process_identity`)
-                return is_process(self.pid, process)
-            # a row without it (planted, or written before): a process started after the last
-            # heartbeat is not the holder, its pid was reused
-            return running_since(self.pid, self.heartbeat_at)
+            # the holder's own process, named as no clock step changes (`process_identity`): a
+            # process that got its pid once it died is not it; a row without the name (written
+            # before, or planted) holds while its pid runs (its start, read against the heartbeat,
+            # moves with the wall clock: a step had a live holder's lease taken, found by an attack)
+            return is_process(self.pid, process) if process else pid_running(self.pid)
         # a heartbeat from further ahead than a time-to-live is no clock's skew: a row planted to
         # hold every run off for ever (leases are not sealed; found by an attack) is a dead lease
         return abs(now - self.heartbeat_at) < TTL_SECONDS

@@ -24,7 +24,7 @@ from backfill_assets.control import authority, evidence_log, integrity, ledger, 
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import NO_RECORD, incomplete, refill_from_published, restore, snapshotted
-from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused
+from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused, UsageError
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
 from backfill_assets.publish import published as published_record
@@ -46,6 +46,7 @@ class RollbackReport:
     dry_run: bool
     tables: dict[str, dict[str, tuple[Fingerprint, Fingerprint]]] = field(default_factory=dict)
     refilled: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # table: (from, keys)
+    kept: dict[str, list[str]] = field(default_factory=dict)  # computed since, left as it is: table: keys
 
     def lines(self, limit: int = 20) -> list[str]:
         verb = "would restore" if self.dry_run else "restored"
@@ -64,6 +65,10 @@ class RollbackReport:
                 out.append(f"  {key}: now {now} -> {before}" + ("  (unchanged)" if now == before else ""))
             if len(parts) > limit:
                 out.append(f"  ... {len(parts) - limit} more")
+        for table, keys in self.kept.items():
+            out.append(f"{'would leave' if self.dry_run else 'left'} {len(keys)} partition(s) of {table} "
+                       f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}) as computed from the partitions "
+                       "restored (--keep-computed): recompute them under a plan whose graph lists the table")
         out.append(f"plan {self.plan_id} " + ("unchanged (dry run)" if self.dry_run else "is rolled_back"))
         return out
 
@@ -166,19 +171,22 @@ def _tables(state: PlanState, spec: TableSpec, scheme: PartitionScheme,
 
 def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState, actor: str,
              *, dry_run: bool = False, signatures: Sequence[Candidate] = (),
-             graph: TableGraph | None = None) -> RollbackReport:
+             graph: TableGraph | None = None, keep_computed: Sequence[str] = ()) -> RollbackReport:
     """Every table the plan wrote (its target and its graph's tables, `graph`: the loaded
-    definitions), target and published, back to the snapshots, in one transaction."""
+    definitions), target and published, back to the snapshots, in one transaction. `keep_computed`:
+    tables computed since from the plan's partitions that the operator leaves as they are (each
+    named; otherwise such a table refuses the rollback)."""
     if state.phase in (Phase.ROLLED_BACK, Phase.WITHDRAWN):
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
     report = RollbackReport(state.plan_id, dry_run)
     tables = _tables(state, spec, scheme, graph)
+    keep = _kept_tables(keep_computed, graph)
     if dry_run:
         # what it says it would restore is what the chain recorded, as the rollback checks it
         top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
         whole = [(table_spec, table_scheme, *_whole(session, table_spec, table_scheme, state, report))
                  for table_spec, table_scheme in tables]
-        _refuse_what_the_ledger_lost(session, state, whole, top, graph)
+        report.kept = _refuse_what_the_ledger_lost(session, state, whole, top, graph, keep)
         for table_spec, table_scheme, keys, published in whole:
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
                 expected = snapshotted(session, state.plan_id, table)
@@ -212,7 +220,8 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         # while this waited for a partition's lock is found too; rows hidden after this are found by
         # `restore`, which reads the snapshot records again and refuses one gone since (a whole
         # group of them hidden while it waited was left out: found by an attack)
-        _refuse_what_the_ledger_lost(session, state, whole, evidence_log.last_before_reading(session), graph)
+        report.kept = _refuse_what_the_ledger_lost(session, state, whole, evidence_log.last_before_reading(session),
+                                                   graph, keep)
         for table_spec, table_scheme, keys, published in whole:
             _refuse_later_writers(session, state, keys, table_spec.name)  # again, now that no one can write them
             for table, table_keys in {table_spec.table: keys, table_spec.publish_table: published}.items():
@@ -226,7 +235,8 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
             **{t: {"partitions": len(parts), "fingerprints_sha256": _digest(parts)}
                for t, parts in report.tables.items()}, "authorised": authorised,
             **({"refilled": {t: {"from": source, "partitions": keys}
-                             for t, (source, keys) in report.refilled.items()}} if report.refilled else {})})
+                             for t, (source, keys) in report.refilled.items()}} if report.refilled else {}),
+            **({"kept_computed": report.kept} if report.kept else {})})
         told = state.active or state.phase in SEEN_BY_CONSUMERS or bool(published)
         lifecycle.rolled_back(session, state, actor)
         if told and state.version is not None:
@@ -236,11 +246,13 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
 
 def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                                  whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
-                                 top: int, graph: TableGraph | None = None) -> None:
+                                 top: int, graph: TableGraph | None = None,
+                                 keep: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """What the rollback restores was read from the ledger; the chain says what the plan wrote and
     snapshotted, and who wrote its partitions after it: a partition it lists that the ledger lost
     would keep the plan's bytes, and a later writer lost would have its work erased. And who
-    computed a table of the loaded `graph` from the plan's partitions since (`_refuse_computed_since`)."""
+    computed a table of the loaded `graph` from the plan's partitions since (`_refuse_computed_since`;
+    those of `keep` are returned, left as they are)."""
     chained = ledger.chained_writes(session, top)
     mine = [c for c in chained if c.plan_id == state.plan_id]
     # every table the chain says the plan wrote or snapshotted is one the definitions loaded restore:
@@ -270,7 +282,7 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                                    f"{row.seq}) is gone from {where}: a rollback would leave it",
                                    fix=evidence_log.FORGED_FIX)
         _refuse_writers(state, later_of(spec.name, keys))
-    _refuse_computed_since(state, whole, graph, later_of)
+    return _refuse_computed_since(state, whole, graph, later_of, keep)
 
 
 def _later_writers_in(session: Session, chained: Sequence[ledger.Chained], state: PlanState,
@@ -296,30 +308,50 @@ def _later_writers_in(session: Session, chained: Sequence[ledger.Chained], state
     return later
 
 
+def _kept_tables(named: Sequence[str], graph: TableGraph | None) -> frozenset[str]:
+    """The tables `--keep-computed` names, each a table of the loaded definitions (a name mistyped
+    would leave nothing kept, and the rollback refused as if it were not given)."""
+    tables = set(graph.tables) if graph is not None else set()
+    unknown = sorted(set(named) - tables)
+    if unknown:
+        known = ", ".join(sorted(tables)) or "none: load the definitions that declare it"
+        raise UsageError(f"--keep-computed {unknown[0]}: the loaded definitions declare no replayable table of that "
+                         "name", fix=f"name one of the tables they declare ({known})")
+    return frozenset(named)
+
+
 def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
                            graph: TableGraph | None,
-                           later_of: Callable[[str, Sequence[str]], list[tuple[str, str]]]) -> None:
+                           later_of: Callable[[str, Sequence[str]], list[tuple[str, str]]],
+                           keep: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """A table the plan did not write, computed from one it did (a rollup deployed after the plan's
     publish and loaded from its days, a later plan's month), whose partitions reading the plan's
     were written after its first write: they hold figures of the plan's bytes, and restoring the
     plan's tables alone left consumers a month that does not add up to the days beside it (found by
-    an attack)."""
+    an attack). Refused, unless the operator names the table (`keep`): a month loaded without a plan
+    has no rollback of its own, and a cancelled plan that only rolls back had no way out (found by
+    an attack). Returns what is left as it is: {table: partitions}."""
+    kept: dict[str, list[str]] = {}
     if graph is None:
-        return
+        return kept
     mine = {spec.name for spec, _, _, _ in whole}
     for spec, _, keys, _ in whole:
         for child in graph.children(spec.name):
             if child in mine or not keys:
                 continue
             later = later_of(child, graph.downstream_keys(spec.name, keys, child))
-            if later:
+            if later and child in keep:
+                kept[child] = sorted({*kept.get(child, []), *(k for _, k in later)})
+            elif later:
                 who = sorted({w for w, _ in later})
                 raise RollbackRefused(
                     f"{child} {later[0][1]} was computed from plan {state.plan_id}'s {spec.name} partitions since "
                     f"(by {', '.join(who)}); restoring {spec.name} alone would leave {child} computed from bytes "
                     "consumers no longer see",
                     fix=(f"roll back {who[0]} first, or " if who[0] != "incremental runs" else "")
-                    + f"replay the window with a new plan that lists {child} in its graph")
+                    + f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it is "
+                      f"with --keep-computed {child} (then recompute it under a plan)")
+    return kept
 
 
 def _digest(parts: dict[str, tuple[Fingerprint, Fingerprint]]) -> str:

@@ -23,7 +23,7 @@ from backfill_assets import faults
 from backfill_assets.control import lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.dagster_inprocess import execute_selection
-from backfill_assets.environment import is_process, process_identity, running_since
+from backfill_assets.environment import is_process, pid_running, process_identity
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import Hold
@@ -234,18 +234,15 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     """Runs our CLI started whose process died (kill -9) are marked failed, not STARTED forever."""
     host = socket.gethostname()
     dead = []
-    for found in instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
-                                                                          dg.DagsterRunStatus.STARTING])):
-        run = found.dagster_run
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
+                                                                 dg.DagsterRunStatus.STARTING])):
         pid, run_host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
         if run_host != host or pid is None or not pid.isdigit() or int(pid) == os.getpid():
             continue
-        # the process that made the run, named as no clock step changes it; a run without that name
-        # (made before): the process that made it had started by then, one started later got its
-        # pid after it died (a clock stepped forward since the run was made fools this one)
+        # the process that made the run, named as no clock step changes it (a process that got its
+        # pid once it died is not it); a run without that name (made before) lives while its pid runs
         process = run.tags.get(PROCESS_TAG)
-        if not (is_process(int(pid), process) if process
-                else running_since(int(pid), found.create_timestamp.timestamp())):
+        if not (is_process(int(pid), process) if process else pid_running(int(pid))):
             # a run showing verdicts the ledger holds (`defs/verdicts_shown.py`) wrote no partition
             what = ("some verdicts may not be shown: `backfill reconcile PLAN` shows them"
                     if run.job_name == VERDICTS_JOB else "every partition is wholly old or new")
