@@ -19,7 +19,7 @@ from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.errors import ApprovalError, PlanInvalidError, PlanReadError
+from backfill_assets.errors import ApprovalError, LockWaitTimeout, PlanInvalidError, PlanReadError
 from backfill_assets.plan.approvals import entry_of, file_candidates, mirror_into_file
 from backfill_assets.plan.fit import fit
 from backfill_assets.plan.identity import plan_sha256
@@ -205,22 +205,30 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
         # attack), so it is taken again by a transaction that writes nothing (nothing to roll back
         # under the file's update). The approval committed whatever the file's folder says (a
         # read-only checkout, a full disk): the caller says so, not that nothing committed
-        unmirrored = None
-        with session.transaction():
-            for asset in sorted(members):
-                session.lock(approval_lock(asset))
-            try:
-                added = mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
-                                                for a in record.approvals(session, sha)])
-            except OSError as exc:
-                added, unmirrored = 0, (exc.strerror or type(exc).__name__,
-                                        f"make {path.parent} writable (or free space)")
-            except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
-                added, unmirrored = 0, (exc.message, exc.fix or "lay the file out as the template does")
+        try:
+            with session.transaction():
+                for asset in sorted(members):
+                    session.lock(approval_lock(asset))
+                added, unmirrored = _mirrored(session, path, sha)
+        except LockWaitTimeout as exc:  # the approval stands: the file waits for the next command
+            added, unmirrored = 0, (f"another approval held the table's turn too long ({exc.message})",
+                                    "run the same command again: it brings the file in line with the record")
         faults.checkpoint("approve.after_mirror")
         state = record.require(session, plan.plan_id)
     return Approved(plan.plan_id, sha, name, recorded_now, counted.describe() + late,
                     state.approved_sha256 == sha and (adopted or counted.approved), added, unmirrored)
+
+
+def _mirrored(session: Session, path: Path, sha: str) -> tuple[int, tuple[str, str] | None]:
+    """The record's approvals of `sha` written into the plan file: how many were added, and why the
+    file could not take them (with the fix), if it could not."""
+    try:
+        return mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
+                                       for a in record.approvals(session, sha)]), None
+    except OSError as exc:
+        return 0, (exc.strerror or type(exc).__name__, f"make {path.parent} writable (or free space)")
+    except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
+        return 0, (exc.message, exc.fix or "lay the file out as the template does")
 
 
 def _recorded(counted: Counted, trust_version: int, actor: str, at: str) -> RecordedApproval:

@@ -177,3 +177,38 @@ def test_two_approvals_mirrored_at_once_both_stay_in_the_plan_file(engine_world,
     assert codes == {"alice": 0, "bob": 0}
     signed = {g["by"] for g in yaml.safe_load(path.read_text())["approvals"]["granted"]}
     assert signed == {"olivia", "carol", "alice", "bob"}
+
+
+def test_an_approval_whose_file_update_times_out_says_it_is_recorded(engine_world, monkeypatch, capsys):
+    """A team's database sets `lock_timeout`; another approval holds the table's turn when this one,
+    committed, comes to update the plan file: it gave up waiting with the lock's error, as if nothing
+    had been recorded. It says the approval is recorded, and that the same command syncs the file."""
+    import psycopg
+
+    from backfill_assets import faults
+    from tests.pg_server import admin_sql
+
+    world = engine_world
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.approve(path, "carol")
+    database = world.url.rsplit("/", 1)[1]
+    admin_sql(world.url, f'ALTER DATABASE "{database}" SET lock_timeout = 300')
+    monkeypatch.setenv(faults.STALL_ENV, "approve.after_commit=60")
+    codes: dict[str, int] = {}
+    alice = threading.Thread(target=lambda: codes.update(alice=world.cli(
+        "plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"]))))
+    alice.start()
+    deadline = time.monotonic() + 60
+    while faults.reached("approve.after_commit") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with psycopg.connect(world.url, autocommit=True) as other:  # another approval of the table, in its turn
+        other.execute("SELECT pg_advisory_lock(hashtextextended('approve:daily_revenue', 0))")
+        monkeypatch.setenv(faults.RELEASE_ENV, "approve.after_commit")
+        alice.join(timeout=120)
+    said = capsys.readouterr()
+    assert codes == {"alice": 1}, said.err
+    assert said.err.count("\n") == 1 and "recorded" in said.err and "run the same command again" in said.err, said.err
+    assert "alice" not in {g["by"] for g in yaml.safe_load(path.read_text())["approvals"]["granted"]}
+    monkeypatch.delenv(faults.STALL_ENV)
+    assert world.cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"])) == 0
+    assert "alice" in {g["by"] for g in yaml.safe_load(path.read_text())["approvals"]["granted"]}
