@@ -92,6 +92,10 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
             record.require(session, permission.plan.plan_id, lock=True)
         for key in sorted(keys):  # two runs of one partition take turns; one order: no deadlock
             session.lock(f"write:{spec.name}:{key}")
+        # the target's write lock before the snapshot takes the evidence chain: a publish holds the
+        # target (SHARE) and then takes the chain, so a write holding the chain while it waited for
+        # the target met it in a circle, and PostgreSQL killed the publish (found by an attack)
+        session.hold_table(spec.table, writing=True)
         current = recheck(session, spec, scheme, permission, keys)
         if current is not None:
             ensure_snapshots(session, spec, scheme, spec.table, current.plan_id, keys, evidence_log.now_iso(), actor)

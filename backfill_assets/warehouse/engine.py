@@ -189,8 +189,10 @@ class Session(ABC):
         Engines whose writers are already serialised (DuckDB: one writing process) do nothing.
         """
 
-    def hold_table(self, table: str) -> None:  # noqa: B027 - a no-op unless the engine needs it
-        """Keep other writers off `table` until this transaction ends (publish's check-then-copy).
+    def hold_table(self, table: str, *, writing: bool = False) -> None:  # noqa: B027 - a no-op unless needed
+        """Keep other writers off `table` until this transaction ends (publish's check-then-copy);
+        `writing`: take the lock a write of it takes (other writers go on, a holder waits), before the
+        evidence chain, so a write never holds the chain while it waits for the table.
 
         Engines whose writers are already serialised do nothing.
         """

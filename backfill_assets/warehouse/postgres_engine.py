@@ -85,12 +85,18 @@ class PostgresStatementError(WarehouseError):
     def __init__(self, exc: Exception) -> None:
         self.original = exc
         self.sqlstate = getattr(exc, "sqlstate", None)
-        super().__init__(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        super().__init__(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                         fix=RETRY_FIX if self.sqlstate in RETRYABLE else None)
 
     @property
     def retryable(self) -> bool:
         # serialization failure, deadlock: the transaction can simply run again
-        return self.sqlstate in ("40001", "40P01")
+        return self.sqlstate in RETRYABLE
+
+
+RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock
+RETRY_FIX = ("another command held what this one needed and PostgreSQL ended this one's transaction, which "
+             "committed nothing: run the command again")
 
 
 class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
@@ -405,10 +411,10 @@ class PostgresSession(Session):
     def lock(self, name: str) -> None:
         self.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [name])
 
-    def hold_table(self, table: str) -> None:
+    def hold_table(self, table: str, *, writing: bool = False) -> None:
         from backfill_assets.identifiers import quote
 
-        self.execute(f"LOCK TABLE {quote(table)} IN SHARE MODE")
+        self.execute(f"LOCK TABLE {quote(table)} IN {'ROW EXCLUSIVE' if writing else 'SHARE'} MODE")
 
     def lock_rows_clause(self, exclusive: bool = False) -> str:
         return " FOR UPDATE" if exclusive else " FOR SHARE"

@@ -1,0 +1,92 @@
+"""Attacks by two or more commands at once on PostgreSQL (operators, the sensor, run workers) and a
+hurried user: each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from backfill_assets import faults
+from backfill_assets.execution.write import write_partitions
+from backfill_assets.permission import PLAN_TAG, permit
+from tests.test_pg_concurrency import ADVISORY, wait_for_waiters
+from tests.test_pg_rollback import ran_fix
+from tests.world import FIXED
+
+pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+
+
+def test_a_publish_never_deadlocks_with_another_plans_first_write_of_its_target(engine_world, monkeypatch, capfd):
+    """Plan `fix` (January 1-4) is reconciled and published while plan `next` (January 5-8, same
+    target) writes its proof: that write snapshots first, taking the evidence chain, then writes the
+    target; publish holds the target in SHARE mode, then takes the chain for its own records. The
+    two waited on each other in a circle and PostgreSQL killed the publish: `backfill: deadlock
+    detected`, with no word of what to do (publish is not run again)."""
+    world = engine_world
+    window = ran_fix(world)
+    world.approved_plan("next", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",))
+    monkeypatch.setenv(faults.STALL_ENV, "write.after_snapshot@1=60")
+    wrote: dict[str, object] = {}
+
+    def write() -> None:
+        try:
+            with world.warehouse().session() as writer:
+                permission = permit(writer, FIXED, world.scheme, ["2026-01-05"], {PLAN_TAG: "next"})
+                wrote["written"] = write_partitions(writer, FIXED, world.scheme, permission, run_id=None,
+                                                    actor="a run")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            wrote["error"] = exc
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while faults.reached("write.after_snapshot") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert faults.reached("write.after_snapshot") == 1, wrote
+    published: dict[str, int] = {}
+    capfd.readouterr()
+    publisher = threading.Thread(target=lambda: published.update(code=world.cli("publish", "fix")))
+    publisher.start()
+    try:
+        # the publish waits for the chain the write holds (before: then the write waited for the
+        # target the publish held) or for the target the write holds (the write goes on)
+        wait_for_waiters(world, 1, ADVISORY + ("relation",))
+    finally:
+        monkeypatch.setenv(faults.RELEASE_ENV, "write.after_snapshot")
+    publisher.join(timeout=120)
+    writer.join(timeout=120)
+    err = capfd.readouterr().err
+    assert "error" not in wrote, wrote
+    assert published.get("code") == 0, err
+    assert world.phase("fix") == "published" and world.phase("next") == "proving"
+    assert world.fingerprints("published_revenue", window) == world.fingerprints("daily_revenue", window)
+
+
+def test_a_deadlock_says_to_run_the_command_again(engine_world):
+    """Whichever command PostgreSQL ends to break a circle of waits says, in its one line, that
+    nothing committed and to run it again (it said `deadlock detected` and no more)."""
+    from backfill_assets.errors import WarehouseError
+
+    world = engine_world
+    ended: list[BaseException] = []
+    both = threading.Barrier(2)
+
+    def take(first: str, second: str) -> None:
+        try:
+            with world.warehouse().session() as session, session.transaction():
+                session.lock(first)
+                both.wait(timeout=30)
+                session.lock(second)
+        except WarehouseError as exc:
+            ended.append(exc)
+
+    threads = [threading.Thread(target=take, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(ended) == 1, ended
+    line = str(ended[0])
+    assert "deadlock detected" in line and "run the command again" in line and "\n" not in line, line
