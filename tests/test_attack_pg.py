@@ -13,7 +13,7 @@ from backfill_assets.execution.write import write_partitions
 from backfill_assets.permission import PLAN_TAG, permit
 from tests.test_pg_concurrency import ADVISORY, wait_for_waiters
 from tests.test_pg_rollback import ran_fix
-from tests.world import FIXED
+from tests.world import FIXED, keys
 
 pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 
@@ -90,3 +90,47 @@ def test_a_deadlock_says_to_run_the_command_again(engine_world):
     assert len(ended) == 1, ended
     line = str(ended[0])
     assert "deadlock detected" in line and "run the command again" in line and "\n" not in line, line
+
+
+def test_two_run_workers_first_writes_of_a_table_both_make_the_plans_snapshot_table(engine_world):
+    """Two run workers of one plan write their first partitions of a table at once (a graph plan's
+    months, each worker a month): each snapshot creates the plan's snapshot table if it does not
+    exist. PostgreSQL let the second CREATE TABLE IF NOT EXISTS wait for the first's uncommitted
+    table, then fail: `duplicate key value violates unique constraint "pg_type_typname_nsp_index"`,
+    the worker's run failed and `backfill run` halted."""
+    from backfill_assets.control.snapshots import ensure_snapshots
+    from backfill_assets.errors import WarehouseError
+    from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in
+    from tests.test_pg_concurrency import ROW
+
+    world = engine_world
+    assert world.materialize(keys(1, 8), publish=True).success
+    world.approved_plan("next", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",))
+    first_done, outcome = threading.Event(), {}
+
+    def snapshot(key: str, hold: bool) -> None:
+        try:
+            with world.warehouse().session() as session, session.transaction():
+                session.lock(f"write:{FIXED.name}:{key}")
+                ensure_snapshots(session, FIXED, world.scheme, FIXED.table, "next", [key], "2026-12-07T00:00:00",
+                                 "a run worker")
+                if hold:
+                    first_done.set()
+                    wait_for_waiters(world, 1, ROW + ADVISORY)
+            outcome[key] = "ok"
+        except WarehouseError as exc:
+            outcome[key] = str(exc)
+
+    first = threading.Thread(target=snapshot, args=("2026-01-05", True))
+    first.start()
+    assert first_done.wait(timeout=60)
+    second = threading.Thread(target=snapshot, args=("2026-01-06", False))
+    second.start()
+    first.join(timeout=120)
+    second.join(timeout=120)
+    assert outcome == {"2026-01-05": "ok", "2026-01-06": "ok"}, outcome
+    with world.warehouse().session() as session:
+        name = snapshot_in(session, "next", FIXED.table)
+    assert world.sql(f"SELECT count(DISTINCT order_date) FROM {SNAPSHOT_SCHEMA}.{name}")[0][0] == 2
+    assert world.cli("evidence", "verify") == 0
+

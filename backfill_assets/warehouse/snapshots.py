@@ -26,8 +26,15 @@ def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table
                keys: Sequence[str]) -> dict[str, Fingerprint]:
     """Copy the current rows of `keys` into the plan's snapshot table; return their fingerprints.
     Inside the caller's transaction, before it changes those partitions."""
-    snap = qualified(SNAPSHOT_SCHEMA, snapshot_in(session, plan_id, table))
+    name = snapshot_in(session, plan_id, table)
+    snap = qualified(SNAPSHOT_SCHEMA, name)
     cols = ", ".join(quote(c) for c in spec.columns)
+    if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
+        # made by one writer at a time: two run workers' first writes of a table at once both made
+        # it, and PostgreSQL failed the second once the first committed (`duplicate key value
+        # violates unique constraint "pg_type_typname_nsp_index"`: found by an attack); the second,
+        # let in then, finds it made
+        session.lock(f"ddl:{snap}")
     session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
     before = fingerprints(session, table, spec.columns, scheme, spec.partition_column, keys)
     where, params = many_predicate(scheme, quote(spec.partition_column), keys)
@@ -77,8 +84,15 @@ def refill(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: 
     found = [k for k, taken in recorded.items() if there[k] == taken]
     if not write or not found:
         return found
-    snap = qualified(SNAPSHOT_SCHEMA, snapshot_in(session, plan_id, table))
+    name = snapshot_in(session, plan_id, table)
+    snap = qualified(SNAPSHOT_SCHEMA, name)
     cols = ", ".join(quote(c) for c in spec.columns)
+    if not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
+        # made by one writer at a time: two run workers' first writes of a table at once both made
+        # it, and PostgreSQL failed the second once the first committed (`duplicate key value
+        # violates unique constraint "pg_type_typname_nsp_index"`: found by an attack); the second,
+        # let in then, finds it made
+        session.lock(f"ddl:{snap}")
     session.execute(f"CREATE TABLE IF NOT EXISTS {snap} AS SELECT {cols} FROM {quote(table)} WHERE FALSE")
     where, params = many_predicate(scheme, quote(spec.partition_column), found)
     session.execute(f"DELETE FROM {snap} WHERE {where}", params)
