@@ -3,6 +3,7 @@ hurried user: each test failed on the code before its fix."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -132,5 +133,58 @@ def test_two_run_workers_first_writes_of_a_table_both_make_the_plans_snapshot_ta
     with world.warehouse().session() as session:
         name = snapshot_in(session, "next", FIXED.table)
     assert world.sql(f"SELECT count(DISTINCT order_date) FROM {SNAPSHOT_SCHEMA}.{name}")[0][0] == 2
+    assert world.cli("evidence", "verify") == 0
+
+
+def test_a_reconcile_failing_while_publish_decides_never_has_the_failed_partition_published(engine_world,
+                                                                                          monkeypatch):
+    """`backfill publish fix` has read every gate's latest result (all passed) and holds the plan's
+    row and the target; a `backfill reconcile fix` of that moment finds 2026-01-02's source changed
+    and records its failing results, which waited for nothing the publish held: the publish then
+    copied and committed, and consumers read a partition whose latest verdict, committed before the
+    publish, failed (on DuckDB the two take turns on the file). The results now wait for the
+    publish (the chain), so they come after what it published, and the plan goes to repairing."""
+    from backfill_assets.publish import rule
+    from tests.test_pg_concurrency import ROW
+
+    world = engine_world
+    ran_fix(world)
+    assert world.phase("fix") == "reconciled"
+    decided, go_on = threading.Event(), threading.Event()
+    original = rule.blockers
+
+    def blockers_then_wait(session, *args, **kwargs):
+        found = original(session, *args, **kwargs)
+        if session.in_transaction and not decided.is_set():  # the copy's transaction, after its read
+            decided.set()
+            assert go_on.wait(timeout=120)
+        return found
+
+    monkeypatch.setattr(rule, "blockers", blockers_then_wait)
+    codes: dict[str, int] = {}
+    publisher = threading.Thread(target=lambda: codes.update(publish=world.cli("publish", "fix")))
+    publisher.start()
+    try:
+        assert decided.wait(timeout=120)
+        # late source rows of 2026-01-02 arrive: the day's gates fail on the data as it is now
+        world.run_sql("INSERT INTO orders SELECT order_id + 1000000, customer_id, region, order_ts, order_date, "
+                      "amount, status FROM orders WHERE order_date = DATE '2026-01-02'")
+        reconciler = threading.Thread(target=lambda: codes.update(reconcile=world.cli("reconcile", "fix")))
+        reconciler.start()
+        wait_for_waiters(world, 1, ROW + ADVISORY)  # the reconcile waits for something the publish holds
+    finally:
+        go_on.set()
+    publisher.join(timeout=120)
+    reconciler.join(timeout=120)
+    chain = world.sql("SELECT seq, kind, payload FROM backfill_control.evidence WHERE plan_id = 'fix' "
+                      "AND kind IN ('gates', 'published') ORDER BY seq")
+    published = [seq for seq, kind, _ in chain if kind == "published"]
+    failing = [seq for seq, kind, payload in chain
+               if kind == "gates" and "2026-01-02" in (json.loads(payload) if isinstance(payload, str) else payload
+                                                      ).get("failed", {})]
+    assert failing, chain
+    if published:  # what consumers were given was decided on the latest verdicts as it committed
+        assert published[0] < failing[-1], (published, failing)
+        assert world.phase("fix") == "repairing"
     assert world.cli("evidence", "verify") == 0
 

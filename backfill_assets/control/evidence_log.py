@@ -399,6 +399,14 @@ def next_seq(session: Session) -> int:
     return store.max_seq(session) + 1
 
 
+def hold(session: Session) -> None:
+    """Take the chain's turn until this transaction ends, as an append does: no other session
+    appends meanwhile, so the record a decision reads under it is the record as it commits."""
+    if not session.in_transaction:
+        raise WarehouseError("holding the chain needs a transaction", fix="call it inside session.transaction()")
+    session.lock("backfill_control.evidence")
+
+
 def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
            payload: dict[str, Any], seq: int | None = None) -> EvidenceRow:
     """Append one row inside the caller's transaction; its head is logged after the commit.

@@ -303,6 +303,10 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                 if session.engine.table_exists(session, table.spec.publish_table):
                     # nor add rows of its own to what consumers read (see `_foreign_rows`)
                     session.hold_table(table.spec.publish_table)
+            # and the chain's turn, the last lock every writer takes, before the verdicts are read:
+            # a reconcile's failing results committed after this read and before the commit had the
+            # partition published over its latest verdict (found by an attack)
+            evidence_log.hold(session)
             evidence_log.check_links(session)
             for table in tables:
                 found = table.found = blockers(session, table.spec, table.scheme, table.keys, graph,
