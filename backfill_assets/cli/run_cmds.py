@@ -23,7 +23,7 @@ from backfill_assets.cli.common import (
 from backfill_assets.cli.partition_args import add_partition_args
 from backfill_assets.cli.signatures import add_signature_options, candidates
 from backfill_assets.control import lease, ledger, record
-from backfill_assets.errors import PlanRefused, UsageError
+from backfill_assets.errors import BackfillError, PlanRefused, UsageError
 from backfill_assets.plan.phases import PAST_PROOF, Hold, Phase
 
 if TYPE_CHECKING:
@@ -284,10 +284,22 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False,
                 url = os.environ.get("BACKFILL_WAREHOUSE_URL")
 
                 def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:
+                    from concurrent.futures.process import BrokenProcessPool
+
                     futures = [pool.submit(worker_run, args.defs, str(home.root), url, state.plan_id,
                                            asset, keys, actor(), output.verbose(),
                                            lease.launcher_label(held), lease.identity(held)) for keys in wave]
-                    return [f.result() for f in futures]
+                    try:
+                        return [f.result() for f in futures]
+                    except BrokenProcessPool:
+                        # a worker killed (kill -9, the OOM killer): the pool ends the others' runs,
+                        # each transaction rolled back (an internal error, found by an attack)
+                        raise BackfillError(
+                            f"a run worker of plan {state.plan_id} died while its run of {asset} "
+                            f"{wave[0][0]}..{wave[-1][-1]} was in progress (killed?), and the wave's other "
+                            "runs were stopped; every partition is wholly old or new",
+                            fix=f"`backfill run {state.plan_id}` resumes with the partitions not yet "
+                                "written") from None
             else:
                 def run_wave(wave: list[list[str]], asset: str) -> list[tuple[str, list[str]]]:
                     return [run_range(loaded, loaded.table(asset), instance, state.plan_id, keys, actor(),
