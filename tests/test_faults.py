@@ -425,3 +425,37 @@ def test_a_run_whose_pid_a_later_process_took_is_failed(world):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_live_cli_run_is_not_failed_when_the_clock_steps_forward(world):
+    """A run this process made (our CLI's tags), its creation ten minutes before this process's
+    start as /proc says it after a forward step of the wall clock: `fail_dead_runs` marked the live
+    run failed."""
+    import datetime as dt
+    import subprocess
+
+    import sqlalchemy as db
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.storage.runs.schema import RunsTable
+
+    from backfill_assets.execution.runner import fail_dead_runs
+    from backfill_assets.tags import cli_run_tags
+
+    script = ("import json, sys; from backfill_assets.execution import runner; "
+              "print(json.dumps(getattr(runner, 'our_run_tags', runner.cli_run_tags)(None, 'ops')), flush=True); "
+              "sys.stdin.read()")
+    other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        import json
+        tags = json.loads(other.stdout.readline())
+        assert tags.keys() >= cli_run_tags(None, "ops").keys()
+        run = world.instance.add_run(DagsterRun(job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
+                                                tags=tags))
+        made = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=10)
+        with world.instance.run_storage.connect() as conn:  # the clock stepped ten minutes since
+            conn.execute(db.update(RunsTable).where(RunsTable.c.run_id == run.run_id).values(create_timestamp=made))
+        assert fail_dead_runs(world.instance) == []
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)

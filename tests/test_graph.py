@@ -498,3 +498,38 @@ def test_a_definitions_file_holding_two_definitions_is_refused_not_read_as_the_f
     said = shown.out + shown.err
     assert "2 dagster Definitions (base, defs)" in said and "fits daily_revenue" not in said, said
     assert "Traceback" not in said
+
+
+def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(world, monkeypatch, capsys):
+    """A plan over 2026-01-05..08 is published; the team deploys its monthly rollup and loads
+    January's month from the published days. A published day is then edited, so the plan goes back
+    to repairing, and the operator cancels it: a cancelled plan only rolls back, and its rollback was
+    refused for good while the month computed from its days stood (its writer, a load without a
+    plan, has no rollback; a new plan listing the month is refused while the cancelled plan holds its
+    window): no command ended the plan. Naming the month with --keep-computed leaves it as it is,
+    said and recorded; a name of no table is one line."""
+    _january_and_a_plan_over_its_days(world)
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+    month = world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
+    world.cli("reconcile", "fix")
+    assert world.phase("fix") == "repairing"
+    assert world.cli("cancel", "fix") == 0
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    said = capsys.readouterr()
+    assert said.err.count("\n") == 1 and "--keep-computed monthly_revenue" in said.err, said.err
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revnue") == 2
+    said = capsys.readouterr()
+    assert said.err.count("\n") == 1 and "monthly_revnue" in said.err and "monthly_revenue" in said.err, said.err
+    assert world.phase("fix") == "repairing"  # cancelled: a hold on it
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
+    said = capsys.readouterr()
+    assert "left 1 partition(s) of monthly_revenue (2026-01-01) as computed" in said.out, said.out
+    assert world.phase("fix") == "rolled_back"
+    assert world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue") == month  # left as it was
+    [payload] = world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'rollback'")
+    assert '"kept_computed":{"monthly_revenue":["2026-01-01"]}' in payload[0], payload[0]

@@ -206,3 +206,25 @@ def test_a_lease_naming_a_pid_a_later_process_took_ends_with_its_holder(world):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_live_holder_stays_the_holder_when_the_clock_steps_forward(world):
+    """A `backfill run` holds the plan's lease on this host and is busy in a slice (no heartbeat);
+    the wall clock then steps forward ten minutes (chrony correcting a VM paused meanwhile, NTP's
+    first sync in a fresh container). Its start time, as /proc computes it from the boot time, moves
+    ten minutes later with the clock, after the heartbeat it wrote: the live holder was taken for a
+    process that got a dead holder's pid, and a second `backfill run` of the plan took its lease
+    and ran beside it. The step is emulated by moving the heartbeat back ten minutes, which is the
+    same distance between the holder's start as /proc then says it and the heartbeat."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(world.home), world.url or "", "fix"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        world.run_sql("UPDATE backfill_control.leases SET heartbeat_at = heartbeat_at - 600 WHERE plan_id = 'fix'")
+        assert world.cli("run", "fix", "--proof") != 0  # the holder runs: no second run of the plan
+        assert world.sql("SELECT pid FROM backfill_control.leases WHERE plan_id = 'fix'") == [(holder.pid,)]
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
