@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from backfill_assets.control import authority, ledger, record
+from backfill_assets.control import authority, lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
@@ -31,7 +31,7 @@ from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import WRITABLE, Hold, Phase
 from backfill_assets.table import TableSpec
-from backfill_assets.tags import BACKFILL_TAG, PLAN_TAG
+from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
@@ -50,6 +50,8 @@ class Permission:
     keys: tuple[str, ...]
     plan: PlanState | None = None
     graph: TableGraph | None = field(default=None, compare=False)
+    # the run's label of the lease holder that launched it (LAUNCHER_TAG), asked again by each write
+    launcher: str | None = field(default=None, compare=False)
 
     @property
     def is_plan_write(self) -> bool:
@@ -371,7 +373,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     refusal = _upstream_refusal(session, spec, keys, graph, chosen)
     if refusal is not None:
         raise refusal
-    return Permission(spec.name, tuple(keys), chosen, graph)
+    return Permission(spec.name, tuple(keys), chosen, graph, tags.get(LAUNCHER_TAG))
 
 
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
@@ -396,6 +398,11 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             raise refusal
         return None
     plan = record.require(session, permission.plan.plan_id, lock=True)
+    # and the plan's lease, as the run's start asked it: a worker left running after its `backfill
+    # run` was killed wrote its run's later transactions beside the run that took the lease over
+    # (found by an attack)
+    lease.refuse_foreign_run(session, plan.plan_id, {LAUNCHER_TAG: permission.launcher} if permission.launcher
+                             else {}, keys[0] if keys else "?")
     for i, key in enumerate(keys):
         if plan.approved_sha256 != permission.plan.approved_sha256 or not plan.covers(key, spec.name):
             raise _refuse(f"plan {plan.plan_id}'s plan of record changed while this run started", plan.plan_id,

@@ -228,3 +228,31 @@ def test_a_live_holder_stays_the_holder_when_the_clock_steps_forward(world):
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_run_whose_lease_was_taken_over_writes_no_later_transaction(engine_world):
+    """A worker of a `backfill run` killed with kill -9 goes on with its run, whose partitions are
+    written a transaction at a time; another host takes the lease over meanwhile: the worker's next
+    transaction was written beside the new holder's run (the lease was asked at the run's start
+    only; found by an attack). Each write asks it again."""
+    from backfill_assets.errors import PartitionRefused
+    from backfill_assets.execution.write import write_partitions
+    from backfill_assets.permission import PLAN_TAG, permit
+    from backfill_assets.tags import LAUNCHER_TAG
+    from tests.world import FIXED
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        held = lease.acquire(session, "fix", "backfill run by test")
+        tags = {PLAN_TAG: "fix", LAUNCHER_TAG: lease.launcher_label(held)}
+        permission = permit(session, FIXED, world.scheme, keys(2, 4), tags)  # the run's start: its lease
+        lease.refuse_foreign_run(session, "fix", tags, "2026-01-02")
+    take_over_from_another_host(world)
+    with warehouse.session() as session, pytest.raises(PartitionRefused, match=f"is being run by .*on {OTHER_HOST}"):
+        write_partitions(session, FIXED, world.scheme, permission, run_id=None, actor="a worker")
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
+                     "AND partition_key <> '2026-01-01'") == [(0,)]
