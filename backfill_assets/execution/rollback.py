@@ -180,7 +180,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         raise RollbackRefused(f"plan {state.plan_id} is already {state.phase}", fix="nothing to do")
     report = RollbackReport(state.plan_id, dry_run)
     tables = _tables(state, spec, scheme, graph)
-    keep = _kept_tables(keep_computed, graph)
+    keep = _kept_tables(keep_computed, graph, [t.name for t, _ in tables])
     if dry_run:
         # what it says it would restore is what the chain recorded, as the rollback checks it
         top = evidence_log.last_before_reading(session)  # a run of the plan may be writing meanwhile
@@ -308,15 +308,23 @@ def _later_writers_in(session: Session, chained: Sequence[ledger.Chained], state
     return later
 
 
-def _kept_tables(named: Sequence[str], graph: TableGraph | None) -> frozenset[str]:
+def _kept_tables(named: Sequence[str], graph: TableGraph | None, restored: Sequence[str] = ()) -> frozenset[str]:
     """The tables `--keep-computed` names, each a table of the loaded definitions (a name mistyped
-    would leave nothing kept, and the rollback refused as if it were not given)."""
+    would leave nothing kept, and the rollback refused as if it were not given) that the plan did
+    not write (`restored`: a table it wrote is restored whatever the option says; naming one had the
+    rollback restore it, saying nothing of the option it ignored: found by an attack)."""
     tables = set(graph.tables) if graph is not None else set()
     unknown = sorted(set(named) - tables)
     if unknown:
         known = ", ".join(sorted(tables)) or "none: load the definitions that declare it"
         raise UsageError(f"--keep-computed {unknown[0]}: the loaded definitions declare no replayable table of that "
                          "name", fix=f"name one of the tables they declare ({known})")
+    own = sorted(set(named) & set(restored))
+    if own:
+        raise UsageError(f"--keep-computed {own[0]}: the plan wrote {own[0]}, and a rollback restores every table "
+                         "the plan wrote or none; nothing was changed",
+                         fix="name only tables computed from the plan's partitions that the plan did not write "
+                             "(`backfill rollback PLAN` names them), or leave the plan as it is")
     return frozenset(named)
 
 
