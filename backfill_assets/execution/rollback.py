@@ -348,17 +348,23 @@ def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, Pa
             if child in mine or not keys:
                 continue
             later = later_of(child, graph.downstream_keys(spec.name, keys, child))
-            if later and child in keep:
+            who = sorted({w for w, _ in later})
+            # only what has no rollback of its own is kept: a plan's partitions kept were left for
+            # it to publish over the days restored (a reconciled plan's month, computed from the
+            # rolled-back days, published afterwards: found by an attack)
+            plans = [w for w in who if w != "incremental runs"]
+            if later and child in keep and not plans:
                 kept[child] = sorted({*kept.get(child, []), *(k for _, k in later)})
             elif later:
-                who = sorted({w for w, _ in later})
                 raise RollbackRefused(
                     f"{child} {later[0][1]} was computed from plan {state.plan_id}'s {spec.name} partitions since "
                     f"(by {', '.join(who)}); restoring {spec.name} alone would leave {child} computed from bytes "
-                    "consumers no longer see",
-                    fix=(f"roll back {who[0]} first, or " if who[0] != "incremental runs" else "")
-                    + f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it is "
-                      f"with --keep-computed {child} (then recompute it under a plan)")
+                    "consumers no longer see" + (f" (--keep-computed keeps only what no plan wrote: plan {plans[0]} "
+                                                 "can be rolled back)" if plans and child in keep else ""),
+                    fix=(f"roll back {plans[0]} first (`backfill rollback {plans[0]}`), then this plan; or "
+                         f"replay the window with a new plan that lists {child} in its graph" if plans else
+                         f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it "
+                         f"is with --keep-computed {child} (then recompute it under a plan)"))
     return kept
 
 
