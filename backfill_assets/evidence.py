@@ -123,7 +123,10 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows"),
                        **({"cutover": published.payload["cutover"]} if "cutover" in published.payload else {})}
                       if published else None),
-        "rollback": ({"at": rolled.at, "by": rolled.actor} if rolled else None),
+        "rollback": ({"at": rolled.at, "by": rolled.actor,
+                      # what the operator left computed from the restored partitions (--keep-computed)
+                      **({"kept_computed": rolled.payload["kept_computed"]} if "kept_computed" in rolled.payload
+                         else {})} if rolled else None),
         "chain": {"rows": len(rows), "verified": verified, "head_seq": head_seq, "head_hash": head_hash,
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }

@@ -533,6 +533,9 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     assert world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue") == month  # left as it was
     [payload] = world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'rollback'")
     assert '"kept_computed":{"monthly_revenue":["2026-01-01"]}' in payload[0], payload[0]
+    out = world.root / "evidence.yaml"  # and the evidence document says so
+    assert world.cli("evidence", "fix", "--out", str(out)) == 0
+    assert yaml.safe_load(out.read_text())["rollback"]["kept_computed"] == {"monthly_revenue": ["2026-01-01"]}
 
 
 def test_keep_computed_naming_a_table_the_plan_wrote_is_refused_not_ignored(world, monkeypatch, capsys):
