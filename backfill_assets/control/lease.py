@@ -82,8 +82,9 @@ def acquire(session: Session, plan_id: str, holder: str) -> Lease:
             raise PlanRefused(f"plan {plan_id} is already being run by {found.describe()}",
                               fix="wait for that run to finish (or stop it): a killed run's lease ends with "
                                   "its process on its host, elsewhere five minutes after its last heartbeat; "
-                                  "one naming a live process that is no backfill run but started before that "
-                                  f"heartbeat (a row planted) stays until its row in {SCHEMA}.leases is deleted")
+                                  "one written by a release before this one (or planted), which names no "
+                                  "process but a pid, holds while that pid runs, a backfill run or not: delete "
+                                  f"its row in {SCHEMA}.leases then")
         process = process_identity(mine[1])
         since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         lease = Lease(plan_id, holder, mine[0], mine[1], since + (f"{_PROCESS}{process}" if process else ""),
