@@ -232,7 +232,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
         # a pause outlives a publish (which takes no run): then neither run nor cancel can act on
         # it (found by an attack), and the phase's own step follows
         return f"resume with `{_resume(state)}`, or end it with `backfill cancel {pid}`"
-    if state.hold is Hold.CANCELLED:
+    if state.hold is Hold.CANCELLED and phase not in ENDED:  # once rolled back, nothing is left to roll back
         if (phase in SEEN_BY_CONSUMERS and state.version is not None
                 and authority.refusal(session, state.version, code=None) is not None):
             return _signed_rollback(pid)  # a bare rollback is refused (found by an attack)

@@ -116,3 +116,14 @@ def test_a_closed_plan_whose_published_table_was_edited_names_the_step_that_publ
     hint = _next(run_cli, "fix")
     assert "edited since the plan closed" in hint and "`backfill plan new plans/<id>.yaml --target daily_revenue`" \
         in hint, hint
+
+
+def test_a_cancelled_plan_once_rolled_back_names_no_rollback(world, run_cli):
+    """Cancelled, then rolled back: status went on naming `backfill rollback fix`, which says the
+    plan is already rolled back (found by a review)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert run_cli("run", "fix", "--proof").code == 0
+    assert run_cli("cancel", "fix").code == 0
+    assert _next(run_cli, "fix") == "roll it back: `backfill rollback fix`"
+    assert run_cli("rollback", "fix").code == 0 and world.phase() == "rolled_back"
+    assert _next(run_cli, "fix") == "nothing: the plan was rolled back; draft a new plan to retry"
