@@ -114,14 +114,15 @@ def test_plan_new_fills_what_the_spec_and_the_graph_answer(tmp_path, run_cli):
     result = run_cli("plan", "new", str(path), "--id", "fix-1", "--target", "daily_revenue", "--start",
                      "2026-01-05", "--end", "2026-01-18", "--owner", "olivia", "--defs", GRAPH_DEFS)
     assert result.code == 0, result.err
+    # the metrics every table of the graph declares: monthly_revenue has no `customers`, and a plan
+    # naming it was approved, wrote the days, then halted at the month (found by a review)
     assert ("filled from the definitions: source_of_truth orders; gates.metrics (orders, gross, refunds, "
-            "net_revenue, customers); execution.proof_partitions [2026-01-05]; graph (monthly_revenue); "
+            "net_revenue); execution.proof_partitions [2026-01-05]; graph (monthly_revenue); "
             "downstream (revenue_report)") in result.out
     assert "8 key(s) still to fill" in result.out  # 12 without definitions
     document = read_yaml_text(path.read_text(encoding="utf-8"), "p")
     assert document["source_of_truth"] == "orders"
-    assert [m["name"] for m in document["gates"]["metrics"]] == ["orders", "gross", "refunds", "net_revenue",
-                                                                  "customers"]
+    assert [m["name"] for m in document["gates"]["metrics"]] == ["orders", "gross", "refunds", "net_revenue"]
     assert document["execution"]["proof_partitions"] == ["2026-01-05"]
     assert document["graph"] == [{"asset": "monthly_revenue", "window": {"start": "2026-01-01", "end": "2026-01-01"}}]
     assert document["downstream"] == [{"asset": "revenue_report", "owners": ["TODO"]}]
@@ -131,6 +132,13 @@ def test_plan_new_fills_what_the_spec_and_the_graph_answer(tmp_path, run_cli):
     fits = run_cli("plan", "validate", str(path), "--defs", GRAPH_DEFS)
     assert fits.code == 0, fits.err
     assert "complete and fits daily_revenue" in fits.out and "graph     monthly_revenue 2026-01-01" in fits.out
+    # a metric the target declares but a table of its graph does not: the graph's run could never pass
+    path.write_text(text.replace("    - name: net_revenue\n", "    - name: net_revenue\n    - name: customers\n", 1),
+                    encoding="utf-8")
+    refused = run_cli("plan", "validate", str(path), "--defs", GRAPH_DEFS)
+    assert refused.code == 1
+    assert ("gates.metrics.name = 'customers': monthly_revenue, of the plan's graph, declares no such metric; "
+            "keep the metrics every table of the graph declares: orders, gross, refunds, net_revenue") in refused.err
 
 
 def test_a_downstream_asset_the_graph_does_not_hold_is_one_line(tmp_path, run_cli):

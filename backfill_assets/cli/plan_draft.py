@@ -38,13 +38,22 @@ def prefill(text: str, table: LoadedTable, start: str | None, end: str | None) -
                          count=1, flags=re.MULTILINE)
     if done:
         filled.append(f"source_of_truth {spec.source}")
-    entries = "".join(f"    - name: {m.name}\n" for m in spec.metrics)
+    metrics = [m.name for m in spec.metrics]
+    if start and end and table.graph is not None:  # the gates judge every table of the graph by them
+        try:
+            members = table.graph.derive(spec.name, table.scheme().window(start, end))[1:]
+        except WindowError:
+            members = []  # `plan validate` names the window's problem
+        common = [n for n in metrics if all(n in {m.name for m in table.graph.spec(member.asset).metrics}
+                                            for member in members)]
+        metrics = common or metrics  # none in common: `plan validate` names the one to drop
+    entries = "".join(f"    - name: {name}\n" for name in metrics)
     text, done = _replace(text, r"^    - name: TODO[^\n]*\n      tolerance_abs: 0[^\n]*\n  contract:[^\n]*\n",
                           "    # exactly (right for DECIMAL money and counts) unless given tolerance_abs: 0.05 (in\n"
                           "    # the metric's unit) or tolerance_pct: 0.01 (0.01% of the source figure)\n"
                           + entries + "  contract:\n")
     if done:
-        filled.append(f"gates.metrics ({', '.join(m.name for m in spec.metrics)})")
+        filled.append(f"gates.metrics ({', '.join(metrics)})")
     if not (start and end):
         return text, filled
     try:

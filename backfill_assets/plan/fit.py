@@ -3,7 +3,7 @@ definitions load, and again by the write permission in every run.
 
 A plan that cannot run is never approved: its target must be a replayable table, its window and
 proof partitions keys of that table's partitions, its business keys the table's, its metrics ones
-the table declares, and its source of truth the table's source.
+the table and every table of its graph declare, and its source of truth the table's source.
 """
 
 from __future__ import annotations
@@ -140,6 +140,16 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
         if not problems:  # in dependency order: each table after the one it reads
             derived = graph.derive(plan.target, keys)
             members.update({m.asset: list(m.keys) for m in derived[1:]})
+            # the gates judge every table of the graph by the plan's metrics: one a table lacks
+            # halted its run after the days were written (found by a review)
+            common = [n for n in declared if all(n in {m.name for m in graph.spec(member.asset).metrics}
+                                                 for member in derived[1:])]
+            for member in derived[1:]:
+                there = {m.name for m in graph.spec(member.asset).metrics}
+                problems += [PlanProblem("gates.metrics.name", metric.name,
+                                         f"{member.asset}, of the plan's graph, declares no such metric; keep the "
+                                         f"metrics every table of the graph declares: {', '.join(common)}")
+                             for metric in plan.gates.metrics if metric.name in declared and metric.name not in there]
             listed_consumers = {c.asset for c in plan.downstream}
             for consumer in graph.consumers(derived):
                 if consumer.asset not in listed_consumers:  # its owners are told, and it is refreshed
