@@ -29,7 +29,7 @@ from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
-from backfill_assets.plan.phases import WRITABLE, Hold, Phase
+from backfill_assets.plan.phases import ENDED, WRITABLE, Hold, Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
@@ -256,6 +256,9 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"{f', {other.hold}' if other.hold else ''})"
                            + (f" (+{len(unseen) - 1} more)" if len(unseen) > 1 else ""),
                            plan.plan_id if plan else None, key,
+                           # a plan rolled back over bytes it wrote unchanged publishes nor rolls back again
+                           f"replay {parent} {unseen[0]} with a plan (`backfill plan new plans/<id>.yaml --target "
+                           f"{parent}`), then write {spec.name} {key}" if other.phase in ENDED else
                            f"publish plan {other.plan_id} (`backfill publish {other.plan_id}`) or roll it back "
                            f"(`backfill rollback {other.plan_id}`), then write {spec.name} {key}")
         bad = [u for u in upstream if latest.get(u) is None or not latest[u].passed]  # type: ignore[union-attr]

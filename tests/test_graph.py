@@ -596,3 +596,26 @@ def test_keep_computed_never_leaves_an_active_plans_month_to_publish_over_the_re
     assert world.cli("rollback", "q") == 0 and world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
     assert world.phase("fix") == "rolled_back"
     assert world.fingerprints("daily_revenue", ["2026-01-05", "2026-01-06", "2026-01-07", "2026-01-08"]) != days
+
+
+def test_a_month_over_days_a_rolled_back_plan_rewrote_unchanged_names_a_replay_not_the_rollback(world,
+                                                                                              monkeypatch):
+    """The days loaded with the fixed release, so plan fix rewrites them byte for byte; cancelled and
+    rolled back, their latest write is still the plan's, which consumers never saw. The month's
+    refusal named `backfill publish fix` or `backfill rollback fix`, both refused for a plan rolled
+    back already (found by a review): it names a replay of the days, as for days a rollback changed."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, 31), spec=FIXED, publish=True).success
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("cancel", "fix") == 0 and world.cli("rollback", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
+    month = run(world, defs_of(world, FIXED), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                {"dagster/backfill": "ui-bf"})
+    assert not month.success
+    failures = failure_text(month)
+    assert "plan fix's, which consumers have not seen (rolled_back" in failures, failures
+    assert "backfill rollback fix" not in failures and "backfill publish fix" not in failures, failures
+    assert "replay daily_revenue 2026-01-05 with a plan" in failures, failures
