@@ -392,6 +392,29 @@ def test_a_process_given_another_evidence_key_is_refused_before_it_appends(world
     assert backfill("evidence", "verify").code == 0
 
 
+def test_another_homes_evidence_key_is_named_as_the_wrong_key_not_as_an_edited_chain(world, backfill, run_subprocess,
+                                                                                     tmp_path):
+    """Another home's key, with its head log beside it (the head log goes where the key is): the
+    command said the head log's row was cut off the chain and the control record edited outside
+    backfill (restore it from backup), about an intact chain (found by a review)."""
+    path = world.plan("fix")
+    assert world.cli("plan", "approve", str(path), "--by", "olivia", "--key", str(world.keys["olivia"])) == 0
+    rows = len(chain(world))
+    other = tmp_path / "other-home" / "keys"
+    other.mkdir(parents=True, mode=0o700)
+    (other / "evidence.key").write_text(os.urandom(32).hex() + "\n")
+    (other / "evidence.key").chmod(0o600)
+    (other / "evidence-heads.log").write_text(f"{rows} {os.urandom(32).hex()}\n")  # that chain's head
+    for command in (("pause", "fix"), ("plan", "withdraw", "fix"),
+                    ("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"]))):
+        # a process of its own: one that held the file since a check compares only the chain's last row
+        refused = run_subprocess(*command, env={"BACKFILL_EVIDENCE_KEY_FILE": str(other / "evidence.key")})
+        assert refused.code == 1 and "is not the key this warehouse's chain was made with" in refused.err, refused
+        assert one_line(refused.err) and "edited outside backfill" not in refused.err
+    assert len(chain(world)) == rows
+    assert backfill("evidence", "verify").code == 0
+
+
 def test_a_head_log_turned_into_a_pipe_after_its_check_is_a_warning_after_the_commit(world, capfd):
     """The head log is checked once per session; should it stop being a regular file before a later
     commit of that session, the commit stands and the missing head is one warning line."""
