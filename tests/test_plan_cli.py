@@ -265,6 +265,29 @@ def test_a_complete_plan_validates_and_names_its_hash(tmp_path, run_cli):
         in result.out
 
 
+
+def test_validate_treats_backfill_defs_as_it_treats_defs(tmp_path, run_cli, monkeypatch):
+    """`--defs` / `BACKFILL_DEFS` are one setting (README, Configuration): `--defs` naming a module
+    that does not import was one line, exit 2, while the same in BACKFILL_DEFS said the plan was
+    complete, exit 0, and told the user to pass --defs (found by a review); a setting the definitions
+    refuse names its own fix, not --defs."""
+    monkeypatch.chdir(tmp_path)
+    path = write_plan(tmp_path / "p.yaml", complete_plan())
+    given = run_cli("plan", "validate", str(path), "--defs", "nosuch_module_x")
+    assert given.code == 2 and "cannot import definitions module nosuch_module_x" in given.err, given
+    monkeypatch.setenv("BACKFILL_DEFS", "nosuch_module_x")
+    from_env = run_cli("plan", "validate", str(path))
+    assert from_env.code == 2 and from_env.err == given.err, from_env
+    monkeypatch.delenv("BACKFILL_DEFS")
+    (tmp_path / "team_defs.py").write_text("from backfill_assets.demo.definitions import build_definitions\n"
+                                           "defs = build_definitions()\n")  # built afresh: reads the setting
+    (tmp_path / "workspace.yaml").write_text("load_from:\n  - python_file: team_defs.py\n")
+    monkeypatch.setenv("BACKFILL_REOPEN_INTERVAL_SECONDS", "0")
+    unchecked = run_cli("plan", "validate", str(path))
+    assert "NOT checked against daily_revenue: BACKFILL_REOPEN_INTERVAL_SECONDS='0'" in unchecked.out, unchecked
+    assert "pass --defs" not in unchecked.out and "unset it for 30" in unchecked.out, unchecked
+
+
 UNREADABLE = {
     "missing": (None, "no such plan file"),
     "directory": ("dir", "is a directory"),

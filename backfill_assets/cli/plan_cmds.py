@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -135,7 +136,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
             text, filled = prefill(text, table, args.start, args.end)
         else:
-            print(f"not pre-filled from the definitions: {why} (pass --defs)")
+            print(f"not pre-filled from the definitions: {why}")
     _create(path, text)
     _plan, problems = collect_problems(read_plan_document(path))
     if filled:
@@ -162,14 +163,14 @@ def _create(path: Path, text: str) -> None:
 
 def _table_for(plan_target: str, defs: str | None, *, required: bool) -> tuple[LoadedTable | None, str | None]:
     """The loaded table of the plan's target, or None (with why) when definitions cannot be found."""
-    from backfill_assets.loaded_defs import load_defs
+    from backfill_assets.loaded_defs import DEFS_ENV, load_defs
 
     try:
         return load_defs(defs).table(plan_target), None
     except UsageError as exc:
-        if required or defs:
+        if required or defs or os.environ.get(DEFS_ENV):  # one setting, given either way
             raise
-        return None, exc.message
+        return None, str(exc)  # with its own fix
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -182,7 +183,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     table, why = _table_for(plan.target, args.defs, required=False)
     if table is None:
         print(f"{path}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked against "
-              f"{plan.target}: {why} (pass --defs)")
+              f"{plan.target}: {why}")
         return 0
     fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
     if not fitted.ok:
