@@ -142,12 +142,12 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
             members.update({m.asset: list(m.keys) for m in derived[1:]})
             # the gates judge every table of the graph by the plan's metrics: one a table lacks
             # halted its run after the days were written (found by a review)
-            common = [n for n in declared if all(n in {m.name for m in graph.spec(member.asset).metrics}
-                                                 for member in derived[1:])]
-            for member in derived[1:]:
-                there = {m.name for m in graph.spec(member.asset).metrics}
+            common = [n for n in declared if all(n in {m.name for m in graph.spec(table.asset).metrics}
+                                                 for table in derived[1:])]
+            for table in derived[1:]:
+                there = {m.name for m in graph.spec(table.asset).metrics}
                 problems += [PlanProblem("gates.metrics.name", metric.name,
-                                         f"{member.asset}, of the plan's graph, declares no such metric; keep the "
+                                         f"{table.asset}, of the plan's graph, declares no such metric; keep the "
                                          f"metrics every table of the graph declares: {', '.join(common)}")
                              for metric in plan.gates.metrics if metric.name in declared and metric.name not in there]
             listed_consumers = {c.asset for c in plan.downstream}
