@@ -12,7 +12,7 @@ import yaml
 def complete_plan(plan_id: str = "revenue-refund-fix", start: str = "2026-01-01",
                   end: str = "2026-01-06", proof: tuple[str, ...] = ("2026-01-02",),
                   mode: str = "overwrite", per_run: int = 2, target: str = "daily_revenue",
-                  source: str = "orders") -> dict[str, Any]:
+                  source: str = "orders", runs_at_once: int | None = None) -> dict[str, Any]:
     return {
         "plan_id": plan_id,
         "owner": "olivia",
@@ -26,6 +26,7 @@ def complete_plan(plan_id: str = "revenue-refund-fix", start: str = "2026-01-01"
             "idempotency": "each partition is deleted and re-inserted in one transaction",
             "proof_partitions": list(proof),
             "partitions_per_run": per_run,
+            **({"runs_at_once": runs_at_once} if runs_at_once else {}),
         },
         "incremental": {
             "watermark": "the daily schedule keeps its cursor; the window is frozen meanwhile",

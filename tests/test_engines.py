@@ -97,11 +97,8 @@ def test_four_run_workers_write_each_partition_once_on_postgres(postgres_url, tm
     monkeypatch.setenv("BACKFILL_WAREHOUSE_URL", postgres_url)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster"))
     world = make_world(tmp_path, instance, ssh_keys, postgres_url)
-    path = world.plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=1)
-    doc = yaml.safe_load(path.read_text())
-    doc["execution"]["runs_at_once"] = 4
-    path.write_text(yaml.safe_dump(doc))
-    world.approve(path)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",), per_run=1,
+                        runs_at_once=4)
     assert world.cli("run", "fix", "--proof") == 0
     assert world.cli("run", "fix") == 0
     writes = world.sql("SELECT partition_key, count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "

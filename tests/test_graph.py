@@ -292,12 +292,13 @@ def test_a_day_re_run_after_its_month_passed_holds_publish_until_the_month_is_co
     assert days == month
 
 
-def _january_and_a_plan_over_its_days(world) -> None:
-    """January's days loaded and published by the project without a rollup (the daily table alone);
-    plan fix over 2026-01-05..08, approved for that project, proven and run (reconciled)."""
+def _january_and_a_plan_over_its_days(world, loaded: TableSpec = BUGGY) -> None:
+    """January's days loaded (by `loaded`'s code) and published by the project without a rollup (the
+    daily table alone); plan fix over 2026-01-05..08, approved for that project, proven and run
+    (reconciled)."""
     with world.warehouse().session() as session:
         generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
-    assert world.materialize(keys(1, 31), spec=BUGGY, publish=True).success
+    assert world.materialize(keys(1, 31), spec=loaded, publish=True).success
     world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
         plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
@@ -604,12 +605,7 @@ def test_a_month_over_days_a_rolled_back_plan_rewrote_unchanged_names_a_replay_n
     rolled back, their latest write is still the plan's, which consumers never saw. The month's
     refusal named `backfill publish fix` or `backfill rollback fix`, both refused for a plan rolled
     back already (found by a review): it names a replay of the days, as for days a rollback changed."""
-    with world.warehouse().session() as session:
-        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
-    assert world.materialize(keys(1, 31), spec=FIXED, publish=True).success
-    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
-        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _january_and_a_plan_over_its_days(world, loaded=FIXED)
     assert world.cli("cancel", "fix") == 0 and world.cli("rollback", "fix") == 0
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
     month = run(world, defs_of(world, FIXED), ["monthly_revenue", "published_monthly_revenue"], [MONTH],

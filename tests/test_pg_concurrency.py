@@ -397,15 +397,11 @@ def test_a_run_worker_killed_mid_write_stops_the_run_in_one_line_and_the_run_res
     """`backfill run` with two run workers; a hurried user kill -9s one while it writes (here: each
     worker at its first write's commit). The command ended in `internal error: BrokenProcessPool`
     and a traceback in the log; it now says which runs died and that `backfill run` resumes."""
-    import yaml
 
     world = engine_world
     assert world.materialize(keys(1, 4)).success
-    path = world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=1)
-    doc = yaml.safe_load(path.read_text())
-    doc["execution"]["runs_at_once"] = 2
-    path.write_text(yaml.safe_dump(doc))
-    world.approve(path)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",), per_run=1,
+                        runs_at_once=2)
     assert world.cli("run", "fix", "--proof") == 0
     capfd.readouterr()
     monkeypatch.setenv(faults.CRASH_ENV, "write.before_commit@1")  # the workers' environment, not this process's

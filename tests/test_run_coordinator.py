@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-import yaml
 
 # Test-only internals: a queued run needs the remote origin the webserver would give it, and
 # Dagster exposes no public way to build one outside a running webserver.
@@ -82,11 +81,7 @@ def test_a_backfill_run_over_partitions_never_written_is_queued_without_a_plan(c
 
 def test_a_covered_range_run_is_queued_with_its_plan_cap(coordinated):
     world, instance = coordinated
-    path = world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
-    doc = yaml.safe_load(path.read_text())
-    doc["execution"]["runs_at_once"] = 3
-    path.write_text(yaml.safe_dump(doc))
-    world.approve(path)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",), runs_at_once=3)
     run = submit(instance, world, {BACKFILL_TAG: "bf2", "dagster/partition": "2026-01-02"})
     assert run.status == dg.DagsterRunStatus.QUEUED
     assert run.tags["backfill_assets/plan"] == "fix" and run.tags["backfill_assets/plan-cap-3"] == "fix"
