@@ -139,9 +139,31 @@ def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: S
                                   f"{entry.fingerprint})")
     planless = [k for k, entry in latest.items() if entry is not None and entry.plan_id is None]
     found.problems += ledger.rewrites_without_plan(session, spec.name, planless)
+    found.problems += _kept_by_a_rollback(session, spec, {k: latest[k] for k in planless})
     found.problems += _foreign_rows(session, spec, scheme, [k for k in keys
                                                             if not any(p.covers(k, spec.name) for p in found.plans)])
     return found
+
+
+def _kept_by_a_rollback(session: Session, spec: TableSpec,
+                        planless: dict[str, ledger.LatestWrite | None]) -> list[str]:
+    """A partition written without a plan that a rollback left computed from the partitions it
+    restored (`--keep-computed`), not written since: its figures are of bytes consumers no longer
+    see. Published without a plan, consumers read a month that does not add up to the restored days
+    beside it (found by an attack); it is recomputed under a plan first."""
+    if not planless:
+        return []
+    found = evidence_log.rows(session, kind="rollback")
+    if found and evidence_log.can_verify(session):
+        found = evidence_log.verified(session, found)
+    out = []
+    for key, entry in planless.items():
+        by = next((r for r in found if entry is not None and r.seq > entry.seq and isinstance(
+            r.payload.get("kept_computed"), dict) and key in (r.payload["kept_computed"].get(spec.name) or ())), None)
+        if by is not None:
+            out.append(f"{key}: left computed by plan {by.plan_id}'s rollback (--keep-computed, evidence row {by.seq}) "
+                       f"from partitions it restored; recompute {spec.name} {key} with a plan whose graph lists it")
+    return out
 
 
 def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, free: Sequence[str]) -> list[str]:
