@@ -284,6 +284,13 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
                     "approved and run, publishes checked bytes again")
         return "nothing: the plan is closed"
     if phase is Phase.ROLLED_BACK:
+        rolled = evidence_log.rows(session, pid, "rollback")
+        kept = rolled[-1].payload.get("kept_computed") if rolled else None
+        if isinstance(kept, dict) and kept:  # left computed from the bytes restored: publish refuses it
+            table, parts = sorted(kept.items())[0]
+            return (f"recompute {table} {', '.join(list(parts)[:3])}{', ...' if len(parts) > 3 else ''}, left computed "
+                    "from the partitions the rollback restored (--keep-computed), with a new plan whose graph lists "
+                    f"it: `backfill plan new plans/<id>.yaml --target {status.target}`")
         return "nothing: the plan was rolled back; draft a new plan to retry"
     return "nothing: the plan was withdrawn"
 

@@ -537,6 +537,9 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     out = world.root / "evidence.yaml"  # and the evidence document says so
     assert world.cli("evidence", "fix", "--out", str(out)) == 0
     assert yaml.safe_load(out.read_text())["rollback"]["kept_computed"] == {"monthly_revenue": ["2026-01-01"]}
+    capsys.readouterr()  # and `status` names the recompute as the next step (found by an attack)
+    assert world.cli("status", "fix") == 0
+    assert "recompute monthly_revenue 2026-01-01, left computed" in capsys.readouterr().out
 
 
 def test_keep_computed_naming_a_table_the_plan_wrote_is_refused_not_ignored(world, monkeypatch, capsys):
