@@ -501,6 +501,21 @@ def test_a_definitions_file_holding_two_definitions_is_refused_not_read_as_the_f
     assert "Traceback" not in said
 
 
+def _cancelled_under_a_month(world, monkeypatch) -> None:
+    """Plan fix over 2026-01-05..08 published; the team deploys its monthly rollup and loads January's
+    month from the published days (a UI backfill, no plan); a published day is edited, the plan
+    goes back to repairing, and the operator cancels it."""
+    _january_and_a_plan_over_its_days(world)
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
+    world.cli("reconcile", "fix")
+    assert world.phase("fix") == "repairing"
+    assert world.cli("cancel", "fix") == 0
+
+
 def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(world, monkeypatch, capsys):
     """A plan over 2026-01-05..08 is published; the team deploys its monthly rollup and loads
     January's month from the published days. A published day is then edited, so the plan goes back
@@ -509,16 +524,8 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     plan, has no rollback; a new plan listing the month is refused while the cancelled plan holds its
     window): no command ended the plan. Naming the month with --keep-computed leaves it as it is,
     said and recorded; a name of no table is one line."""
-    _january_and_a_plan_over_its_days(world)
-    assert world.cli("publish", "fix") == 0
-    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
-    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-               {"dagster/backfill": "ui-bf"}).success
+    _cancelled_under_a_month(world, monkeypatch)
     month = world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")
-    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
-    world.cli("reconcile", "fix")
-    assert world.phase("fix") == "repairing"
-    assert world.cli("cancel", "fix") == 0
     capsys.readouterr()
     assert world.cli("rollback", "fix") == 1
     said = capsys.readouterr()
@@ -546,14 +553,7 @@ def test_keep_computed_naming_a_table_the_plan_wrote_is_refused_not_ignored(worl
     """`--keep-computed daily_revenue` on a plan that wrote daily_revenue: the rollback restored the
     table the operator asked to keep (the name was only checked to be a table of the definitions),
     saying nothing of the option it ignored. One line, nothing changed."""
-    _january_and_a_plan_over_its_days(world)
-    assert world.cli("publish", "fix") == 0
-    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
-    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-               {"dagster/backfill": "ui-bf"}).success
-    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
-    world.cli("reconcile", "fix")
-    assert world.cli("cancel", "fix") == 0
+    _cancelled_under_a_month(world, monkeypatch)
     days = world.sql("SELECT sum(net_revenue) FROM daily_revenue")
     capsys.readouterr()
     code = world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", "--keep-computed", "daily_revenue")
@@ -623,14 +623,7 @@ def test_a_month_over_days_a_rolled_back_plan_rewrote_unchanged_names_a_replay_n
 # --- after --keep-computed: the kept month, its record and a later plan (found by an attack) ----------
 
 def _kept(world, monkeypatch, capsys):
-    _january_and_a_plan_over_its_days(world)
-    assert world.cli("publish", "fix") == 0
-    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
-    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-               {"dagster/backfill": "ui-bf"}).success
-    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-06'")
-    world.cli("reconcile", "fix")
-    assert world.cli("cancel", "fix") == 0
+    _cancelled_under_a_month(world, monkeypatch)
     capsys.readouterr()
 
 
