@@ -417,6 +417,28 @@ def test_a_rollback_of_days_a_published_month_was_computed_from_never_leaves_con
         assert world.phase("fix") == "published"
 
 
+def test_a_rollback_with_definitions_omitting_the_month_still_sees_the_month_computed_from_the_days(
+        world, monkeypatch, capsys):
+    """The refusal above asked the loaded definitions which tables are computed from the days: an
+    operator who rolled back with definitions declaring the daily table alone (`--defs`, or an
+    older deployment) restored the days and left the published month computed from the plan's
+    days, unsaid (found by an attack on the rollback). Each write records what it read, so the
+    chain answers whatever the definitions say."""
+    _january_and_a_plan_over_its_days(world)
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+    days = _published_by_region(world, "published_revenue", "order_date")
+    monkeypatch.setenv("BACKFILL_DEFS", "backfill_assets.demo.daily")  # the daily table alone
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    said = capsys.readouterr()
+    assert "monthly_revenue 2026-01-01" in said.err and said.err.count("\n") == 1, said.err
+    assert world.phase("fix") == "published"
+    assert _published_by_region(world, "published_revenue", "order_date") == days
+
+
 def _report_requests(world, defs):
     sensor = defs.resolve_sensor_def("daily_revenue__reopen_publish")
     context = dg.build_sensor_context(instance=world.instance, definitions=defs,

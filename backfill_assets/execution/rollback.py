@@ -15,7 +15,7 @@ approvers over a `rollback` statement; the downstream owners are told, and it is
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -268,7 +268,7 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
             f"{stray.seq}), which the definitions loaded do not restore: a rollback restores every table of the "
             "plan or none", fix="roll back with the definitions the plan wrote with (deployed, or passed with --defs)")
     first = min((c.seq for c in mine if c.kind == "write"), default=None)
-    later_of = _later_writers_in(session, chained, state, first)
+    later = _LaterWrites(session, chained, state, first)
     for spec, _, keys, published in whole:
         # every table the plan wrote is among `whole` (`_tables` refuses a plan with a table the
         # definitions lack), so a row of another table is checked in that table's turn
@@ -281,31 +281,42 @@ def _refuse_what_the_ledger_lost(session: Session, state: PlanState,
                 raise ForgedRecord(f"plan {state.plan_id}'s {row.kind} of {row.table} {lost[0]} (evidence row "
                                    f"{row.seq}) is gone from {where}: a rollback would leave it",
                                    fix=evidence_log.FORGED_FIX)
-        _refuse_writers(state, later_of(spec.name, keys))
-    return _refuse_computed_since(state, whole, graph, later_of, keep)
+        _refuse_writers(state, later.of(spec.name, keys))
+    return _refuse_computed_since(state, whole, graph, later, keep)
 
 
-def _later_writers_in(session: Session, chained: Sequence[ledger.Chained], state: PlanState,
-                      first: int | None) -> Callable[[str, Sequence[str]], list[tuple[str, str]]]:
-    """(writer, partition) of the chain's writes of a table's partitions after the plan's first
-    write, by others (`incremental runs` for plan-free writes) but plans since rolled back."""
-    phases: dict[str, Phase] = {}  # read once, when a later writer is a plan
+class _LaterWrites:
+    """The chain's writes after the plan's first write, by others (`incremental runs` for plan-free
+    writes) but plans since rolled back."""
 
-    def later(table: str, keys: Sequence[str]) -> list[tuple[str, str]]:
+    def __init__(self, session: Session, chained: Sequence[ledger.Chained], state: PlanState,
+                 first: int | None) -> None:
+        self._session, self._state = session, state
+        self._later = [] if first is None else [c for c in chained if c.kind == "write" and c.seq > first
+                                                and c.plan_id != state.plan_id]
+        self._phases: dict[str, Phase] = {}  # read once, when a later writer is a plan
+
+    def _standing(self, c: ledger.Chained) -> bool:
+        if c.plan_id is None:
+            return True
+        if not self._phases:
+            self._phases.update({p.plan_id: p.phase for p in record.all_plans(self._session)})
+        return self._phases.get(c.plan_id) is not Phase.ROLLED_BACK
+
+    def of(self, table: str, keys: Sequence[str]) -> list[tuple[str, str]]:
+        """(writer, partition) of the later writes of `keys` of `table`."""
         wanted = set(keys)
-        found: set[tuple[str, str]] = set()
-        for c in chained:
-            if first is None or c.kind != "write" or c.table != table or c.seq <= first \
-                    or c.plan_id == state.plan_id or not c.keys & wanted:
-                continue
-            if c.plan_id is not None:
-                if not phases:
-                    phases.update({p.plan_id: p.phase for p in record.all_plans(session)})
-                if phases.get(c.plan_id) is Phase.ROLLED_BACK:
-                    continue
-            found |= {(c.plan_id or "incremental runs", k) for k in c.keys & wanted}
+        found = {(c.plan_id or "incremental runs", k) for c in self._later
+                 if c.table == table and c.keys & wanted and self._standing(c) for k in c.keys & wanted}
         return sorted(found, key=lambda w: w[1])
-    return later
+
+    def reading(self, table: str, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+        """(table written, writer, partition) of the later writes that recorded reading any of
+        `keys` of `table`."""
+        wanted = set(keys)
+        found = {(c.table, c.plan_id or "incremental runs", k) for c in self._later
+                 if c.reads.get(table, frozenset()) & wanted and self._standing(c) for k in c.keys}
+        return sorted(found)
 
 
 def _kept_tables(named: Sequence[str], graph: TableGraph | None, restored: Sequence[str] = ()) -> frozenset[str]:
@@ -329,42 +340,48 @@ def _kept_tables(named: Sequence[str], graph: TableGraph | None, restored: Seque
 
 
 def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, PartitionScheme, list[str], list[str]]],
-                           graph: TableGraph | None,
-                           later_of: Callable[[str, Sequence[str]], list[tuple[str, str]]],
+                           graph: TableGraph | None, later: _LaterWrites,
                            keep: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """A table the plan did not write, computed from one it did (a rollup deployed after the plan's
     publish and loaded from its days, a later plan's month), whose partitions reading the plan's
     were written after its first write: they hold figures of the plan's bytes, and restoring the
     plan's tables alone left consumers a month that does not add up to the days beside it (found by
-    an attack). Refused, unless the operator names the table (`keep`): a month loaded without a plan
-    has no rollback of its own, and a cancelled plan that only rolls back had no way out (found by
-    an attack). Returns what is left as it is: {table: partitions}."""
+    an attack). Found by the loaded `graph` and by what each write recorded reading (definitions
+    without the month rolled the days back under it: found by an attack). Refused, unless the
+    operator names the table (`keep`): a month loaded without a plan has no rollback of its own, and
+    a cancelled plan that only rolls back had no way out (found by an attack). Returns what is left
+    as it is: {table: partitions}."""
     kept: dict[str, list[str]] = {}
-    if graph is None:
-        return kept
     mine = {spec.name for spec, _, _, _ in whole}
     for spec, _, keys, _ in whole:
-        for child in graph.children(spec.name):
-            if child in mine or not keys:
+        if not keys:
+            continue
+        since: dict[str, set[tuple[str, str]]] = {}
+        for child in graph.children(spec.name) if graph is not None else ():
+            since.setdefault(child, set()).update(later.of(child, graph.downstream_keys(spec.name, keys, child)))
+        for child, writer, key in later.reading(spec.name, keys):
+            since.setdefault(child, set()).add((writer, key))
+        for child, found in sorted(since.items()):
+            if child in mine or not found:
                 continue
-            later = later_of(child, graph.downstream_keys(spec.name, keys, child))
-            who = sorted({w for w, _ in later})
+            first = min(found, key=lambda w: w[1])
+            who = sorted({w for w, _ in found})
             # only what has no rollback of its own is kept: a plan's partitions kept were left for
             # it to publish over the days restored (a reconciled plan's month, computed from the
             # rolled-back days, published afterwards: found by an attack)
             plans = [w for w in who if w != "incremental runs"]
-            if later and child in keep and not plans:
-                kept[child] = sorted({*kept.get(child, []), *(k for _, k in later)})
-            elif later:
-                raise RollbackRefused(
-                    f"{child} {later[0][1]} was computed from plan {state.plan_id}'s {spec.name} partitions since "
-                    f"(by {', '.join(who)}); restoring {spec.name} alone would leave {child} computed from bytes "
-                    "consumers no longer see" + (f" (--keep-computed keeps only what no plan wrote: plan {plans[0]} "
-                                                 "can be rolled back)" if plans and child in keep else ""),
-                    fix=(f"roll back {plans[0]} first (`backfill rollback {plans[0]}`), then this plan; or "
-                         f"replay the window with a new plan that lists {child} in its graph" if plans else
-                         f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it "
-                         f"is with --keep-computed {child} (then recompute it under a plan)"))
+            if child in keep and not plans:
+                kept[child] = sorted({*kept.get(child, []), *(k for _, k in found)})
+                continue
+            raise RollbackRefused(
+                f"{child} {first[1]} was computed from plan {state.plan_id}'s {spec.name} partitions since "
+                f"(by {', '.join(who)}); restoring {spec.name} alone would leave {child} computed from bytes "
+                "consumers no longer see" + (f" (--keep-computed keeps only what no plan wrote: plan {plans[0]} "
+                                             "can be rolled back)" if plans and child in keep else ""),
+                fix=(f"roll back {plans[0]} first (`backfill rollback {plans[0]}`), then this plan; or "
+                     f"replay the window with a new plan that lists {child} in its graph" if plans else
+                     f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it "
+                     f"is with --keep-computed {child} (then recompute it under a plan)"))
     return kept
 
 

@@ -11,6 +11,7 @@ single partition does (one statement per step, not per partition).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backfill_assets import faults, lifecycle
@@ -19,6 +20,7 @@ from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import WarehouseError
 from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GateResult
+from backfill_assets.graph import TableGraph
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, recheck
 from backfill_assets.table import TableSpec
@@ -105,7 +107,8 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
                                        mode=mode, run_id=run_id, code_version=spec.code_version,
                                        code_identity=spec.code_identity,
                                        written={k: fp for k, (_, fp) in written.items()}, actor=actor,
-                                       sha256=current.approved_sha256 if current else None)
+                                       sha256=current.approved_sha256 if current else None,
+                                       reads=_reads(permission.graph, spec, keys))
         if current is None:
             _advance_watermark(session, spec.name, max(keys, key=scheme.position), scheme)
         faults.checkpoint("write.before_judge")
@@ -115,6 +118,18 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
                         actor, just_written=True)
         faults.checkpoint("write.before_commit")
     return [PartitionWrite(k, ids[k], rows, fp, at) for k, (rows, fp) in written.items()], results
+
+
+def _reads(graph: TableGraph | None, spec: TableSpec, keys: Sequence[str]) -> dict[str, list[str]]:
+    """The partitions of the replayable table `spec` is computed from that `keys` read, recorded with
+    the write: a rollback of those partitions finds the write in the chain whatever definitions it
+    loads (it asked the loaded ones alone, and definitions without the month rolled back the days
+    under a month computed from them: found by an attack)."""
+    parent = graph.upstream(spec.name) if graph is not None and spec.name in graph.tables else None
+    if graph is None or parent is None:
+        return {}
+    read = {k for key in keys for k in graph.upstream_keys(spec.name, key)}
+    return {parent: sorted(read, key=graph.scheme(parent).position)}
 
 
 def _advance_watermark(session: Session, asset: str, key: str, scheme: PartitionScheme) -> None:
