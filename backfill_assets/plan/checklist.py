@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backfill_assets.errors import PlanProblem
-from backfill_assets.plan.model import Plan
+from backfill_assets.plan.model import Plan, flat
 from backfill_assets.trust.root import Tally
 
 
@@ -95,7 +95,7 @@ def build(plan: Plan | None, problems: list[PlanProblem], approvals: Tally | Non
                     + ", ".join(sorted({o for c in plan.downstream for o in c.owners}
                                        | set(plan.publish.notify)))
                     + " when the plan is approved") if plan else ""),
-        planned(3, f"mode {plan.execution.mode}; {plan.execution.idempotency[:60]}" if plan else ""),
+        planned(3, f"mode {plan.execution.mode}; {flat(plan.execution.idempotency)[:60]}" if plan else ""),
         planned(4, "strategy written" if plan else ""),
         planned(5, f"row count <= {plan.gates.row_count_parity.max_diff_pct:g}%, duplicates <= "
                    f"{plan.gates.duplicates.max_rows}, {len(plan.gates.metrics)} metric(s) per key group, "

@@ -66,7 +66,39 @@ def _number(value: float | int) -> float:
     return float(value)
 
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+# characters that change how text shows on a terminal rather than showing: C0 and C1 controls (ESC
+# starts an escape sequence; a carriage return writes over the line), the line and paragraph
+# separators, and the bidirectional controls (text read in another order than it is stored)
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _shows_as_written(value: str) -> str:
+    """Free text a command prints (the guard's checklist, `plan show`, notices) is text a reader sees as
+    it is: a plan's `failure` holding a line break and ESC[8m printed a forged `ALLOWED` line on the
+    guard's output and concealed the real verdict, for a plan nobody signed (found by an attack)."""
+    found = _HIDDEN.search(value)
+    if found:
+        raise ValueError(f"it holds the control character U+{ord(found.group()):04X}, which changes how the text "
+                         "shows on a terminal (an escape sequence, a carriage return, a bidirectional control); "
+                         "write plain text (line breaks and tabs are fine)")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value or "\t" in value:
+        raise ValueError("a name is one line, without tabs: write one name per list item")
+    return value
+
+
+def flat(text: str) -> str:
+    """Free text (which may hold line breaks) said on one line of a command's output."""
+    return " ".join(text.split())
+
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000),
+                 AfterValidator(_shows_as_written)]
+# who is told (a channel, a team): one line, never a line break of its own in the output
+Name = Annotated[Text, AfterValidator(_one_line)]
 Principal = Annotated[str, BeforeValidator(_principal)]
 PartitionKey = Annotated[str, BeforeValidator(_partition_key)]
 AssetKey = Annotated[str, StringConstraints(strip_whitespace=True, pattern=ASSET_KEY_PATTERN,
@@ -101,7 +133,7 @@ class Window(_Block):
 
 class Consumer(_Block):
     asset: AssetKey
-    owners: Annotated[list[Text], Field(min_length=1, max_length=100)]
+    owners: Annotated[list[Name], Field(min_length=1, max_length=100)]
 
 
 class GraphMember(_Block):
@@ -142,7 +174,7 @@ class Publish(_Block):
     @classmethod
     def _old_spelling(cls, data: Any) -> Any:
         return _current_spelling(data, "pause", "freeze")
-    notify: Annotated[list[Text], Field(min_length=1, max_length=100)]
+    notify: Annotated[list[Name], Field(min_length=1, max_length=100)]
     webhook_url: Annotated[str, StringConstraints(pattern=r"^https?://\S{1,2000}$")] | None = None
 
     @field_validator("webhook_url")
@@ -334,12 +366,12 @@ class Scenario(_Block):
         if self.kind == "logic_change":
             return f"logic change from code version {self.old_code_version} to {self.new_code_version}"
         if self.kind == "repair":
-            return f"repair: {self.failure}"
+            return f"repair: {flat(str(self.failure))}"
         if self.kind == "cutover":
             assert self.tolerance is not None
             return (f"cutover after {self.shadow_days} consecutive partition(s) of the dual run matching the "
                     f"published table ({self.tolerance.describe()})")
-        return f"late data: {self.arrived}"
+        return f"late data: {flat(str(self.arrived))}"
 
 
 class Approval(_Block):
