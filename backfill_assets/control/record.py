@@ -181,6 +181,11 @@ def version(session: Session, sha: str) -> PlanVersion | None:
                 sealed.payload.get("keys_sha256") != keys_digest(str(keys)):
             raise ForgedRecord(f"{where}: its partitions are not the ones the evidence chain recorded",
                                fix=evidence_log.FORGED_FIX)
+        # the file it was approved from, which the evidence names: an UPDATE of the column put
+        # another file in the rendered evidence and `evidence verify` passed (found by an attack)
+        if "file" in sealed.payload and sealed.payload["file"] != source:
+            raise ForgedRecord(f"{where}: its file is not the one the evidence chain recorded",
+                               fix=evidence_log.FORGED_FIX)
     elif verify:
         raise ForgedRecord(f"{where} carries no seal", fix=evidence_log.FORGED_FIX)
     found = _version_from(sha, str(content), str(keys), source)
