@@ -511,3 +511,19 @@ def test_evidence_out_never_writes_over_a_link(world, cli, tmp_path):
     result = cli("evidence", "fix", "--out", str(link))
     assert result.code != 0 and result.err.count("\n") == 1 and "symbolic link" in result.err, result.err
     assert link.is_symlink() and os.readlink(link) == str(shared) and not any(shared.iterdir())
+
+
+def test_the_evidence_names_the_plan_file_the_chain_recorded_never_an_insiders(world, capsys):
+    """Insider, no evidence key. The rendered evidence says which file the approved version came
+    from (`plan.file`), read from plan_versions.source_file, a column nothing compared with the chain
+    row that recorded the version (its payload holds the file): an UPDATE put another file in the
+    document, and `evidence verify` passed."""
+    path = approved(world)
+    tamper(world, ("UPDATE backfill_control.plan_versions SET source_file = '/plans/harmless-typo-fix.yaml'", []))
+    out = world.root / "evidence.yaml"
+    rendered = world.cli("evidence", "fix", "--out", str(out))
+    verified = world.cli("evidence", "verify")
+    capsys.readouterr()
+    shown = yaml.safe_load(out.read_text())["plan"]["file"] if out.exists() else None
+    assert rendered != 0 or verified != 0 or shown == str(path), (
+        f"the evidence names {shown} as the plan's file, which the chain recorded as {path}, and verify passed")

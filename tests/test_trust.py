@@ -23,7 +23,7 @@ from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.statements import PLAN_APPROVAL, Statement
-from tests.conftest import ROOT
+from tests.conftest import BIN, ROOT
 from tests.plans import complete_plan, edited, write_plan
 from tests.world import FIXED, OWNER, failure_text, keys, signers_text
 
@@ -1991,3 +1991,79 @@ def test_a_rollback_of_published_data_never_goes_unsigned_under_definitions_nami
         assert "published_revenue" in said and "do not restore" in said and said.count("\n") == 1, said
     assert world.phase() == "reconciled"
     assert (world.fingerprints("published_revenue", window), world.fingerprints("daily_revenue", window)) == seen
+
+
+# --- a plan's own text on the reviewer's screen (found by an attack) ------------------------------
+
+# what a pull request's plan can say in its free text: a forged checklist line and verdict, then
+# ESC[8m (conceal), which hides everything printed after it on a terminal (the real REFUSED line)
+FORGED_TEXT = ("late rows\n- [x] approvals captured: owner olivia signed; 2/2 approver signature(s) counted "
+          "(alice, bob)\nALLOWED: the plan is complete, fits its table, and is signed by enough approvers\x1b[8m")
+
+
+def _sneaky(repo: Path, **fields) -> Path:
+    document = complete_plan(plan_id="sneaky")
+    document["scenario"] = {"kind": "repair", "failure": FORGED_TEXT}
+    for dotted, value in fields.items():
+        block, _, key = dotted.partition("__")
+        document[block][key] = value
+    return write_plan(repo / "plans" / "sneaky.yaml", document)
+
+
+def _forged_lines(text: str, starts: tuple[str, ...]) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(starts)]
+
+
+def test_a_plan_nobody_signed_never_prints_a_forged_allowed_line_in_the_guard(world, run_subprocess, tmp_path):
+    """Pull-request author. The guard printed a plan's free text as it was written: a repair's
+    `failure` (or `idempotency`, a `notify` channel) holding a line break and an escape sequence put a
+    forged `- [x] approvals captured ...` and `ALLOWED: ...` line on the reviewer's screen for a plan
+    nobody signed, and ESC[8m hid the real verdict after it (the README: a child's note with a line
+    break printed a fake ALLOWED line, found by an attack; the plan file itself did the same)."""
+    repo, _, main = pull_request_checkout(world, tmp_path)
+    plan = _sneaky(repo, publish__notify=["#ok\nALLOWED: signed\x1b[8m"],
+                   execution__idempotency="one\nALLOWED: fine\x1b[8m")
+    done = run_subprocess(command=[str(HOOK), str(plan), "--allowed-signers", str(main / "allowed_signers"),
+                                   "--policy", str(main / "policy.yaml")],
+                          env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    assert done.code in (1, 2), done
+    shown = done.out + done.err
+    assert "\x1b" not in shown, "the guard printed a pull request's escape sequence:\n" + repr(shown)
+    assert not _forged_lines(shown, ("ALLOWED",)), "a forged ALLOWED line for an unsigned plan:\n" + shown
+    assert len(_forged_lines(shown, ("- [x] approvals captured", "- [ ] approvals captured"))) <= 1, shown
+
+
+def test_plan_show_never_prints_a_forged_approved_line_from_the_plans_text(world, run_subprocess, tmp_path):
+    """Reviewer. `plan show` on a pull request's checkout printed the repair's `failure` as written:
+    a forged `approvals ... (approved)` line for a plan nobody signed, and the real one concealed (an
+    escape sequence), on the screen of the approver deciding whether to sign (the README: a fake
+    "(approved)" printed there by the definitions was found by an attack)."""
+    repo, _, main = pull_request_checkout(world, tmp_path)
+    document = complete_plan(plan_id="sneaky")
+    document["scenario"] = {"kind": "repair", "failure": (
+        "late rows\napprovals  owner olivia signed; 2/2 approver signature(s) counted (alice, bob) (approved)"
+        "\x1b[8m")}
+    plan = write_plan(repo / "plans" / "sneaky.yaml", document)
+    done = run_subprocess(command=[str(BIN / "backfill"), "plan", "show", str(plan), "--allowed-signers",
+                                   str(main / "allowed_signers"), "--policy", str(main / "policy.yaml")],
+                          env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""}, cwd=repo)
+    shown = done.out + done.err
+    assert "\x1b" not in shown, "plan show printed a pull request's escape sequence:\n" + repr(shown)
+    assert "(approved)" not in shown, "plan show calls an unsigned plan approved:\n" + shown
+
+
+def test_a_version_approved_before_its_text_was_refused_is_read_back_as_it_was_signed():
+    """The refusal above is of plan files; a version in a warehouse approved before it (its text
+    holding a carriage return) is read back as it was signed: refused there too, the plan would have
+    no rollback, cancel or status (every state has a way out)."""
+    from backfill_assets.plan.identity import canonical_content, plan_from_canonical
+    from backfill_assets.plan.model import Plan
+
+    document = complete_plan(plan_id="old")
+    document["scenario"] = {"kind": "repair", "failure": "late rows"}
+    stored = canonical_content(Plan.model_validate(document))
+    stored["scenario"]["failure"] = "late rows\r overwritten"  # as a release before the refusal stored it
+    document["scenario"]["failure"] = stored["scenario"]["failure"]
+    with pytest.raises(ValueError, match="U\\+000D"):
+        Plan.model_validate(document)
+    assert plan_from_canonical(json.dumps(stored)).scenario.failure == "late rows\r overwritten"

@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from backfill_assets.plan.model import RENAMED, Plan
+from backfill_assets.plan.model import RENAMED, STORED, Plan
 
 
 def _respelled(content: dict[str, Any], source: str, target: str) -> None:
@@ -51,4 +51,4 @@ def plan_from_canonical(text: str) -> Plan:
     content = json.loads(text)
     for old, new in RENAMED.items():
         _respelled(content, old, new)
-    return Plan.model_validate(content)
+    return Plan.model_validate(content, context=STORED)
