@@ -357,8 +357,9 @@ def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, Pa
         if not keys:
             continue
         since: dict[str, set[tuple[str, str]]] = {}
-        for child in graph.children(spec.name) if graph is not None else ():
-            since.setdefault(child, set()).update(later.of(child, graph.downstream_keys(spec.name, keys, child)))
+        if graph is not None:
+            for child in graph.children(spec.name):
+                since.setdefault(child, set()).update(later.of(child, graph.downstream_keys(spec.name, keys, child)))
         for child, writer, key in later.reading(spec.name, keys):
             since.setdefault(child, set()).add((writer, key))
         for child, found in sorted(since.items()):
