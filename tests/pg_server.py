@@ -257,7 +257,10 @@ class PostgresServer:
         """Create an empty database (a unique name when none is given); returns its URL."""
         name = name or f"test_{os.getpid()}_{next(self._db_counter)}"
         _check_identifier(name)
-        self._psql_admin(f'CREATE DATABASE "{name}" OWNER "{APP_ROLE}"')
+        # copied file by file: the default (WAL_LOG, PostgreSQL 15+) writes the template's pages
+        # through the WAL, ~0.07 CPU-s more a test database (152 of them a suite)
+        strategy = " STRATEGY = FILE_COPY" if self._version() >= 15 else ""
+        self._psql_admin(f'CREATE DATABASE "{name}" OWNER "{APP_ROLE}"{strategy}')
         return self.url_for(name)
 
     def drop_database(self, name: str) -> None:
@@ -351,6 +354,10 @@ class PostgresServer:
                         f"{self.startup_timeout:.0f} s: {exc}\nserver log tail:\n{_tail(self.log_path)}"
                     ) from exc
                 time.sleep(0.05)
+
+    def _version(self) -> int:
+        """The server's major version (its data directory's PG_VERSION)."""
+        return int((self.data_dir / "PG_VERSION").read_text().split(".")[0])
 
     def _psql_admin(self, sql: str) -> None:
         import psycopg
