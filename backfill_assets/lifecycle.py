@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from backfill_assets.control import evidence_log, record
+from backfill_assets.control import evidence_log, lease, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PlanRefused
 from backfill_assets.plan.phases import Hold, Phase
+from backfill_assets.tags import LAUNCHER_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 
@@ -47,12 +48,16 @@ def approvals_complete(session: Session, plan_id: str, sha: str, actor: str) -> 
     return state
 
 
-def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str, asset: str) -> PlanState:
+def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str, asset: str,
+                launcher: str | None = None) -> PlanState:
     """A run of `asset` is about to write `keys`: its first write of a phase moves the plan on, in its
     own short transaction before the partitions' transactions (which then only hold the plan's row
-    shared, never update it)."""
+    shared, never update it). Only a run the plan's lease lets write moves it (`launcher`: the
+    label of the lease holder that launched it): a run refused by its first write transaction,
+    the lease taken since its start, had moved a proven plan to running."""
     with session.transaction():
         state = record.require(session, plan_id, exclusive=True)
+        lease.refuse_foreign_run(session, plan_id, {LAUNCHER_TAG: launcher} if launcher else {}, keys[0])
         # the proof partitions are the target's; every partition of a table downstream is past it
         past_proof = [k for k in keys if k not in state.proof_keys or asset != state.target]
         if state.phase is Phase.APPROVED:

@@ -256,3 +256,27 @@ def test_a_run_whose_lease_was_taken_over_writes_no_later_transaction(engine_wor
         write_partitions(session, FIXED, world.scheme, permission, run_id=None, actor="a worker")
     assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE plan_id = 'fix' "
                      "AND partition_key <> '2026-01-01'") == [(0,)]
+
+
+def test_a_run_refused_for_the_lease_taken_since_its_start_moves_the_plan_no_phase(world):
+    """A run of a proven plan launched from the UI passed the lease check at its start (no holder
+    yet); a `backfill run` then took the lease. The run's first write moved the plan from proven to
+    running before its write transaction asked the lease again and refused it: a run that wrote
+    nothing changed the plan's phase (left from an attack on the per-write lease check). The
+    phase's move asks the lease under the same lock."""
+    from backfill_assets.errors import PartitionRefused
+    from backfill_assets.execution.write import write_partitions
+    from backfill_assets.permission import PLAN_TAG, permit
+    from tests.world import FIXED
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.phase() == "proven"
+    warehouse = world.warehouse()
+    with warehouse.session() as session:
+        tags = {PLAN_TAG: "fix"}  # the UI's run: no launcher label
+        permission = permit(session, FIXED, world.scheme, keys(2, 4), tags)
+        lease.refuse_foreign_run(session, "fix", tags, "2026-01-02")  # no holder at the run's start
+        lease.acquire(session, "fix", "backfill run by ops")  # a `backfill run` starts meanwhile
+    with warehouse.session() as session, pytest.raises(PartitionRefused, match="is being run by"):
+        write_partitions(session, FIXED, world.scheme, permission, run_id=None, actor="the ui")
+    assert world.phase() == "proven"

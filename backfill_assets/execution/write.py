@@ -64,7 +64,7 @@ def write_partitions(session: Session, spec: TableSpec, scheme: PartitionScheme,
     allow_empty = bool(version and version.plan.execution.allow_empty_partitions)
     if plan is not None:
         # a run's first write of a phase moves the plan on, before any partition is written
-        lifecycle.run_started(session, plan.plan_id, permission.keys, actor, spec.name)
+        lifecycle.run_started(session, plan.plan_id, permission.keys, actor, spec.name, permission.launcher)
     done: list[PartitionWrite] = []
     results: dict[str, list[GateResult]] = {}
     keys = list(permission.keys)
