@@ -219,6 +219,30 @@ def test_an_approval_whose_file_update_times_out_says_it_is_recorded(engine_worl
     assert "alice" in {g["by"] for g in yaml.safe_load(path.read_text())["approvals"]["granted"]}
 
 
+def test_a_statement_the_teams_statement_timeout_cancels_says_nothing_was_committed_and_what_to_do(
+        engine_world, capsys):
+    """A team's database sets `statement_timeout`; a statement waiting for another session's lock
+    past it is cancelled: the command printed PostgreSQL's text (`canceling statement due to
+    statement timeout`) with no word of what was committed or what to do."""
+    import psycopg
+
+    from tests.pg_server import admin_sql, as_admin
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    database = world.url.rsplit("/", 1)[1]
+    admin_sql(world.url, f'ALTER DATABASE "{database}" SET statement_timeout = 300')
+    with psycopg.connect(as_admin(world.url)) as other:  # another session's long lock on the plans
+        other.execute("LOCK TABLE backfill_control.plans IN ACCESS EXCLUSIVE MODE")
+        capsys.readouterr()
+        code = world.cli("cancel", "fix")
+        other.rollback()
+    said = capsys.readouterr()
+    assert code != 0 and said.err.count("\n") == 1, said.err
+    assert "statement_timeout" in said.err and "committed nothing" in said.err, said.err
+    assert world.phase("fix") == "approved"
+
+
 # --- lock order, a killed worker, verdicts landing while publish decides (found by an attack) ---------
 
 def test_a_publish_never_deadlocks_with_another_plans_first_write_of_its_target(engine_world, monkeypatch, capfd):

@@ -86,7 +86,7 @@ class PostgresStatementError(WarehouseError):
         self.original = exc
         self.sqlstate = getattr(exc, "sqlstate", None)
         super().__init__(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                         fix=RETRY_FIX if self.sqlstate in RETRYABLE else None)
+                         fix=RETRY_FIX if self.sqlstate in RETRYABLE else _FIXES.get(self.sqlstate or ""))
 
     @property
     def retryable(self) -> bool:
@@ -97,6 +97,18 @@ class PostgresStatementError(WarehouseError):
 RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock
 RETRY_FIX = ("another command held what this one needed and PostgreSQL ended this one's transaction, which "
              "committed nothing: run the command again")
+
+
+# what the server's own limits end, said with what to do (the server's text alone said neither)
+_FIXES = {
+    "57014": ("PostgreSQL cancelled the statement (the database's or role's statement_timeout, or an "
+              "administrator) and its transaction committed nothing: run the command again; if it keeps "
+              "happening, give backfill's role a longer statement_timeout (ALTER ROLE ... SET "
+              "statement_timeout = ...): a command waits for other commands' locks"),
+    "25P03": ("PostgreSQL ended the session (idle_in_transaction_session_timeout) and its transaction "
+              "committed nothing: run the command again; if it keeps happening, give backfill's role a "
+              "longer idle_in_transaction_session_timeout"),
+}
 
 
 class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
