@@ -210,6 +210,13 @@ def _held(session: Session, state: PlanState, hold: Hold, actor: str, verb: str)
         if not state.active:
             raise PlanRefused(f"plan {state.plan_id} is {state.phase}; there is nothing to {verb}",
                               fix=f"see `backfill status {state.plan_id}`")
+        if state.hold is Hold.CANCELLED:
+            # a cancel ends the plan's runs: a pause over it became a hold `backfill run` lifts, and
+            # the cancelled plan wrote its window again (found by an attack)
+            if hold is Hold.CANCELLED:
+                return state
+            raise PlanRefused(f"plan {state.plan_id} was cancelled; a cancelled plan only rolls back",
+                              fix=f"roll it back: `backfill rollback {state.plan_id}`")
         return record.set_hold(session, state.plan_id, hold, actor)
 
 
