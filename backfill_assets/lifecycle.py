@@ -221,7 +221,13 @@ def _held(session: Session, state: PlanState, hold: Hold, actor: str, verb: str)
 
 
 def run_resumed(session: Session, state: PlanState, actor: str) -> PlanState:
-    """`backfill run` of a paused plan lifts the pause; any other hold stays."""
-    if state.hold is Hold.PAUSED:
+    """`backfill run` of a paused plan lifts the pause; any other hold stays. Judged again with the
+    plan's row held: on the plan as the run read it, a cancel committed since was lifted with the
+    pause, and the cancelled plan ran (found by an attack)."""
+    if state.hold is not Hold.PAUSED:
+        return state
+    with session.transaction():
+        state = record.require(session, state.plan_id, exclusive=True)
+        if state.hold is not Hold.PAUSED:
+            return state
         return record.set_hold(session, state.plan_id, None, actor, note="resumed by backfill run")
-    return state

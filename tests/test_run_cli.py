@@ -158,6 +158,23 @@ def test_a_pause_typed_after_a_cancel_never_lets_the_cancelled_plan_run_again(wo
     assert world.phase("fix") == "proven"
 
 
+
+def test_a_cancel_typed_while_backfill_run_resumes_a_paused_plan_stays(world, run_cli):
+    """`backfill run` of a paused plan lifts the pause as it starts, judged on the plan it read
+    before taking its lease: a cancel committed in between was lifted with it, and the cancelled
+    plan ran (found by an attack on holds). The pause is lifted only if it is still the hold."""
+    from backfill_assets import lifecycle
+    from backfill_assets.control import record
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-01",))
+    assert run_cli("run", "fix", "--proof").code == 0 and run_cli("pause", "fix").code == 0
+    with world.warehouse().session() as session:
+        read = record.require(session, "fix")  # what `backfill run` read as it started: paused
+    assert run_cli("cancel", "fix").code == 0  # a colleague's cancel, meanwhile
+    with world.warehouse().session() as session:
+        lifecycle.run_resumed(session, read, "ops")
+    assert world.sql("SELECT hold FROM backfill_control.plans WHERE plan_id = 'fix'") == [("cancelled",)]
+
 def test_publish_says_what_blocks_it_and_status_says_what_is_next(world, run_cli):
     world.approved_plan("fix", start="2026-01-01", end="2026-01-03", proof=("2026-01-02",))
     blocked = run_cli("publish", "fix")
