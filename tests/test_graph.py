@@ -571,6 +571,36 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     assert "recompute monthly_revenue 2026-01-01, left computed" in capsys.readouterr().out
 
 
+def test_rollback_signatures_bind_the_tables_a_rollback_leaves_computed(world, monkeypatch, tmp_path, capsys):
+    """A published plan whose own approvals no longer hold rolls back only with approvers' rollback
+    signatures. They bound the plan and the warehouse, not `--keep-computed`: an operator added
+    `--keep-computed monthly_revenue` to a rollback the approvers signed as a whole one, leaving the
+    month computed from the days it restored, which that rollback refuses (found by an attack). A
+    rollback that leaves a table signs a statement naming it."""
+    from backfill_assets.signing.statements import Statement
+    from tests.test_trust import _drop_bob, sign_file
+
+    _cancelled_under_a_month(world, monkeypatch)
+    _drop_bob(world, tmp_path)  # the plan's own approvals (olivia, alice, bob) no longer hold
+    capsys.readouterr()
+    assert world.cli("rollback", "fix", "--print-statement") == 0
+    whole = Statement.parse(capsys.readouterr().out)
+    text, sig = sign_file(world, "carol", whole, tmp_path)
+    signed = ("--statement", str(text), "--signature", f"carol={sig}", "--sign", f"alice={world.keys['alice']}")
+    assert world.cli("rollback", "fix", *signed) == 1  # signed as a whole: the month refuses it
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", *signed) == 1
+    said = capsys.readouterr()
+    assert "--print-statement --keep-computed monthly_revenue" in said.err and said.err.count("\n") == 2, said.err
+    assert world.phase("fix") == "repairing"
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", "--print-statement") == 0
+    keeping = Statement.parse(capsys.readouterr().out)
+    assert keeping["keep"] == "monthly_revenue", keeping.text
+    text, sig = sign_file(world, "carol", keeping, tmp_path)
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", "--statement", str(text),
+                     "--signature", f"carol={sig}", "--sign", f"alice={world.keys['alice']}") == 0
+    assert world.phase("fix") == "rolled_back"
+
+
 def test_keep_computed_naming_a_table_the_plan_wrote_is_refused_not_ignored(world, monkeypatch, capsys):
     """`--keep-computed daily_revenue` on a plan that wrote daily_revenue: the rollback restored the
     table the operator asked to keep (the name was only checked to be a table of the definitions),

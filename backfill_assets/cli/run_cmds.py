@@ -377,11 +377,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     loaded = load_defs(args.defs)
     with writing(args) as session:
         state = plan_state(session, args.plan)
+        keep = args.keep_computed or ()
         if args.print_statement:
-            print(rollback_statement(session, state.approved).text, end="")
+            print(rollback_statement(session, state.approved, keep=keep).text, end="")
             return 0
         table = loaded.table(state.target)
-        given = candidates(args, lambda: rollback_statement(session, state.approved)) \
+        given = candidates(args, lambda: rollback_statement(session, state.approved, keep=keep)) \
             if args.sign or args.signature else []
         report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run,
                           signatures=given, graph=table.graph, keep_computed=args.keep_computed)

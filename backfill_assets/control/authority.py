@@ -12,12 +12,13 @@ another identity. Verdicts are cached per process until the earliest expiry they
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from backfill_assets.control import evidence_log, record, trust_record
 from backfill_assets.control.record import Adoption, PlanVersion
 from backfill_assets.errors import ForgedRecord
-from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, ROLLBACK, Statement
+from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, ROLLBACK, ROLLBACK_KEEPING, Statement
 from backfill_assets.trust.policy import Requirement
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, tally
 from backfill_assets.warehouse.engine import Session
@@ -97,15 +98,25 @@ def refusal(session: Session, version: PlanVersion, *, code: str | None, now: dt
     return f"its approvals do not hold now: needs {why}"
 
 
-def rollback_statement(session: Session, version: PlanVersion, *, signed: dt.datetime | None = None) -> Statement:
-    """What approvers sign to roll back a published plan whose own approvals no longer hold."""
+def rollback_statement(session: Session, version: PlanVersion, *, keep: Sequence[str] = (),
+                       signed: dt.datetime | None = None) -> Statement:
+    """What approvers sign to roll back a published plan whose own approvals no longer hold; one
+    that leaves tables computed from its partitions as they are (`keep`) names them."""
     root = trust_record.require(session)
     signed = signed or dt.datetime.now(dt.UTC)
+    if keep:
+        return Statement.make(ROLLBACK_KEEPING, signed=signed, expires=signed + root.policy.valid_for,
+                              plan=version.sha256, warehouse=root.warehouse_id, keep=kept_text(keep))
     return Statement.make(ROLLBACK, signed=signed, expires=signed + root.policy.valid_for,
                           plan=version.sha256, warehouse=root.warehouse_id)
 
 
-def rollback_tally(session: Session, version: PlanVersion, candidates: list[Candidate]) -> Tally:
+def kept_text(keep: Sequence[str]) -> str:
+    return ",".join(sorted(set(keep)))
+
+
+def rollback_tally(session: Session, version: PlanVersion, candidates: list[Candidate],
+                   keep: Sequence[str] = ()) -> Tally:
     """Signatures authorising the rollback of a published plan: the policy's approvers for its
     target (the owner's keys never count), over a `rollback` statement for this plan and warehouse;
     for a version that replaced a plan of record, never fewer than that one needed (`replaced_floor`:
@@ -116,5 +127,9 @@ def rollback_tally(session: Session, version: PlanVersion, candidates: list[Cand
     since = record.replaced(session, plan.plan_id, version.sha256)
     if since is not None:
         requirement = requirement.at_least(replaced_floor(session, root, since))
-    return tally(root, candidates, kind=ROLLBACK, expect={"plan": version.sha256, "warehouse": root.warehouse_id},
-                 requirement=requirement, owner=plan.owner, owner_required=False)
+    expect = {"plan": version.sha256, "warehouse": root.warehouse_id}
+    if keep:  # a whole rollback's signatures never authorise one that leaves tables as they are
+        return tally(root, candidates, kind=ROLLBACK_KEEPING, expect={**expect, "keep": kept_text(keep)},
+                     requirement=requirement, owner=plan.owner, owner_required=False)
+    return tally(root, candidates, kind=ROLLBACK, expect=expect, requirement=requirement, owner=plan.owner,
+                 owner_required=False)

@@ -107,23 +107,27 @@ def later_writers(session: Session, state: PlanState, keys: list[str],
 
 
 def authorisation(session: Session, state: PlanState, signatures: Sequence[Candidate], *,
-                  published: bool = False) -> dict[str, Any]:
+                  published: bool = False, keep: Sequence[str] = ()) -> dict[str, Any]:
     """Who authorises the rollback: nobody needs to while consumers never saw the plan's data;
-    after a publish, the plan's approvals if they still hold, else the signatures given.
-    `published`: the plan copied partitions into the published table (it may since have gone
-    back to repairing, reconciled or running, and consumers still see its data)."""
+    after a publish, the plan's approvals if they still hold, else the signatures given, over a
+    statement naming the tables `keep` leaves as they are, if any. `published`: the plan copied
+    partitions into the published table (it may since have gone back to repairing, reconciled or
+    running, and consumers still see its data)."""
     if state.phase not in SEEN_BY_CONSUMERS and not published:
         return {"by": "not published: no approval needed"}
     version = state.approved
     if authority.refusal(session, version, code=None) is None:
         return {"by": "the plan's approvals, which still hold",
                 "approvers": authority.plan_tally(session, version, code=None).approvers}
-    counted = authority.rollback_tally(session, version, list(signatures))
+    counted = authority.rollback_tally(session, version, list(signatures), keep)
     if not counted.approved:
+        kept = "".join(f" --keep-computed {t}" for t in sorted(set(keep)))
         raise RollbackRefused(
             f"plan {state.plan_id} is {state.phase}: rolling it back changes what consumers see, and its own "
-            f"approvals no longer hold; the rollback needs approvers' signatures: {counted.describe()}",
-            fix=f"have approvers sign `backfill rollback {state.plan_id} --print-statement`, then pass "
+            f"approvals no longer hold; the rollback needs approvers' signatures"
+            + (f" over a statement naming what it leaves computed ({authority.kept_text(keep)})" if keep else "")
+            + f": {counted.describe()}",
+            fix=f"have approvers sign `backfill rollback {state.plan_id} --print-statement{kept}`, then pass "
                 "--statement FILE --signature NAME=SIG (or --sign NAME=KEY)")
     return {"by": "rollback signatures", "approvers": counted.approvers,
             "statement_sha256": hashlib.sha256(counted.counted[0].statement.message).hexdigest()}
@@ -211,7 +215,7 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         # decided on the plan as it is now, under its row's lock: a publish that landed since the
         # command started makes this a rollback consumers see
         authorised = authorisation(session, state, signatures,
-                                   published=any(published for _, _, _, published in whole))
+                                   published=any(published for _, _, _, published in whole), keep=sorted(keep))
         for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
             for key in sorted(keys):
                 session.lock(f"write:{table_spec.name}:{key}")

@@ -37,12 +37,16 @@ PLAN_REPLACEMENT = "plan replacement"
 APPROVALS = (PLAN_APPROVAL, PLAN_REPLACEMENT)  # each approves the plan it names
 TRUST_ROOT = "trust root"
 ROLLBACK = "rollback"
+# a rollback that leaves tables computed from the plan's partitions as they are (`--keep-computed`):
+# its signers name them (a whole rollback's signatures had an operator add the option)
+ROLLBACK_KEEPING = "rollback keeping computed"
 # the fields each kind binds, in order, before `signed` and `expires`
 FIELDS: dict[str, tuple[str, ...]] = {
     PLAN_APPROVAL: ("plan", "code", "warehouse"),
     PLAN_REPLACEMENT: ("plan", "replaces", "code", "warehouse"),
     TRUST_ROOT: ("warehouse", "replaces", "signers", "policy"),
     ROLLBACK: ("plan", "warehouse"),
+    ROLLBACK_KEEPING: ("plan", "warehouse", "keep"),
 }
 MAX_TEXT = 4096
 CLOCK_SKEW = dt.timedelta(minutes=10)  # a signer's clock may run this much ahead of ours
@@ -52,7 +56,9 @@ _VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
 # it could never be mirrored into the plan file, and every later approval failed: found by an attack)
 _FORMS = {(PLAN_REPLACEMENT, "replaces"): (re.compile(r"[0-9a-f]{64}@[0-9a-f]{64}"),
                                            "the plan of record's sha256 and its adoption row's hash, "
-                                           "sha256@hash in lowercase hex")}
+                                           "sha256@hash in lowercase hex"),
+          (ROLLBACK_KEEPING, "keep"): (re.compile(r"[A-Za-z_][A-Za-z0-9_/]*(?:,[A-Za-z_][A-Za-z0-9_/]*)*"),
+                                       "the tables left, comma-separated, in sorted order")}
 _FIX = "sign the statement printed by `backfill plan statement` (or `approvers statement`) unchanged"
 
 
