@@ -140,6 +140,7 @@ def blockers(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: S
     planless = [k for k, entry in latest.items() if entry is not None and entry.plan_id is None]
     found.problems += ledger.rewrites_without_plan(session, spec.name, planless)
     found.problems += _kept_by_a_rollback(session, spec, {k: latest[k] for k in planless})
+    found.problems += _computed_from_other_bytes(session, spec.name, keys)
     found.problems += _foreign_rows(session, spec, scheme, [k for k in keys
                                                             if not any(p.covers(k, spec.name) for p in found.plans)])
     return found
@@ -163,6 +164,49 @@ def _kept_by_a_rollback(session: Session, spec: TableSpec,
         if by is not None:
             out.append(f"{key}: left computed by plan {by.plan_id}'s rollback (--keep-computed, evidence row {by.seq}) "
                        f"from partitions it restored; recompute {spec.name} {key} with a plan whose graph lists it")
+    return out
+
+
+def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]) -> list[str]:
+    """What the chain says was computed from other bytes than the ones these partitions hold: each
+    write records the partitions it read (`reads`), so this holds whatever definitions are loaded.
+    A partition of `asset` whose latest write read a partition written again since (a month computed
+    before a plan rewrote its days) would be published beside days it does not add up to; and a
+    partition of another table whose latest write read one of `keys` before that one's latest write
+    (a published month computed from the days a plan run with definitions without the month
+    replaced) would be left beside days it does not add up to once these are published (found by an
+    attack: the graph was asked of the loaded definitions only). Writes of plans rolled back do not
+    count: their rollback put back the bytes before them."""
+    top = evidence_log.last_before_reading(session)
+    writes = [c for c in ledger.chained_writes(session, top) if c.kind == "write"] if top else []
+    if not any(c.reads for c in writes):
+        return []
+    ended = {p.plan_id for p in record.all_plans(session) if p.phase is Phase.ROLLED_BACK}
+    newest: dict[tuple[str, str], ledger.Chained] = {}
+    for c in sorted(writes, key=lambda c: c.seq):
+        if c.plan_id is None or c.plan_id not in ended:
+            newest.update({(c.table, k): c for k in c.keys})
+    out = []
+    for key in keys:
+        own = newest.get((asset, key))
+        for parent, read in sorted((own.reads if own is not None else {}).items()):
+            since = sorted(u for u in read if (w := newest.get((parent, u))) is not None and w.seq > own.seq)  # type: ignore[union-attr]
+            if since:
+                out.append(f"{key}: computed from {parent} {since[0]} (evidence row {own.seq}), which was written "  # type: ignore[union-attr]
+                           f"again since (evidence row {newest[(parent, since[0])].seq}); compute {asset} {key} "
+                           f"again from it with a plan whose graph lists {asset}")
+                break
+    wanted = set(keys)
+    for (table, key), c in sorted(newest.items()):
+        if table == asset:
+            continue
+        since = sorted(u for u in c.reads.get(asset, frozenset()) & wanted if newest[(asset, u)].seq > c.seq)
+        if since:
+            out.append(f"{since[0]}: {table} {key} was computed from it (evidence row {c.seq}) before its latest "
+                       f"write (evidence row {newest[(asset, since[0])].seq}); publishing {asset} without it would "
+                       f"leave consumers {table} computed from bytes they no longer see: roll back the plan that "
+                       f"wrote {since[0]} and replay with a plan whose graph lists {table} (definitions that "
+                       "declare it)")
     return out
 
 
