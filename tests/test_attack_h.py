@@ -6,7 +6,7 @@ from __future__ import annotations
 from backfill_assets.demo.sample import generate_orders
 from tests.plans import complete_plan, write_plan
 from tests.test_graph import FULL_DEFS, MONTH, _published_by_region, defs_of, graph_plan, run
-from tests.world import BUGGY, START, keys
+from tests.world import BUGGY, START, failure_text, keys
 
 DAILY_DEFS = "backfill_assets.demo.daily"
 FIX_DAYS = keys(5, 8)
@@ -100,3 +100,35 @@ def test_a_day_re_run_by_a_plan_under_repair_never_leaves_a_published_month_comp
     said = capsys.readouterr()
     assert _published_by_region(world, "published_monthly_revenue", "month") == \
         _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+
+
+def _month_alone_defs(world):
+    """A code location of the month alone (the team's rollup deployed apart from the daily table):
+    its `source` names daily_revenue, which these definitions do not declare."""
+    import dagster as dg
+
+    from backfill_assets.defs.replayable import make_replayable_table
+    from backfill_assets.defs.resources import backfill_resources
+    from backfill_assets.demo.definitions import MONTHS
+    from backfill_assets.demo.revenue import MONTHLY_REVENUE
+
+    rollup = make_replayable_table(MONTHLY_REVENUE, MONTHS, group_name="revenue")
+    return dg.Definitions(assets=[*rollup.assets], resources=backfill_resources(str(world.home), world.url or ""),
+                          executor=dg.in_process_executor)
+
+
+def test_a_month_loaded_by_definitions_without_its_days_never_reads_a_cancelled_plans_days(world, monkeypatch):
+    """Plan fix over 2026-01-05..08 is run and cancelled: consumers never saw its days. The month is
+    loaded by a code location that declares the month alone: the check that a month reads only
+    days consumers saw asked the loaded definitions for its upstream table, found none, and the
+    month was computed from the cancelled plan's days and published beside days that never showed
+    them."""
+    _january_days_published(world)
+    world.approve(_days_plan(world))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("cancel", "fix") == 0
+    loaded = run(world, _month_alone_defs(world), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                 {"dagster/backfill": "ui-bf"})
+    month = _published_by_region(world, "published_monthly_revenue", "month")
+    assert month in ({}, _published_by_region(world, "published_revenue", "order_date")), month
+    assert not loaded.success and "daily_revenue" in failure_text(loaded), failure_text(loaded)
