@@ -35,6 +35,7 @@ from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
+from backfill_assets.warehouse.state_store import ledger as ledger_store
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -204,7 +205,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         return None
     parent = graph.upstream(spec.name)
     if parent is None:
-        return None
+        return _undeclared_upstream(session, spec, keys, plan)
     upstream_exists = session.engine.table_exists(session, graph.spec(parent).table)
     if holding and upstream_exists:
         # inside the write's transaction: no other writer may change the upstream table until the
@@ -273,6 +274,30 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
                            plan.plan_id if plan else None, key, fix)
     return None
+
+
+def _undeclared_upstream(session: Session, spec: TableSpec, keys: Sequence[str],
+                         plan: PlanState | None) -> PartitionRefused | None:
+    """A table whose `source` is a replayable table (the ledger holds writes of it) that the loaded
+    definitions do not declare: they cannot say which of its partitions a partition reads, so
+    nothing here can check them (passed, unchanged, seen by consumers), nor record what was read.
+    A code location declaring the month alone computed it from a cancelled plan's days and
+    published it beside days that never showed them (found by an attack)."""
+    source = table_for_asset(spec.source).lower()
+    if source == spec.table.lower():
+        return None
+    # the ledger's targets (one light query: every write of every table asks this, and the shared
+    # table check beside it reads the chain's claims too)
+    if not any(writer is not None and table_for_asset(writer).lower() == source
+               for _, writer in ledger_store.tables_claimed(session)):
+        return None  # a raw source: compared with it by the gates, as any replayable table is
+    key = keys[0] if keys else "?"
+    return _refuse(f"{spec.name} is computed from {spec.source}, a replayable table backfill writes, which the "
+                   f"loaded definitions do not declare: which {spec.source} partitions {spec.name} {key} reads, "
+                   "and whether they passed their gates and consumers saw them, cannot be checked",
+                   plan.plan_id if plan else None, key,
+                   f"write {spec.name} through definitions that declare {spec.source} too (--defs, BACKFILL_DEFS, "
+                   "or the code location that holds both)")
 
 
 def _changed_since_passed(session: Session, graph: TableGraph, parent: str,
