@@ -189,10 +189,12 @@ def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]
     out = []
     for key in keys:
         own = newest.get((asset, key))
-        for parent, read in sorted((own.reads if own is not None else {}).items()):
-            since = sorted(u for u in read if (w := newest.get((parent, u))) is not None and w.seq > own.seq)  # type: ignore[union-attr]
+        if own is None:
+            continue
+        for parent, read in sorted(own.reads.items()):
+            since = sorted(u for u in read if (w := newest.get((parent, u))) is not None and w.seq > own.seq)
             if since:
-                out.append(f"{key}: computed from {parent} {since[0]} (evidence row {own.seq}), which was written "  # type: ignore[union-attr]
+                out.append(f"{key}: computed from {parent} {since[0]} (evidence row {own.seq}), which was written "
                            f"again since (evidence row {newest[(parent, since[0])].seq}); compute {asset} {key} "
                            f"again from it with a plan whose graph lists {asset}")
                 break
