@@ -601,6 +601,29 @@ def test_rollback_signatures_bind_the_tables_a_rollback_leaves_computed(world, m
     assert world.phase("fix") == "rolled_back"
 
 
+def test_a_rollback_keeps_only_the_months_that_read_its_days_when_months_were_written_together(
+        world, monkeypatch, capsys):
+    """January's and February's months are loaded in one run (one write, one chain row) after plan
+    fix over 2026-01-05..08 was published. What each write read was recorded for the write as a
+    whole, so February, which read none of the plan's days, was taken for computed from them: named
+    by the refusal, and left by `--keep-computed` (whose publish then stays refused until a plan
+    recomputes it). What each partition read is recorded for that partition."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=59, rows_per_day=20, seed=11)
+    assert world.materialize(keys(1, 59), spec=BUGGY, publish=True).success
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
+        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"],
+               ["2026-01-01", "2026-02-01"], {"dagster/backfill": "ui-bf"}).success
+    capsys.readouterr()
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
+    [payload] = world.sql("SELECT payload FROM backfill_control.evidence WHERE kind = 'rollback'")
+    assert '"kept_computed":{"monthly_revenue":["2026-01-01"]}' in payload[0], payload[0]
+
+
 def test_keep_computed_naming_a_table_the_plan_wrote_is_refused_not_ignored(world, monkeypatch, capsys):
     """`--keep-computed daily_revenue` on a plan that wrote daily_revenue: the rollback restored the
     table the operator asked to keep (the name was only checked to be a table of the definitions),

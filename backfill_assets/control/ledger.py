@@ -48,11 +48,12 @@ class LatestWrite:
 def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: str, run_id: str | None,
                   code_version: str, code_identity: str, written: Mapping[str, Fingerprint], actor: str,
                   sha256: str | None = None,
-                  reads: Mapping[str, Sequence[str]] | None = None) -> tuple[dict[str, int], str]:
+                  reads: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> tuple[dict[str, int], str]:
     """One ledger row per partition written ({key: fingerprint after the write}), in one statement,
     sealed by one `write` chain row; returns each key's write id and the time recorded. `reads`:
     the partitions of other replayable tables the rows were computed from ({table: keys}), which a
-    rollback of those partitions asks whatever definitions it loads."""
+    rollback of those partitions asks whatever definitions it loads ({table: {partition written:
+    the partitions of table it read}})."""
     at = evidence_log.now_iso()
     if not written:
         return {}, at
@@ -63,7 +64,7 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
     evidence_log.append(session, plan_id=plan_id, kind="write", actor=actor, seq=seq, payload={
         "table": asset, "mode": mode, "run_id": run_id, "code_version": code_version,
         "code_identity": code_identity, "sha256": sha256,
-        **({"reads": {t: list(k) for t, k in reads.items()}} if reads else {}),
+        **({"reads": {t: {k: list(u) for k, u in per.items()} for t, per in reads.items()}} if reads else {}),
         "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest, "write_id": ids[k]} for k, fp in written.items()},
         "seals": {"writes": seals.of_seq(session, "writes", seq, [
             {"plan_id": plan_id, "asset": asset, "partition_key": key, "mode": mode, "run_id": run_id,
@@ -171,8 +172,12 @@ class Chained:
     plan_id: str | None
     table: str
     keys: frozenset[str]
-    # a write's: the partitions of other replayable tables its rows were computed from
-    reads: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # a write's: {other replayable table: {partition written: the partitions of it that one read}}
+    reads: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+
+    def read_of(self, table: str, key: str) -> frozenset[str]:
+        """The partitions of `table` that this write's partition `key` was computed from."""
+        return self.reads.get(table, {}).get(key, frozenset())
 
 
 def plan_writes_chained(session: Session, plan_id: str, top: int, asset: str | None = None) -> list[Chained]:
@@ -198,11 +203,12 @@ def chained_writes(session: Session, top: int, floor: int = 0) -> list[Chained]:
     return found
 
 
-def _reads_of(found: object) -> dict[str, frozenset[str]]:
-    """A write row's `reads` ({table: [keys]}); rows of releases before it have none."""
+def _reads_of(found: object) -> dict[str, dict[str, frozenset[str]]]:
+    """A write row's `reads` ({table: {partition: [keys]}}); rows of releases before it have none."""
     if not isinstance(found, dict):
         return {}
-    return {str(t): frozenset(str(k) for k in keys) for t, keys in found.items() if isinstance(keys, list)}
+    return {str(t): {str(k): frozenset(str(u) for u in keys) for k, keys in per.items() if isinstance(keys, list)}
+            for t, per in found.items() if isinstance(per, dict)}
 
 
 def comparisons(latest: Mapping[str, LatestWrite | None]) -> dict[str, Comparison]:

@@ -319,7 +319,7 @@ class _LaterWrites:
         `keys` of `table`."""
         wanted = set(keys)
         found = {(c.table, c.plan_id or "incremental runs", k) for c in self._later
-                 if c.reads.get(table, frozenset()) & wanted and self._standing(c) for k in c.keys}
+                 for k, read in c.reads.get(table, {}).items() if read & wanted and self._standing(c)}
         return sorted(found)
 
 

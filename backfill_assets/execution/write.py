@@ -120,16 +120,17 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
     return [PartitionWrite(k, ids[k], rows, fp, at) for k, (rows, fp) in written.items()], results
 
 
-def _reads(graph: TableGraph | None, spec: TableSpec, keys: Sequence[str]) -> dict[str, list[str]]:
-    """The partitions of the replayable table `spec` is computed from that `keys` read, recorded with
-    the write: a rollback of those partitions finds the write in the chain whatever definitions it
-    loads (it asked the loaded ones alone, and definitions without the month rolled back the days
-    under a month computed from them: found by an attack)."""
+def _reads(graph: TableGraph | None, spec: TableSpec, keys: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """{upstream table: {partition: the upstream partitions it read}}, for a table computed from a
+    replayable table, recorded with the write: a rollback of those partitions, and a publish,
+    find the write in the chain whatever definitions they load (they asked the loaded ones alone,
+    and definitions without the month rolled the days back under it: found by an attack). Per
+    partition: a write of January and February together, recorded as one list, had February taken
+    for computed from January's days."""
     parent = graph.upstream(spec.name) if graph is not None and spec.name in graph.tables else None
     if graph is None or parent is None:
         return {}
-    read = {k for key in keys for k in graph.upstream_keys(spec.name, key)}
-    return {parent: sorted(read, key=graph.scheme(parent).position)}
+    return {parent: {key: list(graph.upstream_keys(spec.name, key)) for key in keys}}
 
 
 def _advance_watermark(session: Session, asset: str, key: str, scheme: PartitionScheme) -> None:

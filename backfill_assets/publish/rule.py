@@ -191,8 +191,9 @@ def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]
         own = newest.get((asset, key))
         if own is None:
             continue
-        for parent, read in sorted(own.reads.items()):
-            since = sorted(u for u in read if (w := newest.get((parent, u))) is not None and w.seq > own.seq)
+        for parent in sorted(own.reads):
+            since = sorted(u for u in own.read_of(parent, key)
+                           if (w := newest.get((parent, u))) is not None and w.seq > own.seq)
             if since:
                 out.append(f"{key}: computed from {parent} {since[0]} (evidence row {own.seq}), which was written "
                            f"again since (evidence row {newest[(parent, since[0])].seq}); compute {asset} {key} "
@@ -202,7 +203,8 @@ def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]
     for (table, key), c in sorted(newest.items()):
         if table == asset:
             continue
-        since = sorted(u for u in c.reads.get(asset, frozenset()) & wanted if newest[(asset, u)].seq > c.seq)
+        since = sorted(u for u in c.read_of(asset, key) & wanted
+                       if (w := newest.get((asset, u))) is not None and w.seq > c.seq)
         if since:
             out.append(f"{since[0]}: {table} {key} was computed from it (evidence row {c.seq}) before its latest "
                        f"write (evidence row {newest[(asset, since[0])].seq}); publishing {asset} without it would "
