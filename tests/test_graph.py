@@ -292,13 +292,13 @@ def test_a_day_re_run_after_its_month_passed_holds_publish_until_the_month_is_co
     assert days == month
 
 
-def _january_and_a_plan_over_its_days(world, loaded: TableSpec = BUGGY) -> None:
-    """January's days loaded (by `loaded`'s code) and published by the project without a rollup (the
-    daily table alone); plan fix over 2026-01-05..08, approved for that project, proven and run
-    (reconciled)."""
+def _january_and_a_plan_over_its_days(world, loaded: TableSpec = BUGGY, days: int = 31) -> None:
+    """January's days (the first `days` from January 1) loaded (by `loaded`'s code) and published by
+    the project without a rollup (the daily table alone); plan fix over 2026-01-05..08, approved for
+    that project, proven and run (reconciled)."""
     with world.warehouse().session() as session:
-        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
-    assert world.materialize(keys(1, 31), spec=loaded, publish=True).success
+        generate_orders(session, start=START, days=days, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, days), spec=loaded, publish=True).success
     world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
         plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
@@ -608,12 +608,7 @@ def test_a_rollback_keeps_only_the_months_that_read_its_days_when_months_were_wr
     whole, so February, which read none of the plan's days, was taken for computed from them: named
     by the refusal, and left by `--keep-computed` (whose publish then stays refused until a plan
     recomputes it). What each partition read is recorded for that partition."""
-    with world.warehouse().session() as session:
-        generate_orders(session, start=START, days=59, rows_per_day=20, seed=11)
-    assert world.materialize(keys(1, 59), spec=BUGGY, publish=True).success
-    world.approve(write_plan(world.root / "plans" / "fix.yaml", complete_plan(
-        plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _january_and_a_plan_over_its_days(world, days=59)  # and February's
     assert world.cli("publish", "fix") == 0
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
     assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"],
