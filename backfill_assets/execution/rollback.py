@@ -219,6 +219,15 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         for table_spec, _, keys, _ in whole:  # and a writer of these partitions outside the plan, as runs take turns
             for key in sorted(keys):
                 session.lock(f"write:{table_spec.name}:{key}")
+        # and the tables it restores, as a writer holds them, before the chain is read: a write
+        # computed from them (a month loaded without a plan) holds them shared until it commits, so
+        # it is in the chain read below, or it starts after this commits and finds the restored
+        # bytes; read before, a month that had read the plan's days committed while the restore
+        # waited for them, and was left (and published) computed from bytes rolled back (found by
+        # an attack)
+        for table in sorted({t.table for t, _, _, _ in whole}):
+            if session.engine.table_exists(session, table):
+                session.hold_table(table, writing=True)
         # what it restores, checked against the chain once every lock is held: the plan's own writes
         # cannot commit meanwhile (its row is held exclusive), and a later writer's that committed
         # while this waited for a partition's lock is found too; rows hidden after this are found by
