@@ -12,7 +12,7 @@ import pytest
 from backfill_assets import faults
 from tests.test_graph import FULL_DEFS, MONTH, _january_and_a_plan_over_its_days, _published_by_region, defs_of, run
 from tests.test_pg_concurrency import wait_for_waiters
-from tests.world import BUGGY
+from tests.world import BUGGY, failure_text
 
 pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 
@@ -72,3 +72,28 @@ def test_a_month_written_while_a_rollback_waits_is_never_left_computed_from_the_
         assert len(refusal) == 1 and "monthly_revenue 2026-01-01" in refusal[0] and "Traceback" not in said.err, \
             said.err
         assert world.phase("fix") == "published"
+
+
+def test_a_month_loaded_by_definitions_without_its_days_asks_the_chain_which_tables_backfill_writes(
+        engine_world):
+    """Plan fix over 2026-01-05..08 of the days is run and cancelled: consumers never saw its days.
+    An insider (who can write backfill_control, not read the evidence key) relabels the ledger's
+    writes of daily_revenue while a code location declaring the month alone loads January's month:
+    the check that its source is a table backfill writes asked the ledger alone, found it a raw
+    source, and the month was computed from the cancelled plan's days with no reads recorded. The
+    rows put back, a Materialize of the published month passes every check, and consumers read a
+    month that does not add up to the days beside it."""
+    from tests.test_graph import _days_plan, _january_days_published, _month_alone_defs
+
+    world = engine_world
+    _january_days_published(world)
+    world.approve(_days_plan(world))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("cancel", "fix") == 0
+    world.run_sql("UPDATE backfill_control.writes SET asset = 'daily_revenue_x' WHERE asset = 'daily_revenue'")
+    loaded = run(world, _month_alone_defs(world), ["monthly_revenue"], [MONTH], {"dagster/backfill": "ui-bf"})
+    world.run_sql("UPDATE backfill_control.writes SET asset = 'daily_revenue' WHERE asset = 'daily_revenue_x'")
+    run(world, _month_alone_defs(world), ["published_monthly_revenue"], [MONTH], {"dagster/backfill": "ui-bf2"})
+    month = _published_by_region(world, "published_monthly_revenue", "month")
+    assert month in ({}, _published_by_region(world, "published_revenue", "order_date")), month
+    assert not loaded.success, failure_text(loaded)
