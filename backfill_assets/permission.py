@@ -35,7 +35,6 @@ from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
-from backfill_assets.warehouse.state_store import ledger as ledger_store
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -63,8 +62,8 @@ def _refuse(message: str, plan_id: str | None, key: str, fix: str) -> PartitionR
     return PartitionRefused(message, plan_id=plan_id, partition=key, fix=fix)
 
 
-def _shared_table_refusal(session: Session, spec: TableSpec, key: str,
-                          graph: TableGraph | None) -> PartitionRefused | None:
+def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: TableGraph | None,
+                          claimed: Sequence[tuple[str, str | None]]) -> PartitionRefused | None:
     """A table is one asset's. Two asset keys naming one table (`Daily_Revenue` beside
     `daily_revenue` on DuckDB, which folds case; `finance__daily_revenue` beside `finance/daily_revenue`
     on both engines; a `publish_as` naming another asset's target or published table) would each
@@ -78,7 +77,7 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str,
     claims: list[tuple[str, str]] = []  # (a table's asset name, the other asset that holds it)
     if graph is not None:
         claims += [(n, s.name) for s, _ in graph.tables.values() if s.name != spec.name for n in (s.name, s.publish_as)]
-    for table, writer in ledger.tables_claimed(session):
+    for table, writer in claimed:
         if writer is not None and writer != spec.name:
             claims.append((table, writer))
         elif table_for_asset(table).lower() == spec.table.lower() and table != spec.name:
@@ -196,7 +195,8 @@ PUBLISHED_FOR_GOOD = frozenset({Phase.PUBLISHED, Phase.CLOSED})
 
 
 def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], graph: TableGraph | None,
-                      plan: PlanState | None, *, holding: bool = False) -> PartitionRefused | None:
+                      plan: PlanState | None, claimed: Sequence[tuple[str, str | None]], *,
+                      holding: bool = False) -> PartitionRefused | None:
     """A table computed from a replayable table reads only data its gates passed: every partition
     of the upstream table that `keys` read has a latest write whose gates all passed (under the
     plan, for the upstream partitions the plan replays). A replay therefore recomputes the graph in
@@ -205,7 +205,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         return None
     parent = graph.upstream(spec.name)
     if parent is None:
-        return _undeclared_upstream(session, spec, keys, plan)
+        return _undeclared_upstream(spec, keys, plan, claimed)
     upstream_exists = session.engine.table_exists(session, graph.spec(parent).table)
     if holding and upstream_exists:
         # inside the write's transaction: no other writer may change the upstream table until the
@@ -276,8 +276,8 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     return None
 
 
-def _undeclared_upstream(session: Session, spec: TableSpec, keys: Sequence[str],
-                         plan: PlanState | None) -> PartitionRefused | None:
+def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState | None,
+                         claimed: Sequence[tuple[str, str | None]]) -> PartitionRefused | None:
     """A table whose `source` is a replayable table (the ledger holds writes of it) that the loaded
     definitions do not declare: they cannot say which of its partitions a partition reads, so
     nothing here can check them (passed, unchanged, seen by consumers), nor record what was read.
@@ -286,10 +286,11 @@ def _undeclared_upstream(session: Session, spec: TableSpec, keys: Sequence[str],
     source = table_for_asset(spec.source).lower()
     if source == spec.table.lower():
         return None
-    # the ledger's targets (one light query: every write of every table asks this, and the shared
-    # table check beside it reads the chain's claims too)
-    if not any(writer is not None and table_for_asset(writer).lower() == source
-               for _, writer in ledger_store.tables_claimed(session)):
+    # the targets the ledger and the chain say backfill wrote, as the shared table check beside it
+    # reads them (one read for both): asked of the ledger alone, its writes of the days relabelled
+    # by an insider while the month loaded had the days taken for a raw source, and a month
+    # computed from a cancelled plan's days was published (found by an attack)
+    if not any(writer is not None and table_for_asset(writer).lower() == source for _, writer in claimed):
         return None  # a raw source: compared with it by the gates, as any replayable table is
     key = keys[0] if keys else "?"
     return _refuse(f"{spec.name} is computed from {spec.source}, a replayable table backfill writes, which the "
@@ -342,7 +343,8 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     if not keys:
         raise _refuse(f"a run of {spec.name} named no partition", None, "?",
                       "launch it for a partition or a partition range")
-    shared = _shared_table_refusal(session, spec, keys[0], graph)
+    claimed = ledger.tables_claimed(session)
+    shared = _shared_table_refusal(session, spec, keys[0], graph, claimed)
     if shared is not None:
         raise shared
     wanted = tags.get(PLAN_TAG)
@@ -398,7 +400,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
             raise _refuse(f"partitions of {spec.name} mix plan {chosen.plan_id} and plan-free writes "
                           f"({key})", chosen.plan_id, key, "launch one run per plan")
         free = free or key
-    refusal = _upstream_refusal(session, spec, keys, graph, chosen)
+    refusal = _upstream_refusal(session, spec, keys, graph, chosen, claimed)
     if refusal is not None:
         raise refusal
     return Permission(spec.name, tuple(keys), chosen, graph, tags.get(LAUNCHER_TAG))
@@ -407,7 +409,8 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
 def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permission: Permission,
             keys: Sequence[str]) -> PlanState | None:
     """Inside their write transaction: is the write of `keys` still allowed? Returns the plan."""
-    shared = _shared_table_refusal(session, spec, keys[0], permission.graph) if keys else None
+    claimed = ledger.tables_claimed(session)
+    shared = _shared_table_refusal(session, spec, keys[0], permission.graph, claimed) if keys else None
     if shared is not None:
         raise shared
     if permission.plan is None:
@@ -421,7 +424,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             if key in old:
                 raise _refuse(f"partition {key} of {spec.name} was written by someone else while this run "
                               f"started (it {old[key]}); rewriting it now is a replay", None, key, "use a replay plan")
-        refusal = _upstream_refusal(session, spec, keys, permission.graph, None, holding=True)
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, None, claimed, holding=True)
         if refusal is not None:  # what it reads, again inside the transaction that reads it
             raise refusal
         return None
@@ -440,7 +443,7 @@ def recheck(session: Session, spec: TableSpec, scheme: PartitionScheme, permissi
             raise refusal
     refusal = _approval_refusal(session, plan, keys[0], spec, permission.graph) if keys else None
     if refusal is None:
-        refusal = _upstream_refusal(session, spec, keys, permission.graph, plan, holding=True)
+        refusal = _upstream_refusal(session, spec, keys, permission.graph, plan, claimed, holding=True)
     if refusal is not None:
         raise refusal
     return plan
