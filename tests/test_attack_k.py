@@ -97,3 +97,33 @@ def test_a_month_loaded_by_definitions_without_its_days_asks_the_chain_which_tab
     month = _published_by_region(world, "published_monthly_revenue", "month")
     assert month in ({}, _published_by_region(world, "published_revenue", "order_date")), month
     assert not loaded.success, failure_text(loaded)
+
+
+def test_a_cancel_typed_while_a_proofs_first_write_commits_cancels_the_plan(engine_world, monkeypatch, capfd):
+    """`backfill run fix --proof` is writing its first partition (its transaction open, the plan's
+    row held shared) when `backfill cancel fix` reads that the plan wrote nothing and is proving: a
+    cancel of such a plan is a withdrawal, which waits for the plan's row, then finds the write and
+    refuses (`withdrawing would leave them; roll it back instead`). The cancel typed to stop the plan
+    did not: the plan stayed unheld and the proof wrote on."""
+    world = engine_world
+    assert world.materialize(["2026-01-01", "2026-01-02"]).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    seen = _stall(monkeypatch, "write.after_snapshot")
+    codes: dict[str, int] = {}
+    proof = threading.Thread(target=lambda: codes.update(proof=world.cli("run", "fix", "--proof")))
+    proof.start()
+    try:
+        _until_reached("write.after_snapshot", seen)
+        cancel = threading.Thread(target=lambda: codes.update(cancel=world.cli("cancel", "fix")))
+        cancel.start()
+        wait_for_waiters(world, 1, ("tuple", "transactionid"))  # the cancel waits for the plan's row
+    finally:
+        monkeypatch.setenv(faults.RELEASE_ENV, "write.after_snapshot")
+    proof.join(timeout=240)
+    cancel.join(timeout=240)
+    said = capfd.readouterr()
+    # (the cancel's line went to the proof's Dagster log: a command in this process writes there while a
+    # run of the in-process `backfill run` goes)
+    assert codes.get("cancel") == 0, (codes, said.err[-300:])
+    found = world.sql("SELECT hold FROM backfill_control.plans WHERE plan_id = 'fix'")
+    assert found and found[0][0] == "cancelled", (found, said.err)
