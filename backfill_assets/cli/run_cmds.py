@@ -358,9 +358,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if lifecycle.cancel_withdraws(state, wrote):
             from backfill_assets.execution.rollback import withdraw
 
-            state = withdraw(session, state, actor(), "cancelled before writing")
-            print(f"plan {state.plan_id} wrote nothing and is withdrawn")
-            return 0
+            try:
+                state = withdraw(session, state, actor(), "cancelled before writing")
+            except PlanRefused:
+                # a run's first write committed while the withdrawal waited for the plan's row (read
+                # under it, as the withdrawal reads it): the plan wrote, so the cancel holds it. It
+                # refused as a withdrawal, and the plan it was typed to stop ran on (found by an attack)
+                wrote = ledger_store.count_keys_of_plan(session, state.plan_id)
+                if not wrote:
+                    raise
+            else:
+                print(f"plan {state.plan_id} wrote nothing and is withdrawn")
+                return 0
         state = lifecycle.cancelled(session, state, actor())
     # the phase as the cancel found it under the plan's lock (one that waited on a publish finds
     # the plan published, and is refused: nothing to cancel)
