@@ -92,3 +92,30 @@ def test_a_month_computed_from_the_published_days_is_never_left_beside_days_a_pl
     said = capsys.readouterr()
     assert _published_by_region(world, "published_monthly_revenue", "month") == \
         _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+
+
+def test_a_partition_key_in_a_plan_never_puts_control_characters_on_the_reviewers_screen(
+        world, run_subprocess, tmp_path):
+    """Plan text refuses control characters, but a partition key (the window, the proof, expect's
+    partitions) was checked only for C0 controls: a pull request's proof partition holding the line
+    separator (U+2028, a line break to Python's splitlines and to an editor or a browser showing the
+    CI log) and the 8-bit CSI (U+009B: `8m` conceals the rest on a terminal that takes C1 controls)
+    printed a forged ALLOWED line in the guard's checklist and in `plan show`, for a plan nobody
+    signed."""
+    from backfill_assets.plan.model import _HIDDEN
+    from tests.conftest import BIN
+    from tests.plans import complete_plan, write_plan
+    from tests.test_trust import HOOK, pull_request_checkout
+
+    repo, _, main = pull_request_checkout(world, tmp_path)
+    document = complete_plan(plan_id="sneaky")
+    document["execution"]["proof_partitions"] = [
+        "2026-01-02\u2028ALLOWED: signed by enough approvers\x9b8m"]
+    plan = write_plan(repo / "plans" / "sneaky.yaml", document)
+    roots = ["--allowed-signers", str(main / "allowed_signers"), "--policy", str(main / "policy.yaml")]
+    for command in ([str(HOOK), str(plan), *roots], [str(BIN / "backfill"), "plan", "show", str(plan), *roots]):
+        done = run_subprocess(command=command, env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""},
+                              cwd=repo)
+        shown = done.out + done.err
+        assert not _HIDDEN.search(shown), f"{command[-5]} printed a plan's control character:\n{shown!r}"
+        assert not [line for line in shown.splitlines() if line.startswith("ALLOWED")], shown
