@@ -110,7 +110,10 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 # who is told (a channel, a team): one line, never a line break of its own in the output
 Name = Annotated[Text, AfterValidator(_one_line)]
 Principal = Annotated[str, BeforeValidator(_principal)]
-PartitionKey = Annotated[str, BeforeValidator(_partition_key)]
+# a partition key is printed too (the guard's window and proof, `plan show`): C0 controls were
+# refused, but a line separator and the 8-bit CSI in a proof partition printed a forged ALLOWED line
+# (found by attack j)
+PartitionKey = Annotated[str, BeforeValidator(_partition_key), AfterValidator(_shows_as_written)]
 AssetKey = Annotated[str, StringConstraints(strip_whitespace=True, pattern=ASSET_KEY_PATTERN,
                                             max_length=200)]
 Identifier = Annotated[str, StringConstraints(strip_whitespace=True, pattern=IDENTIFIER_PATTERN,
