@@ -119,3 +119,46 @@ def test_a_partition_key_in_a_plan_never_puts_control_characters_on_the_reviewer
         shown = done.out + done.err
         assert not _HIDDEN.search(shown), f"{command[-5]} printed a plan's control character:\n{shown!r}"
         assert not [line for line in shown.splitlines() if line.startswith("ALLOWED")], shown
+
+
+def test_a_publish_of_days_only_a_rolled_back_plan_wrote_is_one_line_not_an_internal_error(world, monkeypatch,
+                                                                                           capsys):
+    """Plan fix writes January 5..8, never written before, and publishes them; the team loads
+    January's month from the published days (no plan) and publishes it. fix is rolled back keeping
+    the month (`--keep-computed`). The chain's reads then name days whose only writes are a rolled-back
+    plan's: publish's check of what was computed from them looked the days' newest write up and
+    failed with a KeyError (a traceback in the run, exit 3 from the CLI) instead of refusing."""
+    from tests.world import keys
+
+    with world.warehouse().session() as session:
+        from backfill_assets.demo.sample import generate_orders
+        from tests.world import START
+        generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    assert world.materialize(keys(9, 31), spec=BUGGY, publish=True).success
+    world.approve(_days_plan(world))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
+    capsys.readouterr()
+    published = run(world, defs_of(world, BUGGY), ["published_revenue"], keys(5, 8), {"dagster/backfill": "ui-bf2"})
+    assert not published.success
+    said = failure_text(published)
+    assert said and "Error occurred while executing" not in said, f"an internal error: {_causes(published)}"
+    code = world.cli("publish", "fix")
+    said = capsys.readouterr()
+    assert code != 3 and "Traceback" not in said.err, said.err
+
+
+def _causes(result) -> str:
+    """The errors under a run's step failures (Dagster's wrapper, then what the step raised)."""
+    out = []
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None) if event.is_step_failure else None
+        while error is not None:
+            out.append(f"{error.cls_name}: {error.message.strip()}")
+            error = error.cause
+    return " <- ".join(out)
