@@ -205,7 +205,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         return None
     parent = graph.upstream(spec.name)
     if parent is None:
-        return _undeclared_upstream(spec, keys, plan, claimed)
+        return _undeclared_upstream(spec, keys, plan, claimed, graph)
     upstream_exists = session.engine.table_exists(session, graph.spec(parent).table)
     if holding and upstream_exists:
         # inside the write's transaction: no other writer may change the upstream table until the
@@ -277,7 +277,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
 
 
 def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState | None,
-                         claimed: Sequence[tuple[str, str | None]]) -> PartitionRefused | None:
+                         claimed: Sequence[tuple[str, str | None]], graph: TableGraph) -> PartitionRefused | None:
     """A table whose `source` is a replayable table (the ledger holds writes of it) that the loaded
     definitions do not declare: they cannot say which of its partitions a partition reads, so
     nothing here can check them (passed, unchanged, seen by consumers), nor record what was read.
@@ -286,13 +286,26 @@ def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState |
     source = table_for_asset(spec.source).lower()
     if source == spec.table.lower():
         return None
+    key = keys[0] if keys else "?"
+    # a replayable table's published table (the days consumers read) is a table backfill writes too:
+    # a month computed from it was no member of the days' graph and recorded no reads, and a plan
+    # over the days published new days beside it (found by an attack)
+    published = next((s.name for s, _ in graph.tables.values() if s.name != spec.name
+                      and s.publish_table.lower() == source), None)
+    if published is not None or any(writer is not None and table_for_asset(table).lower() == source
+                                    and table_for_asset(writer).lower() != source for table, writer in claimed):
+        upstream = published or "the replayable table it is published from"
+        return _refuse(f"{spec.name} is computed from {spec.source}, a table backfill publishes into: no plan over "
+                       f"its upstream would recompute or hold back {spec.name} {key}, nor record which of its "
+                       "partitions were read", plan.plan_id if plan else None, key,
+                       f"declare {spec.name}'s source as {upstream} and compute it from that table (its graph then "
+                       "replays and publishes both together)")
     # the targets the ledger and the chain say backfill wrote, as the shared table check beside it
     # reads them (one read for both): asked of the ledger alone, its writes of the days relabelled
     # by an insider while the month loaded had the days taken for a raw source, and a month
     # computed from a cancelled plan's days was published (found by an attack)
     if not any(writer is not None and table_for_asset(writer).lower() == source for _, writer in claimed):
         return None  # a raw source: compared with it by the gates, as any replayable table is
-    key = keys[0] if keys else "?"
     return _refuse(f"{spec.name} is computed from {spec.source}, a replayable table backfill writes, which the "
                    f"loaded definitions do not declare: which {spec.source} partitions {spec.name} {key} reads, "
                    "and whether they passed their gates and consumers saw them, cannot be checked",

@@ -2052,6 +2052,30 @@ def test_plan_show_never_prints_a_forged_approved_line_from_the_plans_text(world
     assert "(approved)" not in shown, "plan show calls an unsigned plan approved:\n" + shown
 
 
+def test_a_partition_key_in_a_plan_never_puts_control_characters_on_the_reviewers_screen(
+        world, run_subprocess, tmp_path):
+    """Plan text refuses control characters, but a partition key (the window, the proof, expect's
+    partitions) was checked only for C0 controls: a pull request's proof partition holding the line
+    separator (U+2028, a line break to Python's splitlines and to an editor or a browser showing the
+    CI log) and the 8-bit CSI (U+009B: `8m` conceals the rest on a terminal that takes C1 controls)
+    printed a forged ALLOWED line in the guard's checklist and in `plan show`, for a plan nobody
+    signed."""
+    from backfill_assets.plan.model import _HIDDEN
+
+    repo, _, main = pull_request_checkout(world, tmp_path)
+    document = complete_plan(plan_id="sneaky")
+    document["execution"]["proof_partitions"] = [
+        "2026-01-02\u2028ALLOWED: signed by enough approvers\x9b8m"]
+    plan = write_plan(repo / "plans" / "sneaky.yaml", document)
+    roots = ["--allowed-signers", str(main / "allowed_signers"), "--policy", str(main / "policy.yaml")]
+    for command in ([str(HOOK), str(plan), *roots], [str(BIN / "backfill"), "plan", "show", str(plan), *roots]):
+        done = run_subprocess(command=command, env={"BACKFILL_HOME": str(tmp_path / "ci-home"), "BACKFILL_DEFS": ""},
+                              cwd=repo)
+        shown = done.out + done.err
+        assert not _HIDDEN.search(shown), f"{command[-5]} printed a plan's control character:\n{shown!r}"
+        assert not [line for line in shown.splitlines() if line.startswith("ALLOWED")], shown
+
+
 def test_a_version_approved_before_its_text_was_refused_is_read_back_as_it_was_signed():
     """The refusal above is of plan files; a version in a warehouse approved before it (its text
     holding a carriage return) is read back as it was signed: refused there too, the plan would have
