@@ -48,7 +48,8 @@ class LatestWrite:
 def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: str, run_id: str | None,
                   code_version: str, code_identity: str, written: Mapping[str, Fingerprint], actor: str,
                   sha256: str | None = None,
-                  reads: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> tuple[dict[str, int], str]:
+                  reads: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+                  publish_as: str | None = None) -> tuple[dict[str, int], str]:
     """One ledger row per partition written ({key: fingerprint after the write}), in one statement,
     sealed by one `write` chain row; returns each key's write id and the time recorded. `reads`:
     the partitions of other replayable tables the rows were computed from ({table: keys}), which a
@@ -65,6 +66,7 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
         "table": asset, "mode": mode, "run_id": run_id, "code_version": code_version,
         "code_identity": code_identity, "sha256": sha256,
         **({"reads": {t: {k: list(u) for k, u in per.items()} for t, per in reads.items()}} if reads else {}),
+        **({"publish_as": publish_as} if publish_as else {}),
         "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest, "write_id": ids[k]} for k, fp in written.items()},
         "seals": {"writes": seals.of_seq(session, "writes", seq, [
             {"plan_id": plan_id, "asset": asset, "partition_key": key, "mode": mode, "run_id": run_id,
@@ -280,6 +282,13 @@ def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
         table, target = payload.get("table"), payload.get("target")
         if row.kind == "write" and isinstance(table, str):
             found.add((table, table))
+            # the table its writes are published into, as the write's definitions declared it: a team's
+            # own table adopted as `publish_as` holds rows before any publication names it, and a
+            # month in another code location read it as a raw source, recorded no reads, and was left
+            # published beside the days a plan published into it (found by an attack)
+            published = payload.get("publish_as")
+            if isinstance(published, str):
+                found.add((published, table))
         elif row.kind == "publication" and isinstance(table, str):
             found.add((table, target if isinstance(target, str) else None))
     return sorted(found, key=lambda c: (c[0], c[1] or ""))
