@@ -6,6 +6,7 @@ the control record and the data as they are now. Hints name the exact command to
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -126,7 +127,12 @@ def plan_status(session: Session, state: PlanState, spec: TableSpec | None = Non
                         cutover=(("cut over: " if published_row is not None else "") + dual.line()
                                  if dual is not None else None))
     seen = state.phase in SEEN_BY_CONSUMERS or any(r.kind == "published" for r in rows)
-    step = _resign_step(session, state, spec, graph, status, seen) or next_step(status, state, session)
+    keep: list[str] = []
+    if state.hold is Hold.CANCELLED and state.phase not in ENDED and spec is not None and scheme is not None:
+        from backfill_assets.execution.rollback import tables_to_keep
+
+        keep = tables_to_keep(session, spec, scheme, state, graph)
+    step = _resign_step(session, state, spec, graph, status, seen) or next_step(status, state, session, keep)
     if state.phase is Phase.RECONCILED and dual is not None and rule.only_cutover(blockers):
         step = rule.cutover_fix(pid, dual)  # the window reconciled; the cutover waits for its streak
     return PlanStatus(**{**asdict(status), "next": step})
@@ -201,11 +207,16 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, gra
     return f"{sign}; or roll it back, `backfill rollback {pid}`"
 
 
-def _signed_rollback(pid: str) -> str:
-    """A rollback of data consumers saw, once the plan's own approvals no longer hold."""
+def _kept(keep: Sequence[str]) -> str:
+    return "".join(f" --keep-computed {t}" for t in keep)
+
+
+def _signed_rollback(pid: str, keep: Sequence[str] = ()) -> str:
+    """A rollback of data consumers saw, once the plan's own approvals no longer hold; `keep`: the
+    tables it must leave computed, which the statement the approvers sign names."""
     return (f"roll it back with approvers' signatures (consumers saw its data): they sign "
-            f"`backfill rollback {pid} --print-statement`, then `backfill rollback {pid} --statement FILE "
-            "--signature NAME=FILE` (or `--sign NAME=KEY`)")
+            f"`backfill rollback {pid} --print-statement{_kept(keep)}`, then `backfill rollback {pid}{_kept(keep)} "
+            "--statement FILE --signature NAME=FILE` (or `--sign NAME=KEY`)")
 
 
 def _resume(state: PlanState) -> str:
@@ -223,7 +234,8 @@ def _publish_state(state: PlanState, blockers: list[str], published: str | None)
     return "not frozen by this plan"
 
 
-def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
+def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequence[str] = ()) -> str:
+    """`keep`: the tables a rollback of a cancelled plan must leave computed (`--keep-computed`)."""
     pid = state.plan_id
     phase = state.phase
     if status.running:
@@ -235,8 +247,10 @@ def next_step(status: PlanStatus, state: PlanState, session: Session) -> str:
     if state.hold is Hold.CANCELLED and phase not in ENDED:  # once rolled back, nothing is left to roll back
         if (phase in SEEN_BY_CONSUMERS and state.version is not None
                 and authority.refusal(session, state.version, code=None) is not None):
-            return _signed_rollback(pid)  # a bare rollback is refused (found by an attack)
-        return f"roll it back: `backfill rollback {pid}`"
+            return _signed_rollback(pid, keep)  # a bare rollback is refused (found by an attack)
+        what = (f" (leaving {', '.join(keep)}, computed from its partitions since, as it is; then recompute it "
+                "under a plan)") if keep else ""
+        return f"roll it back{what}: `backfill rollback {pid}{_kept(keep)}`"
     failing = sorted(status.failed)
     if phase is Phase.DRAFTED:
         return "collect approvals: `backfill plan approve PLAN_FILE --by NAME --key ~/.ssh/id_ed25519`"

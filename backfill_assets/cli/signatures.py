@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backfill_assets.bounded import expanded, read_bounded
-from backfill_assets.errors import UsageError
+from backfill_assets.errors import SignatureError, UsageError
 from backfill_assets.signing import sshsig
 from backfill_assets.signing.statements import Statement
 from backfill_assets.trust.root import Candidate
@@ -45,13 +45,22 @@ def _read(path: Path, what: str, limit: int = 64 * 1024) -> str:
         raise UsageError(f"cannot read {what} {path} ({exc.strerror})", fix=_FIX) from None
 
 
-def candidates(args: argparse.Namespace, fresh: Callable[[], Statement]) -> list[Candidate]:
+def candidates(args: argparse.Namespace, fresh: Callable[[], Statement],
+               printed_by: str | None = None) -> list[Candidate]:
     """The signatures the command was given, over `--statement` when one is given, else over the
-    statement `fresh()` makes now (which `--sign` signs)."""
+    statement `fresh()` makes now (which `--sign` signs). `printed_by`: the command that prints the
+    statement, named by a refusal of the file (a rollback's statement edited by hand was refused
+    naming `backfill plan statement`, which prints no rollback statement: found by an attack)."""
     if args.signature and not args.statement:
         raise UsageError("--signature needs --statement, the text that was signed",
                          fix="pass --statement FILE as printed by --print-statement")
-    statement = Statement.parse(_read(Path(args.statement), "statement file")) if args.statement else fresh()
+    try:
+        statement = Statement.parse(_read(Path(args.statement), "statement file")) if args.statement else fresh()
+    except SignatureError as exc:
+        if printed_by is None or not args.statement:
+            raise
+        raise SignatureError(f"{args.statement}: {exc.message}",
+                             fix=f"sign the statement `{printed_by}` prints, unchanged") from None
     out = []
     for raw in args.sign:
         name, key = _pair(raw, "--sign")

@@ -332,6 +332,35 @@ class _LaterWrites:
         return sorted(found)
 
 
+def kept_tables(state: PlanState, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph | None,
+                named: Sequence[str]) -> frozenset[str]:
+    """`--keep-computed`'s tables as the rollback checks them, or a one-line refusal: checked before
+    `--print-statement` prints a statement naming them (a typo, a table in another case or one the
+    plan wrote was printed for approvers to sign, and the rollback then refused it)."""
+    return _kept_tables(named, graph, [t.name for t, _ in _tables(state, spec, scheme, graph)])
+
+
+def tables_to_keep(session: Session, spec: TableSpec, scheme: PartitionScheme, state: PlanState,
+                   graph: TableGraph | None) -> list[str]:
+    """The tables a rollback of the plan must leave computed now (`--keep-computed`), as its dry
+    run finds them: what `status` names (it named `backfill rollback PLAN`, refused for a month
+    computed from the plan's days, and had approvers sign a whole rollback's statement, which never
+    authorises the one that keeps it: found by an attack). Nothing when the rollback is refused for
+    another reason, which the rollback says."""
+    from backfill_assets.errors import BackfillError
+
+    try:
+        tables = _tables(state, spec, scheme, graph)
+        mine = {t.name for t, _ in tables}
+        keep = frozenset(set(graph.tables) - mine) if graph is not None else frozenset()
+        report = RollbackReport(state.plan_id, dry_run=True)
+        top = evidence_log.last_before_reading(session)
+        whole = [(s, sc, *_whole(session, s, sc, state, report)) for s, sc in tables]
+        return sorted(_refuse_what_the_ledger_lost(session, state, whole, top, graph, keep))
+    except BackfillError:
+        return []
+
+
 def _kept_tables(named: Sequence[str], graph: TableGraph | None, restored: Sequence[str] = ()) -> frozenset[str]:
     """The tables `--keep-computed` names, each a table of the loaded definitions (a name mistyped
     would leave nothing kept, and the rollback refused as if it were not given) that the plan did
