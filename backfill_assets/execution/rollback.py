@@ -353,9 +353,10 @@ def tables_to_keep(session: Session, spec: TableSpec, scheme: PartitionScheme, s
         tables = _tables(state, spec, scheme, graph)
         mine = {t.name for t, _ in tables}
         keep = frozenset(set(graph.tables) - mine) if graph is not None else frozenset()
-        report = RollbackReport(state.plan_id, dry_run=True)
         top = evidence_log.last_before_reading(session)
-        whole = [(s, sc, *_whole(session, s, sc, state, report)) for s, sc in tables]
+        # what the rollback lists, without its checks of the snapshots' rows (a status is not a dry run)
+        whole = [(s, sc, sorted(written_keys(session, s, state), key=sc.position),
+                  sorted(snapshotted(session, state.plan_id, s.publish_table), key=sc.position)) for s, sc in tables]
         return sorted(_refuse_what_the_ledger_lost(session, state, whole, top, graph, keep))
     except BackfillError:
         return []
