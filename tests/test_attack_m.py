@@ -80,3 +80,26 @@ def test_a_rollback_statement_edited_by_hand_is_refused_naming_the_command_that_
         assert code != 0 and said.err.count("\n") == 1, said.err
         assert "--print-statement" in said.err and "plan statement" not in said.err, said.err
         assert world.phase("fix") == "repairing"
+
+
+def test_keep_computed_of_a_month_the_loaded_definitions_do_not_declare_names_the_definitions_to_load(
+        world, monkeypatch, capsys):
+    """The month was loaded by a deployment with the rollup; the operator rolls back with the
+    definitions the plan was made with (the daily table alone). The refusal said `leave
+    monthly_revenue as it is with --keep-computed monthly_revenue`, which was refused in turn with
+    `name one of the tables they declare (daily_revenue)`: a loop of two fixes that never ends the
+    plan. Each says to load definitions declaring the month (--defs), and that rollback ends it."""
+    from tests.test_graph import FULL_DEFS
+
+    _cancelled_under_a_month(world, monkeypatch)
+    monkeypatch.setenv("BACKFILL_DEFS", "backfill_assets.demo.daily")
+    capsys.readouterr()
+    assert world.cli("rollback", "fix") == 1
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "--keep-computed monthly_revenue" in said and "--defs" in said, said
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "--defs" in said, said
+    assert world.phase("fix") == "repairing"
+    assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", "--defs", FULL_DEFS) == 0
+    assert world.phase("fix") == "rolled_back"
