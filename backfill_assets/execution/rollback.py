@@ -370,9 +370,12 @@ def _kept_tables(named: Sequence[str], graph: TableGraph | None, restored: Seque
     tables = set(graph.tables) if graph is not None else set()
     unknown = sorted(set(named) - tables)
     if unknown:
-        known = ", ".join(sorted(tables)) or "none: load the definitions that declare it"
+        known = ", ".join(sorted(tables)) or "none"
+        # a table they lack is kept under definitions that declare it: the refusal naming the month
+        # (found in the chain's reads whatever is loaded) and this one sent each other round, found by an attack
         raise UsageError(f"--keep-computed {unknown[0]}: the loaded definitions declare no replayable table of that "
-                         "name", fix=f"name one of the tables they declare ({known})")
+                         "name", fix=f"name one of the tables they declare ({known}), or load definitions that declare "
+                                     f"{unknown[0]} (--defs)")
     own = sorted(set(named) & set(restored))
     if own:
         raise UsageError(f"--keep-computed {own[0]}: the plan wrote {own[0]}, and a rollback restores every table "
@@ -425,7 +428,10 @@ def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, Pa
                 fix=(f"roll back {plans[0]} first (`backfill rollback {plans[0]}`), then this plan; or "
                      f"replay the window with a new plan that lists {child} in its graph" if plans else
                      f"replay the window with a new plan that lists {child} in its graph, or leave {child} as it "
-                     f"is with --keep-computed {child} (then recompute it under a plan)"))
+                     f"is with --keep-computed {child}"
+                     + ("" if graph is not None and child in graph.tables else
+                        f" under definitions that declare {child} (--defs)")
+                     + " (then recompute it under a plan)"))
     return kept
 
 
