@@ -387,14 +387,15 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         keep = args.keep_computed or ()
-        table = loaded.table(state.target)
         if keep:  # refused before a statement naming them is printed for approvers to sign (found by an attack)
             from backfill_assets.execution.rollback import kept_tables
 
+            table = loaded.table(state.target)
             kept_tables(state, table.spec, table.scheme(), table.graph, keep)
         if args.print_statement:
             print(rollback_statement(session, state.approved, keep=keep).text, end="")
             return 0
+        table = loaded.table(state.target)
         kept = "".join(f" --keep-computed {t}" for t in sorted(set(keep)))
         given = candidates(args, lambda: rollback_statement(session, state.approved, keep=keep),
                            printed_by=f"backfill rollback {state.plan_id} --print-statement{kept}") \
