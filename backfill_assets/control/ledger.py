@@ -52,9 +52,9 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
                   publish_as: str | None = None) -> tuple[dict[str, int], str]:
     """One ledger row per partition written ({key: fingerprint after the write}), in one statement,
     sealed by one `write` chain row; returns each key's write id and the time recorded. `reads`:
-    the partitions of other replayable tables the rows were computed from ({table: keys}), which a
-    rollback of those partitions asks whatever definitions it loads ({table: {partition written:
-    the partitions of table it read}})."""
+    what each partition was computed from ({other replayable table: {partition written: the
+    partitions of that table it read}}), which a rollback or a publish of those partitions asks
+    whatever definitions it loads; `publish_as`: the table the target publishes into."""
     at = evidence_log.now_iso()
     if not written:
         return {}, at
