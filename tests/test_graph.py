@@ -811,11 +811,7 @@ def test_a_plan_over_the_days_alone_never_publishes_under_a_published_month_comp
     monkeypatch.setenv("BACKFILL_DEFS", DAILY_DEFS)  # the plan's own definitions
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     assert world.phase("fix") == "reconciled"
-    capsys.readouterr()
-    code = world.cli("publish", "fix")
-    said = capsys.readouterr()
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+    code, said = _publish_fix_and_check_the_month_adds_up(world, capsys)
     assert code == 1 and "monthly_revenue 2026-01-01" in said.err, said.err
     # the way out: roll fix back, then a plan whose graph lists the month replays both
     assert world.cli("rollback", "fix") == 0
@@ -852,22 +848,13 @@ def test_a_day_re_run_by_a_plan_under_repair_never_leaves_a_published_month_comp
     (repairing); the operator re-runs 2026-01-06 under the plan (its own definitions) and publishes
     again: the day changed under a published month computed before it."""
     _january_days_published(world)
-    world.approve(_days_plan(world))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
-    assert world.cli("publish", "fix") == 0
-    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
-    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-               {"dagster/backfill": "ui-bf"}).success
+    _days_plan_published_then_the_month_loaded(world, monkeypatch)
     monkeypatch.setenv("BACKFILL_DEFS", DAILY_DEFS)
     world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
                   "DATE '2026-01-06', 1000.00, 'completed')")
     assert world.cli("reconcile", "fix") == 1 and world.phase() == "repairing"
     assert world.cli("run", "fix", "--partitions", "2026-01-06") == 0
-    capsys.readouterr()
-    code = world.cli("publish", "fix")
-    said = capsys.readouterr()
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+    _publish_fix_and_check_the_month_adds_up(world, capsys)
 
 
 def _month_alone_defs(world):
@@ -928,6 +915,38 @@ def test_an_insider_hiding_the_days_ledger_rows_lets_a_month_alone_location_read
         loaded.success, failure_text(loaded), published.success, failure_text(published))
 
 
+def _days_plan_published_then_the_month_loaded(world, monkeypatch) -> None:
+    """Plan fix over 2026-01-05..08 (the daily table alone) run and published; then the team
+    deploys the rollup and loads January's month from the published days (a UI backfill)."""
+    world.approve(_days_plan(world))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+               {"dagster/backfill": "ui-bf"}).success
+
+
+def _publish_fix_and_check_the_month_adds_up(world, capsys):
+    """`backfill publish fix`, refused or not: the published month still adds up to the published
+    days. Returns its exit code and what it said."""
+    capsys.readouterr()
+    code = world.cli("publish", "fix")
+    said = capsys.readouterr()
+    assert _published_by_region(world, "published_monthly_revenue", "month") == \
+        _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+    return code, said
+
+
+def _a_days_plan_leaves_the_published_month_adding_up(world, capsys) -> None:
+    """The published month adds up to the published days, and still does once a plan over
+    2026-01-05..08 is run and its publish tried (refused, or publishing what keeps them adding up)."""
+    assert _published_by_region(world, "published_monthly_revenue", "month") == \
+        _published_by_region(world, "published_revenue", "order_date")
+    world.approve(_days_plan(world))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _publish_fix_and_check_the_month_adds_up(world, capsys)
+
+
 def _published_source_defs(world):
     """The team's definitions: the daily table, and a monthly rollup that reads the days consumers
     read (its `source` is published_revenue, the table backfill publishes the days into)."""
@@ -970,15 +989,7 @@ def test_a_month_computed_from_the_published_days_is_never_left_beside_days_a_pl
         assert "published_revenue" in failure_text(loaded), failure_text(loaded)
         assert _published_by_region(world, "published_monthly_revenue", "month") == {}
         return
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date")
-    world.approve(_days_plan(world))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
-    capsys.readouterr()
-    code = world.cli("publish", "fix")
-    said = capsys.readouterr()
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+    _a_days_plan_leaves_the_published_month_adding_up(world, capsys)
 
 
 def test_a_publish_of_days_only_a_rolled_back_plan_wrote_is_one_line_not_an_internal_error(world, monkeypatch,
@@ -996,12 +1007,7 @@ def test_a_publish_of_days_only_a_rolled_back_plan_wrote_is_one_line_not_an_inte
         generate_orders(session, start=START, days=31, rows_per_day=40, seed=11)
     assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
     assert world.materialize(keys(9, 31), spec=BUGGY, publish=True).success
-    world.approve(_days_plan(world))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
-    assert world.cli("publish", "fix") == 0
-    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
-    assert run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-               {"dagster/backfill": "ui-bf"}).success
+    _days_plan_published_then_the_month_loaded(world, monkeypatch)
     assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue") == 0
     capsys.readouterr()
     published = run(world, defs_of(world, BUGGY), ["published_revenue"], keys(5, 8), {"dagster/backfill": "ui-bf2"})
@@ -1061,15 +1067,7 @@ def test_a_month_alone_location_reading_an_adopted_published_table_is_never_left
     if not loaded.success:  # refused: its source is the table the days are published into
         assert "published_revenue" in failure_text(loaded), failure_text(loaded)
         return
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date")
-    world.approve(_days_plan(world))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
-    capsys.readouterr()
-    code = world.cli("publish", "fix")
-    said = capsys.readouterr()
-    assert _published_by_region(world, "published_monthly_revenue", "month") == \
-        _published_by_region(world, "published_revenue", "order_date"), (code, said.out, said.err)
+    _a_days_plan_leaves_the_published_month_adding_up(world, capsys)
 
 
 # --- the way out of a cancelled plan under a month, from the command line (found by an attack) --------
