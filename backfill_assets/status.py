@@ -207,15 +207,12 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, gra
     return f"{sign}; or roll it back, `backfill rollback {pid}`"
 
 
-def _kept(keep: Sequence[str]) -> str:
-    return "".join(f" --keep-computed {t}" for t in keep)
-
-
 def _signed_rollback(pid: str, keep: Sequence[str] = ()) -> str:
     """A rollback of data consumers saw, once the plan's own approvals no longer hold; `keep`: the
     tables it must leave computed, which the statement the approvers sign names."""
+    kept = authority.keep_options(keep)
     return (f"roll it back with approvers' signatures (consumers saw its data): they sign "
-            f"`backfill rollback {pid} --print-statement{_kept(keep)}`, then `backfill rollback {pid}{_kept(keep)} "
+            f"`backfill rollback {pid} --print-statement{kept}`, then `backfill rollback {pid}{kept} "
             "--statement FILE --signature NAME=FILE` (or `--sign NAME=KEY`)")
 
 
@@ -250,7 +247,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             return _signed_rollback(pid, keep)  # a bare rollback is refused (found by an attack)
         what = (f" (leaving {', '.join(keep)}, computed from its partitions since, as it is; then recompute it "
                 "under a plan)") if keep else ""
-        return f"roll it back{what}: `backfill rollback {pid}{_kept(keep)}`"
+        return f"roll it back{what}: `backfill rollback {pid}{authority.keep_options(keep)}`"
     failing = sorted(status.failed)
     if phase is Phase.DRAFTED:
         return "collect approvals: `backfill plan approve PLAN_FILE --by NAME --key ~/.ssh/id_ed25519`"

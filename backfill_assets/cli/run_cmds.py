@@ -379,7 +379,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from backfill_assets.control.authority import rollback_statement
+    from backfill_assets.control.authority import keep_options, rollback_statement
     from backfill_assets.execution.rollback import rollback
     from backfill_assets.loaded_defs import load_defs
 
@@ -396,9 +396,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             print(rollback_statement(session, state.approved, keep=keep).text, end="")
             return 0
         table = loaded.table(state.target)
-        kept = "".join(f" --keep-computed {t}" for t in sorted(set(keep)))
         given = candidates(args, lambda: rollback_statement(session, state.approved, keep=keep),
-                           printed_by=f"backfill rollback {state.plan_id} --print-statement{kept}") \
+                           printed_by=f"backfill rollback {state.plan_id} --print-statement{keep_options(keep)}") \
             if args.sign or args.signature else []
         report = rollback(session, table.spec, table.scheme(), state, actor(), dry_run=args.dry_run,
                           signatures=given, graph=table.graph, keep_computed=args.keep_computed)

@@ -112,7 +112,13 @@ def rollback_statement(session: Session, version: PlanVersion, *, keep: Sequence
 
 
 def kept_text(keep: Sequence[str]) -> str:
+    """The tables a rollback leaves computed, as its statement names them."""
     return ",".join(sorted(set(keep)))
+
+
+def keep_options(keep: Sequence[str]) -> str:
+    """The same tables as `backfill rollback`'s options, for a command a message names."""
+    return "".join(f" --keep-computed {t}" for t in sorted(set(keep)))
 
 
 def rollback_tally(session: Session, version: PlanVersion, candidates: list[Candidate],

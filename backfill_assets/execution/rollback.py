@@ -121,13 +121,13 @@ def authorisation(session: Session, state: PlanState, signatures: Sequence[Candi
                 "approvers": authority.plan_tally(session, version, code=None).approvers}
     counted = authority.rollback_tally(session, version, list(signatures), keep)
     if not counted.approved:
-        kept = "".join(f" --keep-computed {t}" for t in sorted(set(keep)))
         raise RollbackRefused(
             f"plan {state.plan_id} is {state.phase}: rolling it back changes what consumers see, and its own "
             f"approvals no longer hold; the rollback needs approvers' signatures"
             + (f" over a statement naming what it leaves computed ({authority.kept_text(keep)})" if keep else "")
             + f": {counted.describe()}",
-            fix=f"have approvers sign `backfill rollback {state.plan_id} --print-statement{kept}`, then pass "
+            fix=f"have approvers sign `backfill rollback {state.plan_id} --print-statement"
+                f"{authority.keep_options(keep)}`, then pass "
                 "--statement FILE --signature NAME=SIG (or --sign NAME=KEY)")
     return {"by": "rollback signatures", "approvers": counted.approvers,
             "statement_sha256": hashlib.sha256(counted.counted[0].statement.message).hexdigest()}
