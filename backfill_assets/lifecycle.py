@@ -187,6 +187,14 @@ def withdrawn(session: Session, state: PlanState, actor: str, note: str = "") ->
     return record.transition(session, state.plan_id, Phase.WITHDRAWN, actor, note=note or "withdrawn before writing")
 
 
+def rollback_named_by_status(plan_id: str) -> str:
+    """The way out of a cancelled plan, as a refusal names it: a cancelled plan only rolls back, and
+    which rollback (`--keep-computed` for a table computed from its partitions since, approvers'
+    signatures once consumers saw its data) `status` works out; a bare `backfill rollback PLAN`,
+    named here before, is refused in those cases."""
+    return f"roll it back: `backfill status {plan_id}` names the rollback that applies"
+
+
 def cancel_withdraws(state: PlanState, wrote: int) -> bool:
     """A cancel of a plan that wrote nothing and never got past its proof is a withdrawal."""
     return not wrote and state.phase in _WITHDRAWN_ON_CANCEL
@@ -216,7 +224,7 @@ def _held(session: Session, state: PlanState, hold: Hold, actor: str, verb: str)
             if hold is Hold.CANCELLED:
                 return state
             raise PlanRefused(f"plan {state.plan_id} was cancelled; a cancelled plan only rolls back",
-                              fix=f"roll it back: `backfill rollback {state.plan_id}`")
+                              fix=rollback_named_by_status(state.plan_id))
         return record.set_hold(session, state.plan_id, hold, actor)
 
 

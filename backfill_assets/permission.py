@@ -27,6 +27,7 @@ from backfill_assets.control import authority, lease, ledger, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
+from backfill_assets.lifecycle import rollback_named_by_status
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import ENDED, WRITABLE, Hold, Phase
@@ -157,9 +158,10 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
         return _refuse(f"plan {plan.plan_id} is {plan.phase}, so it cannot write {key} of {spec.name}",
                        plan.plan_id, key, f"see `backfill status {plan.plan_id}` for the next step")
     if starting and plan.hold:
-        verb = "resume it with `backfill run" if plan.hold is Hold.PAUSED else "roll it back with `backfill rollback"
+        way_out = f"resume it with `backfill run {plan.plan_id}`" if plan.hold is Hold.PAUSED else \
+            rollback_named_by_status(plan.plan_id)
         return _refuse(f"plan {plan.plan_id} is {plan.hold}: no new run may write {key}", plan.plan_id,
-                       key, f"{verb} {plan.plan_id}`")
+                       key, way_out)
     if not plan.past_proof and (key not in plan.proof_keys or spec.name != plan.target):
         what = key if spec.name == plan.target else f"{key} of {spec.name} (its graph runs after the proof)"
         return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "

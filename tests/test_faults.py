@@ -295,7 +295,8 @@ def test_pause_between_runs_is_resumed_by_run_and_cancel_refuses_runs_until_roll
     for args in (("run", "fix"), ("run", "fix", "--partitions", "2026-01-02")):
         refused = run_cli(*args)
         assert refused.code == 1, args
-        assert "plan fix was cancelled" in refused.err and "backfill rollback fix" in refused.err, refused.err
+        assert "plan fix was cancelled" in refused.err and "`backfill status fix` names the rollback" in refused.err, \
+            refused.err
     assert world.sql("SELECT count(*) FROM backfill_control.writes")[0][0] == writes_before
     assert world.phase("fix") == "reconciled"
 

@@ -552,7 +552,11 @@ def test_a_cancelled_plan_whose_days_a_month_was_computed_from_has_a_way_out(wor
     said and recorded; a name of no table is one line."""
     _cancelled_under_a_month(world, monkeypatch)
     month = world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")
-    capsys.readouterr()
+    # the cancel, and the refusals of a cancelled plan, name the rollback that succeeds (they said a
+    # bare `backfill rollback fix`, which the month refuses)
+    assert "`backfill rollback fix --keep-computed monthly_revenue`" in capsys.readouterr().out
+    assert world.cli("pause", "fix") == 1 and "`backfill status fix` names the rollback" in capsys.readouterr().err
+    assert world.cli("run", "fix") == 1 and "`backfill status fix` names the rollback" in capsys.readouterr().err
     assert world.cli("rollback", "fix") == 1
     said = capsys.readouterr()
     assert said.err.count("\n") == 1 and "--keep-computed monthly_revenue" in said.err, said.err

@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from backfill_assets.graph import TableGraph
+    from backfill_assets.loaded_defs import LoadedDefs
+    from backfill_assets.partitions import PartitionScheme
     from backfill_assets.plan.model import Plan
+    from backfill_assets.table import TableSpec
     from backfill_assets.trust.policy import Requirement
 
 
@@ -346,3 +349,28 @@ def record_plan_state(args: argparse.Namespace, plan_id: str, graph: TableGraph 
             log_details(args, said)
         else:
             terminal.say(said)
+
+
+def tables_if_found() -> LoadedDefs | None:
+    """The loaded definitions, when they can be found: then status also checks the published table
+    against what was published. A status without them still answers."""
+    from backfill_assets.errors import BackfillError
+    from backfill_assets.loaded_defs import load_defs
+
+    try:
+        return load_defs(None)
+    except BackfillError:
+        return None
+
+
+def table_of(loaded: LoadedDefs | None,
+              target: str) -> tuple[TableSpec | None, PartitionScheme | None, TableGraph | None]:
+    from backfill_assets.errors import BackfillError
+
+    if loaded is None:
+        return None, None, None
+    try:
+        table = loaded.table(target)
+    except BackfillError:
+        return None, None, None
+    return table.spec, table.scheme(), table.graph

@@ -21,6 +21,8 @@ from backfill_assets.cli.common import (
     plan_state,
     reading,
     record_plan_state,
+    table_of,
+    tables_if_found,
     writing,
 )
 from backfill_assets.cli.partition_args import add_partition_args, chosen
@@ -29,11 +31,8 @@ from backfill_assets.errors import PublishBlocked, RunNotRecorded, UsageError
 from backfill_assets.warehouse import release_kept
 
 if TYPE_CHECKING:
-    from backfill_assets.graph import TableGraph
     from backfill_assets.home import Home
     from backfill_assets.loaded_defs import LoadedDefs
-    from backfill_assets.partitions import PartitionScheme
-    from backfill_assets.table import TableSpec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -268,10 +267,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status, reconciled_seq, sensor_gave_up
 
-    tables = _tables_if_found()
+    tables = tables_if_found()
     with reading(args) as session:
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
-        statuses = [plan_status(session, s, *_table_of(tables, s.target)) for s in states]
+        statuses = [plan_status(session, s, *table_of(tables, s.target)) for s in states]
         told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
         waiting = {s.plan_id: sum(1 for n in notices(session, s.plan_id) if n.undelivered) for s in states}
         waiting_for_sensor = {s.plan_id: seq for s in states if (seq := reconciled_seq(session, s)) is not None}
@@ -315,31 +314,6 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"notices    {told[s.plan_id]}")
         print(f"next       {s.next}")
     return 0
-
-
-def _tables_if_found() -> LoadedDefs | None:
-    """The loaded definitions, when they can be found: then status also checks the published table
-    against what was published. A status without them still answers."""
-    from backfill_assets.errors import BackfillError
-    from backfill_assets.loaded_defs import load_defs
-
-    try:
-        return load_defs(None)
-    except BackfillError:
-        return None
-
-
-def _table_of(loaded: LoadedDefs | None,
-              target: str) -> tuple[TableSpec | None, PartitionScheme | None, TableGraph | None]:
-    from backfill_assets.errors import BackfillError
-
-    if loaded is None:
-        return None, None, None
-    try:
-        table = loaded.table(target)
-    except BackfillError:
-        return None, None, None
-    return table.spec, table.scheme(), table.graph
 
 
 def _runs_of_the_home(home: Home, reconciled: dict[str, int]) -> tuple[list[str], set[str]]:

@@ -16,7 +16,10 @@ from backfill_assets.cli.common import (
     add_home,
     home_of,
     plan_state,
+    reading,
     record_plan_state,
+    table_of,
+    tables_if_found,
     warehouse_of,
     writing,
 )
@@ -102,7 +105,7 @@ def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stag
     if state.phase not in (Phase.APPROVED, Phase.PROVING, *PAST_PROOF):
         raise PlanRefused(f"plan {pid} is {state.phase}; it cannot run", fix=f"see `backfill status {pid}`")
     if state.hold is Hold.CANCELLED:
-        raise PlanRefused(f"plan {pid} was cancelled", fix=f"roll it back: `backfill rollback {pid}`")
+        raise PlanRefused(f"plan {pid} was cancelled", fix=lifecycle.rollback_named_by_status(pid))
     if args.proof and state.phase not in (Phase.APPROVED, Phase.PROVING):
         raise PlanRefused(f"plan {pid} is {state.phase}; the proof is not open",
                           fix="the proof runs once, between approval and the window")
@@ -200,7 +203,7 @@ def _refuse_new_hold(state: record.PlanState) -> None:
                           fix=f"`backfill run {state.plan_id} --and-publish` resumes it")
     if state.hold is Hold.CANCELLED:
         raise PlanRefused(f"plan {state.plan_id} was cancelled while this command ran: it stops here",
-                          fix=f"roll it back: `backfill rollback {state.plan_id}`")
+                          fix=lifecycle.rollback_named_by_status(state.plan_id))
 
 
 def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False, resume: bool = True) -> int:
@@ -373,9 +376,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         state = lifecycle.cancelled(session, state, actor())
     # the phase as the cancel found it under the plan's lock (one that waited on a publish finds
     # the plan published, and is refused: nothing to cancel)
-    print(f"plan {state.plan_id} ({state.phase}) is cancelled: no new run may write; it wrote {wrote} partition(s): "
-          f"roll them back with `backfill rollback {state.plan_id}` (see `--dry-run` first)")
+    print(f"plan {state.plan_id} ({state.phase}) is cancelled: no new run may write; it wrote {wrote} partition(s); "
+          f"next: {_rollback_step(args, state.plan_id)}")
     return 0
+
+
+def _rollback_step(args: argparse.Namespace, plan_id: str) -> str:
+    """The rollback a cancelled plan takes, as `status` names it (`--keep-computed` for a table
+    computed from its partitions since, approvers' signatures once consumers saw its data): a bare
+    `backfill rollback PLAN` was named, which those refuse. Read after the cancel committed; where
+    the definitions cannot be loaded, the bare command (its refusal names the rest)."""
+    from backfill_assets.status import plan_status
+
+    with reading(args) as session:
+        state = plan_state(session, plan_id)
+        step = plan_status(session, state, *table_of(tables_if_found(), state.target)).next
+    return f"{step} (see `--dry-run` first)" if step.startswith("roll it back") else step
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
