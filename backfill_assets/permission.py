@@ -289,6 +289,17 @@ def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState |
     if source == spec.table.lower():
         return None
     key = keys[0] if keys else "?"
+    # the days' table named in another case (or by its table's name): DuckDB reads it so, but the graph matches
+    # names exactly, so the month is no member of its graph; it was refused as computed from a table
+    # the definitions "do not declare", telling the team to declare what they had declared
+    namesake = next((s for s, _ in graph.tables.values() if s.name != spec.name and spec.source != s.name
+                     and source in (s.name.lower(), s.table.lower())), None)
+    if namesake is not None:
+        how = "in another case" if spec.source.lower() == namesake.name.lower() else "by its table's name"
+        return _refuse(f"{spec.name}'s source {spec.source} names {namesake.name} {how}: the asset graph "
+                       f"matches asset names exactly, so no check of {namesake.name}'s partitions would cover "
+                       f"{spec.name} {key}", plan.plan_id if plan else None, key,
+                       f"write {spec.name}'s source as {namesake.name}")
     # a replayable table's published table (the days consumers read) is a table backfill writes too:
     # a month computed from it was no member of the days' graph and recorded no reads, and a plan
     # over the days published new days beside it (found by an attack)

@@ -1169,3 +1169,20 @@ def test_keep_computed_of_a_month_the_loaded_definitions_do_not_declare_names_th
     assert world.phase("fix") == "repairing"
     assert world.cli("rollback", "fix", "--keep-computed", "monthly_revenue", "--defs", FULL_DEFS) == 0
     assert world.phase("fix") == "rolled_back"
+
+
+def test_a_source_naming_the_days_in_another_case_is_refused_naming_the_declared_table(world, monkeypatch):
+    """A month whose `source` writes the days' table in another case (`DAILY_REVENUE`): DuckDB reads
+    daily_revenue by that name, but the graph matches asset names exactly, so the month was no
+    member of the days' graph; it was refused as computed from a table "the loaded definitions do
+    not declare", telling the team to declare what they had declared. The refusal names the
+    declared table to write instead."""
+    _january_days_published(world)
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    shouting = dataclasses.replace(MONTHLY_REVENUE, source="DAILY_REVENUE")
+    defs = build_definitions(BUGGY, home=str(world.home), url=world.url or "", monthly=shouting)
+    loaded = run(world, defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH])
+    said = failure_text(loaded)
+    assert not loaded.success and "do not declare" not in said, said
+    assert "source DAILY_REVENUE names daily_revenue in another case" in said, said
+    assert world.sql("SELECT count(*) FROM backfill_control.writes WHERE asset = 'monthly_revenue'") == [(0,)]
