@@ -68,22 +68,33 @@ def index_rows(session: Session, plan_kinds: Sequence[str], chain_kinds: Sequenc
     by, in one statement (one snapshot; each statement costs ~1 ms, and every decision asks):
     ("plan", plan_id, last seq, rows) of each plan's rows of `plan_kinds`; (kind, None, last seq,
     rows) of each of `chain_kinds`; ("top", None, the last row's number, rows). Then the rows
-    themselves (as `COLUMNS`) of the last row and of the numbers `seqs`, those that exist."""
-    plans = ", ".join("?" for _ in plan_kinds)
-    chain = ", ".join("?" for _ in chain_kinds)
-    blank = ", NULL, NULL, NULL, NULL, NULL, NULL"
+    themselves (as `COLUMNS`) of the last row and of the numbers `seqs`, those that exist.
+    One scan grouped by kind and plan, summed here: a third of the three scans' cost (1.0 against
+    3.1 ms at 40 rows, the planning of their union most of it), and the suite's costliest statement."""
+    blank = ", NULL, NULL, NULL, NULL, NULL"
     wanted = f" OR seq IN ({', '.join('?' for _ in seqs)})" if seqs else ""
     found = session.rows(
-        f"SELECT 'plan', plan_id, max(seq), count(*){blank} FROM {SCHEMA}.evidence WHERE kind IN ({plans}) "
-        f"AND plan_id IS NOT NULL GROUP BY plan_id "
-        f"UNION ALL SELECT kind, NULL, max(seq), count(*){blank} FROM {SCHEMA}.evidence "
-        f"WHERE kind IN ({chain}) GROUP BY kind "
-        f"UNION ALL SELECT 'top', NULL, max(seq), count(*){blank} FROM {SCHEMA}.evidence "
-        f"UNION ALL SELECT 'row', plan_id, seq, 0, recorded_at, kind, actor, payload, prev_hash, row_hash "
-        f"FROM {SCHEMA}.evidence WHERE seq = (SELECT max(seq) FROM {SCHEMA}.evidence){wanted}",
-        [*plan_kinds, *chain_kinds, *seqs])
-    index = [r[:4] for r in found if r[0] != "row"]
-    rows = [(r[2], r[4], r[1], r[5], r[6], r[7], r[8], r[9]) for r in found if r[0] == "row"]
+        f"SELECT 'g', kind, plan_id, max(seq), count(*){blank} FROM {SCHEMA}.evidence GROUP BY kind, plan_id "
+        f"UNION ALL SELECT 'r', kind, plan_id, seq, 0, recorded_at, actor, payload, prev_hash, row_hash "
+        f"FROM {SCHEMA}.evidence WHERE seq = (SELECT max(seq) FROM {SCHEMA}.evidence){wanted}", list(seqs))
+    plans, chain = set(plan_kinds), set(chain_kinds)
+    summed: dict[tuple[str, str | None], tuple[int, int]] = {}
+
+    def add(label: str, plan_id: str | None, last: int, n: int) -> None:
+        before = summed.get((label, plan_id))
+        summed[(label, plan_id)] = (last, n) if before is None else (max(before[0], last), before[1] + n)
+
+    for tag, kind, plan_id, last, n, *_ in found:
+        if tag != "g":
+            continue
+        add("top", None, last, n)
+        if kind in plans and plan_id is not None:
+            add("plan", plan_id, last, n)
+        if kind in chain:
+            add(kind, None, last, n)
+    summed.setdefault(("top", None), (0, 0))  # an empty chain
+    index = [(label, plan_id, last, n) for (label, plan_id), (last, n) in summed.items()]
+    rows = [(r[3], r[5], r[2], r[1], r[6], r[7], r[8], r[9]) for r in found if r[0] == "r"]
     return index, rows
 
 
