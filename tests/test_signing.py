@@ -394,6 +394,21 @@ def test_a_negated_namespace_refuses_as_openssh_reads_it(keys, listed):
     assert allowed.verify_approval("alice", MESSAGE, ssh_sign(keys["ed25519"], MESSAGE))
 
 
+@pytest.mark.parametrize("listed", ["git, backfill-plan", "git, *", "backfill-plan ,git", "git,\tbackfill-*",
+                                    "backfill-plan," + "a" * 1100, "*," + "a" * 1023])
+def test_a_namespaces_list_is_read_as_openssh_reads_it(tmp_path, keys, listed):
+    """OpenSSH splits `namespaces="git, backfill-plan"` on commas only: ` backfill-plan`, space and
+    all, is the pattern, which no namespace matches, so `ssh-keygen -Y verify` (and git) refuse the
+    key for plans; and a pattern of 1,023 characters or more ends its reading of the list unmatched.
+    This reader stripped each pattern, and read on past a long one: a key the reviewed file, as
+    OpenSSH reads it, does not allow for plans counted (found by an attack)."""
+    line = f'alice namespaces="{listed}" {pub_line(keys["ed25519"])}\n'
+    signature = ssh_sign(keys["ed25519"], MESSAGE)
+    assert ssh_verify(tmp_path, line, "alice", signature, MESSAGE).returncode != 0  # OpenSSH: not for plans
+    with pytest.raises(SignatureError, match="only for namespaces"):
+        AllowedSigners.parse(line).verify_approval("alice", MESSAGE, signature)
+
+
 def test_a_second_valid_line_for_the_same_key_is_enough(keys):
     line = pub_line(keys["ed25519"])
     text = f'alice valid-before="20200101" {line}\nalice namespaces="backfill-plan" {line}\n'

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -116,8 +117,6 @@ def test_init_never_replaces_a_pinned_root(world, tmp_path, capsys):
 def test_a_trust_root_row_written_into_the_warehouse_is_refused(engine_world, capsys):
     world = engine_world
     mine = f"alice {pub(world, 'mallory')}\nbob {pub(world, 'mallory')}\nolivia {pub(world, 'mallory')}\n"
-    import hashlib
-
     world.run_sql(f"INSERT INTO {CONTROL}.trust_roots SELECT 2, warehouse_id, ?, ?, policy_text, policy_sha256, "
                   f"'[]', 'insider', pinned_at, evidence_seq FROM {CONTROL}.trust_roots WHERE version = 1",
                   [mine, hashlib.sha256(mine.encode()).hexdigest()])
@@ -2091,3 +2090,41 @@ def test_a_version_approved_before_its_text_was_refused_is_read_back_as_it_was_s
     with pytest.raises(ValueError, match="U\\+000D"):
         Plan.model_validate(document)
     assert plan_from_canonical(json.dumps(stored)).scenario.failure == "late rows\r overwritten"
+
+
+def test_who_pinned_the_trust_root_and_when_are_the_chains_not_a_typed_row(world, capsys):
+    """`approvers show` is how a team checks its trust root ("compare it with the reviewed files"):
+    it named who pinned each root and when from the `trust_roots` row, which the chain's record of
+    the pin does not cover. An insider typed another name and time over the first pin's row and
+    both `approvers show` and `evidence verify` passed it on as the record's."""
+    capsys.readouterr()
+    assert world.cli("approvers", "show") == 0
+    honest = capsys.readouterr().out
+    world.run_sql("UPDATE backfill_control.trust_roots SET pinned_by = 'security-team@vault', "
+                  "pinned_at = '2020-01-01T00:00:00+00:00' WHERE version = 1")
+    shown = world.cli("approvers", "show")
+    out = capsys.readouterr()
+    actor = honest.split("pinned by ", 1)[1].split(" at ", 1)[0]
+    assert shown != 0 or ("security-team@vault" not in out.out and "2020-01-01" not in out.out
+                          and f"pinned by {actor} at " in out.out), out.out + out.err
+
+
+def test_approvers_show_without_the_evidence_key_says_its_root_is_unverified(world, tmp_path, monkeypatch, capsys):
+    """`approvers show` is what a team compares with its reviewed files, and what finds a root an
+    evidence-key holder rewrote (README). Read without the key (a reviewer's laptop, a CI job given
+    the warehouse), the `trust_roots` rows are whatever an insider typed: a first pin listing
+    mallory's key as alice's was shown as the current root, in the words of a verified one, with
+    no note, where every decision refuses it as forged. It says the root is unverified there."""
+    signers = (tmp_path / "approvers" / "allowed_signers").read_text()
+    mallory = " ".join((world.keys["mallory"].parent / "mallory.pub").read_text().split()[:2])
+    forged = "".join(f"{line.split()[0]} {mallory}\n" if line.startswith("alice ") else line + "\n"
+                     for line in signers.splitlines())
+    world.run_sql("UPDATE backfill_control.trust_roots SET signers_text = ?, signers_sha256 = ? WHERE version = 1",
+                  [forged, hashlib.sha256(forged.encode()).hexdigest()])
+    capsys.readouterr()
+    assert world.cli("approvers", "show") == 1  # with the key: forged, refused
+    capsys.readouterr()
+    monkeypatch.setenv("BACKFILL_EVIDENCE_KEY_FILE", str(tmp_path / "no-key-here"))
+    code = world.cli("approvers", "show")
+    said = capsys.readouterr()
+    assert code != 0 or "unverified" in said.out + said.err, said.out + said.err

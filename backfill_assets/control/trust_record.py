@@ -103,6 +103,7 @@ def history(session: Session) -> list[PinnedRoot]:
         if signers.sha256 != signers_sha or policy.sha256 != policy_sha:
             raise ForgedRecord(f"{where}: its stored files do not match their sha256", fix=evidence_log.FORGED_FIX)
         root = TrustRoot(int(version), str(warehouse_id), signers, policy)
+        shown_by, shown_at = str(by), str(at)
         if verify:
             sealed = chain.get(int(seq)) if seq is not None else None
             payload = sealed.payload if sealed else {}
@@ -112,6 +113,10 @@ def history(session: Session) -> list[PinnedRoot]:
                     payload.get("signatures_sha256") != _digest(signatures):
                 raise ForgedRecord(f"{where} does not match the evidence chain's record of it",
                                    fix=evidence_log.FORGED_FIX)
+            # who pinned it and when, as the chain's keyed row says: the table's columns are no
+            # seal's, and `approvers show` named whoever an insider typed there (found by an attack)
+            shown_by = sealed.actor
+            shown_at = _pinned_at(sealed.at, where).replace(microsecond=0).isoformat()
         signed_by: tuple[str, ...] = ()
         if out:
             previous = out[-1].root
@@ -126,7 +131,7 @@ def history(session: Session) -> list[PinnedRoot]:
                 raise ForgedRecord(f"{where} lacks the quorum of v{previous.version}'s approvers "
                                    f"({counted.describe()})", fix=evidence_log.FORGED_FIX)
             signed_by = tuple(counted.approvers)
-        out.append(PinnedRoot(root, str(by), str(at), signed_by))
+        out.append(PinnedRoot(root, shown_by, shown_at, signed_by))
     if len(_CACHE) > 16:
         _CACHE.clear()
     _CACHE[cache_key] = out

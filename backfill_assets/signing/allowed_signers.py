@@ -291,8 +291,12 @@ def _options(field: str, where: str) -> dict[str, Any]:
 
 
 def _namespaces(value: str, where: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in value.split(","))
-    if not all(names):
+    # split on commas only, as OpenSSH does: ` backfill-plan`, space and all, is the pattern, which
+    # matches no namespace, so `ssh-keygen -Y verify` (and git) refuse the key for plans; stripped
+    # here, the key counted (found by an attack). Not refused outright: a file shared with git may
+    # hold such a line for another namespace, and OpenSSH reads the rest of it
+    names = tuple(value.split(","))
+    if not all(n.strip(" \t") for n in names):
         raise AllowedSignersError(f"{where}: empty namespace in namespaces={value!r}",
                                   fix='write namespaces="backfill-plan" (comma-separated, no blanks)')
     return names
@@ -313,10 +317,22 @@ def _timestamp(value: str, name: str, where: str) -> datetime:
 def _allows(patterns: tuple[str, ...], namespace: str) -> bool:
     """OpenSSH's pattern list: a match of a negated `!pattern` refuses, whatever else matches (read
     as a plain pattern, `namespaces="!backfill-plan,*"` allowed the very namespace it denies: found
-    by an attack)."""
-    if any(p.startswith("!") and _glob(p[1:], namespace) for p in patterns):
-        return False
-    return any(not p.startswith("!") and _glob(p, namespace) for p in patterns)
+    by an attack). In order, as `match_pattern_list` reads it: a pattern of 1,023 characters or more
+    ends the list unmatched there (the 1,100-character one after `backfill-plan` counted here)."""
+    found = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        if len(body) >= _OPENSSH_PATTERN_MAX:
+            return False
+        if _glob(body, namespace):
+            if negated:
+                return False
+            found = True
+    return found
+
+
+_OPENSSH_PATTERN_MAX = 1023  # match.c: `char sub[1024]`, and a longer pattern matches nothing
 
 
 def _glob(pattern: str, text: str) -> bool:
