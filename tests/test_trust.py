@@ -82,6 +82,21 @@ def test_an_operator_without_approver_keys_cannot_re_pin_the_approvers(world, ca
     assert world.sql(f"SELECT count(*) FROM {CONTROL}.approvals") == [(0,)]
 
 
+def test_a_re_pin_statement_valid_longer_than_the_policy_allows_is_refused_as_it_is_printed(world, capsys):
+    """`approvers statement --valid-days 30` under a policy whose signatures authorise 14 days
+    printed a statement no signature of which could ever count: approvers signed it, and the pin
+    was refused only then (found by an attack). It is refused as it is printed, naming the limit."""
+    new = world.root / "next" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "olivia")))
+    capsys.readouterr()
+    for days in ("30", "0"):
+        assert world.cli("approvers", "statement", str(new), "--valid-days", days) == 2
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.count("\n") == 1 and "1 to 14" in said.err, said.err
+    assert world.cli("approvers", "statement", str(new), "--valid-days", "14") == 0
+
+
 def test_the_pinned_quorum_re_pins_and_the_change_is_a_chain_row(world, capsys):
     new = world.root / "next" / "allowed_signers"
     new.parent.mkdir()

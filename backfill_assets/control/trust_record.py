@@ -23,7 +23,7 @@ from typing import Any
 
 from backfill_assets.control import evidence_log
 from backfill_assets.control.names import SCHEMA
-from backfill_assets.errors import ForgedRecord, TrustRootError
+from backfill_assets.errors import ForgedRecord, TrustRootError, UsageError
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.statements import TRUST_ROOT, Statement
 from backfill_assets.trust.policy import Policy, Requirement
@@ -184,7 +184,14 @@ def change_statement(current_root: TrustRoot, signers: AllowedSigners, policy: P
                      signed: dt.datetime | None = None, valid_days: int | None = None) -> Statement:
     """What the current root's approvers sign to pin `signers` and `policy` instead."""
     signed = signed or dt.datetime.now(dt.UTC)
-    days = valid_days or current_root.policy.model.approvals.valid_days
+    longest = current_root.policy.model.approvals.valid_days
+    if valid_days is not None and not 1 <= valid_days <= longest:
+        # a statement valid longer than the pinned policy lets a signature authorise never counts:
+        # printed, signed, then refused at the pin (found by an attack)
+        raise UsageError(f"--valid-days {valid_days}: the pinned policy lets a signature authorise 1 to {longest} "
+                         "day(s), so no signature of that statement would count",
+                         fix=f"pass --valid-days between 1 and {longest}, or leave it out")
+    days = valid_days or longest
     return Statement.make(TRUST_ROOT, signed=signed, expires=signed + dt.timedelta(days=days),
                           warehouse=current_root.warehouse_id, replaces=current_root.identity,
                           signers=signers.sha256, policy=policy.sha256)
