@@ -92,6 +92,12 @@ class TableSpec:
             table_for_asset(asset)
         validated(self.partition_column, "partition column")
         validated(self.source_partition_column, "source partition column")
+        if table_for_asset(self.source).lower() in (table_for_asset(self.name).lower(),
+                                                    table_for_asset(self.publish_as).lower()):
+            # the gates compared the table with itself, so each passed whatever it held, and a
+            # replay read what it wrote
+            raise IdentifierError(f"table {self.name} names {self.source} as its own source: its gates would "
+                                  "compare it with itself", fix="name the table it is computed from as its source")
         if not self.business_keys:
             raise IdentifierError(f"table {self.name} declares no business keys",
                                   fix="list the columns that identify one row")

@@ -90,6 +90,19 @@ def test_the_component_rejects_unknown_keys_and_bad_identifiers():
         clash.spec()
 
 
+@pytest.mark.parametrize("source", ["daily_revenue", "DAILY_REVENUE", "published_revenue"])
+def test_a_table_declared_as_its_own_source_is_refused(source):
+    """A table computed from itself (or from its own published table): the gates compared it with
+    itself, so every one passed whatever it held, and a replay read what it wrote. It was declared
+    without a word; it is refused, naming the table to name instead."""
+    import dataclasses
+
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+
+    with pytest.raises(IdentifierError, match="its own source"):
+        dataclasses.replace(DAILY_REVENUE, source=source)
+
+
 def test_the_public_api_builds_a_working_table():
     import backfill_assets
 
