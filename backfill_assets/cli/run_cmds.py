@@ -384,13 +384,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def _rollback_step(args: argparse.Namespace, plan_id: str) -> str:
     """The rollback a cancelled plan takes, as `status` names it (`--keep-computed` for a table
     computed from its partitions since, approvers' signatures once consumers saw its data): a bare
-    `backfill rollback PLAN` was named, which those refuse. Read after the cancel committed; where
-    the definitions cannot be loaded, the bare command (its refusal names the rest)."""
+    `backfill rollback PLAN` was named, which those refuse. Read after the cancel committed, so a
+    refusal here names `status` rather than fail a cancel that holds."""
     from backfill_assets.status import plan_status
 
-    with reading(args) as session:
-        state = plan_state(session, plan_id)
-        step = plan_status(session, state, *table_of(tables_if_found(), state.target)).next
+    try:
+        with reading(args) as session:
+            state = plan_state(session, plan_id)
+            step = plan_status(session, state, *table_of(tables_if_found(), state.target)).next
+    except BackfillError:
+        return lifecycle.rollback_named_by_status(plan_id)
     return f"{step} (see `--dry-run` first)" if step.startswith("roll it back") else step
 
 
