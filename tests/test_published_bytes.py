@@ -159,3 +159,146 @@ def test_bytes_changed_inside_the_write_fail_unchanged_since_checked_at_write_ti
         "AND gate = 'unchanged_since_checked' ORDER BY result_id DESC LIMIT 1")
     assert not passed and "not what its write produced" in figures, figures
     assert world.phase() == "proving"
+
+
+def test_a_published_column_of_another_type_whose_text_matches_is_refused(engine_world, capfd):
+    """net_revenue VARCHAR in the published table: 7990.39 becomes the string '7990.39', whose text in
+    a fingerprint is the DECIMAL's, so the copy 'proves' equal; consumers' sum() and ordering break."""
+    world = engine_world
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                  "net_revenue VARCHAR)")
+    reconciled(world)
+    capfd.readouterr()
+    assert world.cli("publish", "fix") == 1, "published DECIMAL values into a VARCHAR column as 'the checked bytes'"
+    err = capfd.readouterr().err
+    assert "net_revenue: type" in err and "contract says DECIMAL(18,2)" in err and err.count("\n") == 1, err
+    assert world.sql("SELECT count(*) FROM published_revenue") == [(0,)]
+
+
+def test_a_published_column_retyped_after_publish_is_an_edit(engine_world, capfd):
+    """An insider retypes a published column (DECIMAL -> VARCHAR) after publish: every value keeps its
+    text, so `status` reads the partitions as the bytes published."""
+    world = engine_world
+    reconciled(world)
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("ALTER TABLE published_revenue ALTER net_revenue TYPE VARCHAR")
+    capfd.readouterr()
+    world.cli("status", "fix")
+    out = capfd.readouterr().out
+    assert "EDITED since" in out, out
+
+
+# --- changes_as_expected: rows DuckDB's hash() calls equal whose bytes differ ----------------------
+
+def _with_term(spec):
+    from dataclasses import replace
+
+    from backfill_assets.table import Column
+
+    return replace(spec, select_sql=spec.select_sql.replace(
+        "count(DISTINCT customer_id) AS customers",
+        "count(DISTINCT customer_id) AS customers, (SELECT max(term) FROM terms) AS term"),
+        contract=(*spec.contract, Column("term", "INTERVAL", nullable=False)))
+
+
+def test_an_undeclared_interval_change_the_native_hash_calls_equal_fails_changes_as_expected(world):
+    """A replay turns every key's `term` from INTERVAL '1 month' into '30 days' (Jan 31 + term: Feb 28
+    against Mar 2), undeclared (the plan declares net_revenue only, which does not move). DuckDB
+    compares and hashes the two as equal, and the gate's first step drops rows whose native hash()
+    matches on both sides, so the change was never compared by its bytes: the gate passed, the plan
+    reconciled, and publish would copy it (its fingerprint is of the new bytes, which the gates
+    'checked')."""
+    from tests.plans import complete_plan, write_plan
+    from tests.test_expectations import WINDOW, verdicts
+    from tests.world import FIXED
+
+    spec = _with_term(FIXED)
+    world.run_sql("CREATE TABLE terms AS SELECT INTERVAL '1 month' AS term")
+    assert world.materialize(WINDOW, spec=spec).success
+    world.run_sql("DELETE FROM terms")
+    world.run_sql("INSERT INTO terms VALUES (INTERVAL '30 days')")  # DuckDB's UPDATE keeps a value equal to the old
+    document = complete_plan(plan_id="fix", start=WINDOW[0], end=WINDOW[-1], proof=(WINDOW[0],), per_run=4)
+    document["expect"] = {"changes": [{"name": "net_revenue"}]}
+    path = world.approve_for(write_plan(world.root / "plans" / "fix.yaml", document), spec)
+    defs = str(world.defs_file(spec))
+    if world.cli("run", str(path), "--proof", "--defs", defs) == 0:
+        world.cli("run", str(path), "--defs", defs)
+    passed, figures = verdicts(world, "fix")[WINDOW[0]]  # the proof's partition
+    assert not passed and "term 1 month -> 30 days" in figures["detail"], figures["detail"]
+    assert world.phase("fix") != "reconciled"
+
+
+def test_a_published_list_column_of_text_where_the_contract_says_integers_is_refused(world):
+    """The text-only check missed nesting: BIGINT[] [1, 2] copied into VARCHAR[] prints `[1, 2]`
+    too (DuckDB quotes a list's strings only when they need it), so the copy 'proved' the bytes."""
+    from dataclasses import replace
+
+    from backfill_assets.table import Column
+    from tests.world import FIXED, failure_text, keys
+
+    spec = replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "count(DISTINCT customer_id) AS customers",
+        "count(DISTINCT customer_id) AS customers, CAST([1, 2] AS BIGINT[]) AS tags"),
+        contract=(*FIXED.contract, Column("tags", "BIGINT[]", nullable=False)))
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                  "net_revenue DECIMAL(18,2), tags VARCHAR[])")
+    result = world.materialize(keys(1, 2), spec=spec, publish=True)
+    assert not result.success, "published BIGINT[] values into a VARCHAR[] column as 'the checked bytes'"
+    assert "tags: type VARCHAR[], contract says BIGINT[]" in failure_text(result), failure_text(result)
+    assert world.sql("SELECT count(*) FROM published_revenue") == [(0,)]
+
+
+def test_the_impact_consumers_are_told_counts_a_change_the_native_hash_calls_equal(world, capfd):
+    """The same replay, declared this time (`term` may change): publish tells downstream owners what
+    they will see change, found by the same native hash, and said no partition changed."""
+    from tests.plans import complete_plan, write_plan
+    from tests.test_expectations import WINDOW
+
+    spec = _with_term(FIXED_SPEC())
+    world.run_sql("CREATE TABLE terms AS SELECT INTERVAL '1 month' AS term")
+    assert world.materialize(WINDOW, spec=spec, publish=True).success
+    world.run_sql("DELETE FROM terms")
+    world.run_sql("INSERT INTO terms VALUES (INTERVAL '30 days')")
+    document = complete_plan(plan_id="fix", start=WINDOW[0], end=WINDOW[-1], proof=(WINDOW[0],), per_run=4)
+    document["expect"] = {"changes": [{"name": "term"}]}
+    path = world.approve_for(write_plan(world.root / "plans" / "fix.yaml", document), spec)
+    defs = str(world.defs_file(spec))
+    assert world.cli("run", str(path), "--proof", "--defs", defs) == 0
+    assert world.cli("run", str(path), "--defs", defs) == 0
+    capfd.readouterr()
+    assert world.cli("publish", "fix", "--defs", defs) == 0
+    out = capfd.readouterr().out
+    assert f"consumers see {len(WINDOW)} partition(s) changed" in out, out
+
+
+def FIXED_SPEC():  # noqa: N802 - the demo's fixed table
+    from tests.world import FIXED
+
+    return FIXED
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_column_added_to_the_published_table_under_another_case_is_an_edit(engine_world, capfd):
+    """PostgreSQL keeps "Net_Revenue" and net_revenue apart; the catalog read folded both to one
+    name, so a column an insider added beside the contract's, holding what they like, was no
+    'unexpected column': `status` said nothing, and consumers' SELECT * read it."""
+    world = engine_world
+    reconciled(world)
+    assert world.cli("publish", "fix") == 0
+    world.run_sql('ALTER TABLE published_revenue ADD COLUMN "Net_Revenue" DECIMAL(18,2)')
+    world.run_sql('UPDATE published_revenue SET "Net_Revenue" = net_revenue * 2')
+    capfd.readouterr()
+    world.cli("status", "fix")
+    out = capfd.readouterr().out
+    assert "EDITED since" in out, out
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_published_table_with_a_case_variant_column_is_refused(engine_world, capfd):
+    world = engine_world
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                  'net_revenue DECIMAL(18,2), "Net_Revenue" DECIMAL(18,2))')
+    reconciled(world)
+    capfd.readouterr()
+    assert world.cli("publish", "fix") == 1
+    assert "Net_Revenue" in capfd.readouterr().err

@@ -20,7 +20,7 @@ from backfill_assets.control.names import SCHEMA
 from backfill_assets.errors import ForgedRecord
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.table import TableSpec
-from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.engine import Session, type_kind
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
 from backfill_assets.warehouse.state_store import publications as store
 
@@ -70,14 +70,23 @@ def _refuse_newer_in_chain(session: Session, table: str, keys: Sequence[str], fo
 
 def shape_problems(session: Session, spec: TableSpec) -> list[str]:
     """What makes the published table unable to hold the contract's partitions at all, before any
-    copy: a missing or extra column, or a partition column of another type (its partitions would not
-    be the target's). Other type differences are judged by the bytes, after the copy."""
+    copy: a missing or extra column, a partition column of another type (its partitions would not
+    be the target's), or a column holding another kind of value than the contract says (text for
+    numbers: its values' texts, all a fingerprint sees, would match). Another width, precision or
+    length is judged by the bytes, after the copy."""
     if not session.engine.table_exists(session, spec.publish_table):
         return []
     from backfill_assets.warehouse.gate_sql import check_schema
 
     shape = check_schema(session, spec, spec.publish_table)
-    wrong_key = {c: t for c, t in shape.mismatched.items() if c == spec.partition_column}
+    # the partition column, and any column holding another kind of value than the contract's: a
+    # value's text in a fingerprint is its cast to text, so DECIMAL 7990.39 copied into a VARCHAR
+    # column (or BIGINT[] [1, 2] into VARCHAR[]) reads as the bytes checked, and consumers get strings
+    # that sum() refuses and sort '100' < '99' (found by an attack); another width, precision or
+    # length of the same kind is judged by the bytes, after the copy
+    canonical = session.engine.canonical_types(session, [d for d, _ in shape.mismatched.values()])
+    wrong_key = {c: (declared, found) for c, (declared, found) in shape.mismatched.items()
+                 if c == spec.partition_column or type_kind(canonical[declared]) != type_kind(found)}
     return ([f"missing column {c}" for c in shape.missing] + [f"unexpected column {c}" for c in shape.extra]
             + [f"{c}: type {found}, contract says {declared}" for c, (declared, found) in wrong_key.items()])
 

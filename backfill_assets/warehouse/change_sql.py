@@ -2,7 +2,9 @@
 written, for a whole slice of partitions in one statement.
 
 1. Both sides' rows of the slice, each tagged with its side and an engine-native row hash; a hash
-   whose copies are as many on both sides is a row unchanged, and ends there (nearly all rows).
+   whose copies are as many on both sides is a row unchanged, and ends there (nearly all rows). A
+   column whose equal values can differ in bytes (DuckDB's INTERVAL '1 month' = '30 days', -0.0 =
+   0.0) is hashed by its canonical text, or such a change would end here unseen.
 2. The remaining rows paired by partition and business keys (a key's duplicates in the order of
    their hashes): a pair is a changed row, a row alone an added or a removed key.
 3. Each value column compared in its canonical text (`value_text_sql`, the fingerprints' text: a
@@ -90,7 +92,7 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
         params.extend(group.params)
         picked = ", ".join(f"{alias}.{quote(c)} AS {quote(c)}" for c in cols)
         return (f"SELECT {group.key_sql} AS {PKEY}, {side} AS {SIDE}, "
-                f"{engine.transient_row_hash_sql(cols, alias)} AS {HASH}, {picked} "
+                f"{engine.transient_row_hash_sql(cols, alias, types)} AS {HASH}, {picked} "
                 f"FROM {source} AS {alias}{group.join_sql} WHERE {group.where_sql}")
 
     bkeys = [quote(k) for k in spec.business_keys]

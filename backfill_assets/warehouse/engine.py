@@ -14,6 +14,7 @@ below, and overrides the portable defaults where it has a better spelling.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -39,6 +40,26 @@ def type_family(column_type: str) -> str:
             name.startswith("TIMESTAMP(") and name.endswith("WITH TIME ZONE")):
         return "timestamptz"
     return "other"
+
+
+# the words of a type's name that name one kind of value, whatever its width, precision or length
+_KINDS = [(re.compile(p), k) for p, k in (
+    (r"\((\s*\d+\s*)(,\s*-?\d+\s*)?\)", ""),  # (18,2), (20): width, precision and length
+    (r"\bCHARACTER VARYING\b|\b(VARCHAR|TEXT|CHARACTER|CHAR|BPCHAR|STRING|NVARCHAR|NCHAR|CITEXT|NAME)\b", "TEXT"),
+    (r"\bDOUBLE PRECISION\b|\b(DOUBLE|REAL|FLOAT4|FLOAT8|FLOAT)\b", "FLOAT"),
+    (r"\bU?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|INT2|INT4|INT8|INT)\b", "INT"),
+    (r"\bNUMERIC\b", "DECIMAL"), (r"\bJSONB\b", "JSON"))]
+
+
+def type_kind(column_type: str) -> str:
+    """What kind of values a type holds, as either engine's catalog or a contract names it, nested
+    types by their parts (`BIGINT[]` and `VARCHAR[]` differ, `DECIMAL(18,0)` and `DECIMAL(18,2)` do
+    not): a value cast into another kind can keep its text (7990.39 as VARCHAR, [1, 2] as VARCHAR[])
+    and so its fingerprint, which only tells values of one kind apart by their bytes."""
+    name = " ".join(column_type.upper().split())
+    for pattern, kind in _KINDS:
+        name = pattern.sub(kind, name)
+    return name.replace(" ", "")
 
 
 def raise_no_chain_key(schema: str) -> NoReturn:
@@ -283,10 +304,13 @@ class Engine(ABC):
         sha256 of no bytes."""
 
     @abstractmethod
-    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
+    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "",
+                               types: Sequence[str] | None = None) -> str:
         """A fast engine-native 64-bit integer hash of a row, for comparing two tables at one moment
         (a diff); sum it as `wide_int`. Never stored: engines do not promise it stays the same
-        across versions."""
+        across versions. With `types` (as `table_columns` reports them), rows whose bytes differ hash
+        apart wherever the engine's own hash would call them equal (`changes_as_expected` takes
+        rows of equal hashes for unchanged)."""
 
     def same_key_sql(self, left: str, right: str, declared: str) -> str:
         """NULL-safe equality of two values of a key declared `declared` in the contract (NULL

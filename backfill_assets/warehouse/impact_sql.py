@@ -19,13 +19,20 @@ from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.grouping import grouping
 
 
+def _declared(spec: TableSpec) -> list[str]:
+    """The contract's types, one per column: both sides hash a value by the same expression, and
+    values the engine calls equal whose bytes differ (INTERVAL '1 month' and '30 days') apart (the
+    report said no partition changed where every row had, found by an attack)."""
+    return [spec.column(c).type for c in spec.columns]
+
+
 def row_hash_totals(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str,
                     keys: Sequence[str]) -> dict[str, tuple[int, str]]:
     """Per partition of `source` (a quoted table): rows and the sum of an engine-native row hash,
     compared at one moment only."""
     engine = session.engine
     group = grouping(session.engine, scheme, f"t.{quote(spec.partition_column)}", keys)
-    hashed = f"CAST({engine.transient_row_hash_sql(spec.columns, 't')} AS {engine.wide_int})"
+    hashed = f"CAST({engine.transient_row_hash_sql(spec.columns, 't', _declared(spec))} AS {engine.wide_int})"
     found = {group.key(v): (int(n), str(h)) for v, n, h in session.rows(
         f"SELECT {group.key_sql}, count(*), {engine.text_of(f'coalesce(sum({hashed}), 0)')} "
         f"FROM {source} AS t{group.join_sql} WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
@@ -71,7 +78,7 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
                       if group_by else "")
 
     def hashed(alias: str) -> str:
-        return f"{engine.transient_row_hash_sql(spec.columns, alias)} AS h"
+        return f"{engine.transient_row_hash_sql(spec.columns, alias, _declared(spec))} AS h"
 
     def key_columns(alias: str) -> list[str]:
         return [f"{alias}.{k} AS {c}" for k, c in zip(bkeys, kc, strict=True)]

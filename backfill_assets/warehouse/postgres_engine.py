@@ -609,7 +609,8 @@ class PostgresEngine(PostgresSpelling, Engine):
         kind = _comparison_type(declared)
         return f"ARRAY[CAST({left} AS {kind})] = ARRAY[CAST({right} AS {kind})]"
 
-    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "") -> str:
+    def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "",
+                               types: Sequence[str] | None = None) -> str:  # noqa: ARG002 - text tells bytes apart
         from backfill_assets.identifiers import quote
 
         prefix = f"{alias}." if alias else ""
@@ -696,7 +697,15 @@ class PostgresEngine(PostgresSpelling, Engine):
             "WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(?::pg_catalog.text) "
             "AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND NOT a.attisdropped ORDER BY a.attnum",
             [qualified(schema, table) if schema else quote(table)])
-        return {str(name).lower(): str(kind).upper() for name, kind in rows}
+        # keyed by the lower-case name the callers look a column up by; PostgreSQL keeps "Net_Revenue"
+        # and net_revenue apart, and folded to one key the other went unseen: an insider's column
+        # beside the contract's was no unexpected column of the published table (found by an attack).
+        # A name another column's folds to keeps its own spelling, so it shows as a column of its own
+        names = [str(name) for name, _ in rows]
+        folded = [n.lower() for n in names]
+        keys = [f if n == f or (f not in names and folded.index(f) == i) else n
+                for i, (n, f) in enumerate(zip(names, folded, strict=True))]
+        return {key: str(kind).upper() for key, (_, kind) in zip(keys, rows, strict=True)}
 
     def canonical_types(self, session: Session, types: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
