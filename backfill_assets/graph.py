@@ -125,17 +125,28 @@ class TableGraph:
             return f"missing/{missing[0]}"
         return code_identity_of([self.spec(a) for a in assets])
 
-    def _mapping(self, child: str, parent: str) -> dg.PartitionMapping:
-        return self.asset_graph.get_partition_mapping(asset_key(child), asset_key(parent))
+    def _mappings(self, child: str, parent: str) -> list[dg.PartitionMapping]:
+        """The edge's mapping, and for two time-window tables the overlap of their windows too: the
+        child's `select_sql` reads the upstream rows of its own window ($partition_start and
+        $partition_end) and its gates compare it with them, whatever a mapping override says. A
+        month mapped to the month before (`TimeWindowPartitionMapping(start_offset=-1,
+        end_offset=-1)`) was checked against January's days and computed from February's, one of
+        which had failed its gates and was never published, and reached consumers (found by an
+        attack)."""
+        mapping = self.asset_graph.get_partition_mapping(asset_key(child), asset_key(parent))
+        windows = (isinstance(self.partitions_def(child), dg.TimeWindowPartitionsDefinition)
+                   and isinstance(self.partitions_def(parent), dg.TimeWindowPartitionsDefinition))
+        return [mapping, dg.TimeWindowPartitionMapping()] if windows else [mapping]
 
     def downstream_keys(self, parent: str, keys: Iterable[str], child: str) -> tuple[str, ...]:
         """The partitions of `child` that read any of `keys` of `parent`, in `child`'s order."""
         parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
         subset = parent_def.subset_with_partition_keys(list(keys))
-        mapped = self._mapping(child, parent).get_downstream_partitions_for_partitions(subset, parent_def,
-                                                                                       child_def)
         scheme = self.scheme(child)
-        return tuple(sorted((k for k in mapped.get_partition_keys() if k in scheme), key=scheme.position))
+        found = {k for mapping in self._mappings(child, parent)
+                 for k in mapping.get_downstream_partitions_for_partitions(subset, parent_def,
+                                                                           child_def).get_partition_keys()}
+        return tuple(sorted((k for k in found if k in scheme), key=scheme.position))
 
     def upstream_keys(self, child: str, key: str) -> tuple[str, ...]:
         """The partitions of `child`'s upstream table that partition `key` of `child` reads."""
@@ -143,11 +154,12 @@ class TableGraph:
         if parent is None:
             return ()
         parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
-        result = self._mapping(child, parent).get_upstream_mapped_partitions_result_for_partitions(
-            child_def.subset_with_partition_keys([key]), child_def, parent_def)
         scheme = self.scheme(parent)
-        return tuple(sorted((k for k in result.partitions_subset.get_partition_keys() if k in scheme),
-                            key=scheme.position))
+        found = {k for mapping in self._mappings(child, parent)
+                 for k in mapping.get_upstream_mapped_partitions_result_for_partitions(
+                     child_def.subset_with_partition_keys([key]), child_def, parent_def
+                 ).partitions_subset.get_partition_keys()}
+        return tuple(sorted((k for k in found if k in scheme), key=scheme.position))
 
     def derive(self, root: str, keys: Iterable[str]) -> list[Member]:
         """The members of a plan over `keys` of `root`: the root, then every replayable table
