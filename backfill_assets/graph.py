@@ -116,6 +116,28 @@ class TableGraph:
         source = self.spec(name).source
         return source if source in self.tables and source != name else None
 
+    def written_ancestor(self, name: str) -> str | None:
+        """A replayable table, or a published one, that the asset `name` is computed from through
+        other assets of these definitions (a team's plain asset between them), or None. A table whose
+        `source` is such an asset reads backfill's data with no plan over it to recompute or hold it
+        back: a month computed from the team's `clean_days`, a copy of the published days, was left
+        beside the days a plan published since (found by an attack)."""
+        ours = {asset_key(n): n for n in self.tables}
+        ours.update({asset_key(s.publish_as): s.publish_as for s, _ in self.tables.values()})
+        start = asset_key(name)
+        seen, todo = {start}, [start]
+        while todo:
+            key = todo.pop()
+            if not self.asset_graph.has(key):
+                continue
+            for parent in sorted(self.asset_graph.get(key).parent_keys, key=key_name):
+                if parent in ours:
+                    return ours[parent]
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return None
+
     def code_identity(self, assets: Iterable[str]) -> str:
         """What a plan writing `assets` binds of their code (`table.code_identity_of`); a table the
         definitions lack has no identity, so no signature can bind it."""

@@ -313,6 +313,15 @@ def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState |
                        "partitions were read", plan.plan_id if plan else None, key,
                        f"declare {spec.name}'s source as {upstream} and compute it from that table (its graph then "
                        "replays and publishes both together)")
+    # or computed from such a table through a team's own asset (`clean_days`, their SQL over the
+    # published days): a raw source to the gates, yet no plan over the days would recompute it
+    through = graph.written_ancestor(spec.source) if spec.source not in graph.tables else None
+    if through is not None:
+        return _refuse(f"{spec.name} is computed from {spec.source}, which is computed from {through}, a table "
+                       f"backfill writes: no plan over it would recompute or hold back {spec.name} {key}, nor "
+                       "record which of its partitions were read", plan.plan_id if plan else None, key,
+                       f"declare {spec.name}'s source as the replayable table {spec.source} reads and compute "
+                       "it from that table (its graph then replays and publishes both together)")
     # the targets the ledger and the chain say backfill wrote, as the shared table check beside it
     # reads them (one read for both): asked of the ledger alone, its writes of the days relabelled
     # by an insider while the month loaded had the days taken for a raw source, and a month

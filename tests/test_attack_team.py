@@ -3,6 +3,7 @@
 import datetime as dt
 
 import dagster as dg
+import pytest
 
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import WarehouseResource
@@ -62,3 +63,78 @@ def test_a_month_whose_partition_mapping_names_other_days_than_its_sql_reads_pub
     assert seen == [(0,)], (
         f"consumers read February's month ({seen[0][0]} rows, run success={computed.success}) computed from "
         "2026-02-10, whose gates failed and which was never published")
+
+
+def _clean_days_defs(world):
+    """The team's definitions: the daily table; their own plain asset `clean_days` (their SQL through
+    their dagster-duckdb `DuckDBResource`) copying the days consumers read, `published_revenue`; and a
+    replayable monthly rollup whose `source` is clean_days."""
+    path = world.root / "defs_clean_days.py"
+    path.write_text(
+        "import dataclasses\n"
+        "import dagster as dg\n"
+        "from dagster_duckdb import DuckDBResource\n"
+        "from backfill_assets.defs.replayable import make_replayable_table\n"
+        "from backfill_assets.defs.resources import backfill_resources\n"
+        "from backfill_assets.demo.definitions import MONTHS, ORDERS, PARTITIONS\n"
+        "from backfill_assets.demo.revenue import DAILY_REVENUE, MONTHLY_REVENUE\n"
+        "@dg.asset(deps=['published_revenue'])\n"
+        "def clean_days(duckdb: DuckDBResource) -> None:\n"
+        "    with duckdb.get_connection() as con:\n"
+        "        con.execute('CREATE OR REPLACE TABLE clean_days AS SELECT * FROM published_revenue')\n"
+        "month = dataclasses.replace(MONTHLY_REVENUE, source='clean_days',\n"
+        "                            select_sql=MONTHLY_REVENUE.select_sql.replace('daily_revenue', 'clean_days'))\n"
+        "days = make_replayable_table(DAILY_REVENUE, PARTITIONS, group_name='revenue')\n"
+        "rollup = make_replayable_table(month, MONTHS, group_name='revenue')\n"
+        "defs = dg.Definitions(assets=[ORDERS, *days.assets, clean_days, *rollup.assets], sensors=days.sensors,\n"
+        f"                      resources={{**backfill_resources({str(world.home)!r}, {world.url or ''!r}),\n"
+        f"                                 'duckdb': DuckDBResource(database={str(world.warehouse_path)!r})}},\n"
+        "                      executor=dg.in_process_executor)\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.separate_processes
+def test_a_month_computed_through_a_teams_plain_asset_from_the_published_days_is_never_left_stale(
+        world, monkeypatch, capsys):
+    """A month whose `source` is the days' published table is refused ("nor is one computed from
+    another table's published table": no plan over the days would recompute or hold it back). A team
+    engineer puts their own plain asset between them: `clean_days` (deps published_revenue, their
+    SQL) and the month's `source` clean_days. The month is taken for one over a raw source: loaded
+    and published from the published days, then a plan over the days publishes new days beside it,
+    and consumers read a month that does not add up to them."""
+    import importlib.util
+
+    from tests.plans import complete_plan, write_plan
+    from tests.test_graph import (
+        FIX_DAYS,
+        MONTH,
+        _january_days_published,
+        _publish_fix_and_check_the_month_adds_up,
+        _published_by_region,
+    )
+    from tests.test_graph import run as graph_run
+
+    _january_days_published(world)
+    path = _clean_days_defs(world)
+    monkeypatch.setenv("BACKFILL_DEFS", str(path))
+    spec = importlib.util.spec_from_file_location("defs_clean_days", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    job = module.defs.resolve_implicit_global_asset_job_def()
+    with world.deployed():
+        assert job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey("clean_days")],
+                                      raise_on_error=False).success
+        loaded = graph_run(world, module.defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                           {"dagster/backfill": "ui-bf"})
+    if not loaded.success:  # refused: its source is computed from a table backfill publishes
+        assert "computed from clean_days, which is computed from published_revenue" in failure_text(loaded), \
+            failure_text(loaded)
+        assert _published_by_region(world, "published_monthly_revenue", "month") == {}
+        return
+    assert _published_by_region(world, "published_monthly_revenue", "month") == \
+        _published_by_region(world, "published_revenue", "order_date")
+    plan = complete_plan(plan_id="fix", start=FIX_DAYS[0], end=FIX_DAYS[-1], proof=(FIX_DAYS[0],), per_run=4)
+    plan["downstream"].append({"asset": "clean_days", "owners": ["finance-bi"]})  # as `plan validate` asks
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", plan))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    _publish_fix_and_check_the_month_adds_up(world, capsys)
