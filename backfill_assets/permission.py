@@ -83,6 +83,12 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
             claims.append((table, writer))
         elif table_for_asset(table).lower() == spec.table.lower() and table != spec.name:
             claims.append((table, table))  # published (or put back) into this asset's target
+    io_named = _io_manager_namesake(spec, graph) if graph is not None else None
+    if io_named is not None:
+        return _refuse(f"asset {io_named} of the loaded definitions names table {io_named.split('/')[-1]} as "
+                       f"dagster-duckdb's IO managers name tables (schema, then table), which is {spec.name}'s: a "
+                       "Materialize of it would write that table without a plan or a gate", None, key,
+                       f"give {io_named} a key of its own (or remove it); write {spec.name} through its plans")
     for name, other in sorted(set(claims)):
         table = table_for_asset(name)
         if table.lower() in mine:
@@ -90,6 +96,29 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
                            "share a table (each would take the other's history for new partitions)", None, key,
                            f"give {spec.name} a table of its own (its asset key or publish_as), or remove the "
                            "definition that repeats it")
+    return None
+
+
+def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
+    """Another asset of the definitions whose table, as dagster-duckdb's IO managers name it (the
+    key's last part, in the schema its `schema` metadata or the key's part before it names), is this
+    table's target or published table in the schema they live in: a team's pandas asset keyed
+    `main/published_revenue` replaced partitions consumers read, beside the definitions that declare
+    the table (found by an attack)."""
+    from backfill_assets.graph import asset_key, key_name
+
+    ours = {asset_key(n) for n in graph.tables} | {asset_key(s.publish_as) for s, _ in graph.tables.values()}
+    mine = {spec.table.lower(), spec.publish_table.lower()}
+    published = graph.asset_graph.get(asset_key(spec.publish_as)) if graph.asset_graph.has(
+        asset_key(spec.publish_as)) else None
+    home = str((published.metadata if published is not None else {}).get("schema") or "main").lower()
+    for node in graph.asset_graph.asset_nodes:
+        key = node.key
+        if key in ours or key.path[-1].lower() not in mine:
+            continue
+        schema = node.metadata.get("schema") or (key.path[-2] if len(key.path) > 1 else None)
+        if schema is not None and str(getattr(schema, "value", schema)).lower() == home:
+            return key_name(key)
     return None
 
 

@@ -138,3 +138,36 @@ def test_a_month_computed_through_a_teams_plain_asset_from_the_published_days_is
     world.approve(write_plan(world.root / "plans" / "fix.yaml", plan))
     assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
     _publish_fix_and_check_the_month_adds_up(world, capsys)
+
+
+@pytest.mark.separate_processes
+def test_a_teams_plain_asset_whose_io_manager_table_is_the_published_table_is_refused_beside_it(world,
+                                                                                               monkeypatch):
+    """"A table is one asset's: a second asset key naming the same table ... in the definitions ...
+    is refused before it writes." A team engineer adds a pandas asset keyed `main/published_revenue`
+    (a quick fix of what finance reads) to the definitions that declare the table: dagster-duckdb's
+    `DuckDBPandasIOManager` names its table `main.published_revenue`, the published table, and each
+    Materialize of it replaces partitions consumers read with a DataFrame no gate checked. The
+    table's runs and publish went on beside it as the table's only asset."""
+    from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+
+    @dg.asset(key=["main", "published_revenue"], partitions_def=PARTITIONS,
+              metadata={"partition_expr": "order_date"})
+    def quick_fix(context: dg.AssetExecutionContext):
+        import pandas as pd
+
+        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
+                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
+                          resources={"warehouse": WarehouseResource(home=str(world.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path))})
+    ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
+    assert not ours.success and "main/published_revenue" in failure_text(ours), (
+        "the table ran and published beside an asset whose IO manager writes its published table: "
+        f"{failure_text(ours) or 'success'}")
+    assert world.rows("published_revenue", day) == 0
