@@ -117,7 +117,9 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
         if key in ours or key.path[-1].lower() not in mine:
             continue
         schema = node.metadata.get("schema") or (key.path[-2] if len(key.path) > 1 else None)
-        if schema is not None and str(getattr(schema, "value", schema)).lower() == home:
+        # a key of one part names its table in the IO manager's own `schema` (one configured `main`
+        # writes `Published_Revenue` into published_revenue: DuckDB folds case), which no definition shows
+        if schema is None or str(getattr(schema, "value", schema)).lower() == home:
             return key_name(key)
     return None
 

@@ -141,8 +141,9 @@ def test_a_month_computed_through_a_teams_plain_asset_from_the_published_days_is
 
 
 @pytest.mark.separate_processes
+@pytest.mark.parametrize("key", [["main", "published_revenue"], ["Published_Revenue"]])
 def test_a_teams_plain_asset_whose_io_manager_table_is_the_published_table_is_refused_beside_it(world,
-                                                                                               monkeypatch):
+                                                                                               monkeypatch, key):
     """"A table is one asset's: a second asset key naming the same table ... in the definitions ...
     is refused before it writes." A team engineer adds a pandas asset keyed `main/published_revenue`
     (a quick fix of what finance reads) to the definitions that declare the table: dagster-duckdb's
@@ -154,7 +155,7 @@ def test_a_teams_plain_asset_whose_io_manager_table_is_the_published_table_is_re
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     day = "2026-01-02"
 
-    @dg.asset(key=["main", "published_revenue"], partitions_def=PARTITIONS,
+    @dg.asset(key=key, partitions_def=PARTITIONS,
               metadata={"partition_expr": "order_date"})
     def quick_fix(context: dg.AssetExecutionContext):
         import pandas as pd
@@ -165,9 +166,10 @@ def test_a_teams_plain_asset_whose_io_manager_table_is_the_published_table_is_re
     table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
     defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
                           resources={"warehouse": WarehouseResource(home=str(world.home)),
-                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path))})
+                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path),
+                                                                         schema="main")})
     ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
-    assert not ours.success and "main/published_revenue" in failure_text(ours), (
+    assert not ours.success and "/".join(key) in failure_text(ours), (
         "the table ran and published beside an asset whose IO manager writes its published table: "
         f"{failure_text(ours) or 'success'}")
     assert world.rows("published_revenue", day) == 0
