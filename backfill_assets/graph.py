@@ -158,7 +158,8 @@ class TableGraph:
         mapping = self.asset_graph.get_partition_mapping(asset_key(child), asset_key(parent))
         windows = (isinstance(self.partitions_def(child), dg.TimeWindowPartitionsDefinition)
                    and isinstance(self.partitions_def(parent), dg.TimeWindowPartitionsDefinition))
-        return [mapping, dg.TimeWindowPartitionMapping()] if windows else [mapping]
+        overlap = dg.TimeWindowPartitionMapping()
+        return [mapping, overlap] if windows and mapping != overlap else [mapping]
 
     def downstream_keys(self, parent: str, keys: Iterable[str], child: str) -> tuple[str, ...]:
         """The partitions of `child` that read any of `keys` of `parent`, in `child`'s order."""

@@ -1,4 +1,7 @@
-"""Attacks by a team's own Dagster project (round team-55): each test failed on the code before its fix."""
+"""A team's own Dagster project around the asset graph: a partition mapping override, a plain asset
+between the published days and a replayable month, an asset the IO manager writes into one of the
+tables. Each test failed on the code before its fix (found by an attack). No `from __future__ import
+annotations`: Dagster reads the assets' `context` annotations as types."""
 
 import datetime as dt
 
