@@ -108,6 +108,19 @@ def run(world, defs: dg.Definitions, assets: list[str], partitions: list[str], t
                                   tags=tags, raise_on_error=False)
 
 
+def deployed_defs(path, monkeypatch) -> dg.Definitions:
+    """The definitions of a code location written to `path`, deployed (BACKFILL_DEFS names it, as the
+    CLI and runs find it) and loaded as Dagster would load the file."""
+    import importlib.util
+
+    monkeypatch.setenv("BACKFILL_DEFS", str(path))
+    spec = importlib.util.spec_from_file_location(f"defs_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.defs
+
+
 def graph_plan(world, name: str = "fix", graph: bool = True) -> dict:
     document = complete_plan(plan_id=name, start=WINDOW[0], end=WINDOW[1], proof=(WINDOW[0],), per_run=4)
     if graph:
@@ -979,15 +992,9 @@ def test_a_month_computed_from_the_published_days_is_never_left_beside_days_a_pl
     which backfill writes): it is no member of the days' graph, records no `reads` and is not
     refused as computed from a table backfill writes. A plan over the days is then run and
     published: consumers read a published month computed from the days it replaced."""
-    import importlib.util
-
     _january_days_published(world)
-    path = _published_source_defs(world)
-    monkeypatch.setenv("BACKFILL_DEFS", str(path))
-    spec = importlib.util.spec_from_file_location("defs_published_source", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    loaded = run(world, module.defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+    defs = deployed_defs(_published_source_defs(world), monkeypatch)
+    loaded = run(world, defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
                  {"dagster/backfill": "ui-bf"})
     if not loaded.success:  # refused: its source is a table backfill writes, outside the graph
         assert "published_revenue" in failure_text(loaded), failure_text(loaded)

@@ -105,8 +105,6 @@ def test_a_month_computed_through_a_teams_plain_asset_from_the_published_days_is
     SQL) and the month's `source` clean_days. The month is taken for one over a raw source: loaded
     and published from the published days, then a plan over the days publishes new days beside it,
     and consumers read a month that does not add up to them."""
-    import importlib.util
-
     from tests.plans import complete_plan, write_plan
     from tests.test_graph import (
         FIX_DAYS,
@@ -114,20 +112,17 @@ def test_a_month_computed_through_a_teams_plain_asset_from_the_published_days_is
         _january_days_published,
         _publish_fix_and_check_the_month_adds_up,
         _published_by_region,
+        deployed_defs,
     )
     from tests.test_graph import run as graph_run
 
     _january_days_published(world)
-    path = _clean_days_defs(world)
-    monkeypatch.setenv("BACKFILL_DEFS", str(path))
-    spec = importlib.util.spec_from_file_location("defs_clean_days", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    job = module.defs.resolve_implicit_global_asset_job_def()
+    defs = deployed_defs(_clean_days_defs(world), monkeypatch)
+    job = defs.resolve_implicit_global_asset_job_def()
     with world.deployed():
         assert job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey("clean_days")],
                                       raise_on_error=False).success
-        loaded = graph_run(world, module.defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+        loaded = graph_run(world, defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
                            {"dagster/backfill": "ui-bf"})
     if not loaded.success:  # refused: its source is computed from a table backfill publishes
         assert "computed from clean_days, which is computed from published_revenue" in failure_text(loaded), \
