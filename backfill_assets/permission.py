@@ -114,7 +114,8 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
     home = str((published.metadata if published is not None else {}).get("schema") or "main").lower()
     for node in graph.asset_graph.asset_nodes:
         key = node.key
-        if key in ours or key.path[-1].lower() not in mine:
+        # an external asset (a consumer's `deps` on `main/published_revenue`) is written by no IO manager
+        if key in ours or key.path[-1].lower() not in mine or not node.is_materializable:
             continue
         schema = node.metadata.get("schema") or (key.path[-2] if len(key.path) > 1 else None)
         # a key of one part names its table in the IO manager's own `schema` (one configured `main`

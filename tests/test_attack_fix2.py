@@ -1,0 +1,40 @@
+"""Attack round fix2-55 on the newest fixes: the IO manager namesake and the written ancestor of a
+team's plain asset. Each test failed on the code before its fix. No `from __future__ import
+annotations`: Dagster reads the assets' `context` annotations as types."""
+
+import dagster as dg
+import pytest
+
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from tests.test_team_graph import _run
+from tests.world import failure_text
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("key", [["main", "published_revenue"], ["Published_Revenue"]])
+def test_a_consumers_asset_depending_on_the_published_table_by_its_schema_does_not_refuse_the_table(world,
+                                                                                                   monkeypatch, key):
+    """A consumer's asset (finance's dashboard extract) reads the published table, which is what it
+    is for, and declares it as a dependency by the name its SQL uses: `main/published_revenue`.
+    Dagster adds that key to the graph as an external asset, which no IO manager writes (it cannot
+    be materialized), yet the namesake check refused every run of daily_revenue over it."""
+    from dagster_duckdb import DuckDBResource
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+
+    @dg.asset(deps=[dg.AssetKey(key)])
+    def finance_extract(duckdb: DuckDBResource) -> None:
+        with duckdb.get_connection() as con:
+            con.execute("CREATE OR REPLACE TABLE finance_extract AS SELECT * FROM main.published_revenue")
+
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, finance_extract],
+                          resources={"warehouse": WarehouseResource(home=str(world.home)),
+                                     "duckdb": DuckDBResource(database=str(world.warehouse_path))})
+    ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
+    assert ours.success, failure_text(ours)
+    assert world.rows("published_revenue", day) > 0
