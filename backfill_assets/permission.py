@@ -117,12 +117,32 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
         # an external asset (a consumer's `deps` on `main/published_revenue`) is written by no IO manager
         if key in ours or key.path[-1].lower() not in mine or not node.is_materializable:
             continue
-        schema = node.metadata.get("schema") or (key.path[-2] if len(key.path) > 1 else None)
+        # dagster-duckdb's order: the `schema` metadata, then the IO manager's own `schema` config, then
+        # the key's prefix: configured `main`, `staging/published_revenue` wrote main.published_revenue
+        schema = node.metadata.get("schema") or _io_manager_schema(node) or (
+            key.path[-2] if len(key.path) > 1 else None)
         # a key of one part names its table in the IO manager's own `schema` (one configured `main`
         # writes `Published_Revenue` into published_revenue: DuckDB folds case), which no definition shows
         if schema is None or str(getattr(schema, "value", schema)).lower() == home:
             return key_name(key)
     return None
+
+
+def _io_manager_schema(node: object) -> str | None:
+    """The `schema` the asset's IO manager is configured with, where its config is given in the
+    definitions (`DuckDBPandasIOManager(database=..., schema="main")`, or an `EnvVar`)."""
+    import os
+
+    try:
+        resource = node.assets_def.resource_defs.get(node.io_manager_key)  # type: ignore[attr-defined]
+        field = resource.config_schema if resource is not None else None
+        config = field.default_value if field is not None and field.default_provided else None
+    except Exception:  # noqa: BLE001 - an IO manager of no config: the key's prefix names the schema
+        return None
+    value = config.get("schema") if isinstance(config, dict) else None
+    if isinstance(value, dict) and "env" in value:
+        value = os.environ.get(str(value["env"]))
+    return str(value) if value else None
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,

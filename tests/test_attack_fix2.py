@@ -14,6 +14,39 @@ from tests.world import failure_text
 
 
 @pytest.mark.separate_processes
+def test_an_io_manager_configured_with_the_schema_writes_a_prefixed_key_into_the_published_table(world,
+                                                                                                monkeypatch):
+    """dagster-duckdb names an asset's schema by its `schema` metadata, then the IO manager's own
+    `schema` config, and only then the key's prefix. With the IO manager configured `schema="main"`
+    (as the team's is), a pandas asset keyed `staging/published_revenue` writes
+    `main.published_revenue`, the table consumers read; the namesake check took the prefix for
+    its schema and let the table's runs and publish go on beside it."""
+    from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+
+    @dg.asset(key=["staging", "published_revenue"], partitions_def=PARTITIONS,
+              metadata={"partition_expr": "order_date"})
+    def quick_fix(context: dg.AssetExecutionContext):
+        import pandas as pd
+
+        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
+                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
+                          resources={"warehouse": WarehouseResource(home=str(world.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path),
+                                                                         schema="main")})
+    ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
+    assert not ours.success and "staging/published_revenue" in failure_text(ours), (
+        "the table ran and published beside an asset whose IO manager writes its published table: "
+        f"{failure_text(ours) or 'success'}")
+    assert world.rows("published_revenue", day) == 0
+
+
+@pytest.mark.separate_processes
 @pytest.mark.parametrize("key", [["main", "published_revenue"], ["Published_Revenue"]])
 def test_a_consumers_asset_depending_on_the_published_table_by_its_schema_does_not_refuse_the_table(world,
                                                                                                    monkeypatch, key):
