@@ -77,6 +77,12 @@ def key_name(key: dg.AssetKey) -> str:
     return "/".join(key.path)
 
 
+def _read_table(key: dg.AssetKey) -> str:
+    """The table a key names as the warehouse reads it: case folded, `main/x` being main's x."""
+    path = [p.lower() for p in key.path]
+    return "__".join(path[1:] if len(path) == 2 and path[0] == "main" else path)
+
+
 class TableGraph:
     """The replayable tables of a set of definitions, and the partition mappings between them."""
 
@@ -122,8 +128,10 @@ class TableGraph:
         `source` is such an asset reads backfill's data with no plan over it to recompute or hold it
         back: a month computed from the team's `clean_days`, a copy of the published days, was left
         beside the days a plan published since (found by an attack)."""
-        ours = {asset_key(n): n for n in self.tables}
-        ours.update({asset_key(s.publish_as): s.publish_as for s, _ in self.tables.values()})
+        # by the table DuckDB reads (case folded, `main/published_revenue` is main's published_revenue):
+        # a team's `deps` on the published days so named walked past them (found by an attack)
+        ours = {_read_table(asset_key(n)): n for n in self.tables}
+        ours.update({_read_table(asset_key(s.publish_as)): s.publish_as for s, _ in self.tables.values()})
         start = asset_key(name)
         seen, todo = {start}, [start]
         while todo:
@@ -131,8 +139,8 @@ class TableGraph:
             if not self.asset_graph.has(key):
                 continue
             for parent in sorted(self.asset_graph.get(key).parent_keys, key=key_name):
-                if parent in ours:
-                    return ours[parent]
+                if _read_table(parent) in ours:
+                    return ours[_read_table(parent)]
                 if parent not in seen:
                     seen.add(parent)
                     todo.append(parent)

@@ -71,3 +71,36 @@ def test_a_consumers_asset_depending_on_the_published_table_by_its_schema_does_n
     ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
     assert ours.success, failure_text(ours)
     assert world.rows("published_revenue", day) > 0
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("dep", ["['main', 'published_revenue']", "['Published_Revenue']"])
+def test_a_plain_asset_over_the_published_days_by_another_key_still_makes_its_month_refused(world, monkeypatch,
+                                                                                            dep):
+    """The team's `clean_days` copies the published days (`FROM published_revenue`) and declares
+    the dependency by the name its SQL reads: `main/published_revenue` (or in another case). DuckDB
+    reads the same table, but the written-ancestor walk matched asset keys exactly, so a month
+    whose source is clean_days was loaded and published from the days as if they were a raw source,
+    and no plan over the days would recompute it."""
+    import importlib.util
+
+    from tests.test_graph import MONTH, _january_days_published
+    from tests.test_graph import run as graph_run
+    from tests.test_team_graph import _clean_days_defs
+
+    _january_days_published(world)
+    path = _clean_days_defs(world)
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "@dg.asset(deps=['published_revenue'])", f"@dg.asset(deps=[dg.AssetKey({dep})])"), encoding="utf-8")
+    monkeypatch.setenv("BACKFILL_DEFS", str(path))
+    spec = importlib.util.spec_from_file_location("defs_clean_days_keyed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    job = module.defs.resolve_implicit_global_asset_job_def()
+    with world.deployed():
+        assert job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey("clean_days")],
+                                      raise_on_error=False).success
+        loaded = graph_run(world, module.defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                           {"dagster/backfill": "ui-bf"})
+    assert not loaded.success and "which is computed from" in failure_text(loaded), (
+        f"a month computed from the published days through clean_days was loaded: {failure_text(loaded) or 'success'}")
