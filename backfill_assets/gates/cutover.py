@@ -77,7 +77,9 @@ def streak(keys: Sequence[str], found: Mapping[str, Comparison], needed: int,
     holds (the published partition changed since), with why; they count as not compared."""
     stale = stale or {}
     compared = [k for k in keys if k in found and k not in stale]
-    last = max((i for i, k in enumerate(keys) if k in found and k not in stale), default=-1)
+    # a stale comparison counts as not compared but still ends the count: a mismatch made stale at
+    # the window's end (its published day restated) must not leave the days before it as the streak
+    last = max((i for i, k in enumerate(keys) if k in found), default=-1)
     count, broken = 0, None
     for key in keys[:last + 1]:
         comparison = found.get(key)
