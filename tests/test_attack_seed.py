@@ -28,3 +28,30 @@ def test_a_stale_comparison_at_the_end_of_the_window_does_not_hide_its_mismatch(
     assert f"reset at {WINDOW[3]}: the published partition changed since it was compared" in err, err
     assert world.phase("cut") == "reconciled"
     assert world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [WINDOW[3]]) == before
+
+
+
+def test_the_reopened_notice_of_a_graph_plan_tells_what_consumers_of_the_month_will_see(world, monkeypatch, capsys):
+    """A plan over the days and their month publishes both in one transaction; the README says the
+    impact consumers will see goes into the `reopened` notice to downstream owners (the month's
+    consumers, the report's owners, among them). The notice carried the days' impact alone: the
+    month, whose net revenue moved as much, was reported to no one (only the evidence row had it)."""
+    import json
+
+    from tests.test_graph import MONTH, buggy_january_published, month_net, reconciled_graph
+
+    world = buggy_january_published(world, monkeypatch)
+    before = month_net(world, "published_monthly_revenue")
+    reconciled_graph(world)
+    assert world.cli("publish", "fix") == 0
+    moved = month_net(world, "published_monthly_revenue") - before
+    assert moved
+    [body] = [json.loads(b) for (b,) in world.sql(
+        "SELECT body FROM backfill_control.outbox WHERE plan_id = 'fix' AND event = 'reopened'")]
+    text = json.dumps(body)
+    assert "published_monthly_revenue" in text, text
+    month = next(i for i in ([body["impact"]] + list(body["impact"].get("graph", {}).values())
+                             if isinstance(body.get("impact"), dict) else [])
+                 if i.get("table") == "published_monthly_revenue")
+    assert round(month["totals"]["net_revenue"]["difference"], 2) == round(moved, 2)
+    assert [p["partition"] for p in month["changed"]] == [MONTH]

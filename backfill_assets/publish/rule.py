@@ -512,7 +512,15 @@ def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
             "sha256": plan.approved_sha256, "impact": seen.totals if seen else None,
             **({"graph": graph} if graph else {}), **({"cutover": dual.to_json()} if dual else {})})
         lifecycle.published(session, plan, actor, with_graph=bool(graph))
-        announce_reopen(session, plan.approved.plan, actor, seen.summary() if seen else None, dual)
+        # what consumers will see change in every table the publish copies: the month a graph plan
+        # recomputed changes for its readers as the days do (the notice told the days alone)
+        told = seen.summary() if seen else None
+        others = {a: (t.impact.of(plan.plan_id, plan.keys_of(a)).summary() if t.impact is not None
+                      else {"table": t.spec.publish_as, "not_computed": t.impact_error})
+                  for a in plan.assets[1:] for t in tables if t.spec.name == a}
+        if others:
+            told = {**(told or {}), "graph": others}
+        announce_reopen(session, plan.approved.plan, actor, told, dual)
         done.append(plan.plan_id)
     faults.checkpoint("publish.before_commit")
     first = tables[0]
