@@ -55,3 +55,24 @@ def test_the_reopened_notice_of_a_graph_plan_tells_what_consumers_of_the_month_w
                  if i.get("table") == "published_monthly_revenue")
     assert round(month["totals"]["net_revenue"]["difference"], 2) == round(moved, 2)
     assert [p["partition"] for p in month["changed"]] == [MONTH]
+
+
+def test_the_months_published_materialization_carries_what_its_consumers_see_change(world, monkeypatch):
+    """The README: what consumers see change goes on the published asset's materialization (the
+    `impact_*` numbers the UI plots, and the table). A graph plan's publish materializes the month's
+    published asset too, with no impact at all: its Plots and its readers saw nothing of the move."""
+    import dagster as dg
+
+    from tests.test_graph import MONTH, buggy_january_published, month_net, reconciled_graph
+
+    world = buggy_january_published(world, monkeypatch)
+    before = month_net(world, "published_monthly_revenue")
+    reconciled_graph(world)
+    assert world.cli("publish", "fix") == 0
+    moved = month_net(world, "published_monthly_revenue") - before
+    record = world.instance.get_latest_materialization_event(dg.AssetKey("published_monthly_revenue"))
+    assert record is not None and record.asset_materialization.partition == MONTH
+    metadata = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+    assert metadata.get("impact_partitions_changed") == 1, metadata
+    assert round(metadata["impact_net_revenue_difference"], 2) == round(moved, 2)
+

@@ -64,10 +64,15 @@ def make_publish_asset(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
         # assets are materialized by this run too, partition by partition, so the UI shows them current
         for asset, copied in done.graph.items():
             other = graph.spec(asset)
+            # what its consumers see change, as the target's published asset carries its own
+            seen, why = done.graph_impact.get(asset, (None, "not computed"))
+            impact = impact_metadata(seen) if seen is not None else {
+                "impact": dg.MetadataValue.text(f"not computed: {why}")}
             for key in copied:
                 context.log_event(dg.AssetMaterialization(
                     asset_key=asset_key(other.publish_as), partition=key,
-                    metadata={"plans": ", ".join(done.plans_published), "published_with": spec.publish_as}))
+                    metadata={"plans": ", ".join(done.plans_published), "published_with": spec.publish_as,
+                              **impact}))
         replaced: dict[str, Any] = {"replaced_edited_partitions": dg.MetadataValue.int(len(done.replaced_edits)),
                     "replaced_edits": ", ".join(sorted(done.replaced_edits)[:50])} if done.replaced_edits else {}
         yield dg.MaterializeResult(metadata={

@@ -291,6 +291,8 @@ class Published:
     replaced_edits: dict[str, tuple[Fingerprint, Fingerprint]] = field(default_factory=dict)
     # the other tables of a plan's graph, published in the same transaction: asset -> keys copied
     graph: dict[str, list[str]] = field(default_factory=dict)
+    # what consumers of each of those tables see change (None: not computed, and why)
+    graph_impact: dict[str, tuple[Impact | None, str]] = field(default_factory=dict)
 
 
 class _Refused(Exception):
@@ -525,7 +527,8 @@ def _copy(session: Session, tables: list[_Table], actor: str) -> Published:
     faults.checkpoint("publish.before_commit")
     first = tables[0]
     return Published(copied[first.spec.name], first.keys, done, first.impact, replaced_edits=replaced,
-                     graph={t.spec.name: t.keys for t in tables[1:]})
+                     graph={t.spec.name: t.keys for t in tables[1:]},
+                     graph_impact={t.spec.name: (t.impact, t.impact_error) for t in tables[1:]})
 
 
 def _copy_table(session: Session, spec: TableSpec, scheme: PartitionScheme, found: Blockers, actor: str,
