@@ -17,7 +17,7 @@ from typing import Any
 
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import snapshotted
-from backfill_assets.gates.expectation import Expectation
+from backfill_assets.gates.expectation import Expectation, judge_movement
 from backfill_assets.gates.results import as_number
 from backfill_assets.identifiers import qualified, quote
 from backfill_assets.partitions import PartitionScheme
@@ -108,13 +108,38 @@ class Impact:
         if self.expected is not None and self.expected.declared:
             document["expected"] = self.expected.to_json()
             for part, shown in zip(self.partitions, document["partitions"], strict=True):
+                broken = self._broken(part)
+                if broken:
+                    shown["unexpected"] = broken
                 for change, key in zip(part.top, shown["top"], strict=True):
-                    key["unexpected"] = self._unexpected(part.partition, change)
+                    key["unexpected"] = self._unexpected(part, change)
         return document
 
-    def _unexpected(self, partition: str, change: KeyChange) -> list[str]:
+    def _unexpected(self, part: PartitionImpact, change: KeyChange) -> list[str]:
         moved = [m for m, (_, _, d) in change.metrics.items() if d]
-        return self.expected.unexpected(partition, change.status, moved) if self.expected else []
+        if not self.expected:
+            return []
+        found = self.expected.unexpected(part.partition, change.status, moved)
+        # a declared metric whose partition figure broke its direction or bounds is not expected
+        # either: `changes_as_expected` fails the partition for it (diff marked each key's move of
+        # it `expected` while the gate refused it: found by an attack)
+        broken = self._broken(part)
+        return found + [m for m in moved if m in broken and m not in found]
+
+    def _broken(self, part: PartitionImpact) -> dict[str, list[str]]:
+        """Per declared metric, what of the partition's movement its rule refuses (direction and
+        per-partition bounds, as the gate judges them on the partition's figure)."""
+        if self.expected is None or not self.expected.declared:
+            return {}
+        out = {}
+        for name, rule in self.expected.metrics.items():
+            if name not in part.totals:
+                continue
+            old, new, _ = part.totals[name]
+            problems = judge_movement(name, old, new, rule.direction, rule.per_partition, "")
+            if problems:
+                out[name] = problems
+        return out
 
     def of(self, plan_id: str, keys: Sequence[str]) -> Impact:
         """The part of this impact on `keys`, for one plan."""
@@ -153,9 +178,11 @@ class Impact:
         for p in shown:
             lines.append(f"{p.partition}: +{p.added} -{p.removed} ~{p.changed} rows ({p.rows_before} -> "
                          f"{p.rows_after})")
+            for problems in (self._broken(p) if marking else {}).values():
+                lines.append(f"  NOT EXPECTED: {'; '.join(problems)}")
             for change in p.top:
                 keys = ", ".join(f"{k}={v}" for k, v in change.keys.items())
-                unexpected = self._unexpected(p.partition, change) if marking else []
+                unexpected = self._unexpected(p, change) if marking else []
                 figures = "; ".join(f"{m} {_fmt(o)} -> {_fmt(n)} ({_fmt(d, sign=True)})"
                                     + (" NOT EXPECTED" if m in unexpected else " expected" if marking else "")
                                     for m, (o, n, d) in change.metrics.items() if d)

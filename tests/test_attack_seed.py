@@ -76,3 +76,24 @@ def test_the_months_published_materialization_carries_what_its_consumers_see_cha
     assert metadata.get("impact_partitions_changed") == 1, metadata
     assert round(metadata["impact_net_revenue_difference"], 2) == round(moved, 2)
 
+
+def test_backfill_diff_never_marks_expected_a_move_the_gate_refused_for_its_direction(world, capsys):
+    """The plan says net_revenue goes down; the replay moves it up in every key, and
+    `changes_as_expected` fails the partition for it. `backfill diff`, what reviewers read "before
+    anyone sees it", marked each of those moves ` expected` and printed no NOT EXPECTED at all."""
+    from tests.test_expectations import WINDOW as W
+    from tests.test_expectations import buggy_window, plan_with, verdicts
+
+    buggy_window(world)
+    path = plan_with(world, "fix", {"changes": [{"name": "net_revenue", "direction": "down"}]})
+    assert world.cli("run", str(path), "--proof") != 0
+    passed, figures = verdicts(world, "fix")[W[0]]
+    assert not passed and "expected down" in figures["detail"]
+    capsys.readouterr()
+    assert world.cli("diff", "fix") == 0
+    text = capsys.readouterr().out
+    moves = [ln for ln in text.splitlines() if "net_revenue" in ln and "->" in ln and ln.startswith("  ")]
+    assert moves, text
+    assert not any(ln.endswith(" expected") or "(+" in ln.split("net_revenue")[1].split(";")[0]
+                   and " expected" in ln.split("net_revenue")[1].split(";")[0] for ln in moves), text
+    assert "NOT EXPECTED" in text, text
