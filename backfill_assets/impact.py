@@ -42,6 +42,7 @@ class KeyChange:
     keys: dict[str, object]
     status: str  # added | removed | changed
     metrics: dict[str, tuple[object, object, float | None]]  # name -> (old, new, new - old)
+    columns: tuple[str, ...] = ()  # value columns whose values of the key changed (a changed key)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class PartitionImpact:
                 "added": self.added, "removed": self.removed, "changed": self.changed,
                 "totals": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in self.totals.items()},
                 "top": [{"keys": c.keys, "status": c.status,
-                         "metrics": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in c.metrics.items()}}
+                         "metrics": {m: {"old": o, "new": n, "difference": d} for m, (o, n, d) in c.metrics.items()},
+                         **({"columns": list(c.columns)} if c.columns else {})}
                         for c in self.top]}
 
 
@@ -117,6 +119,7 @@ class Impact:
 
     def _unexpected(self, part: PartitionImpact, change: KeyChange) -> list[str]:
         moved = [m for m, (_, _, d) in change.metrics.items() if d]
+        moved += [c for c in change.columns if c not in moved]
         if not self.expected:
             return []
         found = self.expected.unexpected(part.partition, change.status, moved)
@@ -183,9 +186,12 @@ class Impact:
             for change in p.top:
                 keys = ", ".join(f"{k}={v}" for k, v in change.keys.items())
                 unexpected = self._unexpected(p, change) if marking else []
-                figures = "; ".join(f"{m} {_fmt(o)} -> {_fmt(n)} ({_fmt(d, sign=True)})"
-                                    + (" NOT EXPECTED" if m in unexpected else " expected" if marking else "")
-                                    for m, (o, n, d) in change.metrics.items() if d)
+                figures = "; ".join([f"{m} {_fmt(o)} -> {_fmt(n)} ({_fmt(d, sign=True)})"
+                                     + (" NOT EXPECTED" if m in unexpected else " expected" if marking else "")
+                                     for m, (o, n, d) in change.metrics.items() if d]
+                                    + [f"{c} changed" + (" NOT EXPECTED" if c in unexpected else
+                                                         " expected" if marking else "")
+                                       for c in change.columns if c not in change.metrics])
                 whole = next((WHOLE[u] for u in unexpected if u in WHOLE), None)
                 mark = f"  NOT EXPECTED ({whole})" if whole else ""
                 lines.append(f"  {change.status:<8} {keys}" + (f": {figures}" if figures else "") + mark)
@@ -299,13 +305,14 @@ def _changed_keys(session: Session, spec: TableSpec, scheme: PartitionScheme, be
             values = values[4:]
             totals[m.name] = (as_number(tb), as_number(ta), _diff(tb, ta))
             per_key[m.name] = (as_number(bm), as_number(am), _diff(bm, am))
+        columns = tuple(c for c, flag in zip(spec.value_columns, values, strict=True) if flag)
         impact = out.get(key)
         if impact is None:
             impact = PartitionImpact(key, *rows[key], int(row[1]), int(row[2]), int(row[3]), totals, [])
             out[key] = impact
         if row[4] is not None and len(impact.top) < top:
             impact.top.append(KeyChange(dict(zip(spec.business_keys, row[5:5 + n_keys], strict=True)), row[4],
-                                        per_key))
+                                        per_key, columns))
     return out
 
 

@@ -97,3 +97,40 @@ def test_backfill_diff_never_marks_expected_a_move_the_gate_refused_for_its_dire
     assert not any(ln.endswith(" expected") or "(+" in ln.split("net_revenue")[1].split(";")[0]
                    and " expected" in ln.split("net_revenue")[1].split(";")[0] for ln in moves), text
     assert "NOT EXPECTED" in text, text
+
+
+def test_backfill_diff_marks_a_key_whose_only_change_is_an_undeclared_column(world, capsys):
+    """A team's table with a value column that is no metric (here `customers`): the replay changes it
+    in one key, undeclared, and `changes_as_expected` fails naming it. `backfill diff` listed the key
+    as `changed` with no figure and no NOT EXPECTED: the one change the gate refused was shown as
+    nothing at all."""
+    from tests.plans import complete_plan, write_plan
+    from tests.test_expectations import DAY, NET_UP
+    from tests.test_expectations import WINDOW as W
+    from tests.world import BUGGY, replace
+
+    spec = replace(FIXED, metrics=tuple(m for m in FIXED.metrics if m.name != "customers"))
+    defs = world.defs_file(spec)
+    assert world.materialize(W, spec=BUGGY).success
+    # one order moves to another customer of its region who ordered that day: one customer fewer
+    order_id, region, other = world.sql(
+        "SELECT o.order_id, o.region, (SELECT min(x.customer_id) FROM orders x WHERE x.order_date = o.order_date "
+        "AND x.region = o.region AND x.customer_id <> o.customer_id) FROM orders o WHERE o.order_date = ? "
+        "AND (SELECT count(*) FROM orders y WHERE y.order_date = o.order_date AND y.region = o.region "
+        "AND y.customer_id = o.customer_id) = 1 ORDER BY o.order_id LIMIT 1", [DAY])[0]
+    world.run_sql("UPDATE orders SET customer_id = ? WHERE order_id = ?", [other, order_id])
+    document = complete_plan(plan_id="fix", start=W[0], end=W[-1], proof=(W[0],), per_run=4)
+    document["expect"] = NET_UP
+    path = world.approve_for(write_plan(world.root / "plans" / "fix.yaml", document), spec)
+    assert world.cli("run", str(path), "--proof", "--defs", str(defs)) == 0
+    world.cli("run", str(path), "--defs", str(defs))
+    with world.warehouse().session() as session:
+        from backfill_assets.control import ledger
+        from backfill_assets.gates.results import CHANGES_AS_EXPECTED
+        passed, figures = ledger.latest(session, spec.name, [DAY], "fix")[DAY].gates[CHANGES_AS_EXPECTED]
+    assert not passed and "customers" in figures["detail"], figures["detail"]
+    capsys.readouterr()
+    assert world.cli("diff", "fix", "--partitions", DAY, "--defs", str(defs)) == 0
+    text = capsys.readouterr().out
+    [line] = [ln for ln in text.splitlines() if f"region={region}" in ln]
+    assert "NOT EXPECTED" in line and "customers" in line, text

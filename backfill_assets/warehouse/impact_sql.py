@@ -56,7 +56,8 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
 
     One row per partition and changed key of its `top` (one with status NULL when none changed):
     (key, added, removed, changed, status, *business key values, then per metric: partition total
-    before, after, the key's value before, after), by partition, the key that changed most first.
+    before, after, the key's value before, after, then per value column 1 when the key's values of
+    it changed), by partition, the key that changed most first.
     """
     engine = session.engine
     metrics = list(spec.metrics)
@@ -68,14 +69,14 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
     params: list[object] = []
 
     def scan(alias: str, columns: list[str], join: str = "", group_by: bool = False) -> str:
-        """One side's rows of these partitions (its params go in the order the SQL reads)."""
+        """One side's rows of these partitions (its params go in the order the SQL reads); with
+        `group_by`, grouped by the partition and the business keys (the first columns)."""
         source, group = sides[alias]
         params.extend(group.params)
         cols = [f"{group.key_sql} AS pkey", *columns]
         sql = (f"SELECT {', '.join(cols)} FROM {source} AS {alias}{group.join_sql}{join} "
                f"WHERE {group.where_sql}")
-        return sql + (f" GROUP BY {', '.join(str(i + 1) for i in range(len(cols) - len(metrics) - 1))}"
-                      if group_by else "")
+        return sql + (f" GROUP BY {', '.join(str(i + 1) for i in range(1 + len(bkeys)))}" if group_by else "")
 
     def hashed(alias: str) -> str:
         return f"{engine.transient_row_hash_sql(spec.columns, alias, _declared(spec))} AS h"
@@ -91,6 +92,14 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
         return f" JOIN impact_keys AS c ON c.pkey = {sides[alias][1].key_sql} AND {match}"
 
     metric_cols = [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    # per key, each value column's values as one figure (a sum of their hashes): a key whose only
+    # change is a column no metric reads showed as changed with nothing said of what changed
+    values = list(spec.value_columns)
+    declared = dict(zip(spec.columns, _declared(spec), strict=True))
+
+    def value_sums(alias: str) -> list[str]:
+        return [f"sum(CAST({engine.transient_row_hash_sql([c], alias, [declared[c]])} AS {engine.wide_int})) "
+                f"AS v{j}" for j, c in enumerate(values)]
     magnitude = " + ".join(f"abs(CAST(coalesce(a.m{i}, 0) AS DOUBLE PRECISION) - CAST(coalesce(b.m{i}, 0) "
                            "AS DOUBLE PRECISION))" for i in range(len(metrics))) or "0"
     rows_sql = f"""
@@ -103,12 +112,16 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
         FROM ({scan('b', [hashed('b'), *key_columns('b')])}
               UNION ALL {scan('a', [hashed('a'), *key_columns('a')])}) AS r
         WHERE EXISTS (SELECT 1 FROM impact_rows AS d WHERE d.pkey = r.pkey AND d.h = r.h)),
-    impact_before AS ({scan('b', [*key_columns('b'), 'count(*) AS n', *metric_cols], changed_key('b'), True)}),
-    impact_after AS ({scan('a', [*key_columns('a'), 'count(*) AS n', *metric_cols], changed_key('a'), True)}),
+    impact_before AS ({scan('b', [*key_columns('b'), 'count(*) AS n', *metric_cols, *value_sums('b')],
+                            changed_key('b'), True)}),
+    impact_after AS ({scan('a', [*key_columns('a'), 'count(*) AS n', *metric_cols, *value_sums('a')],
+                           changed_key('a'), True)}),
     j AS (
         SELECT coalesce(b.pkey, a.pkey) AS pkey, {', '.join(f'coalesce(b.{c}, a.{c}) AS {c}' for c in kc)},
                CASE WHEN b.n IS NULL THEN 'added' WHEN a.n IS NULL THEN 'removed' ELSE 'changed' END AS status,
                {magnitude} AS size {''.join(f', b.m{i} AS bm{i}, a.m{i} AS am{i}' for i in range(len(metrics)))}
+               {''.join(f', CASE WHEN b.n IS NOT NULL AND a.n IS NOT NULL AND b.v{j} IS DISTINCT FROM a.v{j} '
+                        f'THEN 1 ELSE 0 END AS cv{j}' for j in range(len(values)))}
         FROM impact_before AS b FULL OUTER JOIN impact_after AS a
              ON b.pkey = a.pkey AND {engine.keys_match_sql('b', 'a', kc, spec.key_types)}),
     counts AS (
@@ -131,6 +144,7 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
            {''.join(f', CASE WHEN tb.pkey IS NULL THEN e.m{i} ELSE tb.m{i} END, '
                     f'CASE WHEN ta.pkey IS NULL THEN e.m{i} ELSE ta.m{i} END, top.bm{i}, top.am{i}'
                     for i in range(len(metrics)))}
+           {''.join(f', top.cv{j}' for j in range(len(values)))}
     FROM partitions AS p CROSS JOIN no_rows AS e LEFT JOIN counts AS c ON c.pkey = p.pkey
          LEFT JOIN totals_before AS tb ON tb.pkey = p.pkey LEFT JOIN totals_after AS ta ON ta.pkey = p.pkey
          LEFT JOIN top ON top.pkey = p.pkey
