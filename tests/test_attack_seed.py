@@ -134,3 +134,21 @@ def test_backfill_diff_marks_a_key_whose_only_change_is_an_undeclared_column(wor
     text = capsys.readouterr().out
     [line] = [ln for ln in text.splitlines() if f"region={region}" in ln]
     assert "NOT EXPECTED" in line and "customers" in line, text
+
+
+def test_a_proof_covering_the_whole_window_is_no_slice_proof(tmp_path, run_cli):
+    """The seed's red flag "no bounded slice proof before full-window replay": proof_partitions may
+    list every partition of a window of several, so the "proof" is the full-window replay itself
+    (written twice), and no slice was ever proven before it. A window of one partition (late data
+    for yesterday) is its own proof; one of several needs a proof smaller than it."""
+    from tests.plans import complete_plan, write_plan
+
+    days = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"]
+    document = complete_plan(start=days[0], end=days[-1], proof=tuple(days))
+    result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
+                     "--defs", "backfill_assets.demo.daily")
+    assert result.code == 1, result.out
+    assert "execution.proof_partitions" in result.err and "whole window" in result.err, result.err
+    late = complete_plan(start=days[0], end=days[0], proof=(days[0],))
+    assert run_cli("plan", "validate", str(write_plan(tmp_path / "late.yaml", late)),
+                   "--defs", "backfill_assets.demo.daily").code == 0

@@ -101,6 +101,13 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
             problems.append(PlanProblem("execution.proof_partitions", key,
                                         f"is not a partition of the window {plan.window.start}.."
                                         f"{plan.window.end}; pick keys inside it"))
+    if len(keys) > 1 and set(keys) <= set(plan.proof_keys):
+        # the proof is the bounded slice the window expands from only once it passed: a proof of
+        # every partition is the full-window replay itself, with no slice proven before it (the
+        # seed's red flag; a window of one partition is its own proof)
+        problems.append(PlanProblem("execution.proof_partitions", list(plan.proof_keys),
+                                    f"lists the whole window {plan.window.start}..{plan.window.end}, so no slice is "
+                                    "proven before the full window is replayed; list fewer partitions"))
     problems += _expect_problems(plan, spec, keys)
     scenario = plan.scenario
     if scenario is not None and scenario.kind == "logic_change" and scenario.new_code_version != spec.code_version:
