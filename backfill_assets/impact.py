@@ -212,11 +212,12 @@ class Impact:
 def consumers_line(events: Iterable[Any]) -> str | None:
     """One line from a publish run's materialization events (`Impact.metadata` numbers, the same on
     each partition of a range), for a terminal; None when none carries them. Metrics that did not
-    move are left out."""
-    for event in events:
-        seen = {k: v.value for k, v in event.materialization.metadata.items()}
-        if "impact_partitions_changed" not in seen:
-            continue
+    move are left out. The run's own published asset (its materialization counts the `rows` it
+    copied) first: a graph's month, materialized by the same run and logged before it, carries its
+    own impact."""
+    found = [{k: v.value for k, v in event.materialization.metadata.items()} for event in events]
+    found = [seen for seen in found if "impact_partitions_changed" in seen]
+    for seen in sorted(found, key=lambda seen: "rows" not in seen):
         figures = "".join(f"; {k[len('impact_'):-len('_difference')]} {v:+,.2f}" for k, v in seen.items()
                           if k.startswith("impact_") and k.endswith("_difference") and v)
         return (f"consumers see {seen['impact_partitions_changed']} partition(s) changed: rows "

@@ -57,7 +57,7 @@ def test_the_reopened_notice_of_a_graph_plan_tells_what_consumers_of_the_month_w
     assert [p["partition"] for p in month["changed"]] == [MONTH]
 
 
-def test_the_months_published_materialization_carries_what_its_consumers_see_change(world, monkeypatch):
+def test_the_months_published_materialization_carries_what_its_consumers_see_change(world, monkeypatch, capsys):
     """The README: what consumers see change goes on the published asset's materialization (the
     `impact_*` numbers the UI plots, and the table). A graph plan's publish materializes the month's
     published asset too, with no impact at all: its Plots and its readers saw nothing of the move."""
@@ -68,7 +68,10 @@ def test_the_months_published_materialization_carries_what_its_consumers_see_cha
     world = buggy_january_published(world, monkeypatch)
     before = month_net(world, "published_monthly_revenue")
     reconciled_graph(world)
+    capsys.readouterr()
     assert world.cli("publish", "fix") == 0
+    # the terminal still tells the days' change, the run's own table
+    assert "consumers see 4 partition(s) changed" in capsys.readouterr().out
     moved = month_net(world, "published_monthly_revenue") - before
     record = world.instance.get_latest_materialization_event(dg.AssetKey("published_monthly_revenue"))
     assert record is not None and record.asset_materialization.partition == MONTH
