@@ -1,5 +1,7 @@
-"""Attacks against the seed's red flags and the README's promises on `expect:`, scenarios and the
-impact report consumers are told. Each test fails on the code before its fix."""
+"""The seed's red flags and the README's promises on `expect:`, scenarios and the impact consumers
+are told: a cutover's streak, the notice and the materializations of a graph publish, `backfill
+diff` beside `changes_as_expected`, the proof as a bounded slice. Each test failed on the code
+before its fix (found by an attack)."""
 
 from __future__ import annotations
 
