@@ -236,6 +236,9 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
     pid = state.plan_id
     phase = state.phase
     if status.running:
+        if state.hold is Hold.CANCELLED:  # a cancelled plan refuses a pause, whose refusal names status
+            return (f"wait: {status.running} is running it and stops before its next slice (the plan is "
+                    f"cancelled); then `backfill status {pid}` names the rollback")
         return f"wait: {status.running} is running it (or `backfill pause {pid}`)"
     if state.hold is Hold.PAUSED and state.active:
         # a pause outlives a publish (which takes no run): then neither run nor cancel can act on
