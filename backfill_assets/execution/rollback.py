@@ -228,6 +228,20 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         for table in sorted({t.table for t, _, _, _ in whole}):
             if session.engine.table_exists(session, table):
                 session.hold_table(table, writing=True)
+        # a published table it restores into holds the contract's kinds of value, as publish refuses
+        # it otherwise: DECIMAL put back into a column retyped VARCHAR beside it keeps its texts, all
+        # a fingerprint sees, and was recorded as consumers seeing the snapshot's bytes again while
+        # they read strings (found by an attack)
+        for table_spec, _, _, published in sorted(whole, key=lambda w: w[0].publish_table):
+            if published and session.engine.table_exists(session, table_spec.publish_table):
+                session.hold_table(table_spec.publish_table, writing=True)  # no ALTER until it commits
+                shape = published_record.shape_problems(session, table_spec)
+                if shape:
+                    raise RollbackRefused(
+                        f"rollback of plan {state.plan_id} refused, nothing was changed: "
+                        f"{table_spec.publish_table} cannot hold the snapshot's partitions: {'; '.join(shape[:3])}",
+                        fix=f"make {table_spec.publish_table}'s columns what the contract declares, then roll back "
+                            "again")
         # what it restores, checked against the chain once every lock is held: the plan's own writes
         # cannot commit meanwhile (its row is held exclusive), and a later writer's that committed
         # while this waited for a partition's lock is found too; rows hidden after this are found by
