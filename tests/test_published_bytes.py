@@ -302,3 +302,23 @@ def test_a_published_table_with_a_case_variant_column_is_refused(engine_world, c
     capfd.readouterr()
     assert world.cli("publish", "fix") == 1
     assert "Net_Revenue" in capfd.readouterr().err
+
+
+def test_a_rollback_never_restores_published_bytes_into_a_column_of_another_kind(engine_world, capfd):
+    """Plan fix is published; a consumer's session retypes published_revenue.net_revenue to VARCHAR
+    (as `ALTER TABLE ... TYPE VARCHAR` typed beside the command); then `backfill rollback fix`.
+    Publish refuses a published column of another kind (the values' texts, all a fingerprint sees,
+    match); the rollback's restore into it must be refused the same way, not recorded as consumers
+    seeing the snapshot's bytes again while they read strings."""
+    world = engine_world
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("ALTER TABLE published_revenue ALTER net_revenue TYPE VARCHAR")
+    capfd.readouterr()
+    code = world.cli("rollback", "fix")
+    err = capfd.readouterr().err
+    assert code == 1, "restored DECIMAL values into a VARCHAR column as the snapshot's bytes"
+    assert "net_revenue: type" in err and err.count("\n") == 1, err
+    assert world.phase() == "published"
