@@ -46,7 +46,7 @@ def timed(name, module, attribute):
 for name, where in steps.items():
     timed(name, *where.split(":"))
 atexit.register(lambda: open(out, "w").write(json.dumps(walls)))
-from backfill_assets.cli import entrypoint
+from backfill_assets.console import entrypoint  # the console script's: its collector thresholds too
 sys.argv = ["backfill", *sys.argv[3:]]
 entrypoint()
 """
