@@ -101,8 +101,10 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
 
 def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
     """Another asset of the definitions whose table, as dagster-duckdb's IO managers name it (the
-    key's last part, in the schema its `schema` metadata or the key's part before it names), is this
-    table's target or published table in the schema they live in: a team's pandas asset keyed
+    key's last part, in the schema its `schema` metadata, its IO manager's configured `schema` or
+    the key's part before it names, in that order), is this table's target or published table in
+    the schema they live in (a test of `tests/test_team_graph.py` fails if Dagster moves what this
+    reads of an asset node): a team's pandas asset keyed
     `main/published_revenue` replaced partitions consumers read, beside the definitions that declare
     the table (found by an attack)."""
     from backfill_assets.graph import asset_key, key_name
