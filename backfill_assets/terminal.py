@@ -81,6 +81,16 @@ def say(message: str) -> None:
     write(message + "\n")
 
 
+def note(message: str) -> None:
+    """A one-line caveat about an answer on stdout, on stderr where scripts reading stdout skip it."""
+    sys.stderr.write(f"backfill: note: {message}\n")
+    sys.stderr.flush()
+
+
+UNVERIFIED = ("read without the evidence key, so this {what} is unverified (its rows are whatever was written to "
+              "the warehouse): {fix}")
+
+
 def run_config() -> dict[str, Any]:
     level = "DEBUG" if _verbose else "INFO"
     return {"loggers": {"console": {"config": {"log_level": level}}}}

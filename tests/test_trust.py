@@ -2143,3 +2143,7 @@ def test_approvers_show_without_the_evidence_key_says_its_root_is_unverified(wor
     code = world.cli("approvers", "show")
     said = capsys.readouterr()
     assert code != 0 or "unverified" in said.out + said.err, said.out + said.err
+    # and `status`, read there too, says its answer rests on rows it cannot verify
+    assert world.cli("status") == 0
+    said = capsys.readouterr()
+    assert "unverified" in said.err and said.err.count("\n") == 1, said.err

@@ -57,17 +57,15 @@ def load_files(signers_path: str, policy_path: str | None, fallback: Policy | No
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    import sys
-
+    from backfill_assets import terminal
     from backfill_assets.control.evidence_log import can_verify
 
     with reading(args) as session:
         found = trust_record.history(session)
         verified = can_verify(session)
     if found and not verified:  # the rows as typed: a forged first pin was shown as the root (found by an attack)
-        sys.stderr.write("backfill: note: read without the evidence key, so this trust root is unverified (its rows "
-                         "are whatever was written to the warehouse): compare it with the reviewed files where the "
-                         "key is\n")
+        terminal.note(terminal.UNVERIFIED.format(what="trust root",
+                                                  fix="compare it with the reviewed files where the key is"))
     if not found:
         print("approvers: no trust root pinned yet: `backfill init --allowed-signers FILE [--policy FILE]`")
         return 0

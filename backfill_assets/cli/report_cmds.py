@@ -264,11 +264,14 @@ def _refuse_if_published(args: argparse.Namespace, plan_id: str, why: str, cause
 def cmd_status(args: argparse.Namespace) -> int:
     from backfill_assets.cli.notices_cmd import undelivered_line
     from backfill_assets.control import record
+    from backfill_assets.control.evidence_log import can_verify
     from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status, reconciled_seq, sensor_gave_up
 
     tables = tables_if_found()
     with reading(args) as session:
+        if not can_verify(session):  # as `approvers show` says it: the rows as typed, not as the chain vouches
+            output.note(output.UNVERIFIED.format(what="status", fix="ask it where the key is"))
         states = [plan_state(session, args.plan)] if args.plan else record.all_plans(session)
         statuses = [plan_status(session, s, *table_of(tables, s.target)) for s in states]
         told = {s.plan_id: undelivered_line(session, s.plan_id) for s in states}
