@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,30 +97,57 @@ def run_config() -> dict[str, Any]:
     return {"loggers": {"console": {"config": {"log_level": level}}}}
 
 
+# one redirection a process, however many commands run in it at once (a test's threads, a notebook's):
+# each command saved the streams it found and put them back as it ended, so two at once left stdout
+# the other's closed log stream ("I/O operation on closed file", found as a test flaked under load)
+_REDIRECT_LOCK = threading.Lock()
+_redirected: list[Any] = []  # [depth, restore] while redirected
+
+
 @contextmanager
 def dagster_output(home: Home) -> Iterator[Path]:
-    """Route everything written to stdout/stderr (fds included) to the log file, unless verbose."""
-    global _terminal_fd
+    """Route everything written to stdout/stderr (fds included) to the log file, unless verbose.
+    Commands running at once in one process share the first one's redirection; the last to end
+    puts the terminal back."""
     path = log_file(home)
     if _verbose:
         yield path
         return
+    with _REDIRECT_LOCK:
+        if _redirected:
+            _redirected[0] += 1
+        else:
+            _redirected[:] = [1, _redirect(path)]
+    try:
+        yield path
+    finally:
+        with _REDIRECT_LOCK:
+            _redirected[0] -= 1
+            if _redirected[0] == 0:
+                restore = _redirected[1]
+                _redirected.clear()
+                restore()
+
+
+def _redirect(path: Path) -> Any:
+    """Stdout and stderr (fds and Python objects) to the log file; returns what puts them back."""
+    global _terminal_fd
     sys.stdout.flush()
     sys.stderr.flush()
     saved_out, saved_err = os.dup(1), os.dup(2)
-    handle = open(path, "ab")  # noqa: SIM115 - closed below, after the descriptors are restored
+    handle = open(path, "ab")  # noqa: SIM115 - closed by restore, after the descriptors are restored
     _terminal_fd = saved_err
     handler = logging.StreamHandler(open(path, "a", encoding="utf-8"))  # noqa: SIM115
     logging.getLogger().addHandler(handler)
-    text = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    text = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed by restore
     streams = sys.stdout, sys.stderr
-    try:
-        os.dup2(handle.fileno(), 1)
-        os.dup2(handle.fileno(), 2)
-        # and the Python objects too: a caller may have replaced them (a test harness, a notebook)
-        sys.stdout = sys.stderr = text
-        yield path
-    finally:
+    os.dup2(handle.fileno(), 1)
+    os.dup2(handle.fileno(), 2)
+    # and the Python objects too: a caller may have replaced them (a test harness, a notebook)
+    sys.stdout = sys.stderr = text
+
+    def restore() -> None:
+        global _terminal_fd
         sys.stdout, sys.stderr = streams
         text.close()
         sys.stdout.flush()
@@ -132,3 +160,5 @@ def dagster_output(home: Home) -> Iterator[Path]:
         logging.getLogger().removeHandler(handler)
         handler.stream.close()
         handle.close()
+
+    return restore

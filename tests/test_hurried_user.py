@@ -112,3 +112,40 @@ def test_a_partitions_value_with_a_line_break_is_still_one_line(world, run_cli):
         assert refused.code == 2 and "backfill: ALLOWED are not in the window" in one_line(refused.err), refused.err
     listed = run_cli("run", "fix", "--partitions", "2026-01-02\n2026-01-03", "--dry-run")
     assert listed.code == 0 and "2026-01-02..2026-01-03" in listed.out, listed
+
+
+def test_two_commands_at_once_in_one_process_leave_the_terminal_as_it_was(tmp_path, capfd):
+    """Commands run in threads of one process (a test's, a notebook's): each redirected stdout to the
+    log file and put back the streams it had found, so the first to end closed the log stream the
+    other then put back: stdout was a closed file ("I/O operation on closed file", a test flaked
+    under load). They share one redirection; the last to end puts the terminal back."""
+    import sys
+    import threading
+
+    from backfill_assets import terminal
+    from backfill_assets.home import Home
+
+    before = sys.stdout
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with terminal.dagster_output(Home(tmp_path / "a")):
+            first_in.set()
+            assert second_in.wait(timeout=30)
+        first_out.set()
+
+    def second() -> None:
+        assert first_in.wait(timeout=30)
+        with terminal.dagster_output(Home(tmp_path / "b")):
+            second_in.set()
+            assert first_out.wait(timeout=30)
+            print("from the second command, after the first ended")  # noqa: T201 - the log file
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sys.stdout is before and not sys.stdout.closed
+    print("the terminal again")  # noqa: T201
+    assert "the terminal again" in capfd.readouterr().out
