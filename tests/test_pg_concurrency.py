@@ -469,6 +469,26 @@ def _until_reached(point: str, seen: int, timeout: float = 120) -> None:
     assert faults.reached(point) > seen, f"{point} never reached"
 
 
+def _second_waits_for_first(world, monkeypatch, point: str, first, second, kinds: tuple[str, ...]) -> None:
+    """`first()` run until it stops at the crash point `point`, then `second()` until the server says
+    it waits on a lock of `kinds`; then `first` goes on, and both end (each in a thread of its own)."""
+    seen = _stall(monkeypatch, point)
+    one = threading.Thread(target=first)
+    one.start()
+    two = None
+    try:
+        _until_reached(point, seen)
+        two = threading.Thread(target=second)
+        two.start()
+        wait_for_waiters(world, 1, kinds)
+    finally:
+        monkeypatch.setenv(faults.RELEASE_ENV, point)
+    one.join(timeout=240)
+    if two is not None:
+        two.join(timeout=240)
+    monkeypatch.delenv(faults.STALL_ENV)
+
+
 def test_a_month_written_while_a_rollback_waits_is_never_left_computed_from_the_restored_days(
         engine_world, monkeypatch, capsys):
     """Plan fix over 2026-01-05..08 of the days is published; the team deploys the monthly rollup
@@ -482,22 +502,13 @@ def test_a_month_written_while_a_rollback_waits_is_never_left_computed_from_the_
     _january_and_a_plan_over_its_days(world)
     assert world.cli("publish", "fix") == 0
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)  # the team deploys the monthly rollup
-    seen = _stall(monkeypatch, "write.after_snapshot")
     outcome: dict[str, object] = {}
-    month = threading.Thread(target=lambda: outcome.update(month=run(
-        world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"], [MONTH],
-        {"dagster/backfill": "ui-bf"}).success))
-    month.start()
-    try:
-        _until_reached("write.after_snapshot", seen)  # the month's write holds the days (SHARE)
-        rollback = threading.Thread(target=lambda: outcome.update(rollback=world.cli("rollback", "fix")))
-        rollback.start()
-        wait_for_waiters(world, 1, ("relation",))  # the rollback waits for the days
-    finally:
-        monkeypatch.setenv(faults.RELEASE_ENV, "write.after_snapshot")
-    month.join(timeout=240)
-    rollback.join(timeout=240)
-    monkeypatch.delenv(faults.STALL_ENV)
+    # the month's write holds the days (SHARE) at its stall; the rollback waits for them
+    _second_waits_for_first(
+        world, monkeypatch, "write.after_snapshot",
+        lambda: outcome.update(month=run(world, defs_of(world, BUGGY), ["monthly_revenue", "published_monthly_revenue"],
+                                         [MONTH], {"dagster/backfill": "ui-bf"}).success),
+        lambda: outcome.update(rollback=world.cli("rollback", "fix")), ("relation",))
     said = capsys.readouterr()
     # whichever came first, consumers never read a month that does not add up to the days beside it
     run(world, defs_of(world, BUGGY), ["published_monthly_revenue"], [MONTH], {"dagster/backfill": "ui-bf2"})
@@ -546,19 +557,10 @@ def test_a_cancel_typed_while_a_proofs_first_write_commits_cancels_the_plan(engi
     world = engine_world
     assert world.materialize(["2026-01-01", "2026-01-02"]).success
     world.approved_plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
-    seen = _stall(monkeypatch, "write.after_snapshot")
     codes: dict[str, int] = {}
-    proof = threading.Thread(target=lambda: codes.update(proof=world.cli("run", "fix", "--proof")))
-    proof.start()
-    try:
-        _until_reached("write.after_snapshot", seen)
-        cancel = threading.Thread(target=lambda: codes.update(cancel=world.cli("cancel", "fix")))
-        cancel.start()
-        wait_for_waiters(world, 1, ("tuple", "transactionid"))  # the cancel waits for the plan's row
-    finally:
-        monkeypatch.setenv(faults.RELEASE_ENV, "write.after_snapshot")
-    proof.join(timeout=240)
-    cancel.join(timeout=240)
+    _second_waits_for_first(world, monkeypatch, "write.after_snapshot",  # the cancel waits for the plan's row
+                            lambda: codes.update(proof=world.cli("run", "fix", "--proof")),
+                            lambda: codes.update(cancel=world.cli("cancel", "fix")), ("tuple", "transactionid"))
     said = capfd.readouterr()
     # (the cancel's line went to the proof's Dagster log: a command in this process writes there while a
     # run of the in-process `backfill run` goes)
@@ -633,22 +635,11 @@ def test_two_keep_computed_rollbacks_at_once_one_wins_whole_the_other_refuses_in
     _cancelled_under_a_month(world, monkeypatch)
     month = world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")
     capsys.readouterr()
-    seen = _stall(monkeypatch, "rollback.before_commit")
     codes: dict[str, int] = {}
-    first = threading.Thread(target=lambda: codes.update(first=world.cli(
-        "rollback", "fix", "--keep-computed", "monthly_revenue")))
-    first.start()
-    try:
-        _until_reached("rollback.before_commit", seen)
-        second = threading.Thread(target=lambda: codes.update(second=world.cli(
-            "rollback", "fix", "--keep-computed", "monthly_revenue")))
-        second.start()
-        wait_for_waiters(world, 1, ("advisory", "tuple", "transactionid", "relation"))
-    finally:
-        monkeypatch.setenv(faults.RELEASE_ENV, "rollback.before_commit")
-    first.join(timeout=240)
-    second.join(timeout=240)
-    monkeypatch.delenv(faults.STALL_ENV)
+    keep = ("rollback", "fix", "--keep-computed", "monthly_revenue")
+    _second_waits_for_first(world, monkeypatch, "rollback.before_commit",
+                            lambda: codes.update(first=world.cli(*keep)), lambda: codes.update(second=world.cli(*keep)),
+                            ("advisory", "tuple", "transactionid", "relation"))
     said = capsys.readouterr()
     assert codes == {"first": 0, "second": 1}, (codes, said.err)
     refusals = [line for line in said.err.splitlines() if line.startswith("backfill:")]
