@@ -216,13 +216,21 @@ class Notice:
     recorded_at: str
     next_attempt_at: float | None
     in_chain: bool = True  # False: no chain row records it (a row planted in the outbox)
+    as_recorded: bool = True  # False: it says or goes elsewhere than its chain row's digest (edited)
+    delivery_recorded: bool = True  # False: marked delivered with no delivery of it in the chain
 
     @property
     def delivery(self) -> str:
         if not self.in_chain:
             return "NOT a notice backfill queued: no evidence chain row records it (the outbox was edited)"
+        if not self.as_recorded:
+            return ("NOT the notice backfill queued: its row differs from what the evidence chain recorded "
+                    "(the outbox was edited; restore it from backup, `backfill evidence verify` names it)")
         if not self.webhook:
             return "no webhook: read here"
+        if self.delivered_at and not self.delivery_recorded:
+            return (f"marked delivered at {self.delivered_at}, but no delivery of it is in the evidence chain "
+                    "(the outbox was edited): the next relay delivers it again")
         if self.delivered_at:
             return f"delivered at {self.delivered_at}"
         if not self.attempts:
@@ -238,7 +246,7 @@ class Notice:
 
     @property
     def undelivered(self) -> bool:
-        return self.webhook and not self.delivered_at
+        return self.webhook and not (self.delivered_at and self.delivery_recorded)
 
     def to_json(self) -> dict[str, Any]:
         return {"notice_id": self.notice_id, "plan_id": self.plan_id, "event": self.event,
@@ -253,7 +261,22 @@ def notices(session: Session, plan_id: str | None = None) -> list[Notice]:
     if not store.has_outbox(session):
         return []
     rows = store.notice_rows(session, plan_id)
-    # a reader's flag, from the rows as stored (a planted notice read as any other: found by an attack)
-    chained = {r.payload.get("notice_id") for r in evidence_log.rows(session, plan_id, "notification")}
-    return [Notice(int(r[0]), r[1], r[2], r[3], r[4], bool(r[5]), int(r[6]), r[7], r[8], r[9],
-                   float(r[10]) if r[10] is not None else None, int(r[0]) in chained) for r in rows]
+    held = store.contents(session)
+    # a reader's flags, from the rows as stored (a planted notice read as any other: found by an
+    # attack), each compared with its chain row's digest as the relay compares it, and a delivery
+    # with the chain's: a notice typed over (the only channel of a team without a webhook), or one
+    # marked delivered, was listed as the table said (found by an attack)
+    chained = {r.payload.get("notice_id"): r for r in evidence_log.rows(session, plan_id, "notification")}
+    delivered = {r.payload.get("notice_id") for r in evidence_log.rows(session, plan_id, DELIVERED)}
+    found = []
+    for r in rows:
+        nid = int(r[0])
+        row = chained.get(nid)
+        stored = held.get(nid)
+        as_recorded = row is None or stored is None or not _differs(row, stored)
+        # notices queued before deliveries were chain rows keep their word, as the relay's
+        delivery_recorded = row is None or "digest" not in row.payload or nid in delivered
+        found.append(Notice(nid, r[1], r[2], r[3], r[4], bool(r[5]), int(r[6]), r[7], r[8], r[9],
+                            float(r[10]) if r[10] is not None else None, row is not None, as_recorded,
+                            delivery_recorded))
+    return found
