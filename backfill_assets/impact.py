@@ -17,6 +17,7 @@ from typing import Any
 
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import snapshotted
+from backfill_assets.errors import ForgedRecord
 from backfill_assets.gates.expectation import Expectation, judge_movement
 from backfill_assets.gates.results import as_number
 from backfill_assets.identifiers import qualified, quote
@@ -26,6 +27,7 @@ from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.impact_sql import changed_rows, row_hash_totals
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in
+from backfill_assets.warehouse.snapshots import changed_rows as snapshot_changed
 
 # rows (before and after) of the changed partitions one statement compares at most: the statement's
 # working memory follows its rows, and each costs DuckDB ~15 ms of its own, so a window of small
@@ -285,6 +287,15 @@ def slice_impact(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     keys = [k for k in keys if k in taken]
     if not keys:
         return []
+    # the snapshot's rows are as writable as any table's; its sealed record says what they were: a
+    # snapshot the insider filled with the replayed rows had diff say the plan changed nothing (found
+    # by an attack). A rollback and `changes_as_expected` compare it first too.
+    edited = snapshot_changed(session, spec, scheme, plan_id, spec.table, {k: taken[k] for k in keys})
+    if edited:
+        key, (now, then) = next(iter(edited.items()))
+        raise ForgedRecord(f"the snapshot of {spec.table} {key} (plan {plan_id}) holds other rows ({now}) than "
+                           f"were taken ({then})" + (f" (+{len(edited) - 1} more)" if len(edited) > 1 else ""),
+                           fix=f"restore {SNAPSHOT_SCHEMA} from backup (a rollback refuses this snapshot too)")
     snap = snapshot_in(session, plan_id, spec.table)
     have_snapshot = session.engine.table_exists(session, snap, SNAPSHOT_SCHEMA)
     return compare(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, snap) if have_snapshot else None, keys, top)
