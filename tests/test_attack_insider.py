@@ -4,6 +4,8 @@ seals only for the decisions that read it, to have a command show a false fact (
 
 from __future__ import annotations
 
+import json
+
 from backfill_assets.control import outbox
 from backfill_assets.control.schema import ensure_schema
 from tests.test_notices import Receiver, receiver  # noqa: F401 (a fixture)
@@ -51,6 +53,10 @@ def test_a_notice_marked_delivered_without_its_delivery_in_the_chain_is_not_list
     _queue(world, url, "daily_revenue 2026-01-02 is frozen")
     [failed] = outbox.relay(world.warehouse())
     assert not failed.ok
+    world.run_sql(f"UPDATE {CONTROL}.outbox SET delivered_at = '2026-01-01T00:00:00Z'")
+    [shown] = json.loads(run_cli("notices", "fix", "--json").out)
+    assert shown["delivered_at"] is None and "no delivery of it is in the evidence chain" in shown["delivery"], shown
+    # the relay after that command tried it again (the receiver is still down): marked once more
     world.run_sql(f"UPDATE {CONTROL}.outbox SET delivered_at = '2026-01-01T00:00:00Z'")
     listed = run_cli("notices", "fix")
     assert listed.code == 0, listed.err

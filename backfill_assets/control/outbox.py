@@ -251,7 +251,9 @@ class Notice:
     def to_json(self) -> dict[str, Any]:
         return {"notice_id": self.notice_id, "plan_id": self.plan_id, "event": self.event,
                 "recipients": self.recipients, "message": self.message, "webhook": self.webhook,
-                "attempts": self.attempts, "last_error": self.last_error, "delivered_at": self.delivered_at,
+                "attempts": self.attempts, "last_error": self.last_error,
+                # the table's word alone is no delivery (`delivery` says it was marked)
+                "delivered_at": self.delivered_at if self.delivery_recorded else None,
                 "recorded_at": self.recorded_at, "next_attempt_at": self.next_attempt_at,
                 "delivery": self.delivery}
 
