@@ -263,7 +263,7 @@ def notices(session: Session, plan_id: str | None = None) -> list[Notice]:
     if not store.has_outbox(session):
         return []
     rows = store.notice_rows(session, plan_id)
-    held = store.contents(session)
+    held = store.contents(session, plan_id)
     # a reader's flags, from the rows as stored (a planted notice read as any other: found by an
     # attack), each compared with its chain row's digest as the relay compares it, and a delivery
     # with the chain's: a notice typed over (the only channel of a team without a webhook), or one

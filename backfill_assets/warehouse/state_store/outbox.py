@@ -27,14 +27,15 @@ def notice_ids(session: Session) -> set[int]:
     return {int(n) for (n,) in session.rows(f"SELECT notice_id FROM {SCHEMA}.outbox")}
 
 
-def contents(session: Session) -> dict[int, tuple[Any, ...]]:
+def contents(session: Session, plan_id: str | None = None) -> dict[int, tuple[Any, ...]]:
     """notice_id -> (plan_id, event, recipients, message, body, webhook_url, delivered_at) of every
-    notice (none when there is no outbox)."""
+    notice (of one plan; none when there is no outbox)."""
     if not has_outbox(session):
         return {}
+    where = " WHERE plan_id = ?" if plan_id else ""
     return {int(r[0]): tuple(r[1:]) for r in session.rows(
         f"SELECT notice_id, plan_id, event, recipients, message, body, webhook_url, delivered_at "
-        f"FROM {SCHEMA}.outbox")}
+        f"FROM {SCHEMA}.outbox{where}", [plan_id] if plan_id else [])}
 
 
 def insert(session: Session, notice_id: int, plan_id: str, event: str, recipients: str, message: str,
