@@ -88,3 +88,28 @@ def test_diff_refuses_a_snapshot_edited_to_hide_what_the_plan_changed(world, cap
     captured = capsys.readouterr()
     assert code != 0, captured.out
     assert f"snapshot of daily_revenue {day}" in captured.err, captured.err
+
+
+def test_a_cutover_compared_with_published_bytes_edited_since_their_publication_is_not_met(world, capsys):
+    """A cutover's dual run compares the new pipeline with what the old one gave consumers. The
+    insider typed the new pipeline's figure into the published day before the plan ran (the
+    publication sealed what the old pipeline published): the day matched, the streak was met and
+    the cutover published, its evidence saying the shadow matched, though the new pipeline's day
+    differs from the one the old pipeline published by 1,000."""
+    from tests.test_cutover import WINDOW, correct_source, cutover_plan, old_pipeline
+    from tests.world import FIXED
+
+    old_pipeline(world)
+    day = WINDOW[2]
+    region, _ = correct_source(world, day, 1000)  # the new pipeline's day differs from the published one
+    world.run_sql(f"UPDATE {FIXED.publish_table} SET gross = gross + 1000, net_revenue = net_revenue + 1000 "
+                  "WHERE order_date = ? AND region = ?", [day, region])
+    path = cutover_plan(world, "cut")
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", str(path)) == 0
+    published = world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0]
+    capsys.readouterr()
+    assert world.cli("publish", "cut") != 0
+    err = capsys.readouterr().err
+    assert "cutover by plan cut refused" in err and f"reset at {day}: the published partition was edited" in err, err
+    assert world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0] == published

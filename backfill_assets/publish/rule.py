@@ -35,7 +35,7 @@ from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
-from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints
+from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.writes import copy_partitions, ensure_table
 
@@ -254,10 +254,22 @@ def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     found = comparisons({k: latest[k] for k in keys})
     if not recheck:
         return streak(keys, found, scenario.shadow_days)
+    exists = bool(found) and session.engine.table_exists(session, spec.publish_table)
     now = fingerprints(session, spec.publish_table, spec.columns, scheme, spec.partition_column, list(found)) \
-        if found and session.engine.table_exists(session, spec.publish_table) else {}
+        if exists else {}
     stale = {k: f"the published partition changed since it was compared (now {now.get(k, EMPTY)})"
              for k, c in found.items() if c.published_fingerprint != now.get(k, EMPTY).digest}
+    # and it is what consumers were given: a published partition edited since its last publication
+    # (the insider typed the new pipeline's figures into the old side) matched, and the cutover was
+    # published on a comparison with no pipeline's bytes (found by an attack); partitions backfill
+    # never published (the old pipeline's own) have no record to compare with
+    given = {k: p.fingerprint for k, p in published_record.latest(session, spec, list(found)).items()}
+    legacy = {k: fp for k, fp in given.items() if fp.legacy}
+    seen = {**now, **(fingerprints_like(session, spec.publish_table, spec.columns, scheme, spec.partition_column,
+                                        legacy) if legacy and exists else {})}
+    stale.update({k: f"the published partition was edited since its last publication (now {seen.get(k, EMPTY)}, "
+                     f"published {fp}): restore it from backup"
+                  for k, fp in given.items() if k not in stale and seen.get(k, EMPTY) != fp})
     return streak(keys, found, scenario.shadow_days, stale)
 
 
