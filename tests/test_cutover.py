@@ -224,3 +224,25 @@ def test_a_cutover_plan_is_labelled_and_existing_plans_keep_their_hash():
     assert plan.scenario is not None
     assert plan.scenario.label() == ("cutover after 3 consecutive partition(s) of the dual run matching the "
                                      "published table (within 0.01%)")
+
+
+def test_a_cutover_compared_with_published_bytes_edited_since_their_publication_is_not_met(world, capsys):
+    """A cutover's dual run compares the new pipeline with what the old one gave consumers. The
+    insider typed the new pipeline's figure into the published day before the plan ran (the
+    publication sealed what the old pipeline published): the day matched, the streak was met and
+    the cutover published, its evidence saying the shadow matched, though the new pipeline's day
+    differs from the one the old pipeline published by 1,000."""
+    old_pipeline(world)
+    day = WINDOW[2]
+    region, _ = correct_source(world, day, 1000)  # the new pipeline's day differs from the published one
+    world.run_sql(f"UPDATE {FIXED.publish_table} SET gross = gross + 1000, net_revenue = net_revenue + 1000 "
+                  "WHERE order_date = ? AND region = ?", [day, region])
+    path = cutover_plan(world, "cut")
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", str(path)) == 0
+    published = world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0]
+    capsys.readouterr()
+    assert world.cli("publish", "cut") != 0
+    err = capsys.readouterr().err
+    assert "cutover by plan cut refused" in err and f"reset at {day}: the published partition was edited" in err, err
+    assert world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0] == published

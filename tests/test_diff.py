@@ -295,3 +295,25 @@ def test_a_consumer_impact_computed_before_the_lock_is_known_stale_once_either_t
 def test_a_metric_named_like_an_impact_count_is_refused_in_one_line():
     with pytest.raises(IdentifierError, match="metric name 'changed' is reserved"):
         Metric("changed", "count(*)", "count(*)")
+
+
+def test_diff_refuses_a_snapshot_edited_to_hide_what_the_plan_changed(world, capsys):
+    """`backfill diff`, what reviewers read before anyone sees the data, compares the target with
+    the snapshot's rows as the table holds them. The insider copied the replayed rows over the
+    snapshot's: diff said the plan changed nothing (the sealed fingerprint of each snapshot, which
+    a rollback and `changes_as_expected` compare first, was never asked)."""
+    assert world.materialize(WINDOW, spec=BUGGY).success  # the buggy release's daily runs
+    path = world.approved_plan("fix", start=WINDOW[0], end=WINDOW[-1], proof=(WINDOW[0],), per_run=3)
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", str(path)) == 0
+    capsys.readouterr()
+    assert world.cli("diff", "fix") == 0
+    assert "changed" in capsys.readouterr().out
+    day = WINDOW[1]
+    world.run_sql(f"DELETE FROM {snapshot('fix')} WHERE order_date = ?", [day])
+    world.run_sql(f"INSERT INTO {snapshot('fix')} SELECT * FROM daily_revenue WHERE order_date = ?", [day])
+    capsys.readouterr()
+    code = world.cli("diff", "fix")
+    captured = capsys.readouterr()
+    assert code != 0, captured.out
+    assert f"snapshot of daily_revenue {day}" in captured.err, captured.err

@@ -395,3 +395,55 @@ def test_a_notice_queued_before_notices_were_digested_goes_only_to_its_plans_web
     world.run_sql("UPDATE backfill_control.outbox SET webhook_url = ? WHERE notice_id = ?", [url, nid])
     world.run_sql("UPDATE backfill_control.outbox_retries SET next_attempt_at = 0")
     assert {o.notice_id: o.ok for o in outbox.relay(world.warehouse())}.get(nid) is True
+
+
+def _queue(world, url: str | None, message: str) -> None:
+    with world.warehouse().session() as session:
+        ensure_schema(session)
+        with session.transaction():
+            outbox.enqueue(session, plan_id="fix", event="frozen", recipients=["#owners"], message=message,
+                           body={}, webhook_url=url, actor="test")
+
+
+def _block(out: str, text: str) -> str:
+    """The lines `backfill notices` prints for the notice whose message holds `text`."""
+    start = out.rindex("\nnotice ", 0, out.index(text)) if "\nnotice " in out[:out.index(text)] else 0
+    end = out.find("\nnotice ", out.index(text))
+    return out[start:end if end >= 0 else len(out)]
+
+
+def test_a_notice_edited_in_the_outbox_is_not_listed_as_the_notice_backfill_queued(world, run_cli):
+    """A team without a webhook reads its notices in `backfill notices`, its only channel. The
+    insider typed over a freeze notice's text and recipients: it was listed as the notice backfill
+    queued (the relay refuses to post such a row, and `evidence verify` names it, but the listing
+    compared the row with no digest of the chain)."""
+    _queue(world, None, "daily_revenue 2026-01-02 is frozen: keep reading the last published data")
+    world.run_sql("UPDATE backfill_control.outbox SET message = 'daily_revenue reopened: consume freely', "
+                  "recipients = '#consumers'")
+    listed = run_cli("notices", "fix")
+    assert listed.code == 0, listed.err
+    shown = _block(listed.out, "consume freely")
+    assert "NOT the notice backfill queued" in shown, listed.out
+    assert "no webhook: read here" not in shown, listed.out
+
+
+def test_a_notice_marked_delivered_without_its_delivery_in_the_chain_is_not_listed_as_delivered(
+        world, run_cli, receiver):
+    """`UPDATE outbox SET delivered_at = ...` over a freeze notice its receiver never took: the
+    relay posts it again, but `backfill notices` (and `status`'s count of undelivered notices),
+    read before the relay, said it was delivered, at a time the insider typed."""
+    url, server = receiver
+    server.failures = 10**6  # the receiver is down
+    _queue(world, url, "daily_revenue 2026-01-02 is frozen")
+    [failed] = outbox.relay(world.warehouse())
+    assert not failed.ok
+    world.run_sql("UPDATE backfill_control.outbox SET delivered_at = '2026-01-01T00:00:00Z'")
+    [shown] = json.loads(run_cli("notices", "fix", "--json").out)
+    assert shown["delivered_at"] is None and "no delivery of it is in the evidence chain" in shown["delivery"], shown
+    # the relay after that command tried it again (the receiver is still down): marked once more
+    world.run_sql("UPDATE backfill_control.outbox SET delivered_at = '2026-01-01T00:00:00Z'")
+    listed = run_cli("notices", "fix")
+    assert listed.code == 0, listed.err
+    assert "delivery: delivered at" not in listed.out, listed.out
+    assert "no delivery of it is in the evidence chain" in listed.out, listed.out
+    assert "1 undelivered" in listed.out, listed.out
