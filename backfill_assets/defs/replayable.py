@@ -196,6 +196,15 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
         tags = dict(context.run.tags)
         actor = run_actor(context)
         scheme = table_scheme(spec, partitions_def)
+        if key not in context.selected_asset_keys:
+            # the checks alone (the UI's "Execute" on a check): gates judge the write they belong to, so
+            # this body would write the partition, under the plan its tags name, before Dagster failed
+            # the step on the materialization it did not select (found by an attack)
+            raise dg.Failure(description=str(UsageError(
+                f"a run of {spec.name}'s checks alone would write {keys[0] if keys else 'its partitions'}: "
+                "its gates run only on the write they judge",
+                fix=f"materialize {spec.name} (its checks run with it), or judge a plan's window again with "
+                    "`backfill reconcile PLAN`")))
         try:
             warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
             with warehouse.session() as session:
