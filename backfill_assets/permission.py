@@ -86,9 +86,11 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
     io_named = _io_manager_namesake(spec, graph) if graph is not None else None
     if io_named is not None:
         return _refuse(f"asset {io_named} of the loaded definitions names table {io_named.split('/')[-1]} as "
-                       f"dagster-duckdb's IO managers name tables (schema, then table), which is {spec.name}'s: a "
-                       "Materialize of it would write that table without a plan or a gate", None, key,
-                       f"give {io_named} a key of its own (or remove it); write {spec.name} through its plans")
+                       f"dagster-duckdb's IO managers name tables, which is {spec.name}'s in the schema its metadata "
+                       "or its IO manager's config (which a launch sets) gives: a Materialize of it would write that "
+                       "table without a plan or a gate", None, key,
+                       f"give {io_named} a key of its own, or `schema` metadata naming its own schema (or remove it); "
+                       f"write {spec.name} through its plans")
     for name, other in sorted(set(claims)):
         table = table_for_asset(name)
         if table.lower() in mine:
@@ -101,12 +103,14 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
 
 def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
     """Another asset of the definitions whose table, as dagster-duckdb's IO managers name it (the
-    key's last part, in the schema its `schema` metadata, its IO manager's configured `schema` or
-    the key's part before it names, in that order), is this table's target or published table in
-    the schema they live in (a test of `tests/test_team_graph.py` fails if Dagster moves what this
-    reads of an asset node): a team's pandas asset keyed
+    key's last part, in the schema its `schema` metadata names, else its IO manager's `schema`), is
+    or may be this table's target or published table (a test of `tests/test_team_graph.py` fails if
+    Dagster moves what this reads of an asset node): a team's pandas asset keyed
     `main/published_revenue` replaced partitions consumers read, beside the definitions that declare
-    the table (found by an attack)."""
+    the table (found by an attack). Only the metadata is fixed by the definitions: an IO manager's
+    config is run config, so a launch sets its `schema` (`staging/published_revenue`, its IO manager
+    configured `schema="staging"`, wrote main.published_revenue when launched with `schema: main`,
+    found by an attack); an asset without `schema` metadata may write any schema's table."""
     from backfill_assets.graph import asset_key, key_name
 
     ours = {asset_key(n) for n in graph.tables} | {asset_key(s.publish_as) for s, _ in graph.tables.values()}
@@ -119,32 +123,10 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
         # an external asset (a consumer's `deps` on `main/published_revenue`) is written by no IO manager
         if key in ours or key.path[-1].lower() not in mine or not node.is_materializable:
             continue
-        # dagster-duckdb's order: the `schema` metadata, then the IO manager's own `schema` config, then
-        # the key's prefix: configured `main`, `staging/published_revenue` wrote main.published_revenue
-        schema = node.metadata.get("schema") or _io_manager_schema(node) or (
-            key.path[-2] if len(key.path) > 1 else None)
-        # a key of one part names its table in the IO manager's own `schema` (one configured `main`
-        # writes `Published_Revenue` into published_revenue: DuckDB folds case), which no definition shows
+        schema = node.metadata.get("schema")
         if schema is None or str(getattr(schema, "value", schema)).lower() == home:
             return key_name(key)
     return None
-
-
-def _io_manager_schema(node: object) -> str | None:
-    """The `schema` the asset's IO manager is configured with, where its config is given in the
-    definitions (`DuckDBPandasIOManager(database=..., schema="main")`, or an `EnvVar`)."""
-    import os
-
-    try:
-        resource = node.assets_def.resource_defs.get(node.io_manager_key)  # type: ignore[attr-defined]
-        field = resource.config_schema if resource is not None else None
-        config = field.default_value if field is not None and field.default_provided else None
-    except Exception:  # noqa: BLE001 - an IO manager of no config: the key's prefix names the schema
-        return None
-    value = config.get("schema") if isinstance(config, dict) else None
-    if isinstance(value, dict) and "env" in value:
-        value = os.environ.get(str(value["env"]))
-    return str(value) if value else None
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
