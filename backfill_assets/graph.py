@@ -1,26 +1,29 @@
 """The asset graph a plan covers: replayable tables downstream of its target, and their consumers.
 
-A replayable table whose `source` is another replayable table is recomputed from it: the partition
-mapping Dagster holds for that edge (daily -> monthly is a `TimeWindowPartitionMapping` by
-default; static -> static the identity, or a `StaticPartitionMapping`) says which of its partitions
-read a window of the upstream's. A plan over a target therefore covers, in dependency order, the
-target's window and the mapped partitions of every replayable table downstream of it; the plan
-lists them (`graph:`), and every decision compares that list with the graph derived here from the
-definitions actually loaded, so a table added downstream later is not covered until the plan is
-signed again. Assets downstream of the graph that are not replayable (a pandas report, an
-extract) are its consumers: named in the plan, requested after the graph's publish.
+A replayable table whose `source` is another replayable table is recomputed from it: a partition
+of it reads the upstream partitions its SQL and gates read (those of its own key, or whose windows
+overlap its own), and those the partition mapping Dagster holds for that edge gives (daily ->
+monthly is a `TimeWindowPartitionMapping` by default; static -> static the identity), whatever a
+team's mapping says; an edge whose reads the definitions cannot tell (read by another column than
+the upstream's partition column, static keys over time windows, two time zones) is refused. A plan
+over a target therefore covers, in dependency order, the target's window and those partitions of
+every replayable table downstream of it; the plan lists them (`graph:`), and every decision
+compares that list with the graph derived here from the definitions actually loaded, so a table
+added downstream later is not covered until the plan is signed again. Assets downstream of the
+graph that are not replayable (a pandas report, an extract) are its consumers: named in the plan,
+requested after the graph's publish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from backfill_assets.errors import PlanProblem
+from backfill_assets.errors import PlanProblem, WindowError
 from backfill_assets.partitions import PartitionScheme, scheme_for
 from backfill_assets.table import TableSpec, code_identity_of
 
@@ -155,41 +158,91 @@ class TableGraph:
             return f"missing/{missing[0]}"
         return code_identity_of([self.spec(a) for a in assets])
 
-    def _mappings(self, child: str, parent: str) -> list[dg.PartitionMapping]:
-        """The edge's mapping, and for two time-window tables the overlap of their windows too: the
-        child's `select_sql` reads the upstream rows of its own window ($partition_start and
-        $partition_end) and its gates compare it with them, whatever a mapping override says. A
-        month mapped to the month before (`TimeWindowPartitionMapping(start_offset=-1,
-        end_offset=-1)`) was checked against January's days and computed from February's, one of
-        which had failed its gates and was never published, and reached consumers (found by an
-        attack)."""
+    def _read_rule(self, child: str, parent: str) -> None:
+        """Refuse an edge whose reads the definitions cannot tell. A child partition's `select_sql`
+        and gates read the upstream rows whose `source_partition_column` falls in its own key (its
+        value, or its window's `[start, end)`); those rows are the upstream partitions of that key or
+        window only when that column is the upstream's partition column, both tables are partitioned
+        alike (static keys, or time windows of one time zone) and their columns compare alike."""
+        cspec, pspec = self.spec(child), self.spec(parent)
+        cdef, pdef = self.partitions_def(child), self.partitions_def(parent)
+        if cspec.source_partition_column.lower() != pspec.partition_column.lower():
+            raise WindowError(f"{child} reads {parent} by {cspec.source_partition_column}, but {parent} is partitioned "
+                              f"by {pspec.partition_column}: which {parent} partitions a {child} partition reads "
+                              "cannot be told from the definitions, so none could be checked",
+                              fix=f"read {parent} by its partition column (source_partition_column="
+                              f"{pspec.partition_column!r}), or compute {child} from a table partitioned by "
+                              f"{cspec.source_partition_column}")
+        static = isinstance(cdef, dg.StaticPartitionsDefinition)
+        if static != isinstance(pdef, dg.StaticPartitionsDefinition):
+            kinds = ("static", "time-window") if static else ("time-window", "static")
+            raise WindowError(f"{child} has {kinds[0]} partitions and reads {parent}, which has {kinds[1]} ones: its "
+                              f"keys name no {parent} partition", fix=f"partition {child} as {parent} is partitioned "
+                              "(static keys, or time windows)")
+        if static:
+            return
+        assert isinstance(cdef, dg.TimeWindowPartitionsDefinition)
+        assert isinstance(pdef, dg.TimeWindowPartitionsDefinition)
+        if cdef.timezone != pdef.timezone:
+            raise WindowError(f"{child}'s partitions are in {cdef.timezone} and {parent}'s in {pdef.timezone}: Dagster "
+                              "maps no time window across time zones", fix=f"give {child}'s partitions definition "
+                              f"timezone={pdef.timezone!r}")
+        aware = [spec.column(spec.partition_column).type.upper().split("(")[0].strip()
+                 in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE") for spec in (cspec, pspec)]
+        if aware[0] != aware[1]:
+            raise WindowError(f"{child}'s partition column {cspec.partition_column} is "
+                              f"{cspec.column(cspec.partition_column).type} and {parent}'s "
+                              f"{pspec.partition_column} {pspec.column(pspec.partition_column).type}: which rows "
+                              f"a {child} window reads depends on the session's time zone",
+                              fix="declare both with a time zone (TIMESTAMPTZ) or both without")
+
+    def _mapped(self, child: str, parent: str, keys: Callable[[dg.PartitionMapping], Iterable[str]]) -> set[str]:
+        """The keys the edge's partition mapping gives, or a one-line refusal where it fails."""
         mapping = self.asset_graph.get_partition_mapping(asset_key(child), asset_key(parent))
-        windows = (isinstance(self.partitions_def(child), dg.TimeWindowPartitionsDefinition)
-                   and isinstance(self.partitions_def(parent), dg.TimeWindowPartitionsDefinition))
-        overlap = dg.TimeWindowPartitionMapping()
-        return [mapping, overlap] if windows and mapping != overlap else [mapping]
+        try:
+            return set(keys(mapping))
+        except Exception as exc:  # noqa: BLE001 - a team's mapping may raise anything
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise WindowError(f"{child}'s partition mapping from {parent} ({type(mapping).__name__}) fails: {why}",
+                              fix=f"give {child} a mapping Dagster can apply to both tables' partitions "
+                              "(or none: the default)") from None
 
     def downstream_keys(self, parent: str, keys: Iterable[str], child: str) -> tuple[str, ...]:
-        """The partitions of `child` that read any of `keys` of `parent`, in `child`'s order."""
+        """The partitions of `child` that read any of `keys` of `parent`, in `child`'s order: those
+        the edge's mapping gives, and those whose SQL and gates read `keys`' rows (their value, or a
+        window that overlaps, whatever the mapping says). A team's mapping naming other partitions
+        let a rollup be checked against upstream partitions it did not read, and be computed from
+        one that failed its gates (a month mapped to the month before, a region copy mapped to
+        another region; found by two attacks)."""
+        self._read_rule(child, parent)
         parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
-        subset = parent_def.subset_with_partition_keys(list(keys))
-        scheme = self.scheme(child)
-        found = {k for mapping in self._mappings(child, parent)
-                 for k in mapping.get_downstream_partitions_for_partitions(subset, parent_def,
-                                                                           child_def).get_partition_keys()}
+        pscheme, scheme = self.scheme(parent), self.scheme(child)
+        keys = [k for k in keys if k in pscheme]
+        if isinstance(child_def, dg.StaticPartitionsDefinition):
+            found = {k for k in keys if k in scheme}
+        else:
+            found = {k for first, last in pscheme.runs(keys)
+                     for k in scheme.overlapping(pscheme.span(first)[0], pscheme.span(last)[1])}
+        subset = parent_def.subset_with_partition_keys(keys)
+        found |= self._mapped(child, parent, lambda m: m.get_downstream_partitions_for_partitions(
+            subset, parent_def, child_def).get_partition_keys())
         return tuple(sorted((k for k in found if k in scheme), key=scheme.position))
 
     def upstream_keys(self, child: str, key: str) -> tuple[str, ...]:
-        """The partitions of `child`'s upstream table that partition `key` of `child` reads."""
+        """The partitions of `child`'s upstream table that partition `key` of `child` reads: the rows
+        its SQL and gates read (`downstream_keys`), and those the edge's mapping gives."""
         parent = self.upstream(child)
         if parent is None:
             return ()
+        self._read_rule(child, parent)
         parent_def, child_def = self.partitions_def(parent), self.partitions_def(child)
         scheme = self.scheme(parent)
-        found = {k for mapping in self._mappings(child, parent)
-                 for k in mapping.get_upstream_mapped_partitions_result_for_partitions(
-                     child_def.subset_with_partition_keys([key]), child_def, parent_def
-                 ).partitions_subset.get_partition_keys()}
+        if isinstance(child_def, dg.StaticPartitionsDefinition):
+            found = {key}
+        else:
+            found = set(scheme.overlapping(*self.scheme(child).span(key)))
+        found |= self._mapped(child, parent, lambda m: m.get_upstream_mapped_partitions_result_for_partitions(
+            child_def.subset_with_partition_keys([key]), child_def, parent_def).partitions_subset.get_partition_keys())
         return tuple(sorted((k for k in found if k in scheme), key=scheme.position))
 
     def derive(self, root: str, keys: Iterable[str]) -> list[Member]:

@@ -15,6 +15,7 @@ A table's SQL sees `$partition` (the key's value, or its window start), and `$pa
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 from collections.abc import Callable, Sequence
@@ -91,6 +92,26 @@ class PartitionScheme:
         lo, hi = self._bounds(key)
         return (lo, None) if self.kind == "equality" else (lo, hi)
 
+    def span(self, key: str) -> tuple[Any, Any]:
+        """The column values of `key`'s rows: `[lo, hi)` for a time window (a DATE column's daily
+        key too), `(value, None)` for a static key; dates as midnights, so DATE and TIMESTAMP
+        spans compare."""
+        lo, hi = self._bounds(key)
+        return _comparable(lo), _comparable(hi)
+
+    def overlapping(self, lo: Any, hi: Any) -> list[str]:
+        """The keys of a time-window scheme whose rows fall in `[lo, hi)` (values as `span` gives)."""
+        keys = self.ordered_keys
+        first = max(bisect.bisect_right(keys, lo, key=lambda k: self.span(k)[0]) - 1, 0)
+        out = []
+        for key in keys[first:]:
+            start, end = self.span(key)
+            if start >= hi:
+                break
+            if end > lo:
+                out.append(key)
+        return out
+
     def predicate_params(self, key: str) -> list[Any]:
         lo, hi = self._bounds(key)
         return [lo] if self.kind == "equality" else [lo, hi]
@@ -121,6 +142,13 @@ class PartitionScheme:
                                   fix="name a key the partitions definition holds")
             found = self._cache[key] = self.resolve(key)
         return found
+
+
+def _comparable(value: Any) -> Any:
+    """A DATE as its midnight, so that it compares with TIMESTAMP values as the warehouse compares them."""
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return dt.datetime.combine(value, dt.time())
+    return value
 
 
 @lru_cache(maxsize=32)

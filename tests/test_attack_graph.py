@@ -52,3 +52,155 @@ def test_an_asset_whose_io_manager_schema_is_set_at_launch_refuses_the_table_it_
         "the table ran and published beside an asset whose IO manager's schema a launch sets: "
         f"{failure_text(ours) or 'success'}")
     assert world.rows("published_revenue", day) == 0
+
+
+# --- a rollup's mapping that names other upstream partitions than its SQL and gates read ----------
+
+def _static_spec(name: str, source: str, event_id: str | None = None):
+    from backfill_assets.table import Column, Metric, TableSpec
+
+    return TableSpec(name=name, source=source, publish_as=f"published_{name}",
+                     select_sql=f"SELECT region, sum(n) AS n FROM {source} WHERE region = $partition GROUP BY region",
+                     partition_column="region", source_partition_column="region", business_keys=("region",),
+                     contract=(Column("region", "VARCHAR", nullable=False), Column("n", "BIGINT")),
+                     metrics=(Metric("n", "sum(n)", "sum(n)"),), source_event_id=event_id)
+
+
+def _count(world, table: str, column: str, value) -> int:
+    exists = world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])[0][0]
+    return int(world.sql(f"SELECT count(*) FROM {table} WHERE {column} = ?", [value])[0][0]) if exists else 0
+
+
+class _FirstRegionOnly(dg.PartitionMapping):
+    """A team's own mapping: "every region's copy depends on the first region's" (a baseline)."""
+
+    @property
+    def description(self) -> str:
+        return "every region reads the first region"
+
+    def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def):
+        pass
+
+    def get_downstream_partitions_for_partitions(self, upstream_partitions_subset, upstream_partitions_def,
+                                                 downstream_partitions_def, current_time=None,
+                                                 dynamic_partitions_store=None):
+        first = upstream_partitions_def.get_partition_keys()[0]
+        hit = first in upstream_partitions_subset.get_partition_keys()
+        return downstream_partitions_def.subset_with_partition_keys(
+            downstream_partitions_def.get_partition_keys() if hit else [])
+
+    def get_upstream_mapped_partitions_result_for_partitions(self, downstream_partitions_subset,
+                                                             downstream_partitions_def, upstream_partitions_def,
+                                                             current_time=None, dynamic_partitions_store=None):
+        from dagster._core.definitions.partitions.mapping import UpstreamPartitionsResult
+
+        first = upstream_partitions_def.get_partition_keys()[0]
+        return UpstreamPartitionsResult(
+            partitions_subset=upstream_partitions_def.subset_with_partition_keys([first]),
+            required_but_nonexistent_subset=upstream_partitions_def.empty_subset())
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("mapping", ["specific", "static", "custom"])
+def test_a_static_rollup_whose_mapping_names_other_regions_never_reads_a_region_that_failed_its_gates(
+        world, monkeypatch, mapping):
+    """`by_region` (static regions, from raw events) feeds `region_copy` (the same regions, its SQL
+    `WHERE region = $partition`, its gates comparing it with by_region's rows of its own region). The
+    team's mapping for that edge says something else: `SpecificPartitionsPartitionMapping(["eu"])`,
+    a `StaticPartitionMapping` pairing the regions crosswise, or their own `PartitionMapping`
+    ("every region depends on the first"). by_region `us` fails its duplicates gate; region_copy
+    `us` was checked against `eu` (passed), computed from `us`'s failed rows, passed its own gates
+    (it adds up to them) and was published."""
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    world.run_sql("CREATE TABLE events (region VARCHAR, n BIGINT, event_id BIGINT)")
+    world.run_sql("INSERT INTO events VALUES ('eu', 5, 1), ('eu', 7, 2), ('us', 11, 3), ('us', 13, 4), ('us', 13, 4)")
+    regions = dg.StaticPartitionsDefinition(["eu", "us"])
+    chosen = (dg.SpecificPartitionsPartitionMapping(["eu"]) if mapping == "specific" else
+              dg.StaticPartitionMapping({"eu": "us", "us": "eu"}) if mapping == "static" else _FirstRegionOnly())
+    raw = make_replayable_table(_static_spec("by_region", "events", "event_id"), regions)
+    copy = make_replayable_table(_static_spec("region_copy", "by_region"), regions, source_partition_mapping=chosen)
+    defs = dg.Definitions(assets=[dg.AssetSpec("events"), *raw.assets, *copy.assets],
+                          resources={"warehouse": WarehouseResource(home=str(world.home))},
+                          executor=dg.in_process_executor)
+    assert _run(world, defs, ["by_region", "published_by_region"], ["eu"]).success
+    failed = _run(world, defs, ["by_region"], ["us"])
+    assert not failed.success
+    assert world.sql("SELECT count(*) FROM backfill_control.gate_results WHERE NOT passed")[0][0] > 0
+    assert _count(world, "published_by_region", "region", "us") == 0  # consumers never saw us's rows
+
+    copied = _run(world, defs, ["region_copy", "published_region_copy"], ["us"])
+    assert not copied.success and "by_region us failed" in failure_text(copied), failure_text(copied) or "success"
+    assert _count(world, "published_region_copy", "region", "us") == 0, (
+        "consumers read region_copy us, computed from by_region us, whose gates failed")
+
+
+@pytest.mark.separate_processes
+def test_a_rollup_reading_its_upstream_by_another_column_than_its_partition_column_is_refused(world, monkeypatch):
+    """`by_region` (partitioned by region) holds each region's rows with their `zone`; `by_zone`
+    reads it by zone (`source_partition_column="zone"`, `WHERE zone = $partition`) and its team's
+    `StaticPartitionMapping({"eu": "europe"})` forgot that `us` rows are in `europe` too. by_region
+    `us` fails its duplicates gate; by_zone `europe` was checked against `eu` alone, computed from
+    `us`'s failed rows, passed its gates (it adds up to them) and was published. Which partitions
+    a zone reads is in the data, not the definitions: such an edge is refused in one line."""
+    from backfill_assets.table import Column, Metric, TableSpec
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    world.run_sql("CREATE TABLE events (region VARCHAR, zone VARCHAR, n BIGINT, event_id BIGINT)")
+    world.run_sql("INSERT INTO events VALUES ('eu', 'europe', 5, 1), ('us', 'europe', 11, 3), ('us', 'europe', 11, 3)")
+    by_region = TableSpec(name="by_region", source="events", publish_as="published_by_region",
+                          select_sql="SELECT region, zone, sum(n) AS n FROM events WHERE region = $partition "
+                                     "GROUP BY ALL", partition_column="region", source_partition_column="region",
+                          business_keys=("region", "zone"), source_event_id="event_id",
+                          contract=(Column("region", "VARCHAR", nullable=False),
+                                    Column("zone", "VARCHAR", nullable=False), Column("n", "BIGINT")),
+                          metrics=(Metric("n", "sum(n)", "sum(n)"),))
+    by_zone = TableSpec(name="by_zone", source="by_region", publish_as="published_by_zone",
+                        select_sql="SELECT zone, sum(n) AS n FROM by_region WHERE zone = $partition GROUP BY zone",
+                        partition_column="zone", source_partition_column="zone", business_keys=("zone",),
+                        contract=(Column("zone", "VARCHAR", nullable=False), Column("n", "BIGINT")),
+                        metrics=(Metric("n", "sum(n)", "sum(n)"),))
+    raw = make_replayable_table(by_region, dg.StaticPartitionsDefinition(["eu", "us"]))
+    zones = make_replayable_table(by_zone, dg.StaticPartitionsDefinition(["europe"]),
+                                  source_partition_mapping=dg.StaticPartitionMapping({"eu": "europe"}))
+    defs = dg.Definitions(assets=[dg.AssetSpec("events"), *raw.assets, *zones.assets],
+                          resources={"warehouse": WarehouseResource(home=str(world.home))},
+                          executor=dg.in_process_executor)
+    assert _run(world, defs, ["by_region", "published_by_region"], ["eu"]).success
+    assert not _run(world, defs, ["by_region"], ["us"]).success  # its duplicates gate fails
+
+    zoned = _run(world, defs, ["by_zone", "published_by_zone"], ["europe"])
+    assert not zoned.success and "by_zone reads by_region by zone, but by_region is partitioned by region" in \
+        failure_text(zoned), failure_text(zoned) or "success"
+    assert _count(world, "published_by_zone", "zone", "europe") == 0, (
+        "consumers read by_zone europe, computed from by_region us, whose gates failed")
+
+
+def test_a_month_in_another_time_zone_than_its_days_is_refused_in_one_line_naming_the_fix(world, run_cli, tmp_path,
+                                                                                       monkeypatch):
+    """A team's month declared `MonthlyPartitionsDefinition(..., timezone="America/New_York")` over
+    UTC days. Dagster maps no time window across time zones (its runs of the month fail before any
+    code of ours), and `plan validate` of a plan over the days ended in Dagster's internal error from
+    inside the graph (`DagsterInvalidDefinitionError: Timezones America/New_York and UTC don't
+    match`, a traceback), naming neither the table nor what to change."""
+    from tests.plans import complete_plan, write_plan
+
+    defs = tmp_path / "team_defs.py"
+    defs.write_text(
+        "import dagster as dg\n"
+        "from backfill_assets.defs.replayable import make_replayable_table\n"
+        "from backfill_assets.defs.resources import backfill_resources\n"
+        "from backfill_assets.demo.definitions import ORDERS, PARTITIONS\n"
+        "from backfill_assets.demo.revenue import DAILY_REVENUE, MONTHLY_REVENUE\n"
+        "months = dg.MonthlyPartitionsDefinition(start_date='2026-01-01', timezone='America/New_York')\n"
+        "days = make_replayable_table(DAILY_REVENUE, PARTITIONS)\n"
+        "month = make_replayable_table(MONTHLY_REVENUE, months)\n"
+        "defs = dg.Definitions(assets=[ORDERS, *days.assets, *month.assets], sensors=days.sensors,\n"
+        f"                      resources=backfill_resources({str(world.home)!r}))\n", encoding="utf-8")
+    document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
+    path = write_plan(world.root / "plans" / "fix.yaml", document)
+    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
+    shown = run_cli("plan", "validate", str(path))
+    said = shown.out + shown.err
+    assert shown.code != 0 and "Traceback" not in said, said
+    assert "monthly_revenue's partitions are in America/New_York and daily_revenue's in UTC" in said, said
+    assert "timezone='UTC'" in said, said
