@@ -130,7 +130,10 @@ class TableGraph:
         other assets of these definitions (a team's plain asset between them), or None. A table whose
         `source` is such an asset reads backfill's data with no plan over it to recompute or hold it
         back: a month computed from the team's `clean_days`, a copy of the published days, was left
-        beside the days a plan published since (found by an attack)."""
+        beside the days a plan published since (found by an attack). Only the deps these definitions
+        declare are walked: an asset of another code location (an external asset here), one that
+        reads the table by SQL with no `deps`, or a table filled outside Dagster is not seen (README,
+        "A limit")."""
         # by the table DuckDB reads (case folded, `main/published_revenue` is main's published_revenue):
         # a team's `deps` on the published days so named walked past them (found by an attack)
         ours = {_read_table(asset_key(n)): n for n in self.tables}
