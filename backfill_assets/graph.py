@@ -86,6 +86,25 @@ def _read_table(key: dg.AssetKey) -> str:
     return "__".join(path[1:] if len(path) == 2 and path[0] == "main" else path)
 
 
+def recorded_inputs(instance: dg.DagsterInstance, asset: str, limit: int = 64) -> tuple[str, ...]:
+    """The assets Dagster's instance records `asset` as computed from, and theirs, in any code
+    location: the data provenance tags (`dagster/input_data_version/<key>`) of each one's latest
+    materialization. An asset no Dagster run materialized, or one that declares no deps, records
+    none."""
+    prefixes = ("dagster/input_data_version/", "dagster/input_event_pointer/")
+    found: list[str] = []
+    todo = [asset]
+    while todo and len(found) < limit:
+        event = instance.get_latest_materialization_event(asset_key(todo.pop()))
+        materialization = event.asset_materialization if event is not None else None
+        for tag in sorted((materialization.tags or {}) if materialization is not None else {}):
+            name = next((tag[len(p):] for p in prefixes if tag.startswith(p)), None)
+            if name is not None and name != asset and name not in found:
+                found.append(name)
+                todo.append(name)
+    return tuple(found)
+
+
 class TableGraph:
     """The replayable tables of a set of definitions, and the partition mappings between them."""
 
@@ -131,9 +150,9 @@ class TableGraph:
         `source` is such an asset reads backfill's data with no plan over it to recompute or hold it
         back: a month computed from the team's `clean_days`, a copy of the published days, was left
         beside the days a plan published since (found by an attack). Only the deps these definitions
-        declare are walked: an asset of another code location (an external asset here), one that
-        reads the table by SQL with no `deps`, or a table filled outside Dagster is not seen (README,
-        "A limit")."""
+        declare are walked; an asset of another code location (an external asset here) is followed by
+        `recorded_inputs`; one that reads the table by SQL with no `deps`, or a table filled outside
+        Dagster, is not seen (README, "A limit")."""
         # by the table DuckDB reads (case folded, `main/published_revenue` is main's published_revenue):
         # a team's `deps` on the published days so named walked past them (found by an attack)
         ours = {_read_table(asset_key(n)): n for n in self.tables}

@@ -234,7 +234,7 @@ PUBLISHED_FOR_GOOD = frozenset({Phase.PUBLISHED, Phase.CLOSED})
 
 def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], graph: TableGraph | None,
                       plan: PlanState | None, claimed: Sequence[tuple[str, str | None]], *,
-                      holding: bool = False) -> PartitionRefused | None:
+                      holding: bool = False, source_inputs: Sequence[str] = ()) -> PartitionRefused | None:
     """A table computed from a replayable table reads only data its gates passed: every partition
     of the upstream table that `keys` read has a latest write whose gates all passed (under the
     plan, for the upstream partitions the plan replays). A replay therefore recomputes the graph in
@@ -243,7 +243,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
         return None
     parent = graph.upstream(spec.name)
     if parent is None:
-        return _undeclared_upstream(spec, keys, plan, claimed, graph)
+        return _undeclared_upstream(spec, keys, plan, claimed, graph, source_inputs)
     upstream_exists = session.engine.table_exists(session, graph.spec(parent).table)
     if holding and upstream_exists:
         # inside the write's transaction: no other writer may change the upstream table until the
@@ -315,7 +315,8 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
 
 
 def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState | None,
-                         claimed: Sequence[tuple[str, str | None]], graph: TableGraph) -> PartitionRefused | None:
+                         claimed: Sequence[tuple[str, str | None]], graph: TableGraph,
+                         source_inputs: Sequence[str] = ()) -> PartitionRefused | None:
     """A table whose `source` is a replayable table (the ledger holds writes of it) that the loaded
     definitions do not declare: they cannot say which of its partitions a partition reads, so
     nothing here can check them (passed, unchanged, seen by consumers), nor record what was read.
@@ -352,6 +353,15 @@ def _undeclared_upstream(spec: TableSpec, keys: Sequence[str], plan: PlanState |
     # or computed from such a table through a team's own asset (`clean_days`, their SQL over the
     # published days): a raw source to the gates, yet no plan over the days would recompute it
     through = graph.written_ancestor(spec.source) if spec.source not in graph.tables else None
+    if through is None and spec.source not in graph.tables:
+        # or through an asset of another code location (an external asset here, no deps to walk):
+        # what the instance recorded its materializations were computed from (a month over another
+        # location's `clean_days` was loaded from the published days as from a raw source, found by an attack)
+        from backfill_assets.graph import _read_table, asset_key
+
+        written = {table_for_asset(n).lower() for s, _ in graph.tables.values() for n in (s.name, s.publish_as)}
+        written |= {table_for_asset(n).lower() for pair in claimed for n in pair if n is not None}
+        through = next((i for i in source_inputs if _read_table(asset_key(i)) in written), None)
     if through is not None:
         return _refuse(f"{spec.name} is computed from {spec.source}, which is computed from {through}, a table "
                        f"backfill writes: no plan over it would recompute or hold back {spec.name} {key}, nor "
@@ -407,9 +417,12 @@ def _approval_refusal(session: Session, plan: PlanState, key: str, spec: TableSp
 
 
 def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-           tags: Mapping[str, str], graph: TableGraph | None = None) -> Permission:
+           tags: Mapping[str, str], graph: TableGraph | None = None,
+           source_inputs: Sequence[str] = ()) -> Permission:
     """Decide for a whole run before it writes anything; refuse naming the partition and the fix.
-    `graph`: the definitions the run belongs to (a plan over a graph is checked against it)."""
+    `graph`: the definitions the run belongs to (a plan over a graph is checked against it);
+    `source_inputs`: what Dagster's instance records the table's source as computed from
+    (`graph.recorded_inputs`)."""
     keys = list(dict.fromkeys(keys))
     if not keys:
         raise _refuse(f"a run of {spec.name} named no partition", None, "?",
@@ -471,7 +484,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
             raise _refuse(f"partitions of {spec.name} mix plan {chosen.plan_id} and plan-free writes "
                           f"({key})", chosen.plan_id, key, "launch one run per plan")
         free = free or key
-    refusal = _upstream_refusal(session, spec, keys, graph, chosen, claimed)
+    refusal = _upstream_refusal(session, spec, keys, graph, chosen, claimed, source_inputs=source_inputs)
     if refusal is not None:
         raise refusal
     return Permission(spec.name, tuple(keys), chosen, graph, tags.get(LAUNCHER_TAG))

@@ -204,3 +204,45 @@ def test_a_month_in_another_time_zone_than_its_days_is_refused_in_one_line_namin
     assert shown.code != 0 and "Traceback" not in said, said
     assert "monthly_revenue's partitions are in America/New_York and daily_revenue's in UTC" in said, said
     assert "timezone='UTC'" in said, said
+
+
+@pytest.mark.separate_processes
+def test_a_month_over_another_code_locations_copy_of_the_published_days_is_refused(world, monkeypatch):
+    """The team's `clean_days` (deps published_revenue, their SQL copying the days consumers read)
+    lives in its own code location; the month's location declares the month alone, its `source`
+    clean_days (an external asset there, with no deps). The walk over the loaded definitions saw no
+    ancestor, so the month was loaded and published from the published days as from a raw source,
+    and no plan over the days would recompute it. Dagster's instance, shared by the locations,
+    records on each materialization of clean_days the assets it was computed from."""
+    import dataclasses
+
+    from dagster_duckdb import DuckDBResource
+
+    from backfill_assets.defs.resources import backfill_resources
+    from backfill_assets.demo.definitions import MONTHS
+    from backfill_assets.demo.revenue import MONTHLY_REVENUE
+    from tests.test_graph import MONTH, _january_days_published, _published_by_region
+    from tests.test_graph import run as graph_run
+
+    _january_days_published(world)
+
+    @dg.asset(deps=["published_revenue"])
+    def clean_days(duckdb: DuckDBResource) -> None:
+        with duckdb.get_connection() as con:
+            con.execute("CREATE OR REPLACE TABLE clean_days AS SELECT * FROM published_revenue")
+
+    cleaning = dg.Definitions(assets=[clean_days], resources={"duckdb": DuckDBResource(
+        database=str(world.warehouse_path))}, executor=dg.in_process_executor)
+    month = dataclasses.replace(MONTHLY_REVENUE, source="clean_days",
+                                select_sql=MONTHLY_REVENUE.select_sql.replace("daily_revenue", "clean_days"))
+    rollup = make_replayable_table(month, MONTHS, group_name="revenue")
+    months = dg.Definitions(assets=[*rollup.assets], resources=backfill_resources(str(world.home), world.url or ""),
+                            executor=dg.in_process_executor)
+    with world.deployed():
+        assert cleaning.resolve_implicit_global_asset_job_def().execute_in_process(instance=world.instance).success
+        loaded = graph_run(world, months, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                           {"dagster/backfill": "ui-bf"})
+    assert not loaded.success and "which is computed from published_revenue" in failure_text(loaded), (
+        f"a month computed from another location's copy of the published days was loaded: "
+        f"{failure_text(loaded) or 'success'}")
+    assert _published_by_region(world, "published_monthly_revenue", "month") == {}

@@ -26,7 +26,7 @@ from backfill_assets.defs.verdicts_shown import gate_evaluation, gate_metadata
 from backfill_assets.errors import BackfillError, IdentifierError, PartitionRefused, UsageError
 from backfill_assets.execution.write import write_partitions
 from backfill_assets.gates.results import GATE_DESCRIPTIONS, GATE_NAMES, GateResult
-from backfill_assets.graph import SPEC_METADATA, TableGraph, graph_of_run
+from backfill_assets.graph import SPEC_METADATA, TableGraph, graph_of_run, recorded_inputs
 from backfill_assets.impact import plan_impact
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import Permission, permit
@@ -210,7 +210,8 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
             with warehouse.session() as session:
                 graph = graph_of_run(context)
                 try:
-                    permission = permit(session, spec, scheme, keys, tags, graph)
+                    inputs = recorded_inputs(context.instance, spec.source) if spec.source not in graph.tables else ()
+                    permission = permit(session, spec, scheme, keys, tags, graph, inputs)
                     if permission.plan is not None:  # any run of a plan honours its lease
                         refuse_foreign_run(session, permission.plan.plan_id, tags, keys[0])
                 except PartitionRefused as exc:
