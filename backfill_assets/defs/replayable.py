@@ -152,8 +152,9 @@ def make_replayable_table(spec: TableSpec, partitions_def: dg.PartitionsDefiniti
                           publish_description: str | None = None) -> ReplayableTable:
     """A team's table as Dagster definitions. When `spec.source` is another replayable table, this
     one is part of its graph: a plan over the source recomputes, gates and publishes it too, for
-    the partitions `source_partition_mapping` maps the window to (Dagster's default mapping when
-    None: time windows by overlap, e.g. daily -> monthly; static partitions by identity).
+    the partitions whose rows read the window's and those `source_partition_mapping` maps it to
+    (Dagster's default mapping when None: time windows by overlap, e.g. daily -> monthly; static
+    partitions by identity); see `graph.TableGraph.downstream_keys`.
 
     `warehouse_key` names the resource runs write through: a `WarehouseResource` (the default,
     `backfill_resources()`) or the team's dagster-duckdb `DuckDBResource`. `metadata`, `tags`,
