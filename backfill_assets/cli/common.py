@@ -283,6 +283,11 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
             return RootView(named.root, f"{named.source} (the warehouse's pin, unverified here, agrees)")
     if pinned is not None:
         root = pinned.root
+        if named is None and why is not None:
+            # a file named that cannot be read (a typo'd path, a pipe, a folder) was dropped without a
+            # word, and the guard said ALLOWED as if it agreed with the pin (found by an attack)
+            return RootView(root, f"the pinned {root.describe()}", pinned=True, problem=(
+                f"{why}; the files named are compared with the pinned trust root ({root.describe()})"))
         if named is not None and (named.root.signers.sha256, named.root.policy.sha256) != \
                 (root.signers.sha256, root.policy.sha256):
             return RootView(root, f"the pinned {root.describe()}", pinned=True, problem=(
