@@ -34,3 +34,29 @@ def test_the_guard_never_says_allowed_over_a_named_file_it_cannot_read(world, cl
     checked = cli("guard", str(plan), *args, timeout=60)
     assert checked.code != 0 and "\nALLOWED:" not in checked.out, (checked.code, checked.out[-800:])
     assert str(bad) in checked.out + checked.err, (checked.out[-800:], checked.err)
+
+
+def test_a_run_a_rollback_got_in_between_stops_saying_so_not_to_approve_the_plan(world, cli):
+    """A `backfill rollback` typed while a DuckDB `backfill run` holds the file gets in between two
+    of its runs (as a pause does) and rolls the plan back, rightly. The run then launched its next
+    Dagster run anyway, which the permission refused with "approve the plan (backfill plan approve)
+    or name an active one": a rolled-back plan is never approved again, and a failed Dagster run was
+    left in the UI. The run checked only for a hold between its runs; it stops at an ended plan too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.test_faults import _first_run_held, _release_once_waited_for, dagster_runs, proven, written
+
+    proven(world)  # 02..08 left, in four runs of two
+    with ThreadPoolExecutor(2) as pool:
+        running = _first_run_held(world, cli, pool)
+        rolling = pool.submit(cli, "rollback", "fix")
+        _release_once_waited_for(world, running, rolling)
+        rolled, ran = rolling.result(), running.result()
+    assert rolled.code == 0 and world.phase("fix") == "rolled_back", rolled.err[-1500:]
+    assert ran.code == 1, (ran.out, ran.err)
+    assert "plan fix was rolled_back while this run went: stopped before 2026-01-04" in ran.err, ran.err
+    assert "backfill plan approve" not in ran.err + ran.out, ran.err
+    failed = [r.run_id[:8] for r in dagster_runs(world) if r.is_failure]
+    assert failed == [], f"a Dagster run was launched for the rolled-back plan and failed: {failed}"
+    assert written(world) == {"2026-01-01", "2026-01-02", "2026-01-03"}
+    assert world.rows("daily_revenue", "2026-01-02") == 0  # restored: empty before the plan

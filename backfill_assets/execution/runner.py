@@ -26,7 +26,7 @@ from backfill_assets.dagster_inprocess import execute_selection
 from backfill_assets.environment import is_process, pid_running, process_identity
 from backfill_assets.execution.stages import Stage
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
-from backfill_assets.plan.phases import Hold
+from backfill_assets.plan.phases import ENDED, Hold
 from backfill_assets.tags import (
     HOST_TAG,
     PID_TAG,
@@ -156,6 +156,14 @@ def _execute(stage: Stage, warehouse: Warehouse, state: PlanState, held: lease.L
                         "finished); " + ("`backfill run` resumes" if now.hold is Hold.PAUSED
                                          else f"roll it back with `backfill rollback {state.plan_id}`"))
                     return reports + [RunReport(wave[0], errors=[f"plan {now.hold}"])]
+                if now.phase in ENDED:
+                    # a rollback (or withdraw, close) let in between two runs, as a pause is: the next
+                    # run was launched anyway, refused by the permission with "approve the plan", and
+                    # left failed in the UI (found by an attack)
+                    say(f"plan {state.plan_id} was {now.phase} while this run went: stopped before "
+                        f"{_at(stage, wave[0][0])} (runs in flight finished); `backfill status {state.plan_id}` "
+                        "says what is left")
+                    return reports + [RunReport(wave[0], errors=[f"plan {now.phase}"])]
                 try:
                     lease.renew(session, held)
                 except lease.LeaseLost as exc:
