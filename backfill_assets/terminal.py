@@ -8,6 +8,7 @@ leaves the terminal alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -147,18 +148,22 @@ def _redirect(path: Path) -> Any:
     sys.stdout = sys.stderr = text
 
     def restore() -> None:
+        # the terminal first, whatever the log file's last bytes do: on a full disk (or past `ulimit
+        # -f`) closing the log's streams raised, the descriptors stayed on the log file, and a failed
+        # command's one line went into it: exit 1 with nothing shown (found by an attack)
         global _terminal_fd
         sys.stdout, sys.stderr = streams
-        text.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        logging.getLogger().removeHandler(handler)
+        for flush in (text.flush, sys.stdout.flush, sys.stderr.flush):
+            with contextlib.suppress(OSError, ValueError):
+                flush()
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)
         os.close(saved_out)
         os.close(saved_err)
         _terminal_fd = None
-        logging.getLogger().removeHandler(handler)
-        handler.stream.close()
-        handle.close()
+        for close in (text.close, handler.stream.close, handle.close):
+            with contextlib.suppress(OSError, ValueError):
+                close()  # what the full log could not take is lost: the log is best effort
 
     return restore

@@ -60,3 +60,39 @@ def test_a_run_a_rollback_got_in_between_stops_saying_so_not_to_approve_the_plan
     assert failed == [], f"a Dagster run was launched for the rolled-back plan and failed: {failed}"
     assert written(world) == {"2026-01-01", "2026-01-02", "2026-01-03"}
     assert world.rows("daily_revenue", "2026-01-02") == 0  # restored: empty before the plan
+
+
+
+LOG_FULL_THEN_SAY = """
+import logging, os, resource, sys
+from pathlib import Path
+from backfill_assets import terminal
+from backfill_assets.home import Home
+home, gap, limit = Path(sys.argv[1]), int(sys.argv[2]), 1 << 20
+(home / "logs").mkdir(parents=True, exist_ok=True)
+with open(home / "logs" / "backfill.log", "wb") as handle:
+    handle.truncate(limit - gap)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    with terminal.dagster_output(Home(home)):
+        logging.getLogger("dagster").error("a run failed: " + "z" * 300)
+except OSError:
+    pass
+sys.stderr.write("backfill: the command's one line\\n")
+"""
+
+
+@pytest.mark.parametrize("gap", [0, 100])
+def test_a_log_file_that_cannot_grow_leaves_a_failed_command_its_one_line(tmp_path, run_subprocess, gap):
+    """A full disk: the log file's last bytes could not be written as a command put the terminal
+    back, so the descriptors stayed on the log file and a failed `backfill publish` (on a small
+    tmpfs, full) exited 1 with nothing on the terminal at all: its one line went into the full log.
+    Here the log cannot grow past the file size limit (`ulimit -f`: EFBIG, as a full disk's ENOSPC),
+    the redirection run alone: a limit below the warehouse's size can also corrupt the DuckDB file
+    (see the report of this attack), so a whole command is not run under it."""
+    import sys
+
+    done = run_subprocess(command=[sys.executable, "-c", LOG_FULL_THEN_SAY, str(tmp_path / "home"), str(gap)],
+                          timeout=120)
+    assert done.code == 0 and one_line(done.err) == "backfill: the command's one line\n", (done.code, done.err)
+
