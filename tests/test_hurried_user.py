@@ -169,6 +169,9 @@ def test_the_guard_never_says_allowed_over_a_named_file_it_cannot_read(world, cl
     checked = cli("guard", str(plan), *args, timeout=60)
     assert checked.code != 0 and "\nALLOWED:" not in checked.out, (checked.code, checked.out[-800:])
     assert str(bad) in checked.out + checked.err, (checked.out[-800:], checked.err)
+    # refused in one line (exit 2), or its checklist item names the fix: not a re-pin of a typo
+    assert "re-pin" not in checked.out + checked.err, checked.out[-800:]
+    assert checked.code == 2 or "name files that can be read" in checked.out, checked.out[-800:]
 
 
 def test_a_run_a_rollback_got_in_between_stops_saying_so_not_to_approve_the_plan(world, cli):

@@ -157,6 +157,7 @@ class RootView:
     source: str
     problem: str | None = None
     pinned: bool = False
+    fix: str = "review the change, then re-pin with `backfill approvers pin FILE`"
 
 
 def committed_home(home: Home) -> str | None:
@@ -287,7 +288,8 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
             # a file named that cannot be read (a typo'd path, a pipe, a folder) was dropped without a
             # word, and the guard said ALLOWED as if it agreed with the pin (found by an attack)
             return RootView(root, f"the pinned {root.describe()}", pinned=True, problem=(
-                f"{why}; the files named are compared with the pinned trust root ({root.describe()})"))
+                f"{why}; the files named are compared with the pinned trust root ({root.describe()})"),
+                fix="name files that can be read (the default branch's allowed_signers and policy)")
         if named is not None and (named.root.signers.sha256, named.root.policy.sha256) != \
                 (root.signers.sha256, root.policy.sha256):
             return RootView(root, f"the pinned {root.describe()}", pinned=True, problem=(

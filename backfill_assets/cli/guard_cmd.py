@@ -130,7 +130,7 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
         if view is not None and view.root is not None:
             bound = "; ".join(f"{name} not checked here" for name in (counted.unchecked if counted else ()))
             items.append(Item("signatures counted under the team's trust root", view.problem is None,
-                              (view.problem + "; review the change, then re-pin with `backfill approvers pin FILE`")
+                              (f"{view.problem}; {view.fix}")
                               if view.problem else view.source + (f" ({bound})" if bound else ""), True))
         out.append(items)
     return out
