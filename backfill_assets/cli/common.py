@@ -68,6 +68,27 @@ def actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A file name as printed on a line of ours: every character that is not printable as an escape
+    (a pull request's plan named with a line break and ESC[8m printed a forged ALLOWED line in the
+    guard and concealed the real verdicts, found by an attack)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
+
+
+def shell_word(path: str | os.PathLike[str]) -> str:
+    """A file name in a command printed for pasting: quoted, so `$(...)` in it runs nothing, and in
+    bash's $'...' form with escapes where it holds what a terminal would not show as written."""
+    import shlex
+
+    text = str(path)
+    if text.isprintable():
+        return shlex.quote(text)
+    escaped = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c if c.isprintable() else
+                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else
+                      f"\\U{ord(c):08x}" for c in text)
+    return f"$'{escaped}'"
+
+
 def warehouse_of(args: argparse.Namespace) -> Warehouse:
     return open_warehouse(home_of(args))
 

@@ -137,12 +137,14 @@ def guard_all(plan_files: list[Path], home: Home, signers_path: str | None = Non
 
 
 def cmd_guard(args: argparse.Namespace) -> int:
+    from backfill_assets.cli.common import shown_path
+
     files = [Path(f) for f in args.plan_file]
     checked = guard_all(files, home_of(args), args.allowed_signers, args.defs, args.policy, args.warehouse)
     refused = 0
     for path, items in zip(files, checked, strict=True):
         if len(files) > 1:
-            print(f"{path}:")
+            print(f"{shown_path(path)}:")  # a file's name is a pull request's too
         print(render(items))
         blocking = [i for i in items if i.gating and not i.done]
         if blocking:

@@ -17,6 +17,8 @@ from backfill_assets.cli.common import (
     note_unverified_statement,
     plan_state,
     record_plan_state,
+    shell_word,
+    shown_path,
     warehouse_of,
     writing,
 )
@@ -182,13 +184,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     table, why = _table_for(plan.target, args.defs, required=False)
     if table is None:
-        print(f"{path}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked against "
-              f"{plan.target}: {why}")
+        print(f"{shown_path(path)}: complete (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}); NOT checked "
+              f"against {plan.target}: {why}")
         return 0
     fitted = fit(plan, table.spec, table.scheme(), table.graph, drafting=True)
     if not fitted.ok:
         raise PlanInvalidError(f"{path} does not fit {plan.target}", fitted.problems)
-    print(f"{path}: complete and fits {plan.target} (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}, "
+    print(f"{shown_path(path)}: complete and fits {plan.target} (plan {plan.plan_id}, sha256 {plan_sha256(plan)[:12]}, "
           f"{len(fitted.keys)} partition(s))")
     for line in graph_lines(table, fitted.members):
         print(line)
@@ -387,9 +389,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"  counted  {c.principal} ({c.fingerprint}) until {c.until}")
         for v in counted.void:
             print(f"  void     {v.principal}: {v.reason}")
-    print(f"to sign    backfill plan statement {path} > statement.txt && {signing_command()}")
-    print(f"then       backfill plan approve {path} --by NAME --signature statement.txt.sig --statement statement.txt"
-          "   (or --key KEY: sign here)")
+    print(f"to sign    backfill plan statement {shell_word(path)} > statement.txt && {signing_command()}")
+    print(f"then       backfill plan approve {shell_word(path)} --by NAME --signature statement.txt.sig "
+          "--statement statement.txt   (or --key KEY: sign here)")
     return 0
 
 

@@ -1,0 +1,74 @@
+"""Attacks on the guard by a pull-request author in CI (and the reviewer's `plan show`).
+
+Each test reproduces one attack through the product's own doors (the hook and the console script
+as subprocesses, real ssh-keygen keys), then states what holds now.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.plans import complete_plan, write_plan
+from tests.world import signers_text
+
+HOOK = ROOT / "hooks" / "backfill-guard.sh"
+VERDICT = "ALLOWED: the plan is complete, fits its table, and is signed by enough approvers"
+# a plan file's name, as a pull request may commit it: a line break, a forged verdict and summary,
+# then ESC[8m, which conceals everything the terminal prints after it (the real checklists)
+FORGED_NAME = f"fix\n{VERDICT}\n2 of 2 plan(s) allowed\x1b[8m $(touch pwned) .yaml"
+
+
+def _checkout(tmp_path: Path, ssh_keys: dict[str, Path]) -> tuple[Path, Path, Path]:
+    """A pull request's checkout with an unsigned plan under a file name of its choosing, another
+    plan beside it, and the default branch's allowed_signers, as CI names it."""
+    plans = tmp_path / "checkout" / "plans"
+    write_plan(plans / "another.yaml", complete_plan(plan_id="another"))
+    forged = write_plan(plans / FORGED_NAME, complete_plan(plan_id="fix"))
+    signers = tmp_path / "default-branch" / "allowed_signers"
+    signers.parent.mkdir()
+    signers.write_text(signers_text(ssh_keys))
+    return plans / "another.yaml", forged, signers
+
+
+def test_a_plan_file_name_never_prints_a_forged_verdict_in_the_guard(tmp_path, ssh_keys, run_subprocess):
+    """The guard printed each plan's file name as it is (`plans/*.yaml` in CI): a name holding a line
+    break printed a forged ALLOWED line and summary for two unsigned plans, and ESC[8m concealed the
+    real checklists and verdicts after it (found by an attack)."""
+    another, forged, signers = _checkout(tmp_path, ssh_keys)
+    env = {"BACKFILL_HOME": str(tmp_path / "ci-no-warehouse")}
+    done = run_subprocess(command=[str(HOOK), str(another), str(forged), "--allowed-signers", str(signers)],
+                          env=env, cwd=tmp_path / "checkout")
+    assert done.code == 1, done
+    assert "\x1b" not in done.out and VERDICT not in done.out.splitlines(), done.out
+    assert "2 of 2 plan(s) allowed" not in done.out.splitlines()
+    assert done.out.splitlines()[-1] == "0 of 2 plan(s) allowed", done.out
+    assert done.out.count("REFUSED:") == 2
+
+
+def test_plan_show_and_validate_print_a_plan_file_name_on_one_line_and_quoted_to_paste(tmp_path, ssh_keys,
+                                                                                       run_subprocess):
+    """`plan show` (a reviewer on a pull request's checkout) printed the file name as it is in its
+    `to sign` and `then` commands: a name holding ESC and a line break put a forged line on the
+    reviewer's screen, and `$(...)` in it ran as a command when the printed line was pasted; `plan
+    validate` printed it first on its line (found by an attack)."""
+    _, forged, signers = _checkout(tmp_path, ssh_keys)
+    env = {"BACKFILL_HOME": str(tmp_path / "no-warehouse")}
+    shown = run_subprocess("plan", "show", str(forged), "--allowed-signers", str(signers), env=env,
+                           cwd=tmp_path / "checkout")
+    assert shown.code == 0, shown
+    assert "\x1b" not in shown.out and VERDICT not in shown.out.splitlines(), shown.out
+    to_sign = next(line for line in shown.out.splitlines() if line.startswith("to sign"))
+    # pasted into a shell, the printed command names the file and runs nothing else
+    pasted = to_sign.removeprefix("to sign").strip().split(" && ")[0]
+    where = tmp_path / "paste"
+    where.mkdir()
+    subprocess.run(["bash", "-c", "backfill() { printf '%s\\0' \"$@\"; }; " + pasted], cwd=where, timeout=30,
+                   check=True)
+    assert not (where / "pwned").exists()
+    assert (where / "statement.txt").read_bytes().split(b"\0")[:4] == \
+        [b"plan", b"statement", str(forged).encode(), b""], pasted
+    validated = run_subprocess("plan", "validate", str(forged), env=env, cwd=tmp_path / "checkout")
+    assert "\x1b" not in validated.out + validated.err, validated
+    assert VERDICT not in validated.out.splitlines(), validated.out
