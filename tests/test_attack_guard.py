@@ -6,10 +6,11 @@ as subprocesses, real ssh-keygen keys), then states what holds now.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import BIN, ROOT
 from tests.plans import complete_plan, write_plan
 from tests.world import signers_text
 
@@ -72,3 +73,20 @@ def test_plan_show_and_validate_print_a_plan_file_name_on_one_line_and_quoted_to
     validated = run_subprocess("plan", "validate", str(forged), env=env, cwd=tmp_path / "checkout")
     assert "\x1b" not in validated.out + validated.err, validated
     assert VERDICT not in validated.out.splitlines(), validated.out
+
+
+def test_the_guard_exits_with_its_verdict_when_its_reader_leaves_early(tmp_path, ssh_keys):
+    """The guard exited 0, "allowed", when the pipe it printed into closed before it finished (`| head`
+    in a CI step): a pull request adding plans enough to fill the reader's lines had two unsigned
+    plans pass a `set -o pipefail` job (found by an attack). Its exit code is the verdict, said or not."""
+    another, forged, signers = _checkout(tmp_path, ssh_keys)
+    for i in range(8):  # more than the first write's worth of output
+        write_plan(another.parent / f"more-{i}.yaml", complete_plan(plan_id=f"more-{i}"))
+    env = {**os.environ, "BACKFILL_HOME": str(tmp_path / "ci-no-warehouse"),
+           "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    for reader in ("head -3", "true"):
+        script = (f'set -o pipefail; "{HOOK}" plans/*.yaml --allowed-signers "{signers}" 2>/dev/null | {reader}; '
+                  'echo "guard exited ${PIPESTATUS[0]}"')
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                              cwd=tmp_path / "checkout", timeout=300)
+        assert done.stdout.splitlines()[-1] == "guard exited 1", (reader, done.stdout, done.stderr)
