@@ -6,7 +6,7 @@ Everything is read at call time, never at import.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from backfill_assets.errors import UsageError
@@ -27,6 +27,8 @@ def duckdb_file(url: str) -> str | None:
 @dataclass(frozen=True)
 class Home:
     root: Path
+    # named by --home or BACKFILL_HOME; False: found by default, ./.backfill of the current folder
+    named: bool = field(default=True, compare=False)
 
     @property
     def warehouse(self) -> Path:
@@ -69,7 +71,7 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Home:
     """--home wins, then $BACKFILL_HOME, then ./.backfill."""
     raw = explicit or os.environ.get(HOME_ENV) or ".backfill"
     try:
-        return Home(Path(raw).expanduser().resolve())
+        return Home(Path(raw).expanduser().resolve(), named=bool(explicit or os.environ.get(HOME_ENV)))
     except (RuntimeError, OSError) as exc:  # `~nobody/x`: no such user's home
         raise UsageError(f"cannot use {raw!r} as the backfill home ({exc})",
                          fix="pass --home (or set BACKFILL_HOME) to an existing folder's path") from None

@@ -90,3 +90,36 @@ def test_the_guard_exits_with_its_verdict_when_its_reader_leaves_early(tmp_path,
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
                               cwd=tmp_path / "checkout", timeout=300)
         assert done.stdout.splitlines()[-1] == "guard exited 1", (reader, done.stdout, done.stderr)
+
+
+def test_a_home_committed_in_a_checkout_without_git_is_never_read_as_the_default_home(tmp_path, run_subprocess,
+                                                                                     monkeypatch):
+    """A pull request commits a whole home (warehouse, evidence key, a trust root listing its author's
+    keys) at `./.backfill`, where the hook looks by default. In a git checkout the guard refuses it as
+    tracked; in a checkout without `.git` (a tarball: actions/checkout's REST fallback where the job
+    has no git, a build context that leaves `.git` out) git could not say, the home was read as a
+    developer's own, and the bare hook said ALLOWED for a plan only the author signed (found by an
+    attack). A home found by default where no git work tree can say what is committed is not read."""
+    from backfill_assets.cli import main as cli_main
+    from tests.world import DEMO_DEFS, make_keys
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    assert not any((p / ".git").exists() for p in (repo, *repo.parents))
+    theirs = make_keys(tmp_path / "theirs")
+    (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
+    planted = repo / ".backfill"
+    assert cli_main(["--home", str(planted), "init", "--allowed-signers", str(repo / "signers")]) == 0
+    path = write_plan(repo / "plans" / "other.yaml", complete_plan(plan_id="other"))
+    for who in ("olivia", "alice", "bob"):
+        assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
+                         str(theirs[who])]) == 0
+    env = {"BACKFILL_HOME": ""}  # unset: the hook's default home, ./.backfill of the checkout
+    for command in ([str(HOOK), "plans/other.yaml"], [str(BIN / "backfill"), "plan", "show", "plans/other.yaml"]):
+        shown = run_subprocess(command=command, env=env, cwd=repo)
+        assert "ALLOWED" not in shown.out and "(approved)" not in shown.out, shown.out
+        assert "no git work tree" in shown.out, shown.out
+    # named explicitly, a home outside any work tree is the operator's choice, and it is read
+    named = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env={"BACKFILL_HOME": str(planted)}, cwd=repo)
+    assert named.code == 0 and "ALLOWED" in named.out, named.out

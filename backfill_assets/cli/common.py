@@ -184,13 +184,19 @@ class RootView:
 def committed_home(home: Home) -> str | None:
     """Why the control record in `home` may be a pull request's, not the warehouse's: git tracks
     files under it (a checkout holds whatever a pull request committed, a whole home included),
-    or git cannot say. None for a home outside any git work tree, or one git does not track."""
+    or git cannot say. None for a home outside any git work tree, or one git does not track; a home
+    found by default (./.backfill, no --home nor BACKFILL_HOME) outside any work tree is the folder's,
+    which may be a checkout without `.git` (a tarball), so git cannot say: a pull request's whole
+    home committed there was read, and the bare hook said ALLOWED (found by an attack)."""
     import subprocess
 
     root = home.root
     top = next((p for p in (root, *root.parents) if (p / ".git").exists()), None)
     if top is None:
-        return None
+        return None if home.named else (
+            f"{root} is the default home of the current folder, in no git work tree: a checkout without .git "
+            "(a tarball) may hold a pull request's whole control record, so its trust root is never read; name "
+            "the team's home with --home or BACKFILL_HOME, or the default branch's files with --allowed-signers")
     try:
         found = subprocess.run(["git", "-C", str(top), "ls-files", "-z", "--", str(root)], capture_output=True,
                                timeout=60)
