@@ -123,3 +123,13 @@ def test_a_home_committed_in_a_checkout_without_git_is_never_read_as_the_default
     # named explicitly, a home outside any work tree is the operator's choice, and it is read
     named = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env={"BACKFILL_HOME": str(planted)}, cwd=repo)
     assert named.code == 0 and "ALLOWED" in named.out, named.out
+    # in a git checkout, `.backfill` committed as a link to a home outside it (a self-hosted runner's
+    # staging home, whose root lists test keys) resolved out of the work tree and was read too
+    elsewhere = tmp_path / "staging-home"
+    planted.rename(elsewhere)
+    planted.symlink_to(elsewhere)
+    for args in (["init", "-q"], ["add", "-f", ".backfill", "plans", "signers"], ["commit", "-q", "-m", "plans"]):
+        subprocess.run(["git", "-c", "user.name=pr", "-c", "user.email=pr@example.com", *args], cwd=repo,
+                       check=True, capture_output=True, timeout=60)
+    linked = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
+    assert linked.code == 1 and "ALLOWED" not in linked.out and "no git work tree" in linked.out, linked.out
