@@ -133,3 +133,38 @@ def test_a_home_committed_in_a_checkout_without_git_is_never_read_as_the_default
                        check=True, capture_output=True, timeout=60)
     linked = run_subprocess(command=[str(HOOK), "plans/other.yaml"], env=env, cwd=repo)
     assert linked.code == 1 and "ALLOWED" not in linked.out and "no git work tree" in linked.out, linked.out
+
+
+def test_a_file_committed_under_the_default_home_never_switches_the_record_off(world, run_subprocess, tmp_path):
+    """A CI job given the warehouse (BACKFILL_WAREHOUSE_URL) but not the evidence key runs the guard
+    in the pull request's checkout with the default branch's files named: beside the record, a
+    version the plan of record replaced is refused (its old signatures name no adoption). The pull
+    request reverts the plan to v1 and commits any file under `./.backfill/`: the guard then read no
+    record at all, counted v1's old signatures under the named files and said ALLOWED, while every run
+    refuses v1 (found by an attack). A home holding files git tracks now refuses the verdict."""
+    from tests.test_plan_replacement import _fix_version
+
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    repo = tmp_path / "checkout"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "plans" / "fix.yaml").write_text(v1.read_text())  # v1, with its old signatures, from history
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=pr", "-c", "user.email=pr@example.com", *args], cwd=repo,
+                       check=True, capture_output=True, timeout=60)
+
+    git("init", "-q")
+    git("add", "plans")
+    git("commit", "-q", "-m", "revert the plan to v1")
+    env = {"BACKFILL_HOME": "", "BACKFILL_WAREHOUSE_URL": f"duckdb:///{world.warehouse_path}"}
+    signers = str(world.root / "approvers" / "allowed_signers")
+    beside = run_subprocess(command=[str(HOOK), "plans/fix.yaml", "--allowed-signers", signers], env=env, cwd=repo)
+    assert beside.code == 1 and "ALLOWED" not in beside.out, beside.out  # the record says what v1 must name
+    (repo / ".backfill").mkdir()
+    (repo / ".backfill" / "notes.txt").write_text("nothing\n")
+    git("add", "-f", ".backfill")
+    git("commit", "-q", "-m", "a file under the default home")
+    switched = run_subprocess(command=[str(HOOK), "plans/fix.yaml", "--allowed-signers", signers], env=env, cwd=repo)
+    assert switched.code == 1 and "ALLOWED" not in switched.out, switched.out
+    assert "tracked by git" in switched.out, switched.out

@@ -195,8 +195,8 @@ def committed_home(home: Home) -> str | None:
     if top is None:
         return None if home.named else (
             f"{root} is the default home of the current folder, in no git work tree: a checkout without .git "
-            "(a tarball) may hold a pull request's whole control record, so its trust root is never read; name "
-            "the team's home with --home or BACKFILL_HOME, or the default branch's files with --allowed-signers")
+            "(a tarball) may hold a pull request's whole control record, so the guard reads none of it and "
+            "refuses; name the team's home with --home or BACKFILL_HOME")
     try:
         found = subprocess.run(["git", "-C", str(top), "ls-files", "-z", "--", str(root)], capture_output=True,
                                timeout=60)
@@ -208,8 +208,8 @@ def committed_home(home: Home) -> str | None:
                 f"({said[0][:160] if said else f'exit {found.returncode}'})")
     if found.stdout.strip(b"\0"):
         return (f"{root} holds files tracked by git in {top}: a pull request can commit a whole control record, "
-                "so its trust root is never read; point BACKFILL_HOME at the team's home or name the default "
-                "branch's files with --allowed-signers [--policy]")
+                "so the guard reads none of it and refuses; point BACKFILL_HOME (or --home) at the team's home, "
+                "outside the checkout")
     return None
 
 
@@ -289,8 +289,11 @@ def resolve_root(home: Home, signers: str | None, policy: str | None, warehouse:
     exists = store.exists()
     committed = committed_home(home) if exists else None
     if committed is not None:
-        why = why or committed
-    elif exists:
+        # refused, not passed over: a file a pull request committed under the home switched the record
+        # off, and beside it, read without the key, a superseded version's old signatures counted
+        # under the named files (found by an attack)
+        return RootView(None, "none", problem=committed)
+    if exists:
         with store.session(read_only=True) as session:
             if has_control_schema(session):
                 pinned = trust_record.current(session)
