@@ -168,3 +168,45 @@ def test_a_file_committed_under_the_default_home_never_switches_the_record_off(w
     switched = run_subprocess(command=[str(HOOK), "plans/fix.yaml", "--allowed-signers", signers], env=env, cwd=repo)
     assert switched.code == 1 and "ALLOWED" not in switched.out, switched.out
     assert "tracked by git" in switched.out, switched.out
+
+
+def test_a_trust_file_option_given_twice_is_refused(tmp_path, ssh_keys):
+    """A CI step gives the guard the changed plans through a plain `xargs`, after its own
+    `--allowed-signers`: a pull request's file named `x.yaml --allowed-signers evil/allowed_signers`
+    was split at its blanks, the later option won, and the guard counted the author's own keys as
+    olivia's, alice's and bob's under the pull request's own file: ALLOWED (found by an attack). An
+    option that names what the guard trusts, given twice, is misuse (exit 2)."""
+    from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
+    from backfill_assets.plan.loading import load_plan
+    from backfill_assets.signing import sshsig
+    from backfill_assets.signing.allowed_signers import AllowedSigners
+    from backfill_assets.trust.policy import Policy
+    from backfill_assets.trust.root import TrustRoot
+    from tests.world import FIXED, make_keys
+
+    repo = tmp_path / "checkout"
+    theirs = make_keys(tmp_path / "theirs")  # the pull request's author's own keys
+    (repo / "evil").mkdir(parents=True)
+    (repo / "evil" / "allowed_signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
+    path = write_plan(repo / "plans" / "x.yaml", complete_plan(plan_id="x"))
+    plan = load_plan(path)
+    root = TrustRoot(0, "wh-anything", AllowedSigners.load(repo / "evil" / "allowed_signers"), Policy.default())
+    for who in ("olivia", "alice", "bob"):
+        statement = plan_statement(plan, root, FIXED.code_identity)
+        signature = sshsig.one_line(sshsig.sign(statement.message, theirs[who]))
+        path.write_text(append_approval_text(path.read_text(), entry_of(who, statement, signature)))
+    (repo / "plans" / "x.yaml --allowed-signers evil").mkdir()
+    (repo / "plans" / "x.yaml --allowed-signers evil" / "allowed_signers").write_text("# the split's last word\n")
+    team = tmp_path / "default-branch" / "allowed_signers"
+    team.parent.mkdir()
+    team.write_text(signers_text(ssh_keys))
+    env = {**os.environ, "BACKFILL_HOME": str(tmp_path / "ci-no-warehouse"),
+           "BACKFILL_DEFS": "backfill_assets.demo.daily", "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    # what `git diff --name-only origin/main -- plans` prints, one name a line
+    names = "plans/x.yaml\nplans/x.yaml --allowed-signers evil/allowed_signers\n"
+    script = f'xargs backfill guard --allowed-signers "{team}"; echo "guard exited $?"'
+    done = subprocess.run(["bash", "-c", script], input=names, capture_output=True, text=True, env=env, cwd=repo,
+                          timeout=300)
+    assert "ALLOWED" not in done.stdout, done.stdout
+    assert done.stdout.splitlines()[-1] != "guard exited 0", done.stdout
+    assert "--allowed-signers given twice" in done.stderr, done.stderr

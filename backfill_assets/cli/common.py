@@ -50,6 +50,19 @@ def add_home(parser: argparse.ArgumentParser) -> None:
                         help="state folder (default: $BACKFILL_HOME or ./.backfill)")
 
 
+class Once(argparse.Action):
+    """An option that names what a reading command trusts, given at most once: a plain `xargs` splits a
+    pull request's plan named `x.yaml --allowed-signers evil/allowed_signers` at its blanks, and the
+    later option won over the job's own, ALLOWED under the pull request's file (found by an attack)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice: give it once (a plan file's name split at its blanks, "
+                         "as a plain xargs splits it, can name another; pass plan files by glob or xargs -0)")
+        setattr(namespace, self.dest, values)
+
+
 def add_defs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--defs", help="definitions: a file (defs.py) or a module (pkg.module), "
                                        "optionally :attr; default $BACKFILL_DEFS, else workspace.yaml")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from backfill_assets.bounded import create_file, expanded, read_bounded
 from backfill_assets.cli.common import (
+    Once,
     actor,
     add_defs,
     add_home,
@@ -99,11 +100,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_root_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allowed-signers", help="where no control record can be read (CI): the team's reviewed "
-                                                  "file, e.g. the default branch's")
-    parser.add_argument("--policy", help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
-    parser.add_argument("--warehouse", help="the production warehouse's id (`backfill approvers show`), to check "
-                                            "what signatures bind where no control record can be read")
+    # each at most once: a plan's name split by a plain xargs named a second one (`common.Once`)
+    parser.add_argument("--allowed-signers", action=Once,
+                        help="where no control record can be read (CI): the team's reviewed file, e.g. the default "
+                             "branch's")
+    parser.add_argument("--policy", action=Once,
+                        help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
+    parser.add_argument("--warehouse", action=Once,
+                        help="the production warehouse's id (`backfill approvers show`), to check what signatures "
+                             "bind where no control record can be read")
 
 
 def template_text() -> str:
