@@ -86,17 +86,31 @@ def _read_table(key: dg.AssetKey) -> str:
     return "__".join(path[1:] if len(path) == 2 and path[0] == "main" else path)
 
 
+def _latest_computed(instance: dg.DagsterInstance, key: dg.AssetKey, scan: int = 100) -> dg.AssetMaterialization | None:
+    """The latest materialization of `key` that Dagster computed as the asset (a step of it, which
+    tags its code version and data provenance), skipping those reported: the UI's "Report
+    materialization" (`report_runless_asset_event`) and an op's logged `AssetMaterialization` carry
+    no provenance, and one on top of a computed one hid what it read (found by an attack)."""
+    def computed(materialization: dg.AssetMaterialization | None) -> bool:
+        return materialization is not None and "dagster/code_version" in (materialization.tags or {})
+
+    event = instance.get_latest_materialization_event(key)  # the asset's record: one indexed read
+    if event is None or computed(event.asset_materialization):
+        return event.asset_materialization if event is not None else None
+    records = instance.fetch_materializations(key, limit=scan).records
+    return next((r.asset_materialization for r in records if computed(r.asset_materialization)), None)
+
+
 def recorded_inputs(instance: dg.DagsterInstance, asset: str, limit: int = 64) -> tuple[str, ...]:
     """The assets Dagster's instance records `asset` as computed from, and theirs, in any code
     location: the data provenance tags (`dagster/input_data_version/<key>`) of each one's latest
-    materialization. An asset no Dagster run materialized, or one that declares no deps, records
-    none."""
+    materialization Dagster computed (`_latest_computed`). An asset no Dagster run computed, or one
+    that declares no deps, records none."""
     prefixes = ("dagster/input_data_version/", "dagster/input_event_pointer/")
     found: list[str] = []
     todo = [asset]
     while todo and len(found) < limit:
-        event = instance.get_latest_materialization_event(asset_key(todo.pop()))
-        materialization = event.asset_materialization if event is not None else None
+        materialization = _latest_computed(instance, asset_key(todo.pop()))
         for tag in sorted((materialization.tags or {}) if materialization is not None else {}):
             name = next((tag[len(p):] for p in prefixes if tag.startswith(p)), None)
             if name is not None and name != asset and name not in found:

@@ -1,0 +1,82 @@
+"""The review round's attacks on the graph round's fixes. Each test failed on the code before its fix.
+No `from __future__ import annotations`: Dagster reads the assets' `context` annotations as types."""
+
+import dataclasses
+
+import dagster as dg
+import pytest
+
+from tests.world import failure_text
+
+
+@pytest.mark.separate_processes
+def test_a_copy_of_the_published_days_reported_materialized_since_still_refuses_its_month(world, monkeypatch):
+    """Another code location's `clean_days` (deps published_revenue, their SQL copying the days
+    consumers read) is materialized by Dagster, which records the published days as its input. Then
+    someone presses "Report materialization" on it (the UI's button for an asset filled outside a run,
+    `report_runless_asset_event`), or an op logs an `AssetMaterialization` of it: that latest event
+    carries no data provenance, and the month's location took clean_days for a raw source again, so
+    the month was loaded and published from the published days beside which no plan over the days
+    would recompute it."""
+    from dagster_duckdb import DuckDBResource
+
+    from backfill_assets.defs.replayable import make_replayable_table
+    from backfill_assets.defs.resources import backfill_resources
+    from backfill_assets.demo.definitions import MONTHS
+    from backfill_assets.demo.revenue import MONTHLY_REVENUE
+    from tests.test_graph import MONTH, _january_days_published, _published_by_region
+    from tests.test_graph import run as graph_run
+
+    _january_days_published(world)
+
+    @dg.asset(deps=["published_revenue"])
+    def clean_days(duckdb: DuckDBResource) -> None:
+        with duckdb.get_connection() as con:
+            con.execute("CREATE OR REPLACE TABLE clean_days AS SELECT * FROM published_revenue")
+
+    cleaning = dg.Definitions(assets=[clean_days], resources={"duckdb": DuckDBResource(
+        database=str(world.warehouse_path))}, executor=dg.in_process_executor)
+    month = dataclasses.replace(MONTHLY_REVENUE, source="clean_days",
+                                select_sql=MONTHLY_REVENUE.select_sql.replace("daily_revenue", "clean_days"))
+    rollup = make_replayable_table(month, MONTHS, group_name="revenue")
+    months = dg.Definitions(assets=[*rollup.assets], resources=backfill_resources(str(world.home), world.url or ""),
+                            executor=dg.in_process_executor)
+    with world.deployed():
+        assert cleaning.resolve_implicit_global_asset_job_def().execute_in_process(instance=world.instance).success
+        world.instance.report_runless_asset_event(dg.AssetMaterialization("clean_days"))
+        loaded = graph_run(world, months, ["monthly_revenue", "published_monthly_revenue"], [MONTH],
+                           {"dagster/backfill": "ui-bf"})
+    assert not loaded.success and "which is computed from published_revenue" in failure_text(loaded), (
+        f"a month computed from a copy of the published days, reported materialized since, was loaded: "
+        f"{failure_text(loaded) or 'success'}")
+    assert _published_by_region(world, "published_monthly_revenue", "month") == {}
+
+
+@pytest.mark.parametrize("how", ["checks", "checks_for_assets"])
+def test_a_job_selecting_a_tables_blocking_checks_alone_writes_nothing(world, how):
+    """What held: a job the team defines over the table's checks alone (`AssetSelection.checks(...)`
+    of the blocking gates, or `checks_for_assets`) runs the target's body with the materialization
+    unselected; it is refused before it writes, whatever the checks' blocking says."""
+    from backfill_assets.defs.replayable import make_replayable_table
+    from backfill_assets.defs.resources import WarehouseResource
+    from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+    from backfill_assets.demo.sample import generate_orders
+    from tests.world import START
+
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=3, rows_per_day=5, seed=3)
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    selection = (dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey("daily_revenue"), name)
+                                            for name in ("no_duplicate_business_keys", "metrics_match_source")])
+                 if how == "checks" else dg.AssetSelection.checks_for_assets("daily_revenue"))
+    job = dg.define_asset_job("gates_only", selection=selection)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets], jobs=[job],
+                          resources={"warehouse": WarehouseResource(home=str(world.home))},
+                          executor=dg.in_process_executor)
+    day = "2026-01-02"
+    ran = defs.resolve_job_def("gates_only").execute_in_process(
+        instance=world.instance, tags={"dagster/partition": day}, raise_on_error=False)
+    assert not ran.success and "checks alone" in failure_text(ran), failure_text(ran) or "success"
+    assert world.rows("daily_revenue", day) == 0
+    assert world.sql("SELECT count(*) FROM backfill_control.writes")[0][0] == 0
