@@ -80,3 +80,43 @@ def test_a_job_selecting_a_tables_blocking_checks_alone_writes_nothing(world, ho
     assert not ran.success and "checks alone" in failure_text(ran), failure_text(ran) or "success"
     assert world.rows("daily_revenue", day) == 0
     assert world.sql("SELECT count(*) FROM backfill_control.writes")[0][0] == 0
+
+
+def _defs_with_a_month_whose_reads_cannot_be_told(world):
+    """The days and a month the team since declared with a TIMESTAMPTZ `month` beside the days' DATE
+    (an edge refused in one line: which days a month reads depends on the session's time zone)."""
+    path = world.root / "defs_tz_month.py"
+    path.write_text(
+        "import dataclasses\n"
+        "import dagster as dg\n"
+        "from backfill_assets.defs.replayable import make_replayable_table\n"
+        "from backfill_assets.defs.resources import backfill_resources\n"
+        "from backfill_assets.demo.definitions import MONTHS, ORDERS, PARTITIONS\n"
+        "from backfill_assets.demo.revenue import DAILY_REVENUE, MONTHLY_REVENUE\n"
+        "month = dataclasses.replace(MONTHLY_REVENUE, contract=tuple(dataclasses.replace(c, type='TIMESTAMPTZ')\n"
+        "    if c.name == 'month' else c for c in MONTHLY_REVENUE.contract))\n"
+        "days = make_replayable_table(DAILY_REVENUE, PARTITIONS, group_name='revenue')\n"
+        "rollup = make_replayable_table(month, MONTHS, group_name='revenue')\n"
+        "defs = dg.Definitions(assets=[ORDERS, *days.assets, *rollup.assets], sensors=days.sensors,\n"
+        f"                      resources=backfill_resources({str(world.home)!r}, {world.url or ''!r}),\n"
+        "                      executor=dg.in_process_executor)\n", encoding="utf-8")
+    return path
+
+
+def test_a_rollback_is_not_held_by_a_month_edge_the_definitions_refuse(world, monkeypatch, capsys):
+    """A plan over the days is run and published; the team then deploys a month whose edge from the
+    days is refused (TIMESTAMPTZ beside DATE): no run can write that month. `backfill rollback` asks
+    the loaded graph which month partitions read the plan's days, and the refusal of the edge stopped
+    the rollback of the days, the one way out of a plan consumers saw."""
+    from tests.test_graph import _january_and_a_plan_over_its_days, _published_by_region
+
+    _january_and_a_plan_over_its_days(world)
+    before = _published_by_region(world, "published_revenue", "order_date")
+    assert world.cli("publish", "fix") == 0
+    assert _published_by_region(world, "published_revenue", "order_date") != before
+    monkeypatch.setenv("BACKFILL_DEFS", str(_defs_with_a_month_whose_reads_cannot_be_told(world)))
+    capsys.readouterr()
+    code = world.cli("rollback", "fix")
+    said = capsys.readouterr()
+    assert code == 0, said.err
+    assert _published_by_region(world, "published_revenue", "order_date") == before

@@ -24,7 +24,7 @@ from backfill_assets.control import authority, evidence_log, integrity, ledger, 
 from backfill_assets.control.names import SCHEMA
 from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import NO_RECORD, incomplete, refill_from_published, restore, snapshotted
-from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused, UsageError
+from backfill_assets.errors import ForgedRecord, PlanRefused, RollbackRefused, UsageError, WindowError
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.phases import SEEN_BY_CONSUMERS, Phase
 from backfill_assets.publish import published as published_record
@@ -419,7 +419,14 @@ def _refuse_computed_since(state: PlanState, whole: Sequence[tuple[TableSpec, Pa
         since: dict[str, set[tuple[str, str]]] = {}
         if graph is not None:
             for child in graph.children(spec.name):
-                since.setdefault(child, set()).update(later.of(child, graph.downstream_keys(spec.name, keys, child)))
+                try:
+                    reading: Sequence[str] = graph.downstream_keys(spec.name, keys, child)
+                except WindowError:
+                    # an edge whose reads the definitions cannot tell (refused for every run): any of its
+                    # partitions may read the plan's; the refusal stopped the rollback itself, a plan's way
+                    # out (found by a review)
+                    reading = graph.scheme(child).ordered_keys
+                since.setdefault(child, set()).update(later.of(child, reading))
         for child, writer, key in later.reading(spec.name, keys):
             since.setdefault(child, set()).add((writer, key))
         for child, found in sorted(since.items()):
