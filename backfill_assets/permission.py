@@ -117,16 +117,26 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
     mine = {spec.table.lower(), spec.publish_table.lower()}
     published = graph.asset_graph.get(asset_key(spec.publish_as)) if graph.asset_graph.has(
         asset_key(spec.publish_as)) else None
-    home = str((published.metadata if published is not None else {}).get("schema") or "main").lower()
+    home = _schema_read((published.metadata if published is not None else {}).get("schema") or "main")
     for node in graph.asset_graph.asset_nodes:
         key = node.key
         # an external asset (a consumer's `deps` on `main/published_revenue`) is written by no IO manager
         if key in ours or key.path[-1].lower() not in mine or not node.is_materializable:
             continue
         schema = node.metadata.get("schema")
-        if schema is None or str(getattr(schema, "value", schema)).lower() == home:
+        if schema is None or _schema_read(schema) == home:
             return key_name(key)
     return None
+
+
+def _schema_read(value: object) -> str:
+    """A `schema` metadata value as the warehouse reads the `{schema}.{table}` dagster-duckdb writes:
+    spaces around it and double quotes dropped, case folded (`"main"`, `main ` and ` Main` named
+    main's table, compared as text they were another schema's: found by a review)."""
+    text = str(getattr(value, "value", value)).strip()
+    if len(text) > 1 and text[0] == text[-1] == '"':
+        text = text[1:-1].replace('""', '"')
+    return text.lower()
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,

@@ -120,3 +120,45 @@ def test_a_rollback_is_not_held_by_a_month_edge_the_definitions_refuse(world, mo
     said = capsys.readouterr()
     assert code == 0, said.err
     assert _published_by_region(world, "published_revenue", "order_date") == before
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("schema", ['"main"', "main ", " Main"])
+def test_an_asset_whose_schema_metadata_names_main_in_another_spelling_refuses_the_table_it_writes(
+        world, monkeypatch, schema):
+    """A team's pandas asset keyed `staging/published_revenue` with `schema` metadata naming `main`
+    quoted or with a space: dagster-duckdb writes `{schema}.published_revenue`, which DuckDB reads as
+    main.published_revenue, the table consumers read; the namesake check compared the metadata's
+    text with `main` and let the table run and publish beside it."""
+    import pandas as pd
+    from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+    from backfill_assets.defs.replayable import make_replayable_table
+    from backfill_assets.defs.resources import WarehouseResource
+    from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+    from tests.test_team_graph import _run
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+
+    @dg.asset(key=["staging", "published_revenue"], partitions_def=PARTITIONS,
+              metadata={"partition_expr": "order_date", "schema": schema})
+    def quick_fix(context: dg.AssetExecutionContext):
+        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
+                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
+                          resources={"warehouse": WarehouseResource(home=str(world.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path))})
+    launched = defs.resolve_implicit_global_asset_job_def().execute_in_process(  # reachable: writes main's table
+        instance=world.instance, asset_selection=[dg.AssetKey(["staging", "published_revenue"])],
+        tags={"dagster/partition": day}, raise_on_error=False)
+    assert launched.success and world.rows("published_revenue", day) == 1
+    world.run_sql("DROP TABLE published_revenue")
+
+    ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
+    assert not ours.success and "staging/published_revenue" in failure_text(ours), (
+        f"the table ran beside an asset whose schema metadata {schema!r} names main: {failure_text(ours) or 'success'}")
+    assert world.rows("published_revenue", day) == 0
