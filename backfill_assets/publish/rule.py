@@ -267,8 +267,7 @@ def cutover_streak(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     legacy = {k: fp for k, fp in given.items() if fp.legacy}
     seen = {**now, **(fingerprints_like(session, spec.publish_table, spec.columns, scheme, spec.partition_column,
                                         legacy) if legacy and exists else {})}
-    stale.update({k: f"the published partition was edited since its last publication (now {seen.get(k, EMPTY)}, "
-                     f"published {fp}): restore it from backup"
+    stale.update({k: f"{EDITED_SINCE_PUBLISHED} (now {seen.get(k, EMPTY)}, published {fp})"
                   for k, fp in given.items() if k not in stale and seen.get(k, EMPTY) != fp})
     return streak(keys, found, scenario.shadow_days, stale)
 
@@ -455,6 +454,7 @@ def _fix(found: Blockers) -> str:
 
 
 CUTOVER_REFUSED = "cutover by plan "
+EDITED_SINCE_PUBLISHED = "the published partition was edited since its last publication"
 
 
 def only_cutover(problems: list[str]) -> bool:
@@ -467,7 +467,16 @@ def cutover_fix(plan_id: str, dual: Streak) -> str:
     once the cause is fixed (a re-run through the plan), or the way out."""
     if dual.broken_by is None:
         return f"run the rest of the dual run: `backfill run {plan_id}`"
-    key = dual.broken_by[0]
+    key, why = dual.broken_by
+    if why.startswith(EDITED_SINCE_PUBLISHED):
+        # a re-run compares again with the same edited bytes: only bytes a publish gave consumers
+        # count, and an insider's edit and a pipeline writing the published table outside backfill
+        # are the same bytes to the record
+        return (f"{key}'s published rows are not the ones backfill published there: put its last publication "
+                f"back (from backup) and re-run it, `backfill run {plan_id} --partitions {key}`; if a pipeline "
+                f"rewrote it outside backfill, roll back, `backfill rollback {plan_id}`, and replay {key} with a plan "
+                "of its own (its publish seals the day, its impact shows what consumers see change) before "
+                "planning the cutover again; consumers keep the old pipeline's data meanwhile")
     return (f"the streak counts from {key}: find why the shadow differs from the published table there, fix "
             f"the cause and re-run it, `backfill run {plan_id} --partitions {key}`, or roll back, "
             f"`backfill rollback {plan_id}`; consumers keep the old pipeline's data meanwhile")
