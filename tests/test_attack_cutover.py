@@ -54,3 +54,32 @@ def test_a_published_day_rewritten_outside_backfill_names_the_way_out_of_the_cut
     assert world.cli("publish", "cut2") == 0
     assert world.phase("cut2") == "published"
 
+
+def test_a_cutover_rolled_back_leaves_the_old_sides_rows_to_a_plan(world):
+    """The published table is the team's own, adopted as `publish_as`: the old pipeline's rows, which
+    backfill never published, and which a publish without a plan (the UI's Materialize of the
+    published asset, a load's publish) refuses to replace. A cutover published the new pipeline's
+    days and was rolled back: its restore was recorded as the days' last publication, so the same
+    publish without a plan then replaced the old pipeline's days with the new pipeline's, a cutover
+    with no plan, no dual run and no notice."""
+    assert world.materialize(WINDOW).success  # the new pipeline's first write of the target, planless
+    world.run_sql(f"INSERT INTO {FIXED.publish_table} SELECT * FROM {FIXED.table}")  # the old side's rows
+    day = WINDOW[0]
+    world.run_sql(f"UPDATE {FIXED.publish_table} SET gross = gross + 1000, net_revenue = net_revenue + 1000 "
+                  "WHERE order_date = ?", [day])
+    refused = world.publish(WINDOW)
+    foreign = f"{day}: {FIXED.publish_table} holds 5 row(s) of it that backfill never published"
+    assert not refused.success and foreign in failure_text(refused)
+    path = cutover_plan(world, "cut")  # the old side's first day mismatches: before the streak, allowed
+    assert world.cli("run", str(path), "--proof") == 0 and world.cli("run", str(path)) == 0
+    assert world.cli("publish", "cut") == 0
+    assert world.cli("rollback", "cut") == 0
+    old = world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0]
+
+    refused = world.publish(WINDOW)
+    assert not refused.success and foreign in failure_text(refused), failure_text(refused) if not refused.success \
+        else "published without a plan"
+    assert world.sql(f"SELECT sum(gross) FROM {FIXED.publish_table} WHERE order_date = ?", [day])[0][0] == old
+    # the other days hold the bytes the cutover published from its gated writes (the two pipelines
+    # agree there): only the day whose rows no publish ever gave consumers is refused
+    assert f"{WINDOW[1]}: {FIXED.publish_table} holds" not in failure_text(refused)

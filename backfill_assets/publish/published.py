@@ -47,6 +47,19 @@ def latest(session: Session, spec: TableSpec, keys: Sequence[str]) -> dict[str, 
             for k, n, d, w, p, _ in rows}
 
 
+def given_by_a_publish(session: Session, spec: TableSpec, restored: Mapping[str, Fingerprint]) -> set[str]:
+    """Of partitions a rollback put back (`restored`: key -> the bytes it put back), those whose bytes
+    a publish of a gated write gave consumers before (checked against their seals). The others are
+    rows backfill never published (a cutover's old side, a team's table adopted as `publish_as`)."""
+    if not restored:
+        return set()
+    rows = store.from_writes(session, spec.publish_as, list(restored))
+    seals.verify_read(session, "publications", ("asset", "partition_key", "row_count", "fingerprint", "write_id",
+                                                "plan_id"), [(spec.publish_as, *r) for r in rows],
+                      f" of {spec.publish_as}")
+    return {str(k) for k, n, d, _, _, _ in rows if Fingerprint(int(n), str(d)) == restored[str(k)]}
+
+
 def _refuse_newer_in_chain(session: Session, table: str, keys: Sequence[str], found: Mapping[str, int],
                            top: int) -> None:
     """No publication the chain recorded (up to `top`) of these keys is newer than the one read: a

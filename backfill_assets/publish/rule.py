@@ -225,6 +225,12 @@ def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, fr
     held = {k: n for k, n in rows_per_partition(session, spec.publish_table, spec.partition_column, scheme,
                                                 free).items() if n}
     ours = published_record.latest(session, spec, list(held)) if held else {}
+    # a rollback's restore is the last publication of what it put back, which may be rows backfill
+    # never published: a cutover published and rolled back left the old side's rows replaceable by a
+    # publish without a plan, which had refused them before the cutover (found by an attack)
+    restored = {k: p.fingerprint for k, p in ours.items() if p.write_id is None}
+    given = published_record.given_by_a_publish(session, spec, restored)
+    ours = {k: p for k, p in ours.items() if k not in restored or k in given}
     return [f"{key}: {spec.publish_table} holds {n} row(s) of it that backfill never published, which consumers "
             f"read; replacing them takes a replay plan (`backfill plan new plans/<id>.yaml --target {spec.name}`)"
             for key, n in held.items() if key not in ours]

@@ -23,6 +23,15 @@ def latest(session: Session, asset: str, keys: Sequence[str]) -> list[tuple[Any,
         [asset, *listed])
 
 
+def from_writes(session: Session, asset: str, keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """(partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq) of every publication
+    of `keys` of the published table `asset` that copied a write (a publish's, not a rollback's restore)."""
+    within, listed = session.engine.in_list_sql("partition_key", keys)
+    return session.rows(
+        f"""SELECT partition_key, row_count, fingerprint, write_id, plan_id, evidence_seq
+            FROM {SCHEMA}.publications WHERE asset = ? AND write_id IS NOT NULL AND {within}""", [asset, *listed])
+
+
 def insert(session: Session, asset: str, at: str, seq: int,
            published: Sequence[tuple[str, int, str, int | None, str | None]]) -> None:
     """One row per (partition, rows, fingerprint, write id, plan id), sealed by chain row `seq`, in
