@@ -467,8 +467,9 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
             if not tagged:
                 raise _refuse(f"partition {key} of {spec.name} is claimed by active plan {plan.plan_id} "
                               f"({plan.phase}); a run outside the plan may not write it", plan.plan_id, key,
-                              f"write it as part of the plan: `backfill run {plan.plan_id} --partitions "
-                              f"{key}`, or let the plan finish")
+                              f"write it as part of the plan: `backfill run {plan.plan_id} "
+                              + ("" if spec.name == plan.target else f"--asset {spec.name} ")
+                              + f"--partitions {key}`, or let the plan finish")
             if free is not None:
                 raise _refuse(f"partitions of {spec.name} mix plan {plan.plan_id} ({key}) and plan-free "
                               f"writes ({free})", plan.plan_id, key, "launch one run per plan")

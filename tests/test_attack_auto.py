@@ -1,0 +1,172 @@
+"""Dagster's automation and a team's consumers around an active plan: declarative automation
+(eager, on_cron, on_missing) on the month, the published tables and the report; a schedule built
+from the incremental job; the UI's Materialize all over the graph."""
+
+import datetime as dt
+
+import dagster as dg
+
+from backfill_assets.permission import BACKFILL_TAG
+from tests.plans import write_plan
+from tests.test_graph import JANUARY, MONTH, WINDOW, buggy_january_published, defs_of, graph_plan, month_net
+from tests.world import failure_text, keys
+
+FEBRUARY = dt.datetime(2026, 2, 1, 10, 0, tzinfo=dt.UTC)  # January is the latest month
+
+
+def _automated(world, condition: dg.AutomationCondition, assets: tuple[str, ...]) -> dg.Definitions:
+    defs = defs_of(world)
+    return defs.map_asset_specs(
+        func=lambda spec: spec.replace_attributes(automation_condition=condition)
+        if spec.key.to_user_string() in assets else spec)
+
+
+def _tick(world, defs: dg.Definitions, cursor, when=FEBRUARY):
+    """One tick of the automation sensor, its requests launched as the daemon launches them: one
+    partition a plain run, several a backfill (emit_backfills), whose runs carry dagster/backfill."""
+    result = dg.evaluate_automation_conditions(defs=defs, instance=world.instance, cursor=cursor,
+                                               evaluation_time=when)
+    from dagster._core.definitions.automation_tick_evaluation_context import build_run_requests
+
+    job = defs.resolve_implicit_global_asset_job_def()
+    requests = build_run_requests(result._requested_subsets, defs.resolve_asset_graph(), None, True)
+    launches = []
+    for request in requests:
+        if request.asset_graph_subset is not None:  # a backfill: the daemon's runs, tagged with it
+            subset = request.asset_graph_subset
+            for key, partitions in subset.partitions_subsets_by_asset_key.items():
+                for k in partitions.get_partition_keys():  # multi_run(1) or one run a key at worst
+                    launches.append(([key], {BACKFILL_TAG: "auto-bf", "dagster/partition": k}, k))
+            for key in subset.non_partitioned_asset_keys:
+                launches.append(([key], {BACKFILL_TAG: "auto-bf"}, None))
+        else:
+            tags = dict(request.tags or {})
+            if request.partition_key:
+                tags["dagster/partition"] = request.partition_key
+            launches.append((list(request.asset_selection or []), tags, request.partition_key))
+    outcomes = []
+    for selection, tags, key in launches:
+        run = job.execute_in_process(instance=world.instance, asset_selection=selection, tags=tags,
+                                     raise_on_error=False)
+        outcomes.append(([k.to_user_string() for k in selection], key, BACKFILL_TAG in tags, run.success,
+                         failure_text(run)[:300]))
+    return result, outcomes
+
+
+# a team's eager without its latest-window clause: every partition whose deps updated, once
+ANY_UPDATE = (dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.missing()).since_last_handled() \
+    & ~dg.AutomationCondition.in_progress()
+
+
+def test_automation_on_the_month_the_published_tables_and_the_report_through_a_plans_life(world, monkeypatch):
+    """The team puts an automation condition on the month, both published tables and the pandas
+    report, and runs the automation sensor through a plan's life (proven, running, reconciled,
+    paused, published, rolled back). Every run it requests is either refused before it writes (a
+    plain run over the plan's claim, a publish of a frozen window), once per update and not again
+    on the next tick, or reads published bytes: consumers keep the last good data until the
+    plan's publish, and the rollback's."""
+    buggy_january_published(world, monkeypatch)
+    defs = _automated(world, ANY_UPDATE, ("monthly_revenue", "published_revenue", "published_monthly_revenue",
+                                          "revenue_report"))
+    days, month = world.fingerprints("published_revenue", JANUARY), month_net(world, "published_monthly_revenue")
+    clock = [FEBRUARY]
+
+    def tick(cursor):
+        clock[0] += dt.timedelta(minutes=2)
+        result, outcomes = _tick(world, defs, cursor, clock[0])
+        for selection, _, _, success, said in outcomes:
+            assert success == (selection == ["revenue_report"]), (selection, said)
+        return result.cursor, outcomes
+
+    cursor, _ = tick(None)
+    cursor, _ = tick(cursor)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0
+    cursor, outcomes = tick(cursor)
+    assert {(tuple(s), k) for s, k, *_ in outcomes} == {(("monthly_revenue", "published_monthly_revenue"), MONTH),
+                                                         (("published_revenue",), WINDOW[0])}, outcomes
+    assert "claimed by active plan fix (proven)" in outcomes[0][4] + outcomes[1][4]
+    cursor, outcomes = tick(cursor)
+    assert outcomes == []  # refused once, not every tick
+    assert world.cli("run", "fix") == 0 and world.phase() == "reconciled"
+    cursor, outcomes = tick(cursor)
+    assert outcomes and all("refused, consumers keep the last good data" in o[4] for o in outcomes)
+    assert world.cli("pause", "fix") == 0
+    cursor, outcomes = tick(cursor)
+    assert outcomes == [] and world.phase() == "reconciled"
+    assert world.fingerprints("published_revenue", JANUARY) == days
+    assert month_net(world, "published_monthly_revenue") == month
+    assert world.cli("run", "fix") == 0 and world.cli("publish", "fix") == 0
+    repaired = month_net(world, "published_monthly_revenue")
+    assert repaired != month
+    cursor, outcomes = tick(cursor)
+    assert [o[0] for o in outcomes] == [["revenue_report"]]
+    assert world.cli("rollback", "fix") == 0
+    cursor, outcomes = tick(cursor)
+    assert outcomes == []  # a rollback materializes nothing: the reopen sensor refreshes the report
+    assert world.fingerprints("published_revenue", JANUARY) == days
+    assert month_net(world, "published_monthly_revenue") == month
+
+
+def test_a_claimed_month_refused_to_automation_names_a_command_that_runs_it(world, monkeypatch):
+    """The automation sensor (eager on the month) requests one partition of the month as a plain
+    run while a plan over the days and their month holds it: refused, as it must be, but the fix it
+    named, `backfill run fix --partitions 2026-01-01`, names a day of the target outside the
+    plan's window and exits 2: the month's partitions are run with `--asset monthly_revenue`."""
+    import re
+
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0
+    defs = _automated(world, dg.AutomationCondition.eager(), ("monthly_revenue",))
+    result, outcomes = _tick(world, defs, None)
+    assert world.cli("run", "fix", "--partitions", "2026-01-06..2026-01-08") == 0  # the days, not the month
+    result, outcomes = _tick(world, defs, result.cursor)
+    [(selection, key, as_backfill, success, said)] = outcomes
+    assert (selection, key, as_backfill, success) == (["monthly_revenue"], MONTH, False, False), outcomes
+    assert "claimed by active plan fix" in said, said
+    command = re.search(r"`backfill (run [^`]*)`", said)
+    assert command is not None, said
+    assert world.cli(*command.group(1).split()) == 0, f"the fix named, `backfill {command.group(1)}`, fails"
+    assert world.cli("run", "fix") == 0 and world.phase() == "reconciled"
+
+
+def _scheduled(world, day: str):
+    """The daily schedule built from the incremental job (`build_schedule_from_partitioned_job`,
+    hour 2) ticking the morning after `day`, its request launched as the daemon launches it."""
+    defs = world.defs()
+    schedule = defs.resolve_schedule_def("daily_revenue_incremental_schedule")
+    at = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC) + dt.timedelta(days=1, hours=2)
+    context = dg.build_schedule_context(instance=world.instance, scheduled_execution_time=at)
+    [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == day
+    tags = {**request.tags, "dagster/partition": day, "dagster/schedule_name": schedule.name}
+    job = defs.resolve_job_def("daily_revenue_incremental")
+    with world.deployed():
+        return job.execute_in_process(instance=world.instance, tags=tags, partition_key=day, raise_on_error=False)
+
+
+def test_the_daily_schedule_never_writes_nor_publishes_a_partition_an_active_plan_holds(world):
+    """The design's freeze lock: an incremental run may not write a partition an active plan holds
+    (its new partitions included), and never moves its cursor because of a backfill."""
+    from backfill_assets.warehouse.state_store.ledger import watermark
+
+    assert _scheduled(world, "2026-01-01").success  # the cursor: the newest day written plan-free
+    world.approve(world.plan("fix", start="2026-01-02", end="2026-01-04", proof=("2026-01-02",)))
+    assert world.cli("run", "fix", "--proof") == 0
+    refused = _scheduled(world, "2026-01-03")
+    assert not refused.success and "claimed by active plan fix" in failure_text(refused)
+    assert world.rows("daily_revenue", "2026-01-03") == 0 and world.rows("published_revenue", "2026-01-02") == 0
+    assert world.cli("run", "fix") == 0 and world.phase() == "reconciled"
+    before = world.fingerprints("daily_revenue", keys(2, 4))
+    refused = _scheduled(world, "2026-01-04")
+    assert not refused.success and "claimed by active plan fix (reconciled)" in failure_text(refused)
+    assert world.fingerprints("daily_revenue", keys(2, 4)) == before
+    assert world.rows("published_revenue", "2026-01-04") == 0 and world.phase() == "reconciled"
+    with world.warehouse().session() as session:
+        assert watermark(session, "daily_revenue") == "2026-01-01"  # the plan's writes moved no cursor
+    assert _scheduled(world, "2026-01-05").success  # past the window the schedule goes on
+    assert world.rows("published_revenue", "2026-01-05") > 0
+    with world.warehouse().session() as session:
+        assert watermark(session, "daily_revenue") == "2026-01-05"
+    assert world.cli("publish", "fix") == 0 and world.phase() == "published"
