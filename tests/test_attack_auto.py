@@ -170,3 +170,25 @@ def test_the_daily_schedule_never_writes_nor_publishes_a_partition_an_active_pla
     with world.warehouse().session() as session:
         assert watermark(session, "daily_revenue") == "2026-01-05"
     assert world.cli("publish", "fix") == 0 and world.phase() == "published"
+
+
+def test_a_publish_refused_mid_plan_never_advises_rolling_back_the_plan_that_recomputes_the_month(
+        world, monkeypatch):
+    """Eager on the published days while a plan over the days and their month runs: the plan wrote
+    the days, the month is next. The publish run automation requests is refused (frozen), but it
+    also told the team to `roll back the plan that wrote 2026-01-06 and replay with a plan whose
+    graph lists monthly_revenue`: the plan lists it and recomputes it before its publish."""
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0
+    defs = _automated(world, dg.AutomationCondition.eager(), ("published_revenue",))
+    result, _ = _tick(world, defs, None, FEBRUARY)
+    assert world.cli("run", "fix", "--partitions", "2026-01-06..2026-01-08") == 0
+    from tests.test_graph import run
+
+    # the request eager makes of the latest day, or the published asset's Materialize in the UI
+    refused = run(world, defs_of(world), ["published_revenue"], ["2026-01-06"])
+    said = failure_text(refused)
+    assert not refused.success and "frozen by plan fix (running)" in said, said
+    assert "roll back the plan" not in said, said
+    assert world.cli("run", "fix") == 0 and world.cli("publish", "fix") == 0

@@ -30,7 +30,7 @@ from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import code_identity
-from backfill_assets.plan.phases import Hold, Phase
+from backfill_assets.plan.phases import ACTIVE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
@@ -181,7 +181,9 @@ def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]
     writes = [c for c in ledger.chained_writes(session, top) if c.kind == "write"] if top else []
     if not any(c.reads for c in writes):
         return []
-    ended = {p.plan_id for p in record.all_plans(session) if p.phase is Phase.ROLLED_BACK}
+    plans = record.all_plans(session)
+    ended = {p.plan_id for p in plans if p.phase is Phase.ROLLED_BACK}
+    active = {p.plan_id: p for p in plans if p.phase in ACTIVE}
     newest: dict[tuple[str, str], ledger.Chained] = {}
     for c in sorted(writes, key=lambda c: c.seq):
         if c.plan_id is None or c.plan_id not in ended:
@@ -206,8 +208,17 @@ def _computed_from_other_bytes(session: Session, asset: str, keys: Sequence[str]
         since = sorted(u for u in c.read_of(asset, key) & wanted
                        if (w := newest.get((asset, u))) is not None and w.seq > c.seq)
         if since:
-            out.append(f"{since[0]}: {table} {key} was computed from it (evidence row {c.seq}) before its latest "
-                       f"write (evidence row {newest[(asset, since[0])].seq}); publishing {asset} without it would "
+            writer = newest[(asset, since[0])]
+            before = (f"{since[0]}: {table} {key} was computed from it (evidence row {c.seq}) before its latest "
+                      f"write (evidence row {writer.seq}); ")
+            owner = active.get(writer.plan_id) if writer.plan_id else None
+            if owner is not None and owner.hold is not Hold.CANCELLED and owner.covers(key, table):
+                # the plan that rewrote the day lists the month: it computes it again before its publish
+                # (mid-run, the advice to roll it back was shown on every publish the UI or automation tried)
+                out.append(before + f"plan {owner.plan_id} computes {table} {key} again before it publishes both "
+                           f"(`backfill run {owner.plan_id}`)")
+                continue
+            out.append(before + f"publishing {asset} without it would "
                        f"leave consumers {table} computed from bytes they no longer see: roll back the plan that "
                        f"wrote {since[0]} and replay with a plan whose graph lists {table} (definitions that "
                        "declare it)")
