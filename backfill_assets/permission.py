@@ -465,8 +465,12 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                 raise _refuse(f"partition {key} of {spec.name} belongs to plan {plan.plan_id}, not {wanted}",
                               wanted, key, f"run it under {plan.plan_id}")
             if not tagged:
+                # a cancelled plan runs no more: it holds its window until it is rolled back
+                cancelled = plan.hold is Hold.CANCELLED
                 raise _refuse(f"partition {key} of {spec.name} is claimed by active plan {plan.plan_id} "
-                              f"({plan.phase}); a run outside the plan may not write it", plan.plan_id, key,
+                              f"({plan.phase}{', cancelled' if cancelled else ''}); a run outside the plan may "
+                              "not write it", plan.plan_id, key,
+                              rollback_named_by_status(plan.plan_id) if cancelled else
                               f"write it as part of the plan: `backfill run {plan.plan_id} "
                               + ("" if spec.name == plan.target else f"--asset {spec.name} ")
                               + f"--partitions {key}`, or let the plan finish")

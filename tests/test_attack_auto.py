@@ -192,3 +192,46 @@ def test_a_publish_refused_mid_plan_never_advises_rolling_back_the_plan_that_rec
     assert not refused.success and "frozen by plan fix (running)" in said, said
     assert "roll back the plan" not in said, said
     assert world.cli("run", "fix") == 0 and world.cli("publish", "fix") == 0
+
+
+def test_materialize_all_over_the_graph_writes_and_publishes_nothing_of_a_held_plan(world, monkeypatch):
+    """The UI's Materialize all (or Materialize unsynced) over the whole graph, no tags of the team's:
+    Dagster launches it as a backfill, one run a partition, each asset with its published one, then
+    the month and the report. The plan is paused after its proof: nothing of its window is written
+    or published, the days around it are history no plan covers, and the report reads only what
+    consumers saw."""
+    from tests.test_graph import run
+
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("pause", "fix") == 0
+    defs = defs_of(world)
+    target = world.fingerprints("daily_revenue", keys(4, 9))
+    days, month = world.fingerprints("published_revenue", JANUARY), month_net(world, "published_monthly_revenue")
+    for day in keys(4, 9):
+        result = run(world, defs, ["daily_revenue", "published_revenue"], [day], tags={BACKFILL_TAG: "ui-all"})
+        assert not result.success, day
+    result = run(world, defs, ["monthly_revenue", "published_monthly_revenue"], [MONTH], tags={BACKFILL_TAG: "ui-all"})
+    assert not result.success and "fix" in failure_text(result)
+    report = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=world.instance, asset_selection=[dg.AssetKey("revenue_report")], tags={BACKFILL_TAG: "ui-all"})
+    [event] = report.get_asset_materialization_events()
+    assert round(event.materialization.metadata["net_revenue"].value, 2) == round(
+        float(world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")[0][0]), 2)
+    assert world.fingerprints("daily_revenue", keys(4, 9)) == target
+    assert world.fingerprints("published_revenue", JANUARY) == days
+    assert month_net(world, "published_monthly_revenue") == month
+    assert world.phase() == "proven"
+
+
+def test_a_run_refused_over_a_cancelled_plans_claim_names_its_way_out_not_a_run(world):
+    """The daily schedule (or automation's one-partition request) over a day a cancelled plan still
+    holds is refused, but it named `backfill run fix --partitions KEY` as the fix, which a cancelled
+    plan refuses: its one way out is the rollback (`backfill status` says which)."""
+    world.approve(world.plan("fix", start="2026-01-02", end="2026-01-04", proof=("2026-01-02",)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("cancel", "fix") == 0
+    refused = _scheduled(world, "2026-01-03")
+    said = failure_text(refused)
+    assert not refused.success and "claimed by active plan fix" in said, said
+    assert "backfill run fix" not in said and "rollback" in said, said
+    assert world.cli("run", "fix", "--partitions", "2026-01-03") != 0  # what it named before
