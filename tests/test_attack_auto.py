@@ -235,3 +235,33 @@ def test_a_run_refused_over_a_cancelled_plans_claim_names_its_way_out_not_a_run(
     assert not refused.success and "claimed by active plan fix" in said, said
     assert "backfill run fix" not in said and "rollback" in said, said
     assert world.cli("run", "fix", "--partitions", "2026-01-03") != 0  # what it named before
+
+
+def test_an_unpartitioned_pandas_report_over_the_target_never_loads_rows_whose_gates_failed(world, monkeypatch):
+    """A team mistake: its pandas report reads the target (`ins={"daily_revenue": AssetIn()}`), not the
+    published table, unpartitioned (the whole table), through DuckDBPandasIOManager with
+    `schema="main"` (where the tables are). README: reading the target fails loudly."""
+    import pandas as pd
+    from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+    from tests.test_team_warehouse import CONSUMED, _a_failed_write_below
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+
+    @dg.asset(ins={"daily_revenue": dg.AssetIn()})
+    def whole_report(daily_revenue: pd.DataFrame) -> None:
+        CONSUMED["whole target"] = daily_revenue
+
+    from backfill_assets.demo.revenue import DAILY_REVENUE
+
+    _, defs, day = _a_failed_write_below(world, DAILY_REVENUE, whole_report)
+    defs = dg.Definitions(assets=list(defs.assets or []), resources={
+        **(defs.resources or {}), "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path),
+                                                                      schema="main")})
+    world.warehouse().engine.let_go()
+    loaded = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=world.instance, asset_selection=[dg.AssetKey("whole_report")], raise_on_error=False)
+    assert not loaded.success and "whole target" not in CONSUMED, "the report loaded the target's unchecked rows"
+    [failure] = [e for e in loaded.all_events if e.is_step_failure]
+    cause = failure.event_specific_data.error.cause  # type: ignore[union-attr]
+    assert cause is not None and "no 'partition_expr'" in cause.message, cause  # loudly, before any row
