@@ -48,7 +48,7 @@ def _tick(world, defs: dg.Definitions, cursor, when=FEBRUARY):
     for selection, tags, key in launches:
         run = job.execute_in_process(instance=world.instance, asset_selection=selection, tags=tags,
                                      raise_on_error=False)
-        outcomes.append(([k.to_user_string() for k in selection], key, BACKFILL_TAG in tags, run.success,
+        outcomes.append((sorted(k.to_user_string() for k in selection), key, BACKFILL_TAG in tags, run.success,
                          failure_text(run)[:300]))
     return result, outcomes
 
