@@ -47,7 +47,7 @@ from backfill_assets.warehouse.dual_run_sql import dual_run_figures
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import SchemaCheck, check_schema, slice_figures
-from backfill_assets.warehouse.snapshots import changed_rows
+from backfill_assets.warehouse.snapshots import checked_copy, drop_checked_copy
 
 UNKNOWN_VERSION = "unknown"
 
@@ -113,9 +113,11 @@ def expectation_results(session: Session, spec: TableSpec, scheme: PartitionSche
             f"no expectation declared for {spec.name} (the plan's expect: is of its target {plan.target})"
         return {k: not_judged(k, why) for k in keys}
     taken = snapshotted(session, plan.plan_id, spec.table, keys)
-    edited = changed_rows(session, spec, scheme, plan.plan_id, spec.table, taken)
+    # compared with the rows as checked: on a server engine, a copy of them one statement made
+    source, edited = checked_copy(session, spec, scheme, plan.plan_id, spec.table, taken)
     figures = change_figures(session, spec, scheme, plan.plan_id, [k for k in keys if k in taken and k not in edited],
-                             expectation)
+                             expectation, source)
+    drop_checked_copy(session, source)
     window = _window_sums(session, spec, plan, figures, expectation)
     return {k: changes_result(k, figures[k], expectation, window) if k in figures else
             GateResult(CHANGES_AS_EXPECTED, k, False, None, None, None, None,

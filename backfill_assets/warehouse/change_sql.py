@@ -70,8 +70,11 @@ class ChangeFigures:
 
 
 def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
-                   keys: Sequence[str], expectation: DeclaredChanges) -> dict[str, ChangeFigures]:
-    """Run the slice's statement; every key gets figures (no rows on either side: zeros)."""
+                   keys: Sequence[str], expectation: DeclaredChanges,
+                   before_source: str | None = None) -> dict[str, ChangeFigures]:
+    """Run the slice's statement; every key gets figures (no rows on either side: zeros).
+    `before_source`: the snapshot's rows as checked (`snapshots.checked_copy`), else the plan's
+    snapshot table is read."""
     engine = session.engine
     text = engine.text_of
     cols, values = spec.columns, spec.value_columns
@@ -79,7 +82,9 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     kinds = dict(zip(cols, types, strict=True))
     part = quote(spec.partition_column)
     snap = snapshot_in(session, plan_id, spec.table)
-    if engine.table_exists(session, snap, SNAPSHOT_SCHEMA):
+    if before_source is not None:
+        before = before_source
+    elif engine.table_exists(session, snap, SNAPSHOT_SCHEMA):
         before = qualified(SNAPSHOT_SCHEMA, snap)
     else:  # the plan snapshotted only empty partitions: nothing before
         before = f"(SELECT {', '.join(quote(c) for c in cols)} FROM {quote(spec.table)} WHERE FALSE)"

@@ -19,7 +19,8 @@ from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in, snapshot_table
 
-__all__ = ["SNAPSHOT_SCHEMA", "copy_aside", "missing_rows", "put_back", "refill", "snapshot_table"]
+__all__ = ["SNAPSHOT_SCHEMA", "checked_copy", "copy_aside", "drop_checked_copy",
+           "missing_rows", "put_back", "refill", "snapshot_table"]
 
 
 def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
@@ -119,6 +120,41 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
         return {k: (EMPTY, taken) for k, taken in recorded.items() if taken.rows > 0}
     now = fingerprints_like(session, name, spec.columns, scheme, spec.partition_column, recorded, SNAPSHOT_SCHEMA)
     return {k: (now[k], taken) for k, taken in recorded.items() if now[k] != taken}
+
+
+def checked_copy(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str, table: str,
+                 recorded: Mapping[str, Fingerprint]) -> tuple[str | None, dict[str, tuple[Fingerprint, Fingerprint]]]:
+    """The snapshots of `recorded` to compare with, and those whose rows are not the ones taken
+    ({key: (now, taken)}). On a server engine another session commits between two statements: the
+    snapshot checked by one statement and compared by the next was edited in between (the replayed
+    values typed into it) and put back after, and `changes_as_expected` passed an undeclared change
+    (found by an attack). There the rows are copied by one statement into a table of this session's
+    own, which no one else can write, and checked there: the comparison reads that copy (its name is
+    returned; `drop_checked_copy` once done). DuckDB's one writer holds the file: None, the snapshot
+    table is read as checked."""
+    name = snapshot_in(session, plan_id, table)
+    if session.engine.name == "duckdb" or not recorded or \
+            not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
+        return None, changed_rows(session, spec, scheme, plan_id, table, recorded)
+    copy = session.engine.temp_table_name(CHECKED_PREFIX)
+    schema, _, bare = copy.rpartition(".")
+    cols = ", ".join(quote(c) for c in spec.columns)
+    snap = qualified(SNAPSHOT_SCHEMA, name)
+    session.execute(f"CREATE TEMP TABLE {copy} AS SELECT {cols} FROM {snap} WHERE FALSE")
+    where, params = many_predicate(scheme, quote(spec.partition_column), list(recorded))
+    session.execute(f"INSERT INTO {copy} ({cols}) SELECT {cols} FROM {snap} WHERE {where}", params)
+    now = fingerprints_like(session, bare, spec.columns, scheme, spec.partition_column, recorded, schema)
+    return copy, {k: (now[k], taken) for k, taken in recorded.items() if now[k] != taken}
+
+
+def drop_checked_copy(session: Session, copy: str | None) -> None:
+    if copy is not None:
+        session.execute(f"DROP TABLE {copy}")
+
+
+# the engine names the session-temporary copy; a write's staging prefix (`writes.STAGE_PREFIX`), the
+# one temporary table a PostgreSQL session of the product may hold (`PostgresSession.unaltered`)
+CHECKED_PREFIX = "backfill_stage_snapshot"
 
 
 def put_back(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,

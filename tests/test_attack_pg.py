@@ -1,0 +1,67 @@
+"""Attacks of an insider on PostgreSQL (writes the warehouse, any SQL, no evidence key), where every
+statement reads afresh and another session commits between two statements of a decision."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from backfill_assets.execution import audit
+from backfill_assets.warehouse.snapshots import snapshot_table
+from tests.test_expectations import DAY, undeclared_gross_change, verdicts
+
+pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+
+
+def test_a_snapshot_edited_between_its_check_and_the_comparison_never_makes_changes_as_expected_pass(
+        engine_world, monkeypatch):
+    """`changes_as_expected` fingerprinted the snapshot's rows against their sealed record in one
+    statement and compared the data with them in the next; on PostgreSQL the insider's edit, committed
+    between the two (the replayed gross typed into the snapshot) and put back after, had the gate
+    pass on rows that were never checked: `reconcile` passed the undeclared change, `publish` copied
+    it to consumers, and every later check of the snapshot found it as taken. The rows compared are
+    now the rows checked."""
+    world = engine_world
+    region = undeclared_gross_change(world)
+    snap = f"backfill_snapshots.{snapshot_table('fix', 'daily_revenue')}"
+    taken = world.sql(f"SELECT region, gross FROM {snap} WHERE order_date = ?", [DAY])
+    checked, edited, compared, put_back = (threading.Event() for _ in range(4))
+    original = audit.change_figures
+
+    def between(*args, **kwargs):
+        if DAY in args[4] and not checked.is_set():  # the snapshot's check ran: the comparison is next
+            checked.set()
+            assert edited.wait(timeout=120)
+        found = original(*args, **kwargs)
+        if checked.is_set() and not compared.is_set():
+            compared.set()
+            assert put_back.wait(timeout=120)
+        return found
+
+    monkeypatch.setattr(audit, "change_figures", between)
+    codes: dict[str, int] = {}
+    reconciler = threading.Thread(target=lambda: codes.update(reconcile=world.cli("reconcile", "fix")))
+    reconciler.start()
+    try:
+        assert checked.wait(timeout=120)
+        # the insider, committed between the check and the comparison: the snapshot "was" the replay
+        world.run_sql(f"UPDATE {snap} AS s SET gross = d.gross FROM daily_revenue AS d "
+                      "WHERE s.order_date = d.order_date AND s.region = d.region AND s.order_date = ?", [DAY])
+        edited.set()
+        assert compared.wait(timeout=120)
+        for where, gross in taken:  # and put back as it was taken
+            world.run_sql(f"UPDATE {snap} SET gross = ? WHERE order_date = ? AND region = ?", [gross, DAY, where])
+    finally:
+        edited.set()
+        put_back.set()
+    reconciler.join(timeout=180)
+    assert world.sql(f"SELECT region, gross FROM {snap} WHERE order_date = ?", [DAY]) == taken
+
+    passed, figures = verdicts(world, "fix")[DAY]
+    world.cli("publish", "fix")
+    published = world.sql("SELECT gross FROM published_revenue WHERE order_date = ? AND region = ?", [DAY, region])
+    true_gross = world.sql("SELECT gross FROM daily_revenue WHERE order_date = ? AND region = ?",
+                           [DAY, region])[0][0] - 1000
+    assert not passed, figures
+    assert published in ([], [(true_gross,)]), published
