@@ -65,3 +65,55 @@ def test_a_snapshot_edited_between_its_check_and_the_comparison_never_makes_chan
                            [DAY, region])[0][0] - 1000
     assert not passed, figures
     assert published in ([], [(true_gross,)]), published
+
+
+def test_a_target_edited_between_its_fingerprint_and_the_comparison_never_makes_changes_as_expected_pass(
+        engine_world, monkeypatch):
+    """`reconcile` fingerprinted the written partition (gate `unchanged_since_checked`) in one
+    statement and compared it with the snapshot (`changes_as_expected`) in the next: the insider's
+    edit committed between the two (the snapshot's gross typed back into the day) and put back after
+    had the gate pass on bytes never fingerprinted; the plan reconciled and publish, finding the day
+    as written, copied its undeclared change to consumers. The bytes compared are now the bytes
+    fingerprinted."""
+    world = engine_world
+    region = undeclared_gross_change(world)
+    snap = f"backfill_snapshots.{snapshot_table('fix', 'daily_revenue')}"
+    written = world.sql("SELECT region, gross FROM daily_revenue WHERE order_date = ?", [DAY])
+    checked, edited, compared, put_back = (threading.Event() for _ in range(4))
+    original = audit.change_figures
+
+    def between(*args, **kwargs):
+        if DAY in args[4] and not checked.is_set():  # the day's fingerprint was taken: the comparison is next
+            checked.set()
+            assert edited.wait(timeout=120)
+        found = original(*args, **kwargs)
+        if checked.is_set() and not compared.is_set():
+            compared.set()
+            assert put_back.wait(timeout=120)
+        return found
+
+    monkeypatch.setattr(audit, "change_figures", between)
+    codes: dict[str, int] = {}
+    reconciler = threading.Thread(target=lambda: codes.update(reconcile=world.cli("reconcile", "fix")))
+    reconciler.start()
+    try:
+        assert checked.wait(timeout=120)
+        world.run_sql(f"UPDATE daily_revenue AS d SET gross = s.gross FROM {snap} AS s "
+                      "WHERE s.order_date = d.order_date AND s.region = d.region AND d.order_date = ?", [DAY])
+        edited.set()
+        assert compared.wait(timeout=120)
+        for where, gross in written:
+            world.run_sql("UPDATE daily_revenue SET gross = ? WHERE order_date = ? AND region = ?",
+                          [gross, DAY, where])
+    finally:
+        edited.set()
+        put_back.set()
+    reconciler.join(timeout=180)
+    assert world.sql("SELECT region, gross FROM daily_revenue WHERE order_date = ?", [DAY]) == written
+
+    passed, figures = verdicts(world, "fix")[DAY]
+    world.cli("publish", "fix")
+    published = world.sql("SELECT gross FROM published_revenue WHERE order_date = ? AND region = ?", [DAY, region])
+    true_gross = dict(written)[region] - 1000
+    assert not passed, figures
+    assert published in ([], [(true_gross,)]), published

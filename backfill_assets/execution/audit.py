@@ -39,6 +39,7 @@ from backfill_assets.gates.verdicts import (
     source_duplicates_result,
     unchanged_result,
 )
+from backfill_assets.identifiers import quote
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.plan.model import Scenario
 from backfill_assets.table import TableSpec
@@ -47,7 +48,7 @@ from backfill_assets.warehouse.dual_run_sql import dual_run_figures
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.gate_sql import SchemaCheck, check_schema, slice_figures
-from backfill_assets.warehouse.snapshots import checked_copy, drop_checked_copy
+from backfill_assets.warehouse.snapshots import checked_copy, drop_checked_copy, separate_reads, session_copy
 
 UNKNOWN_VERSION = "unknown"
 
@@ -103,8 +104,9 @@ def code_version_results(keys: list[str], window: Mapping[str, str | None] | Non
 
 
 def expectation_results(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
-                        keys: list[str]) -> dict[str, GateResult]:
-    """`changes_as_expected` for a slice: the plan's snapshot against the data, in one statement."""
+                        keys: list[str], data: str | None = None) -> dict[str, GateResult]:
+    """`changes_as_expected` for a slice: the plan's snapshot against the data, in one statement.
+    `data`: the data's rows as fingerprinted (`_data_as_judged`)."""
     if plan is None:
         return {k: not_judged(k, "not tracked for writes outside a plan") for k in keys}
     expectation = Expectation.for_table(plan.approved.plan, spec)
@@ -116,7 +118,7 @@ def expectation_results(session: Session, spec: TableSpec, scheme: PartitionSche
     # compared with the rows as checked: on a server engine, a copy of them one statement made
     source, edited = checked_copy(session, spec, scheme, plan.plan_id, spec.table, taken)
     figures = change_figures(session, spec, scheme, plan.plan_id, [k for k in keys if k in taken and k not in edited],
-                             expectation, source)
+                             expectation, source, data)
     drop_checked_copy(session, source)
     window = _window_sums(session, spec, plan, figures, expectation)
     return {k: changes_result(k, figures[k], expectation, window) if k in figures else
@@ -128,11 +130,13 @@ def expectation_results(session: Session, spec: TableSpec, scheme: PartitionSche
 
 
 def dual_run_results(session: Session, spec: TableSpec, scheme: PartitionScheme, scenario: Scenario,
-                     changes: Mapping[str, GateResult]) -> dict[str, GateResult]:
+                     changes: Mapping[str, GateResult], data: str | None = None) -> dict[str, GateResult]:
     """A cutover's dual run for a slice: the shadow against the published table in one statement,
-    carried by each partition's `changes_as_expected` result (sealed with it)."""
+    carried by each partition's `changes_as_expected` result (sealed with it); `data`: the shadow's
+    rows as fingerprinted (`_data_as_judged`)."""
     assert scenario.tolerance is not None
-    figures = dual_run_figures(session, spec, scheme, list(changes), scenario.tolerance.abs, scenario.tolerance.pct)
+    figures = dual_run_figures(session, spec, scheme, list(changes), scenario.tolerance.abs, scenario.tolerance.pct,
+                               data)
     return {k: with_dual_run(r, figures[k], scenario) for k, r in changes.items()}
 
 
@@ -212,10 +216,16 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
     required = scenario.new_code_version if scenario is not None and scenario.kind == "logic_change" \
         and plan is not None and spec.name == plan.target else None
     versions = code_version_results(keys, window, required)
-    changes = expectation_results(session, spec, scheme, plan, keys)
+    data, moved = _data_as_judged(session, spec, scheme, plan, {k: figures[k].fingerprint for k in keys})
+    changes = expectation_results(session, spec, scheme, plan, keys, data)
     cutover = cutover_of(plan.approved.plan, spec.name) if plan is not None else None
     if cutover is not None:
-        changes = dual_run_results(session, spec, scheme, cutover, changes)
+        changes = dual_run_results(session, spec, scheme, cutover, changes, data)
+    drop_checked_copy(session, data)
+    changes.update({k: GateResult(CHANGES_AS_EXPECTED, k, False, None, None, None, None,
+                                  f"{k} changed while its gates ran (now {now}): another session wrote it between "
+                                  "their statements, so what was compared is not what was judged")
+                    for k, now in moved.items()})
     results = {}
     for key in keys:
         f = figures[key]
@@ -237,6 +247,21 @@ def judge(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: Plan
                                   judged=[(written[k][0], k, figures[k].fingerprint, results[k]) for k in keys],
                                   actor=actor, summary=summary(spec.name, results, sha))
     return results
+
+
+def _data_as_judged(session: Session, spec: TableSpec, scheme: PartitionScheme, plan: PlanState | None,
+                    judged: Mapping[str, Fingerprint]) -> tuple[str | None, dict[str, Fingerprint]]:
+    """The data the snapshot and the published table are compared with, as the other gates judged
+    it. On a server engine another session commits between two statements: the insider's edit of
+    the day committed after the gates' fingerprint and before `changes_as_expected` (or the dual
+    run) read it, put back after, had the comparison pass on bytes no gate fingerprinted, and
+    publish copied the written ones (found by an attack). There the rows are copied by one statement
+    into a table of this session's own and fingerprinted: the comparisons read the copy, and a key
+    whose copy is not what the gates judged fails them ({key: its fingerprint there})."""
+    if plan is None or not separate_reads(session):
+        return None, {}
+    copy, now = session_copy(session, spec, scheme, quote(spec.table), judged)
+    return copy, {k: now[k] for k, fp in judged.items() if now[k] != fp}
 
 
 def summary(table: str, results: Mapping[str, list[GateResult]], sha: str | None) -> dict[str, Any]:

@@ -71,10 +71,11 @@ class ChangeFigures:
 
 def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, plan_id: str,
                    keys: Sequence[str], expectation: DeclaredChanges,
-                   before_source: str | None = None) -> dict[str, ChangeFigures]:
+                   before_source: str | None = None, after_source: str | None = None) -> dict[str, ChangeFigures]:
     """Run the slice's statement; every key gets figures (no rows on either side: zeros).
     `before_source`: the snapshot's rows as checked (`snapshots.checked_copy`), else the plan's
-    snapshot table is read."""
+    snapshot table is read; `after_source`: the data's as fingerprinted (`snapshots.session_copy`),
+    else the target is read."""
     engine = session.engine
     text = engine.text_of
     cols, values = spec.columns, spec.value_columns
@@ -89,7 +90,7 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
     else:  # the plan snapshotted only empty partitions: nothing before
         before = f"(SELECT {', '.join(quote(c) for c in cols)} FROM {quote(spec.table)} WHERE FALSE)"
     sides = {"b": (before, grouping(session.engine, scheme, f"b.{part}", keys), -1),
-             "a": (quote(spec.table), grouping(session.engine, scheme, f"a.{part}", keys), 1)}
+             "a": (after_source or quote(spec.table), grouping(session.engine, scheme, f"a.{part}", keys), 1)}
     params: list[object] = []
 
     def scan(alias: str) -> str:

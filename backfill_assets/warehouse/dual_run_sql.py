@@ -55,8 +55,11 @@ class DualRunFigures:
 
 
 def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-                     tolerance_abs: float, tolerance_pct: float) -> dict[str, DualRunFigures]:
-    """Run the slice's statement; every key gets figures (no rows on either side: a match)."""
+                     tolerance_abs: float, tolerance_pct: float,
+                     shadow_source: str | None = None) -> dict[str, DualRunFigures]:
+    """Run the slice's statement; every key gets figures (no rows on either side: a match).
+    `shadow_source`: the shadow's rows as fingerprinted (`snapshots.session_copy`), else the target
+    is read."""
     engine = session.engine
     text = engine.text_of
     metrics = list(spec.metrics)
@@ -99,7 +102,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     join_on = f"s.pkey = p.pkey AND {engine.keys_match_sql('s', 'p', kcols, spec.key_types)}"
     bad_count = [engine.count_where_sql(f"bad{i}") for i in range(len(metrics))]
     sql = f"""
-    WITH s AS ({side('s', quote(spec.table), s_group)}),
+    WITH s AS ({side('s', shadow_source or quote(spec.table), s_group)}),
     p AS ({side('p', published, p_group)}),
     {fp_cte}
     j AS (

@@ -19,8 +19,8 @@ from backfill_assets.warehouse.grouping import rows_per_partition
 from backfill_assets.warehouse.partition_sql import many_predicate
 from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_in, snapshot_table
 
-__all__ = ["SNAPSHOT_SCHEMA", "checked_copy", "copy_aside", "drop_checked_copy",
-           "missing_rows", "put_back", "refill", "snapshot_table"]
+__all__ = ["SNAPSHOT_SCHEMA", "checked_copy", "copy_aside", "drop_checked_copy", "missing_rows", "put_back",
+           "refill", "separate_reads", "session_copy", "snapshot_table"]
 
 
 def copy_aside(session: Session, spec: TableSpec, scheme: PartitionScheme, table: str, plan_id: str,
@@ -133,18 +133,31 @@ def checked_copy(session: Session, spec: TableSpec, scheme: PartitionScheme, pla
     returned; `drop_checked_copy` once done). DuckDB's one writer holds the file: None, the snapshot
     table is read as checked."""
     name = snapshot_in(session, plan_id, table)
-    if session.engine.name == "duckdb" or not recorded or \
-            not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
+    if not separate_reads(session) or not recorded or not session.engine.table_exists(session, name, SNAPSHOT_SCHEMA):
         return None, changed_rows(session, spec, scheme, plan_id, table, recorded)
+    copy, now = session_copy(session, spec, scheme, qualified(SNAPSHOT_SCHEMA, name), recorded)
+    return copy, {k: (now[k], taken) for k, taken in recorded.items() if now[k] != taken}
+
+
+def separate_reads(session: Session) -> bool:
+    """Another session can commit between two statements of this one (a server engine): what one
+    statement checked, the next must read from a copy of this session's own (`session_copy`)."""
+    return session.engine.name != "duckdb"
+
+
+def session_copy(session: Session, spec: TableSpec, scheme: PartitionScheme, source: str,
+                 recorded: Mapping[str, Fingerprint]) -> tuple[str, dict[str, Fingerprint]]:
+    """The rows of `recorded`'s keys in `source` (a quoted or qualified table) copied by one
+    statement into a session-temporary table no other session can write, and their fingerprints
+    there (by each record's algorithm): a comparison reading the copy reads the bytes fingerprinted.
+    Its name (`drop_checked_copy` once done)."""
     copy = session.engine.temp_table_name(CHECKED_PREFIX)
     schema, _, bare = copy.rpartition(".")
     cols = ", ".join(quote(c) for c in spec.columns)
-    snap = qualified(SNAPSHOT_SCHEMA, name)
-    session.execute(f"CREATE TEMP TABLE {copy} AS SELECT {cols} FROM {snap} WHERE FALSE")
+    session.execute(f"CREATE TEMP TABLE {copy} AS SELECT {cols} FROM {source} WHERE FALSE")
     where, params = many_predicate(scheme, quote(spec.partition_column), list(recorded))
-    session.execute(f"INSERT INTO {copy} ({cols}) SELECT {cols} FROM {snap} WHERE {where}", params)
-    now = fingerprints_like(session, bare, spec.columns, scheme, spec.partition_column, recorded, schema)
-    return copy, {k: (now[k], taken) for k, taken in recorded.items() if now[k] != taken}
+    session.execute(f"INSERT INTO {copy} ({cols}) SELECT {cols} FROM {source} WHERE {where}", params)
+    return copy, fingerprints_like(session, bare, spec.columns, scheme, spec.partition_column, recorded, schema)
 
 
 def drop_checked_copy(session: Session, copy: str | None) -> None:
