@@ -9,7 +9,9 @@ import pytest
 
 from backfill_assets.execution import audit
 from backfill_assets.warehouse.snapshots import snapshot_table
+from tests import test_cutover, test_diff, test_notices
 from tests.test_expectations import DAY, undeclared_gross_change, verdicts
+from tests.test_notices import receiver  # noqa: F401 - the fixture, for the notices' check below
 
 pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 
@@ -117,3 +119,27 @@ def test_a_target_edited_between_its_fingerprint_and_the_comparison_never_makes_
     true_gross = dict(written)[region] - 1000
     assert not passed, figures
     assert published in ([], [(true_gross,)]), published
+
+
+# today's checks against the chain's record, run on PostgreSQL (their own modules run them on DuckDB):
+# each is a statement of its own whose types, quoting and pg_catalog-qualified SQL must hold there
+
+
+def test_a_cutover_over_published_bytes_edited_since_their_publication_is_refused_on_postgresql(engine_world,
+                                                                                                 capsys):
+    test_cutover.test_a_cutover_compared_with_published_bytes_edited_since_their_publication_is_not_met(
+        engine_world, capsys)
+
+
+def test_diff_refuses_an_edited_snapshot_on_postgresql(engine_world, capsys):
+    test_diff.test_diff_refuses_a_snapshot_edited_to_hide_what_the_plan_changed(engine_world, capsys)
+
+
+def test_a_notice_edited_in_the_outbox_is_named_on_postgresql(engine_world, run_cli):
+    test_notices.test_a_notice_edited_in_the_outbox_is_not_listed_as_the_notice_backfill_queued(engine_world, run_cli)
+
+
+def test_a_notice_marked_delivered_outside_the_chain_is_not_delivered_on_postgresql(
+        engine_world, run_cli, receiver):  # noqa: F811
+    test_notices.test_a_notice_marked_delivered_without_its_delivery_in_the_chain_is_not_listed_as_delivered(
+        engine_world, run_cli, receiver)
