@@ -143,3 +143,52 @@ def test_a_notice_marked_delivered_outside_the_chain_is_not_delivered_on_postgre
         engine_world, run_cli, receiver):  # noqa: F811
     test_notices.test_a_notice_marked_delivered_without_its_delivery_in_the_chain_is_not_listed_as_delivered(
         engine_world, run_cli, receiver)
+
+
+def test_a_shadow_edited_between_its_fingerprint_and_the_dual_run_never_meets_the_cutover(engine_world,
+                                                                                           monkeypatch):
+    """A cutover's dual run read the shadow in a statement of its own after the gates fingerprinted
+    it: the insider's edit committed between the two (the day's figures typed back to what the old
+    pipeline published), put back after, had the day match; `reconcile` met the streak and publish,
+    finding the shadow as written, cut over to a day that never matched the published one. The
+    dual run now compares the rows the gates fingerprinted."""
+    world = engine_world
+    test_cutover.old_pipeline(world)
+    day = test_cutover.WINDOW[2]
+    region, gross = test_cutover.correct_source(world, day, 1000)
+    path = test_cutover.cutover_plan(world, "cut")
+    test_cutover.run(world, path)
+    assert test_cutover.dual_runs(world, "cut")[day]["numbers"]["dual_run.matched"] == 0
+    reached, edited, compared, put_back = (threading.Event() for _ in range(4))
+    original = audit.dual_run_figures
+
+    def between(*args, **kwargs):
+        if day in args[3] and not reached.is_set():
+            reached.set()
+            assert edited.wait(timeout=120)
+        found = original(*args, **kwargs)
+        if reached.is_set() and not compared.is_set():
+            compared.set()
+            assert put_back.wait(timeout=120)
+        return found
+
+    monkeypatch.setattr(audit, "dual_run_figures", between)
+    reconciler = threading.Thread(target=lambda: world.cli("reconcile", "cut"))
+    reconciler.start()
+    try:
+        assert reached.wait(timeout=120)
+        world.run_sql("UPDATE daily_revenue SET gross = gross - 1000, net_revenue = net_revenue - 1000 "
+                      "WHERE order_date = ? AND region = ?", [day, region])
+        edited.set()
+        assert compared.wait(timeout=120)
+        world.run_sql("UPDATE daily_revenue SET gross = gross + 1000, net_revenue = net_revenue + 1000 "
+                      "WHERE order_date = ? AND region = ?", [day, region])
+    finally:
+        edited.set()
+        put_back.set()
+    reconciler.join(timeout=180)
+
+    assert test_cutover.dual_runs(world, "cut")[day]["numbers"].get("dual_run.matched") != 1
+    world.cli("publish", "cut")
+    assert world.sql("SELECT gross FROM published_revenue WHERE order_date = ? AND region = ?",
+                     [day, region]) == [(gross,)]
