@@ -1,5 +1,9 @@
-"""Attacks of an insider on PostgreSQL (writes the warehouse, any SQL, no evidence key), where every
-statement reads afresh and another session commits between two statements of a decision."""
+"""On PostgreSQL, where every statement reads afresh and another session commits between two
+statements of a decision, a comparison reads the bytes its check read: an insider (writes the
+warehouse, any SQL, no evidence key) editing a snapshot, the target or a cutover's shadow between
+the two, and putting it back after, had gates pass on unchecked bytes (found by an attack; each
+test failed on the code before its fix). Also the checks against the chain's record added the same
+day, run on PostgreSQL."""
 
 from __future__ import annotations
 
