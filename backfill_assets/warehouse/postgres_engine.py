@@ -421,7 +421,9 @@ class PostgresSession(Session):
             pass
 
     def lock(self, name: str) -> None:
-        self.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [name])
+        # named with pg_catalog as every call of ours is (no function of the database's own may answer it)
+        self.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(CAST(? AS pg_catalog.text), "
+                     "CAST(0 AS pg_catalog.int8)))", [name])
 
     def hold_table(self, table: str, *, writing: bool = False) -> None:
         from backfill_assets.identifiers import quote
@@ -615,10 +617,12 @@ class PostgresEngine(PostgresSpelling, Engine):
 
         prefix = f"{alias}." if alias else ""
         # of the row's text: hash_record_extended has no hash for JSON, XML, POINT or MONEY columns
-        return f"hashtextextended(CAST(ROW({', '.join(prefix + quote(c) for c in columns)}) AS TEXT), 0)"
+        row = ", ".join(prefix + quote(c) for c in columns)
+        return f"pg_catalog.hashtextextended(CAST(ROW({row}) AS pg_catalog.text), CAST(0 AS pg_catalog.int8))"
 
     def hash_int_sql(self, exprs: Sequence[str]) -> str:
-        return f"(hashtextextended(concat_ws(',', {', '.join(exprs)}), 0) & 9223372036854775807)"
+        return (f"(pg_catalog.hashtextextended(pg_catalog.concat_ws(CAST(',' AS pg_catalog.text), {', '.join(exprs)}), "
+                "CAST(0 AS pg_catalog.int8)) OPERATOR(pg_catalog.&) CAST(9223372036854775807 AS pg_catalog.int8))")
 
     def temp_table_name(self, prefix: str) -> str:
         return f"pg_temp.{prefix}_{uuid.uuid4().hex[:16]}"  # the session's own temporary schema
