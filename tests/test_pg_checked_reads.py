@@ -20,6 +20,39 @@ from tests.test_notices import receiver  # noqa: F401 - the fixture, for the not
 pytestmark = pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 
 
+def _edited_between(world, monkeypatch, step: str, arg: int, day: str, command: tuple[str, ...],
+                    edit, put_back) -> None:
+    """`command` run in a thread while `audit.<step>` (the comparison) is held twice: before it reads
+    `day` (the gates' check of it already ran), while the insider commits `edit()`; and after it read,
+    while they commit `put_back()`, so that every later check finds the bytes as they were."""
+    reached, edited, compared, restored = (threading.Event() for _ in range(4))
+    original = getattr(audit, step)
+
+    def between(*args, **kwargs):
+        if day in args[arg] and not reached.is_set():
+            reached.set()
+            assert edited.wait(timeout=120)
+        found = original(*args, **kwargs)
+        if reached.is_set() and not compared.is_set():
+            compared.set()
+            assert restored.wait(timeout=120)
+        return found
+
+    monkeypatch.setattr(audit, step, between)
+    runner = threading.Thread(target=lambda: world.cli(*command))
+    runner.start()
+    try:
+        assert reached.wait(timeout=120)
+        edit()
+        edited.set()
+        assert compared.wait(timeout=120)
+        put_back()
+    finally:
+        edited.set()
+        restored.set()
+    runner.join(timeout=180)
+
+
 def test_a_snapshot_edited_between_its_check_and_the_comparison_never_makes_changes_as_expected_pass(
         engine_world, monkeypatch):
     """`changes_as_expected` fingerprinted the snapshot's rows against their sealed record in one
@@ -32,36 +65,16 @@ def test_a_snapshot_edited_between_its_check_and_the_comparison_never_makes_chan
     region = undeclared_gross_change(world)
     snap = f"backfill_snapshots.{snapshot_table('fix', 'daily_revenue')}"
     taken = world.sql(f"SELECT region, gross FROM {snap} WHERE order_date = ?", [DAY])
-    checked, edited, compared, put_back = (threading.Event() for _ in range(4))
-    original = audit.change_figures
 
-    def between(*args, **kwargs):
-        if DAY in args[4] and not checked.is_set():  # the snapshot's check ran: the comparison is next
-            checked.set()
-            assert edited.wait(timeout=120)
-        found = original(*args, **kwargs)
-        if checked.is_set() and not compared.is_set():
-            compared.set()
-            assert put_back.wait(timeout=120)
-        return found
-
-    monkeypatch.setattr(audit, "change_figures", between)
-    codes: dict[str, int] = {}
-    reconciler = threading.Thread(target=lambda: codes.update(reconcile=world.cli("reconcile", "fix")))
-    reconciler.start()
-    try:
-        assert checked.wait(timeout=120)
-        # the insider, committed between the check and the comparison: the snapshot "was" the replay
+    def edit() -> None:  # the insider, committed between the check and the comparison: the snapshot "was" the replay
         world.run_sql(f"UPDATE {snap} AS s SET gross = d.gross FROM daily_revenue AS d "
                       "WHERE s.order_date = d.order_date AND s.region = d.region AND s.order_date = ?", [DAY])
-        edited.set()
-        assert compared.wait(timeout=120)
-        for where, gross in taken:  # and put back as it was taken
+
+    def put_back() -> None:  # and put back as it was taken
+        for where, gross in taken:
             world.run_sql(f"UPDATE {snap} SET gross = ? WHERE order_date = ? AND region = ?", [gross, DAY, where])
-    finally:
-        edited.set()
-        put_back.set()
-    reconciler.join(timeout=180)
+
+    _edited_between(world, monkeypatch, "change_figures", 4, DAY, ("reconcile", "fix"), edit, put_back)
     assert world.sql(f"SELECT region, gross FROM {snap} WHERE order_date = ?", [DAY]) == taken
 
     passed, figures = verdicts(world, "fix")[DAY]
@@ -85,36 +98,17 @@ def test_a_target_edited_between_its_fingerprint_and_the_comparison_never_makes_
     region = undeclared_gross_change(world)
     snap = f"backfill_snapshots.{snapshot_table('fix', 'daily_revenue')}"
     written = world.sql("SELECT region, gross FROM daily_revenue WHERE order_date = ?", [DAY])
-    checked, edited, compared, put_back = (threading.Event() for _ in range(4))
-    original = audit.change_figures
 
-    def between(*args, **kwargs):
-        if DAY in args[4] and not checked.is_set():  # the day's fingerprint was taken: the comparison is next
-            checked.set()
-            assert edited.wait(timeout=120)
-        found = original(*args, **kwargs)
-        if checked.is_set() and not compared.is_set():
-            compared.set()
-            assert put_back.wait(timeout=120)
-        return found
-
-    monkeypatch.setattr(audit, "change_figures", between)
-    codes: dict[str, int] = {}
-    reconciler = threading.Thread(target=lambda: codes.update(reconcile=world.cli("reconcile", "fix")))
-    reconciler.start()
-    try:
-        assert checked.wait(timeout=120)
+    def edit() -> None:
         world.run_sql(f"UPDATE daily_revenue AS d SET gross = s.gross FROM {snap} AS s "
                       "WHERE s.order_date = d.order_date AND s.region = d.region AND d.order_date = ?", [DAY])
-        edited.set()
-        assert compared.wait(timeout=120)
+
+    def put_back() -> None:
         for where, gross in written:
             world.run_sql("UPDATE daily_revenue SET gross = ? WHERE order_date = ? AND region = ?",
                           [gross, DAY, where])
-    finally:
-        edited.set()
-        put_back.set()
-    reconciler.join(timeout=180)
+
+    _edited_between(world, monkeypatch, "change_figures", 4, DAY, ("reconcile", "fix"), edit, put_back)
     assert world.sql("SELECT region, gross FROM daily_revenue WHERE order_date = ?", [DAY]) == written
 
     passed, figures = verdicts(world, "fix")[DAY]
@@ -163,34 +157,11 @@ def test_a_shadow_edited_between_its_fingerprint_and_the_dual_run_never_meets_th
     path = test_cutover.cutover_plan(world, "cut")
     test_cutover.run(world, path)
     assert test_cutover.dual_runs(world, "cut")[day]["numbers"]["dual_run.matched"] == 0
-    reached, edited, compared, put_back = (threading.Event() for _ in range(4))
-    original = audit.dual_run_figures
-
-    def between(*args, **kwargs):
-        if day in args[3] and not reached.is_set():
-            reached.set()
-            assert edited.wait(timeout=120)
-        found = original(*args, **kwargs)
-        if reached.is_set() and not compared.is_set():
-            compared.set()
-            assert put_back.wait(timeout=120)
-        return found
-
-    monkeypatch.setattr(audit, "dual_run_figures", between)
-    reconciler = threading.Thread(target=lambda: world.cli("reconcile", "cut"))
-    reconciler.start()
-    try:
-        assert reached.wait(timeout=120)
-        world.run_sql("UPDATE daily_revenue SET gross = gross - 1000, net_revenue = net_revenue - 1000 "
-                      "WHERE order_date = ? AND region = ?", [day, region])
-        edited.set()
-        assert compared.wait(timeout=120)
-        world.run_sql("UPDATE daily_revenue SET gross = gross + 1000, net_revenue = net_revenue + 1000 "
-                      "WHERE order_date = ? AND region = ?", [day, region])
-    finally:
-        edited.set()
-        put_back.set()
-    reconciler.join(timeout=180)
+    shift = "UPDATE daily_revenue SET gross = gross {0} 1000, net_revenue = net_revenue {0} 1000 " \
+            "WHERE order_date = ? AND region = ?"
+    _edited_between(world, monkeypatch, "dual_run_figures", 3, day, ("reconcile", "cut"),
+                    lambda: world.run_sql(shift.format("-"), [day, region]),
+                    lambda: world.run_sql(shift.format("+"), [day, region]))
 
     assert test_cutover.dual_runs(world, "cut")[day]["numbers"].get("dual_run.matched") != 1
     world.cli("publish", "cut")
