@@ -63,6 +63,19 @@ class Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_root_options(parser: argparse.ArgumentParser) -> None:
+    """The trust root a reading command (guard, plan show) counts under where no control record can
+    be read; each at most once: a plan's name split by a plain xargs named a second one (`Once`)."""
+    parser.add_argument("--allowed-signers", action=Once,
+                        help="where no control record can be read (CI): the team's reviewed allowed_signers, e.g. "
+                             "the default branch's; never the plan's folder")
+    parser.add_argument("--policy", action=Once,
+                        help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
+    parser.add_argument("--warehouse", action=Once,
+                        help="the production warehouse's id (`backfill approvers show`), to check what signatures "
+                             "bind where no control record can be read")
+
+
 def add_defs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--defs", help="definitions: a file (defs.py) or a module (pkg.module), "
                                        "optionally :attr; default $BACKFILL_DEFS, else workspace.yaml")

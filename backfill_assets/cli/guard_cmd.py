@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backfill_assets.cli.common import Once, add_home, home_of
+from backfill_assets.cli.common import Once, add_home, add_root_options, home_of
 from backfill_assets.plan.checklist import ExecutionState, Item, build, render
 from backfill_assets.plan.loading import collect_problems, read_plan_document
 
@@ -39,14 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # its help exits 2, never 0: a file named `-h` among a pull request's plans got exit 0 in CI
     guard.add_argument("-h", "--help", action=_HelpNotAllowed, nargs=0, help="show this help and exit 2")
     guard.add_argument("plan_file", nargs="+", help="every plan to check, in one run (CI: all of them at once)")
-    # each at most once: a plan's name split by a plain xargs named a second one (`common.Once`)
-    guard.add_argument("--allowed-signers", action=Once,
-                       help="where no control record can be read (CI): the team's reviewed allowed_signers, e.g. "
-                            "the default branch's; never the plan's folder")
-    guard.add_argument("--policy", action=Once,
-                       help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
-    guard.add_argument("--warehouse", action=Once,
-                       help="the production warehouse's id, to check what signatures bind in CI")
+    add_root_options(guard)
     guard.add_argument("--defs", action=Once, help="definitions to check the plan against (default: as `backfill run`)")
     add_home(guard)
     guard.set_defaults(handler=cmd_guard)

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from backfill_assets.bounded import create_file, expanded, read_bounded
 from backfill_assets.cli.common import (
-    Once,
     actor,
     add_defs,
     add_home,
+    add_root_options,
     note_unverified_statement,
     plan_state,
     record_plan_state,
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     show = plan_sub.add_parser("show", help="partitions, what a signature binds, approvals counted and void")
     show.add_argument("plan_file")
-    _add_root_options(show)
+    add_root_options(show)
     add_defs(show)
     add_home(show)
     show.set_defaults(handler=cmd_show)
@@ -98,17 +98,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_home(withdraw)
     withdraw.set_defaults(handler=cmd_withdraw, relay=True, keep_open=True)
 
-
-def _add_root_options(parser: argparse.ArgumentParser) -> None:
-    # each at most once: a plan's name split by a plain xargs named a second one (`common.Once`)
-    parser.add_argument("--allowed-signers", action=Once,
-                        help="where no control record can be read (CI): the team's reviewed file, e.g. the default "
-                             "branch's")
-    parser.add_argument("--policy", action=Once,
-                        help="with --allowed-signers: the team's policy (default: policy.yaml beside it)")
-    parser.add_argument("--warehouse", action=Once,
-                        help="the production warehouse's id (`backfill approvers show`), to check what signatures "
-                             "bind where no control record can be read")
 
 
 def template_text() -> str:
