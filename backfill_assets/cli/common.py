@@ -107,11 +107,15 @@ def shell_word(path: str | os.PathLike[str]) -> str:
     import shlex
 
     text = str(path)
+    if text.startswith("-"):  # `-x.yaml` pasted bare was read as an option (found by a review)
+        text = f"./{text}"
     if text.isprintable():
         return shlex.quote(text)
+    # a byte that is not UTF-8 comes as a lone surrogate (os.fsdecode): `\udce9` named another file
     escaped = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c if c.isprintable() else
-                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else
-                      f"\\U{ord(c):08x}" for c in text)
+                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else
+                      f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else
+                      f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
     return f"$'{escaped}'"
 
 
@@ -214,26 +218,44 @@ def committed_home(home: Home) -> str | None:
     found by default (./.backfill, no --home nor BACKFILL_HOME) outside any work tree is the folder's,
     which may be a checkout without `.git` (a tarball), so git cannot say: a pull request's whole
     home committed there was read, and the bare hook said ALLOWED (found by an attack)."""
+    root = home.root
+    top = _work_tree(root)
+    if top is None:
+        if home.named:
+            return None
+        link = Path.cwd() / ".backfill"
+        linked = _work_tree(link.parent) if link.is_symlink() else None
+        if linked is not None and link.resolve() == root:
+            # `.backfill` a link to the team's home elsewhere (a shared disk), ignored by git, was refused
+            # as a home in no work tree (found by a review): one git does not track is the developer's
+            why = _tracked(link, linked)
+            return None if why is None else f"{link} (a link to {root}) {why}"
+        return (f"{root} is the default home of the current folder, in no git work tree: a checkout without .git "
+                "(a tarball) may hold a pull request's whole control record, so the guard reads none of it and "
+                "refuses; name the team's home with --home or BACKFILL_HOME")
+    why = _tracked(root, top)
+    return None if why is None else f"{root} {why}"
+
+
+def _work_tree(path: Path) -> Path | None:
+    return next((p for p in (path, *path.parents) if (p / ".git").exists()), None)
+
+
+def _tracked(path: Path, top: Path) -> str | None:
+    """Why git in `top` says `path` may be a pull request's (it tracks files there, or cannot say)."""
     import subprocess
 
-    root = home.root
-    top = next((p for p in (root, *root.parents) if (p / ".git").exists()), None)
-    if top is None:
-        return None if home.named else (
-            f"{root} is the default home of the current folder, in no git work tree: a checkout without .git "
-            "(a tarball) may hold a pull request's whole control record, so the guard reads none of it and "
-            "refuses; name the team's home with --home or BACKFILL_HOME")
     try:
-        found = subprocess.run(["git", "-C", str(top), "ls-files", "-z", "--", str(root)], capture_output=True,
-                               timeout=60)
+        found = subprocess.run(["git", "--literal-pathspecs", "-C", str(top), "ls-files", "-z", "--", str(path)],
+                               capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"{root} is inside the git work tree {top} and git cannot list what it tracks there ({exc})"
+        return f"is inside the git work tree {top} and git cannot list what it tracks there ({exc})"
     if found.returncode != 0:
         said = found.stderr.decode("utf-8", "replace").strip().splitlines()
-        return (f"{root} is inside the git work tree {top} and git cannot list what it tracks there "
+        return (f"is inside the git work tree {top} and git cannot list what it tracks there "
                 f"({said[0][:160] if said else f'exit {found.returncode}'})")
     if found.stdout.strip(b"\0"):
-        return (f"{root} holds files tracked by git in {top}: a pull request can commit a whole control record, "
+        return (f"holds files tracked by git in {top}: a pull request can commit a whole control record, "
                 "so the guard reads none of it and refuses; point BACKFILL_HOME (or --home) at the team's home, "
                 "outside the checkout")
     return None
