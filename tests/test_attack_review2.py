@@ -87,3 +87,33 @@ def test_a_plan_path_with_bytes_not_utf8_is_pasted_as_those_bytes(tmp_path):
         assert _pasted(shell_word(name), tmp_path) == raw, shell_word(name)
     for name in ("plans/a b.yaml", "plans/it's \"q\".yaml", "plans/é.yaml", "plans/数据.yaml", "plans/x\n\x1b[8m.yaml"):
         assert _pasted(shell_word(name), tmp_path) == name.encode(), shell_word(name)
+
+
+def test_a_home_option_given_twice_is_refused(world, run_subprocess, tmp_path):
+    """A CI job runs `backfill guard --home H --allowed-signers S` over the changed plans through a plain
+    `xargs`: --allowed-signers given twice is refused since 358318e, --home was not. A pull request
+    reverts its plan to a version the plan of record replaced and names a plan
+    `fix.yaml --home plans`: split at its blanks, the later --home won, a folder with no warehouse,
+    so the guard read no record and counted the old version's signatures under the job's files:
+    ALLOWED, while every run refuses it (found by a review). The guard's and plan show's --home,
+    given twice (after the command or before it), is misuse (exit 2)."""
+    from tests.test_plan_replacement import _fix_version
+
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-06", "v1: six days"))
+    world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"))
+    repo = tmp_path / "checkout"
+    (repo / "plans").mkdir(parents=True)
+    (repo / "plans" / "fix.yaml").write_text(v1.read_text())
+    signers = str(world.root / "approvers" / "allowed_signers")
+    job = [str(BIN / "backfill"), "guard", "--home", str(world.home), "--allowed-signers", signers]
+    env = {"BACKFILL_HOME": ""}
+    alone = run_subprocess(command=[*job, "plans/fix.yaml"], env=env, cwd=repo)
+    assert alone.code == 1 and "ALLOWED" not in alone.out, alone.out  # the record says what v1 must name
+    for split in ([*job, "plans/fix.yaml", "--home", "plans"],
+                  [str(BIN / "backfill"), "--home", str(world.home), "guard", *job[4:], "plans/fix.yaml",
+                   "--home", "plans"],
+                  [str(BIN / "backfill"), "plan", "show", "--home", str(world.home), "plans/fix.yaml",
+                   "--home", "plans"]):
+        done = run_subprocess(command=split, env=env, cwd=repo)
+        assert done.code == 2 and "ALLOWED" not in done.out and "(approved)" not in done.out, (split, done)
+        assert "--home given twice" in done.err and len(done.err.strip().splitlines()) == 1, done.err

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     guard.add_argument("plan_file", nargs="+", help="every plan to check, in one run (CI: all of them at once)")
     add_root_options(guard)
     guard.add_argument("--defs", action=Once, help="definitions to check the plan against (default: as `backfill run`)")
-    add_home(guard)
+    add_home(guard, once=True)
     guard.set_defaults(handler=cmd_guard)
 
 

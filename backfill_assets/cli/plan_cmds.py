@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("plan_file")
     add_root_options(show)
     add_defs(show)
-    add_home(show)
+    add_home(show, once=True)
     show.set_defaults(handler=cmd_show)
 
     close = plan_sub.add_parser("close", help="close a published plan whose window still passes")
