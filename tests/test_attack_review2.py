@@ -117,3 +117,22 @@ def test_a_home_option_given_twice_is_refused(world, run_subprocess, tmp_path):
         done = run_subprocess(command=split, env=env, cwd=repo)
         assert done.code == 2 and "ALLOWED" not in done.out and "(approved)" not in done.out, (split, done)
         assert "--home given twice" in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+def test_a_work_tree_git_cannot_read_names_the_fix(tmp_path, run_subprocess):
+    """A developer's checkout that git cannot read (owned by another user: 'detected dubious
+    ownership', a worktree whose main repository moved) holding the ignored default home: the guard
+    refused, rightly, with git's first line alone, which names no fix (found by a review). The
+    refusal names the ways out: let git read the work tree, or name a home outside it."""
+    from backfill_assets.cli import main as cli_main
+    from tests.world import make_keys
+
+    repo = tmp_path / "project"
+    home = repo / ".backfill"
+    (tmp_path / "signers").write_text(signers_text(make_keys(tmp_path / "keys"), ("olivia", "alice", "bob")))
+    assert cli_main(["--home", str(home), "init", "--allowed-signers", str(tmp_path / "signers")]) == 0
+    path = write_plan(repo / "plans" / "fix.yaml", complete_plan(plan_id="fix"))
+    (repo / ".git").write_text(f"gitdir: {tmp_path / 'moved'}\n")  # a worktree whose repository moved
+    shown = run_subprocess(command=[str(HOOK), str(path.relative_to(repo))], env={"BACKFILL_HOME": ""}, cwd=repo)
+    line = next(x for x in shown.out.splitlines() if "git cannot list" in x)
+    assert shown.code == 1 and "safe.directory" in line and "BACKFILL_HOME" in line, shown.out

@@ -253,6 +253,12 @@ def _work_tree(path: Path) -> Path | None:
     return next((p for p in (path, *path.parents) if (p / ".git").exists()), None)
 
 
+# git's first line alone named no way out (found by a review)
+_UNLISTED = ("; let git read the work tree (`git status` there says why; one owned by another user needs "
+             "`git config --global --add safe.directory` of it), or point BACKFILL_HOME (or --home) at the "
+             "team's home, outside the checkout")
+
+
 def _tracked(path: Path, top: Path) -> str | None:
     """Why git in `top` says `path` may be a pull request's (it tracks files there, or cannot say)."""
     import subprocess
@@ -261,11 +267,11 @@ def _tracked(path: Path, top: Path) -> str | None:
         found = subprocess.run(["git", "--literal-pathspecs", "-C", str(top), "ls-files", "-z", "--", str(path)],
                                capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"is inside the git work tree {top} and git cannot list what it tracks there ({exc})"
+        return f"is inside the git work tree {top} and git cannot list what it tracks there ({exc}){_UNLISTED}"
     if found.returncode != 0:
         said = found.stderr.decode("utf-8", "replace").strip().splitlines()
         return (f"is inside the git work tree {top} and git cannot list what it tracks there "
-                f"({said[0][:160] if said else f'exit {found.returncode}'})")
+                f"({said[0][:160] if said else f'exit {found.returncode}'}){_UNLISTED}")
     if found.stdout.strip(b"\0"):
         return (f"holds files tracked by git in {top}: a pull request can commit a whole control record, "
                 "so the guard reads none of it and refuses; point BACKFILL_HOME (or --home) at the team's home, "
