@@ -136,3 +136,37 @@ def test_a_work_tree_git_cannot_read_names_the_fix(tmp_path, run_subprocess):
     shown = run_subprocess(command=[str(HOOK), str(path.relative_to(repo))], env={"BACKFILL_HOME": ""}, cwd=repo)
     line = next(x for x in shown.out.splitlines() if "git cannot list" in x)
     assert shown.code == 1 and "safe.directory" in line and "BACKFILL_HOME" in line, shown.out
+
+
+def test_a_checkout_without_git_inside_another_work_tree_is_not_read(tmp_path, run_subprocess, monkeypatch):
+    """A pull request's tarball (no .git: actions/checkout's REST fallback, a downloaded archive)
+    unpacked in a folder of another git work tree (the base branch's checkout, a runner's folder
+    under git): its committed `.backfill` was untracked there, so git 'said' it was a developer's
+    ignored home and the bare hook read the pull request's whole record: ALLOWED for a plan only the
+    author's keys signed (found by a review). A default home whose folder holds no file git tracks
+    is not read."""
+    from backfill_assets.cli import main as cli_main
+    from tests.world import DEMO_DEFS, make_keys
+
+    monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
+    outer = tmp_path / "base"
+    (outer / "src").mkdir(parents=True)
+    (outer / "src" / "x.txt").write_text("base\n")
+    _git(outer, "init", "-q")
+    _git(outer, "add", "src")
+    _git(outer, "commit", "-q", "-m", "base")
+    repo = outer / "pr"
+    repo.mkdir()
+    theirs = make_keys(tmp_path / "theirs")
+    (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
+    planted = repo / ".backfill"
+    assert cli_main(["--home", str(planted), "init", "--allowed-signers", str(repo / "signers")]) == 0
+    path = write_plan(repo / "plans" / "other.yaml", complete_plan(plan_id="other"))
+    for who in ("olivia", "alice", "bob"):
+        assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
+                         str(theirs[who])]) == 0
+    env = {"BACKFILL_HOME": ""}
+    for command in ([str(HOOK), "plans/other.yaml"], [str(BIN / "backfill"), "plan", "show", "plans/other.yaml"]):
+        shown = run_subprocess(command=command, env=env, cwd=repo)
+        assert "ALLOWED" not in shown.out and "(approved)" not in shown.out, shown.out
+        assert "no file git tracks" in shown.out, shown.out

@@ -240,12 +240,12 @@ def committed_home(home: Home) -> str | None:
         if linked is not None and link.resolve() == root:
             # `.backfill` a link to the team's home elsewhere (a shared disk), ignored by git, was refused
             # as a home in no work tree (found by a review): one git does not track is the developer's
-            why = _tracked(link, linked)
+            why = _tracked(link, linked) or _unpacked(link.parent, linked)
             return None if why is None else f"{link} (a link to {root}) {why}"
         return (f"{root} is the default home of the current folder, in no git work tree: a checkout without .git "
                 "(a tarball) may hold a pull request's whole control record, so the guard reads none of it and "
                 "refuses; name the team's home with --home or BACKFILL_HOME")
-    why = _tracked(root, top)
+    why = _tracked(root, top) or (None if home.named else _unpacked(root.parent, top))
     return None if why is None else f"{root} {why}"
 
 
@@ -259,8 +259,8 @@ _UNLISTED = ("; let git read the work tree (`git status` there says why; one own
              "team's home, outside the checkout")
 
 
-def _tracked(path: Path, top: Path) -> str | None:
-    """Why git in `top` says `path` may be a pull request's (it tracks files there, or cannot say)."""
+def _listed(path: Path, top: Path) -> bytes | str:
+    """What git in `top` tracks under `path` (`ls-files -z`), or why it cannot say."""
     import subprocess
 
     try:
@@ -272,7 +272,30 @@ def _tracked(path: Path, top: Path) -> str | None:
         said = found.stderr.decode("utf-8", "replace").strip().splitlines()
         return (f"is inside the git work tree {top} and git cannot list what it tracks there "
                 f"({said[0][:160] if said else f'exit {found.returncode}'}){_UNLISTED}")
-    if found.stdout.strip(b"\0"):
+    return found.stdout.strip(b"\0")
+
+
+def _unpacked(folder: Path, top: Path) -> str | None:
+    """Why a default home's folder may be a checkout without .git unpacked in another work tree: a
+    pull request's tarball under the base branch's checkout had its committed home untracked there,
+    and read as a developer's (found by a review). None where git tracks files in the folder, or the
+    folder is the work tree's own top (a clone; a fresh `git init`)."""
+    if folder == top:
+        return None
+    found = _listed(folder, top)
+    if isinstance(found, str) or found:
+        return None if not isinstance(found, str) else found
+    return (f"is the default home of {folder}, which holds no file git tracks in {top}: a checkout without .git "
+            "unpacked there (a tarball) may hold a pull request's whole control record, so the guard reads none "
+            "of it and refuses; name the team's home with --home or BACKFILL_HOME (or `git add` the folder's files)")
+
+
+def _tracked(path: Path, top: Path) -> str | None:
+    """Why git in `top` says `path` may be a pull request's (it tracks files there, or cannot say)."""
+    found = _listed(path, top)
+    if isinstance(found, str):
+        return found
+    if found:
         return (f"holds files tracked by git in {top}: a pull request can commit a whole control record, "
                 "so the guard reads none of it and refuses; point BACKFILL_HOME (or --home) at the team's home, "
                 "outside the checkout")
