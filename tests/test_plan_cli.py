@@ -820,21 +820,13 @@ def test_a_home_committed_in_a_checkout_without_git_is_never_read_as_the_default
     has no git, a build context that leaves `.git` out) git could not say, the home was read as a
     developer's own, and the bare hook said ALLOWED for a plan only the author signed (found by an
     attack). A home found by default where no git work tree can say what is committed is not read."""
-    from backfill_assets.cli import main as cli_main
-    from tests.world import DEMO_DEFS, make_keys
+    from tests.world import DEMO_DEFS
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     repo = tmp_path / "checkout"
     repo.mkdir()
     assert not any((p / ".git").exists() for p in (repo, *repo.parents))
-    theirs = make_keys(tmp_path / "theirs")
-    (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
-    planted = repo / ".backfill"
-    assert cli_main(["--home", str(planted), "init", "--allowed-signers", str(repo / "signers")]) == 0
-    path = write_plan(repo / "plans" / "other.yaml", complete_plan(plan_id="other"))
-    for who in ("olivia", "alice", "bob"):
-        assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
-                         str(theirs[who])]) == 0
+    planted = _plant_signed_home(repo, tmp_path)
     env = {"BACKFILL_HOME": ""}  # unset: the hook's default home, ./.backfill of the checkout
     for command in ([str(HOOK), "plans/other.yaml"], [str(BIN / "backfill"), "plan", "show", "plans/other.yaml"]):
         shown = run_subprocess(command=command, env=env, cwd=repo)
@@ -1065,8 +1057,7 @@ def test_a_checkout_without_git_inside_another_work_tree_is_not_read(tmp_path, r
     ignored home and the bare hook read the pull request's whole record: ALLOWED for a plan only the
     author's keys signed (found by a review). A default home whose folder holds no file git tracks
     is not read."""
-    from backfill_assets.cli import main as cli_main
-    from tests.world import DEMO_DEFS, make_keys
+    from tests.world import DEMO_DEFS
 
     monkeypatch.setenv("BACKFILL_DEFS", DEMO_DEFS)
     outer = tmp_path / "base"
@@ -1077,6 +1068,20 @@ def test_a_checkout_without_git_inside_another_work_tree_is_not_read(tmp_path, r
     _git(outer, "commit", "-q", "-m", "base")
     repo = outer / "pr"
     repo.mkdir()
+    _plant_signed_home(repo, tmp_path)
+    env = {"BACKFILL_HOME": ""}
+    for command in ([str(HOOK), "plans/other.yaml"], [str(BIN / "backfill"), "plan", "show", "plans/other.yaml"]):
+        shown = run_subprocess(command=command, env=env, cwd=repo)
+        assert "ALLOWED" not in shown.out and "(approved)" not in shown.out, shown.out
+        assert "no file git tracks" in shown.out, shown.out
+
+
+def _plant_signed_home(repo, tmp_path):
+    """A pull request's own `.backfill` in `repo` (returned): a trust root of the author's keys, and
+    plans/other.yaml signed by them as owner and both approvers."""
+    from backfill_assets.cli import main as cli_main
+    from tests.world import make_keys
+
     theirs = make_keys(tmp_path / "theirs")
     (repo / "signers").write_text(signers_text(theirs, ("olivia", "alice", "bob")))
     planted = repo / ".backfill"
@@ -1085,8 +1090,4 @@ def test_a_checkout_without_git_inside_another_work_tree_is_not_read(tmp_path, r
     for who in ("olivia", "alice", "bob"):
         assert cli_main(["--home", str(planted), "plan", "approve", str(path), "--by", who, "--key",
                          str(theirs[who])]) == 0
-    env = {"BACKFILL_HOME": ""}
-    for command in ([str(HOOK), "plans/other.yaml"], [str(BIN / "backfill"), "plan", "show", "plans/other.yaml"]):
-        shown = run_subprocess(command=command, env=env, cwd=repo)
-        assert "ALLOWED" not in shown.out and "(approved)" not in shown.out, shown.out
-        assert "no file git tracks" in shown.out, shown.out
+    return planted
