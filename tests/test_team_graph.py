@@ -19,6 +19,20 @@ from tests.world import START, failure_text
 FEBRUARY = "2026-02-01"
 
 
+def _quick_fix(key, **metadata) -> dg.AssetsDefinition:
+    """A team's pandas asset keyed `key`, written by dagster-duckdb's IO manager: one row a day whose
+    net revenue no gate checked (`metadata`: its asset metadata beside `partition_expr`)."""
+
+    @dg.asset(key=key, partitions_def=PARTITIONS, metadata={"partition_expr": "order_date", **metadata})
+    def quick_fix(context: dg.AssetExecutionContext):
+        import pandas as pd
+
+        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
+                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+    return quick_fix
+
+
 def _days(first: dt.date, last: dt.date) -> list[str]:
     return [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
 
@@ -158,13 +172,7 @@ def test_a_teams_plain_asset_whose_io_manager_table_is_the_published_table_is_re
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     day = "2026-01-02"
 
-    @dg.asset(key=key, partitions_def=PARTITIONS,
-              metadata={"partition_expr": "order_date"})
-    def quick_fix(context: dg.AssetExecutionContext):
-        import pandas as pd
-
-        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
-                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+    quick_fix = _quick_fix(key)
 
     table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
     defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
@@ -246,18 +254,13 @@ def test_an_asset_whose_io_manager_schema_is_set_at_launch_refuses_the_table_it_
     with `resources: {io_manager: {config: {schema: main, ...}}}` (or an IO manager
     `configure_at_launch()`) writes `main.published_revenue`, the table consumers read, with a
     DataFrame no gate checked. Only the asset's own `schema` metadata is fixed by the definitions."""
-    import pandas as pd
     from dagster_duckdb_pandas import DuckDBPandasIOManager
 
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     day = "2026-01-02"
     database = str(world.warehouse_path)
 
-    @dg.asset(key=["staging", "published_revenue"], partitions_def=PARTITIONS,
-              metadata={"partition_expr": "order_date"})
-    def quick_fix(context: dg.AssetExecutionContext):
-        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
-                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+    quick_fix = _quick_fix(["staging", "published_revenue"])
 
     table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
     defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
@@ -554,7 +557,6 @@ def test_an_asset_whose_schema_metadata_names_main_in_another_spelling_refuses_t
     quoted or with a space: dagster-duckdb writes `{schema}.published_revenue`, which DuckDB reads as
     main.published_revenue, the table consumers read; the namesake check compared the metadata's
     text with `main` and let the table run and publish beside it."""
-    import pandas as pd
     from dagster_duckdb_pandas import DuckDBPandasIOManager
 
     from backfill_assets.defs.replayable import make_replayable_table
@@ -566,11 +568,7 @@ def test_an_asset_whose_schema_metadata_names_main_in_another_spelling_refuses_t
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     day = "2026-01-02"
 
-    @dg.asset(key=["staging", "published_revenue"], partitions_def=PARTITIONS,
-              metadata={"partition_expr": "order_date", "schema": schema})
-    def quick_fix(context: dg.AssetExecutionContext):
-        return pd.DataFrame({"order_date": [pd.Timestamp(context.partition_key)], "region": ["north"], "orders": [1],
-                             "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+    quick_fix = _quick_fix(["staging", "published_revenue"], schema=schema)
 
     table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
     defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
