@@ -65,10 +65,85 @@ def _same_file(a: Path, b: Path) -> bool:
 def write(text: str) -> None:
     """Text for the user's terminal (stderr), even while Dagster's output goes to the log file."""
     if _terminal_fd is not None:
-        os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
+        try:
+            os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
+        except BrokenPipeError:
+            _to_nowhere(_terminal_fd)
     else:
         sys.stderr.write(text)
         sys.stderr.flush()
+
+
+def _to_nowhere(fd: int) -> None:
+    """The reader of `fd` left: what is written there from now on goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class _ReaderMayLeave:
+    """A standard stream whose reader may leave early (`backfill run ... | head -1`): what is written
+    after it left goes to /dev/null, and the command goes on to its end and its own exit code. The
+    closed pipe's error stopped a run mid-window and exited 0, so a `set -o pipefail` CI step passed
+    on a plan never published (found by an attack)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        _to_nowhere(self._stream.fileno())
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()  # what its buffer still holds, to /dev/null now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_LEAVING_LOCK = threading.Lock()
+_leaving: list[Any] = []  # [depth, the streams found] while stdout and stderr are `_ReaderMayLeave`
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Stdout and stderr as `_ReaderMayLeave` while a command runs; commands at once in one process
+    (a test's threads) share the first one's, and the last to end puts back what it found, unless
+    something else replaced them meanwhile (`dagster_output`'s log file: its own end puts them back)."""
+    with _LEAVING_LOCK:
+        if _leaving:
+            _leaving[0] += 1
+        else:
+            _leaving[:] = [1, (sys.stdout, sys.stderr)]
+            sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
+    try:
+        yield
+    finally:
+        with _LEAVING_LOCK:
+            _leaving[0] -= 1
+            if _leaving[0] == 0:
+                found = _leaving[1]
+                _leaving.clear()
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(OSError, ValueError):
+                        stream.flush()
+                if isinstance(sys.stdout, _ReaderMayLeave):
+                    sys.stdout = found[0]
+                if isinstance(sys.stderr, _ReaderMayLeave):
+                    sys.stderr = found[1]
 
 
 def terminal_is_tty() -> bool:

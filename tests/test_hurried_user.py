@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests.conftest import BIN
 from tests.world import keys, signers_text
 
 pytestmark = pytest.mark.separate_processes  # the commands under test run as processes of their own
@@ -233,3 +234,25 @@ def test_a_log_file_that_cannot_grow_leaves_a_failed_command_its_one_line(tmp_pa
     done = run_subprocess(command=[sys.executable, "-c", LOG_FULL_THEN_SAY, str(tmp_path / "home"), str(gap)],
                           timeout=120)
     assert done.code == 0 and one_line(done.err) == "backfill: the command's one line\n", (done.code, done.err)
+
+
+@pytest.mark.parametrize("reader", ["2>/dev/null | true", "2>/dev/null | head -1", "2>&1 | head -1"])
+def test_a_command_whose_reader_leaves_early_finishes_its_work_and_exits_with_its_own_code(world, reader):
+    """`backfill run PLAN --and-publish | head -1` in a CI step: the reader left after a line, the
+    command's next line raised a closed pipe, and the command stopped there, after the proof, exiting
+    0, so a `set -o pipefail` step passed on a plan never published (found by an attack). Whether
+    anyone reads it, a command does its work and exits with its own code (and `evidence verify` on a
+    chain an insider cut still fails)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}", "PYTHONWARNINGS": "ignore"}
+
+    def piped(*args: str) -> int:
+        script = f'set -o pipefail; backfill --home "{world.home}" {" ".join(args)} {reader}; ' \
+                 'echo "exited ${PIPESTATUS[0]}"'
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        return int(done.stdout.splitlines()[-1].removeprefix("exited "))
+
+    assert piped("run", "fix", "--and-publish") == 0
+    assert world.phase("fix") == "published"
+    world.run_sql("DELETE FROM backfill_control.evidence WHERE seq = (SELECT max(seq) FROM backfill_control.evidence)")
+    assert piped("evidence", "verify") == 1

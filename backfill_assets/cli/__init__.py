@@ -23,6 +23,7 @@ from backfill_assets.errors import BackfillError
 from backfill_assets.warehouse import kept_open, lock_wait
 
 INTERNAL_ERROR = 3
+PIPE_CLOSED = 141  # as a shell reports a command a closed pipe ended (128 + SIGPIPE)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,6 +73,11 @@ def _relay(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with output.reader_may_leave():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     output.set_verbose(args.verbose)
@@ -98,10 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("backfill: interrupted; every partition is either old or new\n")
         return 130
     except BrokenPipeError:
-        # `backfill ... | head`: the reader left; say nothing more
+        # a descriptor written past the streams (`reader_may_leave` keeps the command going when its
+        # reader leaves): the command stopped short of its end, which exit 0 would deny
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return PIPE_CLOSED
     except Exception as exc:  # a bug: one line here, the traceback in the log
         fault = _environment_fault(args, exc)
         if fault is not None:  # a full disk or a read-only home is the machine's, not a bug
