@@ -92,9 +92,9 @@ class _ReaderMayLeave:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
-    def write(self, text: str) -> int:
+    def write(self, text: str) -> Any:
         try:
-            return int(self._stream.write(text))
+            return self._stream.write(text)  # what the stream returns (a count, or None for some)
         except BrokenPipeError:
             self._reader_left()
             return len(text)
