@@ -203,11 +203,14 @@ def _plan_refusal(plan: PlanState, key: str, spec: TableSpec, scheme: PartitionS
     if plan.phase not in WRITABLE:
         return _refuse(f"plan {plan.plan_id} is {plan.phase}, so it cannot write {key} of {spec.name}",
                        plan.plan_id, key, f"see `backfill status {plan.plan_id}` for the next step")
-    if starting and plan.hold:
+    if plan.hold:
+        # and in a run's later transactions too: a range run of a whole window (a single-run backfill
+        # policy) wrote the rest of it under a pause typed after its first transaction (found by an attack)
         way_out = f"resume it with `backfill run {plan.plan_id}`" if plan.hold is Hold.PAUSED else \
             rollback_named_by_status(plan.plan_id)
-        return _refuse(f"plan {plan.plan_id} is {plan.hold}: no new run may write {key}", plan.plan_id,
-                       key, way_out)
+        what = f"no new run may write {key}" if starting else \
+            f"this run stops before writing {key} (what it wrote is whole)"
+        return _refuse(f"plan {plan.plan_id} is {plan.hold}: {what}", plan.plan_id, key, way_out)
     if not plan.past_proof and (key not in plan.proof_keys or spec.name != plan.target):
         what = key if spec.name == plan.target else f"{key} of {spec.name} (its graph runs after the proof)"
         return _refuse(f"plan {plan.plan_id} is {plan.phase}: only its proof partitions "

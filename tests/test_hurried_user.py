@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -256,3 +257,37 @@ def test_a_command_whose_reader_leaves_early_finishes_its_work_and_exits_with_it
     assert world.phase("fix") == "published"
     world.run_sql("DELETE FROM backfill_control.evidence WHERE seq = (SELECT max(seq) FROM backfill_control.evidence)")
     assert piped("evidence", "verify") == 1
+
+
+@pytest.mark.parametrize("hold", ["pause", "cancel"])
+def test_a_hold_typed_while_a_long_range_run_goes_stops_it_at_its_next_transaction(world, monkeypatch, hold):
+    """A team's UI backfill of a whole window in one Dagster run (a single-run backfill policy) writes
+    it in transactions of PARTITIONS_PER_TRANSACTION partitions. A pause or cancel typed after its
+    first transaction committed did not stop it: it wrote the rest of the window under the held plan
+    (found by an attack). The next transaction refuses, naming the hold; what was written is whole."""
+    import threading
+
+    from backfill_assets import faults
+    from backfill_assets.execution import write
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-08", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0
+    monkeypatch.setattr(write, "PARTITIONS_PER_TRANSACTION", 2)  # the window's 7 partitions: 4 transactions
+    monkeypatch.setenv(faults.STALL_ENV, "write.after_commit@1=60")
+    before = faults.reached("write.after_commit")
+    keys = [f"2026-01-0{d}" for d in range(2, 9)]
+    done: list = []
+    runner = threading.Thread(target=lambda: done.append(world.plan_run("fix", keys)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while faults.reached("write.after_commit") == before and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert world.cli(hold, "fix") == 0
+    finally:
+        monkeypatch.setenv(faults.RELEASE_ENV, "write.after_commit")
+        runner.join(timeout=120)
+    assert done and not done[0].success
+    written = world.sql("SELECT DISTINCT partition_key FROM backfill_control.writes WHERE plan_id = 'fix' "
+                        "ORDER BY 1")
+    assert [k for (k,) in written] == ["2026-01-01", "2026-01-02", "2026-01-03"]
