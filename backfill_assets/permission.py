@@ -132,11 +132,27 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
 def _schema_read(value: object) -> str:
     """A `schema` metadata value as the warehouse reads the `{schema}.{table}` dagster-duckdb writes:
     spaces around it and double quotes dropped, case folded (`"main"`, `main ` and ` Main` named
-    main's table, compared as text they were another schema's: found by a review)."""
-    text = str(getattr(value, "value", value)).strip()
-    if len(text) > 1 and text[0] == text[-1] == '"':
-        text = text[1:-1].replace('""', '"')
-    return text.lower()
+    main's table, compared as text they were another schema's: found by a review), and by its last
+    dotted part, the schema a catalog-qualified name (`warehouse.main`) names in its catalog, which
+    may be the warehouse's own (`warehouse.main.published_revenue` is main's table to DuckDB, and
+    compared whole it was another schema's: found by an attack)."""
+    text = str(getattr(value, "value", value))
+    parts, part, quoted, i = [], "", False, 0
+    while i < len(text):  # split at the dots outside double quotes; a quoted part keeps its spaces
+        char = text[i]
+        if char == '"' and quoted and text[i + 1:i + 2] == '"':
+            part, i = part + '"', i + 2
+            continue
+        if char == '"':
+            quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append(part)
+            part = ""
+        elif quoted or not char.isspace():
+            part += char
+        i += 1
+    parts.append(part)
+    return text.strip().lower() if quoted else parts[-1].lower()
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,
