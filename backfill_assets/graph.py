@@ -119,13 +119,42 @@ def recorded_inputs(instance: dg.DagsterInstance, asset: str, limit: int = 64) -
     return tuple(found)
 
 
+@dataclass(frozen=True)
+class OpOutput:
+    """An output of an op job (no asset: `@dg.job` over `@dg.op`s) as dagster-duckdb's IO managers
+    name its table: its `table` metadata, else the output's name, in the schema its `schema`
+    metadata names (else the IO manager's, which run config sets). `where` is `job/op.output`."""
+
+    where: str
+    table: str
+    schema: object | None
+
+
+def op_outputs(jobs: Iterable[dg.JobDefinition]) -> tuple[OpOutput, ...]:
+    """The outputs of the op jobs among `jobs` (an asset job's outputs are its assets, named by their keys)."""
+    found = []
+    for job in jobs:
+        if job.asset_layer.executable_asset_keys:
+            continue
+        for op_def in job.graph.iterate_op_defs():
+            for out in op_def.output_defs:
+                metadata = out.metadata or {}
+                table = metadata.get("table") or out.name
+                found.append(OpOutput(f"{job.name}/{op_def.name}.{out.name}", str(getattr(table, "value", table)),
+                                      metadata.get("schema")))
+    return tuple(found)
+
+
 class TableGraph:
-    """The replayable tables of a set of definitions, and the partition mappings between them."""
+    """The replayable tables of a set of definitions, and the partition mappings between them;
+    `op_outputs`, the outputs of its op jobs (where the definitions' jobs are known)."""
 
     def __init__(self, asset_graph: AssetGraph,
-                 tables: Mapping[str, tuple[TableSpec, dg.PartitionsDefinition]]) -> None:
+                 tables: Mapping[str, tuple[TableSpec, dg.PartitionsDefinition]],
+                 op_outputs: Iterable[OpOutput] = ()) -> None:
         self.asset_graph = asset_graph
         self.tables = dict(tables)
+        self.op_outputs = tuple(op_outputs)
 
     @classmethod
     def of(cls, asset_graph: AssetGraph) -> TableGraph:
@@ -362,6 +391,9 @@ def _span(keys: tuple[str, ...]) -> str:
 
 
 _GRAPHS: dict[int, TableGraph] = {}
+# the op jobs' outputs of the definitions an asset graph was resolved from, where they are known:
+# a code location's runs and sensors (their repository), and the CLI's runs in process (`implicit_job`)
+_OP_OUTPUTS: dict[int, tuple[AssetGraph, tuple[OpOutput, ...]]] = {}
 
 
 def graph_of(asset_graph: AssetGraph) -> TableGraph:
@@ -371,19 +403,41 @@ def graph_of(asset_graph: AssetGraph) -> TableGraph:
     if found is None or found.asset_graph is not asset_graph:
         if len(_GRAPHS) > 16:
             _GRAPHS.clear()
-        found = _GRAPHS[key] = TableGraph.of(asset_graph)
+        known = _OP_OUTPUTS.get(key)
+        outputs = known[1] if known is not None and known[0] is asset_graph else ()
+        found = _GRAPHS[key] = TableGraph(asset_graph, tables_of_graph(asset_graph), outputs)
     return found
 
 
+def _remember_jobs(asset_graph: AssetGraph, repository_def: dg.RepositoryDefinition) -> None:
+    key = id(asset_graph)
+    known = _OP_OUTPUTS.get(key)
+    if known is None or known[0] is not asset_graph:
+        if len(_OP_OUTPUTS) > 16:
+            _OP_OUTPUTS.clear()
+        _OP_OUTPUTS[key] = (asset_graph, op_outputs(repository_def.get_all_jobs()))
+        _GRAPHS.pop(key, None)
+
+
 def graph_of_repository(repository_def: dg.RepositoryDefinition) -> TableGraph:
-    """The graph of the definitions a sensor belongs to."""
+    """The graph of the definitions a sensor or a run belongs to, with their op jobs' outputs."""
+    _remember_jobs(repository_def.asset_graph, repository_def)
     return graph_of(repository_def.asset_graph)
+
+
+def implicit_job(definitions: dg.Definitions) -> dg.JobDefinition:
+    """The definitions' implicit asset job, for runs in this process: Dagster sets no repository on
+    them, so their graph (`graph_of_run`, the job's asset graph) knows the definitions' op jobs
+    through this."""
+    job = definitions.resolve_implicit_global_asset_job_def()
+    _remember_jobs(job.asset_layer.asset_graph, definitions.get_repository_def())
+    return job
 
 
 def graph_of_run(context: dg.AssetExecutionContext) -> TableGraph:
     """The graph of the definitions a run belongs to: its repository's where Dagster set one (runs of a
     code location: the UI, the daemon), else its job's (a job run in process holds every asset of
-    the definitions it was resolved from)."""
+    the definitions it was resolved from; their op jobs where the job came from `implicit_job`)."""
     try:
         return graph_of_repository(context.repository_def)
     except Exception:  # noqa: BLE001 - Dagster raises a CheckError when no repository was set

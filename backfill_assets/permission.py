@@ -85,12 +85,14 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
             claims.append((table, table))  # published (or put back) into this asset's target
     io_named = _io_manager_namesake(spec, graph) if graph is not None else None
     if io_named is not None:
-        return _refuse(f"asset {io_named} of the loaded definitions names table {io_named.split('/')[-1]} as "
-                       f"dagster-duckdb's IO managers name tables, which is {spec.name}'s in the schema its metadata "
-                       "or its IO manager's config (which a launch sets) gives: a Materialize of it would write that "
-                       "table without a plan or a gate", None, key,
-                       f"give {io_named} a key of its own, or `schema` metadata naming its own schema (or remove it); "
-                       f"write {spec.name} through its plans")
+        what, table, output = io_named
+        return _refuse(f"{'op job output' if output else 'asset'} {what} of the loaded definitions names table "
+                       f"{table} as dagster-duckdb's IO managers name tables, which is {spec.name}'s in the schema its "
+                       "metadata or its IO manager's config (which a launch sets) gives: "
+                       f"{'a run of the job' if output else 'a Materialize of it'} would write that table without a "
+                       "plan or a gate", None, key,
+                       f"give {what} {'a `table` metadata' if output else 'a key'} of its own, or `schema` metadata "
+                       f"naming its own schema (or remove it); write {spec.name} through its plans")
     for name, other in sorted(set(claims)):
         table = table_for_asset(name)
         if table.lower() in mine:
@@ -101,9 +103,10 @@ def _shared_table_refusal(session: Session, spec: TableSpec, key: str, graph: Ta
     return None
 
 
-def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
-    """Another asset of the definitions whose table, as dagster-duckdb's IO managers name it (the
-    key's last part, in the schema its `schema` metadata names, else its IO manager's `schema`), is
+def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> tuple[str, str, bool] | None:
+    """Another asset of the definitions (or an output of their op jobs) whose table, as dagster-duckdb's
+    IO managers name it (the key's last part, in the schema its `schema` metadata names, else its IO
+    manager's `schema`; an op output's `table` metadata, else its name), is
     or may be this table's target or published table (a test of `tests/test_team_graph.py` fails if
     Dagster moves what this reads of an asset node): a team's pandas asset keyed
     `main/published_revenue` replaced partitions consumers read, beside the definitions that declare
@@ -118,6 +121,12 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
     published = graph.asset_graph.get(asset_key(spec.publish_as)) if graph.asset_graph.has(
         asset_key(spec.publish_as)) else None
     home = _schema_read((published.metadata if published is not None else {}).get("schema") or "main")
+    for output in graph.op_outputs:
+        # an op job's output, stored by the IO manager as a whole table (its rows deleted first): the
+        # team's older job writing `published_revenue` replaced every partition consumers read, and
+        # the table ran and published beside it (found by an attack)
+        if output.table.lower() in mine and (output.schema is None or _schema_read(output.schema) == home):
+            return output.where, output.table, True
     for node in graph.asset_graph.asset_nodes:
         key = node.key
         # an external asset (a consumer's `deps` on `main/published_revenue`) is written by no IO manager
@@ -125,7 +134,7 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> str | None:
             continue
         schema = node.metadata.get("schema")
         if schema is None or _schema_read(schema) == home:
-            return key_name(key)
+            return key_name(key), key.path[-1], False
     return None
 
 

@@ -43,3 +43,60 @@ def test_an_asset_whose_schema_metadata_names_main_through_the_warehouses_catalo
         f"the table ran beside an asset whose schema metadata {catalog}.main names main: "
         f"{failure_text(ours) or 'success'}")
     assert world.rows("published_revenue", day) == 0
+
+
+LEGACY_JOB = '''
+import dagster as dg
+import pandas as pd
+from dagster_duckdb_pandas import DuckDBPandasIOManager
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from backfill_assets.defs.resources import backfill_resources
+
+@dg.op(out={"published_revenue": dg.Out()})
+def extract_revenue():
+    return pd.DataFrame({"order_date": [pd.Timestamp("2026-01-02")], "region": ["north"], "orders": [1],
+                         "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+@dg.job
+def legacy_extract():
+    extract_revenue()
+
+table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+defs = dg.Definitions(assets=[ORDERS, *table.assets], jobs=[legacy_extract], sensors=table.sensors,
+                      resources={**backfill_resources(),
+                                 "io_manager": DuckDBPandasIOManager(database=WAREHOUSE, schema="main")})
+'''
+
+
+@pytest.mark.separate_processes
+def test_an_op_jobs_output_the_io_manager_names_like_the_published_table_refuses_the_table(world, monkeypatch,
+                                                                                           run_cli):
+    """The team keeps an older op job beside its assets: an op whose output `published_revenue`
+    dagster-duckdb's IO manager (configured `schema="main"`, as the team's is) stores as
+    main.published_revenue, the table consumers read, replaced whole by each run (an op output has no
+    partitions: the IO manager deletes every row first) with a DataFrame no gate checked. The
+    namesake check walked the asset graph only: the table loaded and published beside the job
+    (found by an attack)."""
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+    module = world.root / "team_legacy.py"
+    module.write_text(f"WAREHOUSE = {str(world.warehouse_path)!r}\n{LEGACY_JOB}", encoding="utf-8")
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("team_legacy", module)
+    assert spec is not None and spec.loader is not None
+    team = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(team)
+    launched = team.defs.get_job_def("legacy_extract").execute_in_process(instance=world.instance,
+                                                                          raise_on_error=False)
+    assert launched.success and world.rows("published_revenue", day) == 1  # reachable: writes main's table
+    world.run_sql("DROP TABLE published_revenue")
+
+    loaded = run_cli("load", "daily_revenue", "--start", day, "--end", day, "--defs", str(module))
+    assert loaded.code != 0 and "legacy_extract" in loaded.out + loaded.err, (
+        f"the table loaded beside an op job whose output the IO manager writes into its published table: "
+        f"{loaded.out}{loaded.err}")
+    assert world.rows("daily_revenue", day) == 0 and world.rows("published_revenue", day) == 0

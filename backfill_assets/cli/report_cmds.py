@@ -189,10 +189,12 @@ def publish_plan(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool 
                 {table.spec.name: found.changed, **{a: o.changed for a, (_, o) in found.others.items()}})
             _show_in_ui(home, state.plan_id, lambda _instance: evaluations)
         raise blocked
-    job = loaded.definitions.resolve_implicit_global_asset_job_def()
     import dagster as dg
 
     from backfill_assets.dagster_inprocess import execute_selection
+    from backfill_assets.graph import implicit_job
+
+    job = implicit_job(loaded.definitions)
     from backfill_assets.execution.runner import fail_dead_runs, our_run_tags
 
     instance = instance_for(home)  # one instance: the publish run, then the plan's state

@@ -25,6 +25,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.dagster_inprocess import execute_selection
 from backfill_assets.environment import is_process, pid_running, process_identity
 from backfill_assets.execution.stages import Stage
+from backfill_assets.graph import implicit_job
 from backfill_assets.loaded_defs import LoadedDefs, LoadedTable
 from backfill_assets.plan.phases import ENDED, Hold
 from backfill_assets.tags import (
@@ -102,7 +103,7 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
     """One Dagster run of the target over `keys` (contiguous); returns its id and failures.
     `launcher`: the lease holder's label when this process is one of its workers; `assets`: what the
     run materializes instead of the target alone (a plan-free load adds the published asset)."""
-    job = loaded.definitions.resolve_implicit_global_asset_job_def()
+    job = implicit_job(loaded.definitions)
     tags = our_run_tags(plan_id, actor, launcher)
     if len(keys) == 1:
         tags["dagster/partition"] = keys[0]
