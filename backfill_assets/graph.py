@@ -121,9 +121,10 @@ def recorded_inputs(instance: dg.DagsterInstance, asset: str, limit: int = 64) -
 
 @dataclass(frozen=True)
 class OpOutput:
-    """An output of an op job (no asset: `@dg.job` over `@dg.op`s) as dagster-duckdb's IO managers
-    name its table: its `table` metadata, else the output's name, in the schema its `schema`
-    metadata names (else the IO manager's, which run config sets). `where` is `job/op.output`."""
+    """An op's output that is no asset (an op job's, or an op's inside a graph-backed asset) as
+    dagster-duckdb's IO managers name its table: its `table` metadata, else the output's name, in the
+    schema its `schema` metadata names (else the IO manager's, which run config sets). `where` is
+    `job/op.output`."""
 
     where: str
     table: str
@@ -131,18 +132,24 @@ class OpOutput:
 
 
 def op_outputs(jobs: Iterable[dg.JobDefinition]) -> tuple[OpOutput, ...]:
-    """The outputs of the op jobs among `jobs` (an asset job's outputs are its assets, named by their keys)."""
-    found = []
+    """The outputs of the ops of `jobs` that are neither an asset nor an asset check, each once."""
+    found: dict[tuple[str, str], OpOutput] = {}
     for job in jobs:
-        if job.asset_layer.executable_asset_keys:
-            continue
-        for op_def in job.graph.iterate_op_defs():
+        layer = job.asset_layer
+        for handle in job.graph.iterate_node_handles():
+            op_def = job.graph.get_node(handle).definition
+            if not isinstance(op_def, dg.OpDefinition):
+                continue
             for out in op_def.output_defs:
+                if (str(handle), out.name) in found or out.dagster_type.is_nothing \
+                        or layer.get_asset_key_for_node_output(handle, out.name) is not None \
+                        or layer.get_asset_check_key_for_node_output(handle, out.name) is not None:
+                    continue
                 metadata = out.metadata or {}
                 table = metadata.get("table") or out.name
-                found.append(OpOutput(f"{job.name}/{op_def.name}.{out.name}", str(getattr(table, "value", table)),
-                                      metadata.get("schema")))
-    return tuple(found)
+                found[(str(handle), out.name)] = OpOutput(f"{job.name}/{handle}.{out.name}",
+                                                          str(getattr(table, "value", table)), metadata.get("schema"))
+    return tuple(found.values())
 
 
 class TableGraph:

@@ -63,26 +63,37 @@ def extract_revenue():
 def legacy_extract():
     extract_revenue()
 
+@dg.op
+def by_region(published_revenue):
+    return published_revenue.groupby("region", as_index=False)["net_revenue"].sum()
+
+@dg.graph_asset
+def revenue_by_region():
+    return by_region(extract_revenue())
+
 table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
-defs = dg.Definitions(assets=[ORDERS, *table.assets], jobs=[legacy_extract], sensors=table.sensors,
+TEAM = {"job": dict(jobs=[legacy_extract]), "graph_asset": dict(assets=[revenue_by_region])}[SHAPE]
+defs = dg.Definitions(assets=[ORDERS, *table.assets, *TEAM.get("assets", [])], jobs=TEAM.get("jobs", []),
+                      sensors=table.sensors,
                       resources={**backfill_resources(),
                                  "io_manager": DuckDBPandasIOManager(database=WAREHOUSE, schema="main")})
 '''
 
 
 @pytest.mark.separate_processes
-def test_an_op_jobs_output_the_io_manager_names_like_the_published_table_refuses_the_table(world, monkeypatch,
-                                                                                           run_cli):
-    """The team keeps an older op job beside its assets: an op whose output `published_revenue`
-    dagster-duckdb's IO manager (configured `schema="main"`, as the team's is) stores as
-    main.published_revenue, the table consumers read, replaced whole by each run (an op output has no
-    partitions: the IO manager deletes every row first) with a DataFrame no gate checked. The
-    namesake check walked the asset graph only: the table loaded and published beside the job
-    (found by an attack)."""
+@pytest.mark.parametrize("shape", ["job", "graph_asset"])
+def test_an_op_output_the_io_manager_names_like_the_published_table_refuses_the_table(world, monkeypatch,
+                                                                                      run_cli, shape):
+    """The team keeps an older op job beside its assets (or the same op inside a `graph_asset`): an
+    op whose output `published_revenue` dagster-duckdb's IO manager (configured `schema="main"`, as
+    the team's is) stores as main.published_revenue, the table consumers read, replaced whole by each
+    run (an op output is no asset and has no partitions: the IO manager deletes every row first) with
+    a DataFrame no gate checked. The namesake check walked the asset graph's assets only: the table
+    loaded and published beside the job (found by an attack)."""
     monkeypatch.setenv("BACKFILL_HOME", str(world.home))
     day = "2026-01-02"
     module = world.root / "team_legacy.py"
-    module.write_text(f"WAREHOUSE = {str(world.warehouse_path)!r}\n{LEGACY_JOB}", encoding="utf-8")
+    module.write_text(f"WAREHOUSE = {str(world.warehouse_path)!r}\nSHAPE = {shape!r}\n{LEGACY_JOB}", encoding="utf-8")
 
     import importlib.util
 
@@ -90,13 +101,16 @@ def test_an_op_jobs_output_the_io_manager_names_like_the_published_table_refuses
     assert spec is not None and spec.loader is not None
     team = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(team)
-    launched = team.defs.get_job_def("legacy_extract").execute_in_process(instance=world.instance,
-                                                                          raise_on_error=False)
+    launched = (team.defs.get_job_def("legacy_extract").execute_in_process(instance=world.instance,
+                                                                           raise_on_error=False)
+                if shape == "job" else team.defs.resolve_implicit_global_asset_job_def().execute_in_process(
+                    instance=world.instance, asset_selection=[dg.AssetKey("revenue_by_region")],
+                    raise_on_error=False))
     assert launched.success and world.rows("published_revenue", day) == 1  # reachable: writes main's table
     world.run_sql("DROP TABLE published_revenue")
 
     loaded = run_cli("load", "daily_revenue", "--start", day, "--end", day, "--defs", str(module))
-    assert loaded.code != 0 and "legacy_extract" in loaded.out + loaded.err, (
+    assert loaded.code != 0 and "extract_revenue.published_revenue" in loaded.out + loaded.err, (
         f"the table loaded beside an op job whose output the IO manager writes into its published table: "
         f"{loaded.out}{loaded.err}")
     assert world.rows("daily_revenue", day) == 0 and world.rows("published_revenue", day) == 0
