@@ -83,10 +83,17 @@ class PostgresStatementError(WarehouseError):
     """A statement failed inside PostgreSQL; the first line of its message says why."""
 
     def __init__(self, exc: Exception) -> None:
+        import psycopg
+
         self.original = exc
         self.sqlstate = getattr(exc, "sqlstate", None)
+        # a session the server ended (an administrator, a restart) or a connection lost has no
+        # SQLSTATE of its own, or one of class 08 / 57P0x
+        lost = isinstance(exc, psycopg.OperationalError) and (
+            self.sqlstate is None or self.sqlstate.startswith("08") or self.sqlstate in _ENDED)
         super().__init__(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                         fix=RETRY_FIX if self.sqlstate in RETRYABLE else _FIXES.get(self.sqlstate or ""))
+                         fix=RETRY_FIX if self.sqlstate in RETRYABLE else
+                         _FIXES.get(self.sqlstate or "") or (_ENDED_FIX if lost else None))
 
     @property
     def retryable(self) -> bool:
@@ -109,6 +116,32 @@ _FIXES = {
               "committed nothing: run the command again; if it keeps happening, give backfill's role a "
               "longer idle_in_transaction_session_timeout"),
 }
+
+
+_ENDED = ("57P01", "57P02", "57P03")  # admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now
+_ENDED_FIX = ("PostgreSQL ended this command's session (an administrator's pg_terminate_backend, a server restart) "
+              "and the transaction it was in committed nothing; what the command committed before stands: "
+              "`backfill status` says where the plan is, and the same command run again goes on from there")
+
+
+def _statement_error(exc: Exception) -> PostgresStatementError:
+    """A psycopg error as the one-line error a command reports."""
+    if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        return PostgresLockWait(exc)
+    return PostgresStatementError(exc)
+
+
+@contextmanager
+def _statement_errors() -> Iterator[None]:
+    """psycopg's errors of the statements a session sends itself (BEGIN, its checks, its settings)
+    as the one-line errors of the ones it is asked to run: the server ending the session between two
+    transactions failed the next BEGIN with an `internal error: AdminShutdown` (found by an attack)."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise _statement_error(exc) from exc
 
 
 class PostgresLockWait(PostgresStatementError, LockWaitTimeout):
@@ -276,9 +309,7 @@ class PostgresSession(Session):
                 cur.execute(translate(sql) if bound else sql, bound)
                 return cur.fetchall() if fetch and cur.description is not None else []
         except psycopg.Error as exc:
-            if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
-                raise PostgresLockWait(exc) from exc
-            raise PostgresStatementError(exc) from exc
+            raise _statement_error(exc) from exc
 
     def execute(self, sql: str, params: Params = ()) -> None:
         self._cursor_run(sql, params, False)
@@ -287,6 +318,10 @@ class PostgresSession(Session):
         return self._cursor_run(sql, params, True)
 
     def _begin(self) -> None:
+        with _statement_errors():
+            self._begin_checked()
+
+    def _begin_checked(self) -> None:
         self.con.execute("BEGIN")
         # a constraint trigger the table's owner declared DEFERRABLE INITIALLY DEFERRED would fire
         # at COMMIT, after every check this transaction made (a rollback's restored fingerprints,
@@ -377,11 +412,12 @@ class PostgresSession(Session):
         CONSTRAINTS ALL DEFERRED`: a deferred trigger changed a rollback's rows at COMMIT, after its
         proof; all found by attacks), so no deferrable constraint trigger of one's own may exist. In a
         transaction, deferred triggers pending fire first, so what follows reads their doing."""
-        if self.in_transaction:
-            self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
         from backfill_assets.warehouse.state_store import SCHEMA
 
-        found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
+        with _statement_errors():
+            if self.in_transaction:
+                self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
+            found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
         if found[3]:
             from backfill_assets.errors import ForgedRecord
@@ -562,13 +598,14 @@ class PostgresEngine(PostgresSpelling, Engine):
             # a float's text (inside an array or a row value too, where fingerprints take the cast)
             # is exact only with extra_float_digits >= 1; a database or role setting of 0 or less
             # would print two different doubles alike, and so give two different rows one fingerprint
-            con.execute("SET extra_float_digits = 1")
-            if read_only:
-                con.execute("SET default_transaction_read_only = on")
-            if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
-                con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
-            session = PostgresSession(self, con)
-            session.control_relations_plain(lock=False)  # and what it opened as (`unaltered`)
+            with _statement_errors():
+                con.execute("SET extra_float_digits = 1")
+                if read_only:
+                    con.execute("SET default_transaction_read_only = on")
+                if wait_seconds is not None:  # a caller that must stay short (a sensor tick, the relay)
+                    con.execute(f"SET lock_timeout = {max(1, int(wait_seconds * 1000))}")
+                session = PostgresSession(self, con)
+                session.control_relations_plain(lock=False)  # and what it opened as (`unaltered`)
             yield session
         except BaseException:
             con.close()
