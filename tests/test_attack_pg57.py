@@ -67,3 +67,31 @@ def test_a_session_the_server_ends_between_an_approvals_transactions_is_one_line
     again = bf(world, tmp_path, *approve)
     assert again.returncode == 0, again.stderr
     assert bf(world, tmp_path, "evidence", "verify").returncode == 0
+
+
+def test_a_lock_timeout_the_team_sets_is_one_line_when_a_control_table_is_busy_as_a_transaction_begins(
+        engine_world, tmp_path):
+    """The team set `lock_timeout` on the database (as the README invites); an operator's maintenance
+    (`VACUUM FULL`, a schema change) held a control table (the run leases') while the hurried user typed `backfill pause
+    fix`. Every transaction begins by locking the control tables, and that statement, sent by the
+    session itself, ended the command in `internal error: LockNotAvailable` (a bug, with a traceback)
+    where every other lock wait says in one line that it gave up waiting. It now does, says nothing
+    was committed and to run it again, and once the table is free the pause goes through (found by
+    an attack)."""
+    import psycopg
+
+    from tests.pg_server import admin_sql, as_admin
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    admin_sql(world.url, f"ALTER DATABASE \"{world.url.rsplit('/', 1)[1]}\" SET lock_timeout = '1s'")
+    with psycopg.connect(as_admin(world.url)) as maintenance:  # its transaction holds the table
+        maintenance.execute("LOCK TABLE backfill_control.leases IN ACCESS EXCLUSIVE MODE")
+        busy = bf(world, tmp_path, "pause", "fix")
+    assert busy.returncode not in (0, 3), (busy.returncode, busy.stderr)
+    assert busy.stderr.count("\n") == 1 and "internal error" not in busy.stderr and "lock_timeout" in busy.stderr, \
+        busy.stderr
+    assert world.phase() == "approved" and world.sql(
+        "SELECT hold FROM backfill_control.plans WHERE plan_id = 'fix'")[0][0] is None
+    assert bf(world, tmp_path, "pause", "fix").returncode == 0
+    assert bf(world, tmp_path, "evidence", "verify").returncode == 0
