@@ -122,9 +122,10 @@ _FIXES = {
 
 
 _ENDED = ("57P01", "57P02", "57P03")  # admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now
-_ENDED_FIX = ("PostgreSQL ended this command's session (an administrator's pg_terminate_backend, a server restart) "
-              "and the transaction it was in committed nothing; what the command committed before stands: "
-              "`backfill status` says where the plan is, and the same command run again goes on from there")
+_ENDED_FIX = ("PostgreSQL ended this command's session (an administrator's pg_terminate_backend, a server restart): "
+              "the transaction it was in committed nothing, unless the session ended during its COMMIT; what the "
+              "command committed before stands: `backfill status` says where the plan is, and the same command "
+              "run again goes on from there")
 
 
 def _statement_error(exc: Exception) -> PostgresStatementError:
