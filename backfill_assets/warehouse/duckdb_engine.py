@@ -93,6 +93,9 @@ class DuckDBSession(Session):
             return self.con.execute(sql, params if isinstance(params, dict) else list(params))
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
+        except RuntimeError as exc:
+            raise_if_interrupted(exc)
+            raise
 
     def memo_while_locked(self) -> dict[str, Any] | None:
         # the memo lives as long as the file stays held by this process: a session's own connection,
@@ -344,6 +347,14 @@ def _shadowing(session: Session) -> frozenset[str]:
     if not _BUILTINS:
         _BUILTINS.update(str(name).lower() for (name, internal) in found if internal)
     return frozenset({str(name).lower() for (name, internal) in found if not internal} & _BUILTINS)
+
+
+def raise_if_interrupted(exc: RuntimeError) -> None:
+    """KeyboardInterrupt when `exc` is DuckDB's answer to a Ctrl-C (SIGINT) while it ran a statement:
+    it cancels the statement and raises a bare `RuntimeError: Query interrupted`, which the CLI called
+    an internal error (exit 3) for every Ctrl-C landing in a statement (found by an attack)."""
+    if type(exc) is RuntimeError and str(exc) == "Query interrupted":
+        raise KeyboardInterrupt from exc
 
 
 class DuckDBStatementError(WarehouseError):

@@ -1,0 +1,55 @@
+"""A hurried user at a shell: Ctrl-C (SIGINT), SIGTERM and the terminal closed, sent to real
+`backfill` processes at the moments they do their work; what is left is read back from the
+warehouse (found by an attack)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import BIN
+
+
+def started(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """The console script itself, as a shell starts it (its own pid, to send a signal to)."""
+    full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.Popen([str(BIN / "backfill"), "--home", str(home), *args], env=full, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def holds_open(pid: int, path: Path, timeout: float = 15) -> None:
+    """Until the process opened `path` (its DuckDB file): past its imports, at its statements."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.path.realpath(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd")):
+                return
+        except FileNotFoundError:
+            break  # it ended
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            break  # it ended
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never opened {path}")
+
+
+def test_ctrl_c_while_duckdb_runs_a_statement_is_an_interrupt_not_an_internal_error(world, cli):
+    """The user pressed Ctrl-C while `backfill sample` inserted ten million orders: DuckDB answered
+    the signal by cancelling its statement with a bare `RuntimeError: Query interrupted`, which the
+    command reported as `backfill: internal error: RuntimeError: Query interrupted (traceback in
+    ...)`, exit 3, the code of a bug, for every Ctrl-C that lands in a DuckDB statement (most of a
+    DuckDB command's time); a Ctrl-C is exit 130 and says it was interrupted (found by an attack)."""
+    before = world.sql("SELECT count(*) FROM orders")[0][0]
+    proc = started(world.home, "sample", "--days", "100", "--rows-per-day", "100000", "--start", "2020-01-01")
+    try:
+        holds_open(proc.pid, world.warehouse_path)
+    except AssertionError:
+        raise AssertionError(proc.communicate()) from None
+    time.sleep(1.5)  # in the insert (~5 s alone on a core)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert err == "backfill: interrupted; every partition is either old or new\n", err
+    assert world.sql("SELECT count(*) FROM orders")[0][0] == before  # nothing half inserted
