@@ -10,12 +10,18 @@ The older generations keep their ratios, so a long command still collects its cy
 from __future__ import annotations
 
 import gc
+import sys
+
+from backfill_assets.errors import INTERRUPTED, INTERRUPTED_EXIT
 
 GC_THRESHOLDS = (5_000, 10, 10)
 
 
 def entrypoint() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
-    from backfill_assets.cli import entrypoint as run_command  # after: importing it allocates most
-
+    try:
+        from backfill_assets.cli import entrypoint as run_command  # after: importing it allocates most
+    except KeyboardInterrupt:  # typed while the command still imported what it runs (found by an attack)
+        sys.stderr.write(INTERRUPTED)
+        raise SystemExit(INTERRUPTED_EXIT) from None
     run_command()

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# a Ctrl-C, from the first import on: one line and 128 + SIGINT, never Python's traceback
+INTERRUPTED = "backfill: interrupted; every partition is either old or new\n"
+INTERRUPTED_EXIT = 130
+
 
 class BackfillError(Exception):
     """Base of every error the product raises on purpose."""

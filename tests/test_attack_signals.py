@@ -53,3 +53,31 @@ def test_ctrl_c_while_duckdb_runs_a_statement_is_an_interrupt_not_an_internal_er
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert err == "backfill: interrupted; every partition is either old or new\n", err
     assert world.sql("SELECT count(*) FROM orders")[0][0] == before  # nothing half inserted
+
+
+def maps(pid: int, library: str, timeout: float = 60) -> None:
+    """Until the process mapped `library`: it is importing what a command needs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if library in Path(f"/proc/{pid}/maps").read_text():
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} never mapped {library}")
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line_never_a_traceback(world):
+    """The user typed `backfill status`, then Ctrl-C at once, while the command still imported
+    what it runs (about half a second, longer on a cold disk): Python printed a 40-line traceback
+    ending in `KeyboardInterrupt` on the terminal, and the process died of the signal; the handler
+    that says "interrupted" in one line was entered only once the arguments were parsed (found by
+    an attack)."""
+    proc = started(world.home, "status")
+    maps(proc.pid, "pydantic_core")  # the package's modules import it early on
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert (proc.returncode, err) == (130, "backfill: interrupted; every partition is either old or new\n"), \
+        (proc.returncode, out, err)

@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from backfill_assets import terminal as output
 from backfill_assets.cli import guard_cmd, plan_cmds
-from backfill_assets.errors import BackfillError
+from backfill_assets.errors import INTERRUPTED, INTERRUPTED_EXIT, BackfillError
 from backfill_assets.warehouse import kept_open, lock_wait
 
 INTERNAL_ERROR = 3
@@ -74,7 +74,13 @@ def _relay(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     with output.reader_may_leave():
-        return _main(argv)
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            # outside the command's own handler too: typed while its parser was built (Python's
+            # traceback on the terminal, found by an attack), or while a refusal's notices were relayed
+            sys.stderr.write(INTERRUPTED)
+            return INTERRUPTED_EXIT
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -101,8 +107,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stderr.write(_red(f"backfill: {exc}") + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("backfill: interrupted; every partition is either old or new\n")
-        return 130
+        sys.stderr.write(INTERRUPTED)
+        return INTERRUPTED_EXIT
     except BrokenPipeError:
         # a descriptor written past the streams (`reader_may_leave` keeps the command going when its
         # reader leaves): the command stopped short of its end, which exit 0 would deny
