@@ -9,6 +9,7 @@ leaves the terminal alone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -62,12 +63,21 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def reader_left(exc: OSError) -> bool:
+    """Whether a write failed because no one reads it any more: a closed pipe (`| head`), or a
+    terminal that hung up (EIO: its window closed under a job that lives on, `&` then `disown`; the
+    progress bar's next write stopped a run mid-window, found by an attack)."""
+    return isinstance(exc, BrokenPipeError) or exc.errno == errno.EIO
+
+
 def write(text: str) -> None:
     """Text for the user's terminal (stderr), even while Dagster's output goes to the log file."""
     if _terminal_fd is not None:
         try:
             os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
-        except BrokenPipeError:
+        except OSError as exc:
+            if not reader_left(exc):
+                raise
             _to_nowhere(_terminal_fd)
     else:
         sys.stderr.write(text)
@@ -95,14 +105,18 @@ class _ReaderMayLeave:
     def write(self, text: str) -> Any:
         try:
             return self._stream.write(text)  # what the stream returns (a count, or None for some)
-        except BrokenPipeError:
+        except OSError as exc:
+            if not reader_left(exc):
+                raise
             self._reader_left()
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
+        except OSError as exc:
+            if not reader_left(exc):
+                raise
             self._reader_left()
 
     def _reader_left(self) -> None:

@@ -81,3 +81,33 @@ def test_ctrl_c_while_the_command_starts_is_one_line_never_a_traceback(world):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert (proc.returncode, err) == (130, "backfill: interrupted; every partition is either old or new\n"), \
         (proc.returncode, out, err)
+
+
+def test_a_run_whose_terminal_closed_finishes_its_work_and_exits_with_its_own_code(world, cli):
+    """`backfill run fix --and-publish &`, then `disown` and the terminal window closed (or an ssh
+    session dropped under a shell that sends no hangup to a disowned job): the command lives on, and
+    its next write to the terminal gets EIO, not the closed pipe `reader_may_leave` handles. The
+    progress bar's write raised it mid-window and the command stopped there, exit 1, the plan left
+    `running` and never published; whether anyone reads it, a command does all its work and exits
+    with its own code (found by an attack)."""
+    import pty
+    import select
+
+    from tests.test_faults import seed_history
+
+    seed_history(world)
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-20", proof=("2026-01-01",), per_run=2)
+    terminal, its_side = pty.openpty()
+    env = {**os.environ, "BACKFILL_HOME": str(world.home), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([str(BIN / "backfill"), "--home", str(world.home), "run", "fix", "--and-publish"],
+                            env=env, stdin=its_side, stdout=its_side, stderr=its_side, start_new_session=True)
+    os.close(its_side)
+    shown, deadline = b"", time.monotonic() + 120
+    while b"window [" not in shown:  # the window's first run done: the terminal closes now
+        assert time.monotonic() < deadline and proc.poll() is None, shown.decode(errors="replace")
+        if select.select([terminal], [], [], 0.1)[0]:
+            shown += os.read(terminal, 65536)
+    os.close(terminal)
+    assert proc.wait(timeout=300) == 0, (world.home / "logs" / "backfill.log").read_text()[-3000:]
+    assert world.phase("fix") == "published"
+    assert cli("evidence", "verify").code == 0
