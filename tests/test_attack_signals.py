@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import BIN
 
 
@@ -111,3 +113,28 @@ def test_a_run_whose_terminal_closed_finishes_its_work_and_exits_with_its_own_co
     assert proc.wait(timeout=300) == 0, (world.home / "logs" / "backfill.log").read_text()[-3000:]
     assert world.phase("fix") == "published"
     assert cli("evidence", "verify").code == 0
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", ">&- 2>&-", "<&- >&- 2>&-"])
+def test_a_command_run_with_its_streams_closed_does_its_work_and_exits_with_its_own_code(world, cli, closed):
+    """A cron line or a script ran `backfill run fix --and-publish >&-` (or `2>&-`): Python starts
+    such a process with `sys.stdout` (`sys.stderr`) None, and the first line the command printed
+    raised AttributeError inside `reader_may_leave`'s wrapper: the run did nothing, and every
+    command, `status` and `evidence verify` included, exited 120 with "Exception ignored" tracebacks
+    on the terminal. A closed stream is one no one reads: the command does all its work and exits
+    with its own code (found by an attack)."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}", "PYTHONWARNINGS": "ignore"}
+
+    def closed_run(*args: str) -> tuple[int, str]:
+        # the exit code on descriptor 9, which the command does not have
+        script = f'exec 9>&1; backfill --home "{world.home}" {" ".join(args)} {closed} 9>&-; echo "exited $?" >&9'
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        return int(done.stdout.splitlines()[-1].removeprefix("exited ")), done.stderr
+
+    for args in (("run", "fix", "--and-publish"), ("status", "fix"), ("evidence", "verify")):
+        code, err = closed_run(*args)
+        assert (code, "Traceback" in err) == (0, False), (args, code, err[-2000:])
+    assert world.phase("fix") == "published"
+    done = cli("evidence", "verify")
+    assert done.code == 0, done.err
