@@ -138,3 +138,32 @@ def test_a_command_run_with_its_streams_closed_does_its_work_and_exits_with_its_
     assert world.phase("fix") == "published"
     done = cli("evidence", "verify")
     assert done.code == 0, done.err
+
+
+def test_ctrl_c_while_a_run_writes_says_interrupted_and_the_plan_goes_on_from_there(world, cli):
+    """Ctrl-C while `backfill run fix` wrote its window's second run: Dagster turned the signal into a
+    failed run, and the command said `run failed: dagster._core.errors.DagsterExecutionInterruptedError`,
+    `2026-01-04: not written`, `halted at window run ...`, exit 1, as if the plan's code had failed;
+    the user stopped it, which is exit 130 and `interrupted`. Every partition stays wholly old or
+    new, and the same command goes on from there (found by an attack)."""
+    from backfill_assets.permission import PLAN_TAG
+    from tests.test_faults import DAYS, dagster_runs, proven, written
+
+    proven(world)  # 02..08 left, in runs of two
+    proc = started(world.home, "run", "fix", env={"BACKFILL_STALL_AT": "write.after_snapshot@2=120"})
+    deadline = time.monotonic() + 120
+    while len([r for r in dagster_runs(world) if r.tags.get(PLAN_TAG) == "fix"]) < 4:  # 2 proof, 2 window
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(2)  # in its write, held at the point
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert err.splitlines()[-1] == "backfill: interrupted; every partition is either old or new", err
+    assert "Dagster" not in err and "run failed" not in err, err
+    assert written(world) == {"2026-01-01", "2026-01-02", "2026-01-03"}
+    status = cli("status", "fix")
+    assert "next       run the rest of the window: `backfill run fix`" in status.out, status.out
+    assert cli("run", "fix").code == 0
+    assert written(world) == set(DAYS) and world.phase("fix") == "reconciled"
+    assert cli("evidence", "verify").code == 0

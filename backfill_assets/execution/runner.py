@@ -111,7 +111,24 @@ def run_range(loaded: LoadedDefs, table: LoadedTable, instance: dg.DagsterInstan
         tags.update({RANGE_START: keys[0], RANGE_END: keys[-1]})
     selection = [dg.AssetKey(a.split("/")) for a in (assets or [table.spec.name])]
     result = execute_selection(job, selection, instance=instance, tags=tags, run_config=run_config)
+    if not result.success and interrupted(result):
+        # Dagster turns a Ctrl-C during a step into a failed run: the command said "run failed:
+        # dagster._core.errors.DagsterExecutionInterruptedError" and "halted" (exit 1), as if the
+        # plan's code had failed (found by an attack); the run is recorded failed, the command stops
+        raise KeyboardInterrupt
     return result.run_id, ([] if result.success else failure_messages(result) or [f"run {result.run_id} failed"])
+
+
+INTERRUPTS = frozenset({"KeyboardInterrupt", "DagsterExecutionInterruptedError"})
+
+
+def interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether a step of the run failed of an interrupt (SIGINT, or SIGTERM once Dagster mapped it)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None) if event.is_step_failure else None
+        if error is not None and error.cls_name in INTERRUPTS:
+            return True
+    return False
 
 
 def gate_failures(session: Session, state: PlanState, keys: list[str],
