@@ -39,7 +39,8 @@ LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_pla
                  "test_evidence.py", "test_pg_code_in_tables.py", "test_partitionings.py", "test_cutover.py",
                  "test_hostile_input.py", "test_home_copies.py", "test_load_reads.py", "test_upgrade.py",
                  "test_permission.py", "test_gates.py", "test_plan_cli.py", "test_leases.py", "test_diff.py",
-                 "test_pg_concurrency.py", "test_hurried_user.py", "test_fingerprint_upgrade.py",
+                 "test_pg_concurrency.py", "test_hurried_user.py", "test_signals_and_streams.py",
+                 "test_fingerprint_upgrade.py",
                  "test_team_project.py", "test_planted_rows.py")
 LONG_TESTS = ("test_the_demo_tells_the_whole_story",
               "test_a_rollback_of_published_data_is_no_edit_of_the_published_table",
