@@ -16,6 +16,7 @@ requested after the graph's publish.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -422,7 +423,12 @@ def _remember_jobs(asset_graph: AssetGraph, repository_def: dg.RepositoryDefinit
     if known is None or known[0] is not asset_graph:
         if len(_OP_OUTPUTS) > 16:
             _OP_OUTPUTS.clear()
-        _OP_OUTPUTS[key] = (asset_graph, op_outputs(repository_def.get_all_jobs()))
+        with warnings.catch_warnings():
+            # building every job warns as Dagster would when the team uses it (a job's varying backfill
+            # policies): said here, on a check's reading, it reached the demo's terminal
+            warnings.simplefilter("ignore")
+            jobs = repository_def.get_all_jobs()
+        _OP_OUTPUTS[key] = (asset_graph, op_outputs(jobs))
         _GRAPHS.pop(key, None)
 
 
