@@ -19,6 +19,7 @@ the two, or a partition another run filled meanwhile, cannot be written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -121,11 +122,16 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> tuple[str, str, 
     published = graph.asset_graph.get(asset_key(spec.publish_as)) if graph.asset_graph.has(
         asset_key(spec.publish_as)) else None
     home = _schema_read((published.metadata if published is not None else {}).get("schema") or "main")
+
+    def may_be_home(schema: object | None) -> bool:
+        read = None if schema is None else _schema_read(schema)
+        return read is None or home is None or read == home
+
     for output in graph.op_outputs:
         # an op job's output, stored by the IO manager as a whole table (its rows deleted first): the
         # team's older job writing `published_revenue` replaced every partition consumers read, and
         # the table ran and published beside it (found by an attack)
-        if output.table.lower() in mine and (output.schema is None or _schema_read(output.schema) == home):
+        if output.table.lower() in mine and may_be_home(output.schema):
             return output.where, output.table, True
     for node in graph.asset_graph.asset_nodes:
         key = node.key
@@ -133,35 +139,33 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> tuple[str, str, 
         if key in ours or key.path[-1].lower() not in mine or not node.is_materializable:
             continue
         schema = node.metadata.get("schema")
-        if schema is None or _schema_read(schema) == home:
+        if may_be_home(schema):
             return key_name(key), key.path[-1], False
     return None
 
 
-def _schema_read(value: object) -> str:
+_IDENTIFIER = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^\W\d][\w$]*))\s*(\.|$)')
+
+
+def _schema_read(value: object) -> str | None:
     """A `schema` metadata value as the warehouse reads the `{schema}.{table}` dagster-duckdb writes:
     spaces around it and double quotes dropped, case folded (`"main"`, `main ` and ` Main` named
     main's table, compared as text they were another schema's: found by a review), and by its last
     dotted part, the schema a catalog-qualified name (`warehouse.main`) names in its catalog, which
     may be the warehouse's own (`warehouse.main.published_revenue` is main's table to DuckDB, and
-    compared whole it was another schema's: found by an attack)."""
+    compared whole it was another schema's: found by an attack). None where it is no dotted name of
+    plain or quoted identifiers, so that what schema it names is not known here: an empty one (the IO
+    manager's config decides then) or one with a comment (`main/**/`, main to DuckDB) were read as
+    schemas "" and "main/**/" and let the table run beside main's namesake (found by a review)."""
     text = str(getattr(value, "value", value))
-    parts, part, quoted, i = [], "", False, 0
-    while i < len(text):  # split at the dots outside double quotes; a quoted part keeps its spaces
-        char = text[i]
-        if char == '"' and quoted and text[i + 1:i + 2] == '"':
-            part, i = part + '"', i + 2
-            continue
-        if char == '"':
-            quoted = not quoted
-        elif char == "." and not quoted:
-            parts.append(part)
-            part = ""
-        elif quoted or not char.isspace():
-            part += char
-        i += 1
-    parts.append(part)
-    return text.strip().lower() if quoted else parts[-1].lower()
+    name, at = None, 0
+    while at < len(text) or name is None:
+        found = _IDENTIFIER.match(text, at)
+        if found is None or (found.group(3) == "." and found.end() == len(text)):
+            return None  # not identifiers and dots (a trailing dot too)
+        name = found.group(1).replace('""', '"') if found.group(1) is not None else found.group(2)
+        at = found.end()
+    return name.lower()
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,

@@ -1,0 +1,42 @@
+"""Problems a review of the day's changes found; each test failed on the code before its fix (found
+by a review). No `from __future__ import annotations`: Dagster reads the asset functions' annotations."""
+
+import dagster as dg
+import pytest
+
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.resources import WarehouseResource
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from tests.test_team_graph import _quick_fix, _run
+from tests.world import failure_text
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("schema", ["", "main/**/"])
+def test_an_asset_whose_schema_metadata_is_empty_or_commented_refuses_the_table(world, monkeypatch, schema):
+    """A team's pandas asset keyed `staging/published_revenue` whose `schema` metadata is empty (Dagster's
+    IO manager then takes its own `schema` config, `main` here) or `main/**/` (DuckDB drops the comment
+    in `main/**/.published_revenue`): both write main.published_revenue, the table consumers read. The
+    namesake check read them as the schemas "" and "main/**/" and let the table run and publish beside
+    it (found by a review)."""
+    from dagster_duckdb_pandas import DuckDBPandasIOManager
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+    quick_fix = _quick_fix(["staging", "published_revenue"], schema=schema)
+    table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    defs = dg.Definitions(assets=[ORDERS, *table.assets, quick_fix],
+                          resources={"warehouse": WarehouseResource(home=str(world.home)),
+                                     "io_manager": DuckDBPandasIOManager(database=str(world.warehouse_path),
+                                                                         schema="main")})
+    launched = defs.resolve_implicit_global_asset_job_def().execute_in_process(  # reachable: writes main's table
+        instance=world.instance, asset_selection=[dg.AssetKey(["staging", "published_revenue"])],
+        tags={"dagster/partition": day}, raise_on_error=False)
+    assert launched.success and world.rows("published_revenue", day) == 1, failure_text(launched)
+    world.run_sql("DROP TABLE published_revenue")
+
+    ours = _run(world, defs, ["daily_revenue", "published_revenue"], [day])
+    assert not ours.success and "staging/published_revenue" in failure_text(ours), (
+        f"the table ran beside an asset whose schema metadata {schema!r} names main: {failure_text(ours) or 'success'}")
+    assert world.rows("published_revenue", day) == 0
