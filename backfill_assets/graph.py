@@ -132,8 +132,23 @@ class OpOutput:
     schema: object | None
 
 
+def _kept_off_the_warehouse(job: dg.JobDefinition, io_manager_key: str) -> bool:
+    """Whether the IO manager of `io_manager_key` is one of Dagster's that keep outputs as pickles or in
+    memory, never in a table, whatever a launch configures: an op output `published_revenue` kept
+    with `FilesystemIOManager` refused every load of daily_revenue (found by a review). Dagster's
+    default `io_manager` is not one of them: an environment variable may name another."""
+    resource = job.resource_defs.get(io_manager_key)
+    if resource is None:
+        return False
+    if resource is dg.fs_io_manager or resource is dg.mem_io_manager:
+        return True
+    cls = getattr(resource, "configurable_resource_cls", None)
+    return isinstance(cls, type) and issubclass(cls, dg.FilesystemIOManager)
+
+
 def op_outputs(jobs: Iterable[dg.JobDefinition]) -> tuple[OpOutput, ...]:
-    """The outputs of the ops of `jobs` that are neither an asset nor an asset check, each once."""
+    """The outputs of the ops of `jobs` that are neither an asset nor an asset check, each once;
+    none that one of Dagster's file or memory IO managers keeps."""
     found: dict[tuple[str, str], OpOutput] = {}
     for job in jobs:
         layer = job.asset_layer
@@ -144,7 +159,8 @@ def op_outputs(jobs: Iterable[dg.JobDefinition]) -> tuple[OpOutput, ...]:
             for out in op_def.output_defs:
                 if (str(handle), out.name) in found or out.dagster_type.is_nothing \
                         or layer.get_asset_key_for_node_output(handle, out.name) is not None \
-                        or layer.get_asset_check_key_for_node_output(handle, out.name) is not None:
+                        or layer.get_asset_check_key_for_node_output(handle, out.name) is not None \
+                        or _kept_off_the_warehouse(job, out.io_manager_key):
                     continue
                 metadata = out.metadata or {}
                 table = metadata.get("table") or out.name

@@ -40,3 +40,46 @@ def test_an_asset_whose_schema_metadata_is_empty_or_commented_refuses_the_table(
     assert not ours.success and "staging/published_revenue" in failure_text(ours), (
         f"the table ran beside an asset whose schema metadata {schema!r} names main: {failure_text(ours) or 'success'}")
     assert world.rows("published_revenue", day) == 0
+
+
+FILES_JOB = '''
+import dagster as dg
+import pandas as pd
+from dagster_duckdb_pandas import DuckDBPandasIOManager
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from backfill_assets.defs.resources import backfill_resources
+
+@dg.op(out={"published_revenue": dg.Out(io_manager_key=KEY)})
+def extract_revenue():
+    return pd.DataFrame({"region": ["north"], "net_revenue": [1.0]})
+
+@dg.job
+def revenue_report():
+    extract_revenue()
+
+table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+defs = dg.Definitions(assets=[ORDERS, *table.assets], jobs=[revenue_report], sensors=table.sensors,
+                      resources={**backfill_resources(), "files": FILES, "memory": dg.mem_io_manager,
+                                 "io_manager": DuckDBPandasIOManager(database=WAREHOUSE, schema="main")})
+'''
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize(("key", "files"), [("files", "dg.FilesystemIOManager(base_dir=BASE)"),
+                                             ("files", "dg.fs_io_manager"), ("memory", "None")])
+def test_an_op_output_named_like_the_table_but_kept_in_files_or_memory_does_not_refuse_it(
+        world, monkeypatch, run_cli, key, files):
+    """The team's report job names an op's output `published_revenue` and keeps it with Dagster's
+    filesystem (or in-memory) IO manager: it writes a pickle under the run's storage, never a warehouse
+    table. The namesake check read every op output as dagster-duckdb's and refused every load and
+    plan of daily_revenue (found by a review)."""
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+    module = world.root / "team_report.py"
+    module.write_text(f"WAREHOUSE = {str(world.warehouse_path)!r}\nBASE = {str(world.root / 'files')!r}\n"
+                      f"KEY = {key!r}\nimport dagster as dg\nFILES = {files}\n{FILES_JOB}", encoding="utf-8")
+    loaded = run_cli("load", "daily_revenue", "--start", day, "--end", day, "--defs", str(module))
+    assert loaded.code == 0, f"refused beside an op output kept in {files}: {loaded.out}{loaded.err}"
+    assert world.rows("daily_revenue", day) > 0
