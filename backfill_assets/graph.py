@@ -433,7 +433,7 @@ def graph_of(asset_graph: AssetGraph) -> TableGraph:
     return found
 
 
-def _remember_jobs(asset_graph: AssetGraph, repository_def: dg.RepositoryDefinition) -> None:
+def _remember_jobs(asset_graph: AssetGraph, jobs_of: Callable[[], Iterable[dg.JobDefinition]]) -> None:
     key = id(asset_graph)
     known = _OP_OUTPUTS.get(key)
     if known is None or known[0] is not asset_graph:
@@ -443,23 +443,31 @@ def _remember_jobs(asset_graph: AssetGraph, repository_def: dg.RepositoryDefinit
             # building every job warns as Dagster would when the team uses it (a job's varying backfill
             # policies): said here, on a check's reading, it reached the demo's terminal
             warnings.simplefilter("ignore")
-            jobs = repository_def.get_all_jobs()
+            jobs = list(jobs_of())
         _OP_OUTPUTS[key] = (asset_graph, op_outputs(jobs))
         _GRAPHS.pop(key, None)
 
 
 def graph_of_repository(repository_def: dg.RepositoryDefinition) -> TableGraph:
     """The graph of the definitions a sensor or a run belongs to, with their op jobs' outputs."""
-    _remember_jobs(repository_def.asset_graph, repository_def)
+    _remember_jobs(repository_def.asset_graph, repository_def.get_all_jobs)
     return graph_of(repository_def.asset_graph)
 
 
 def implicit_job(definitions: dg.Definitions) -> dg.JobDefinition:
     """The definitions' implicit asset job, for runs in this process: Dagster sets no repository on
     them, so their graph (`graph_of_run`, the job's asset graph) knows the definitions' op jobs
-    through this."""
+    through this. The op jobs and the implicit job only: an asset job's outputs are the implicit job's
+    (a graph-backed asset's ops included), and building each asset job to read them cost every
+    command seconds on definitions with many (found by a review)."""
     job = definitions.resolve_implicit_global_asset_job_def()
-    _remember_jobs(job.asset_layer.asset_graph, definitions.get_repository_def())
+    repository = definitions.get_repository_def()
+
+    def jobs_of() -> list[dg.JobDefinition]:  # each with the definitions' resources, as the repository built it
+        return [job, *(repository.get_job(j.name) for j in definitions.jobs or ()
+                       if isinstance(j, dg.JobDefinition) and j.name != job.name)]
+
+    _remember_jobs(job.asset_layer.asset_graph, jobs_of)
     return job
 
 
