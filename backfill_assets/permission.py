@@ -131,7 +131,14 @@ def _io_manager_namesake(spec: TableSpec, graph: TableGraph) -> tuple[str, str, 
         # an op job's output, stored by the IO manager as a whole table (its rows deleted first): the
         # team's older job writing `published_revenue` replaced every partition consumers read, and
         # the table ran and published beside it (found by an attack)
-        if output.table.lower() in mine and may_be_home(output.schema):
+        parts = _dotted(output.table)
+        if parts is None:  # no identifiers: which table it names is not known here, so any it spells
+            if any(name in output.table.lower() for name in mine):
+                return output.where, output.table, True
+            continue
+        # `"published_revenue"`, `published_revenue ` and, under a catalog's `schema`, `main.published_revenue`
+        # are main.published_revenue to DuckDB; compared as text, they were other tables (found by a review)
+        if parts[-1] in mine and (may_be_home(parts[-2]) if len(parts) > 1 else may_be_home(output.schema)):
             return output.where, output.table, True
     for node in graph.asset_graph.asset_nodes:
         key = node.key
@@ -157,15 +164,21 @@ def _schema_read(value: object) -> str | None:
     plain or quoted identifiers, so that what schema it names is not known here: an empty one (the IO
     manager's config decides then) or one with a comment (`main/**/`, main to DuckDB) were read as
     schemas "" and "main/**/" and let the table run beside main's namesake (found by a review)."""
-    text = str(getattr(value, "value", value))
-    name, at = None, 0
-    while at < len(text) or name is None:
+    parts = _dotted(str(getattr(value, "value", value)))
+    return parts[-1] if parts is not None else None
+
+
+def _dotted(text: str) -> list[str] | None:
+    """The parts of a dotted name of plain or quoted identifiers, case folded; None if `text` is none."""
+    parts: list[str] = []
+    at = 0
+    while at < len(text) or not parts:
         found = _IDENTIFIER.match(text, at)
         if found is None or (found.group(3) == "." and found.end() == len(text)):
             return None  # not identifiers and dots (a trailing dot too)
-        name = found.group(1).replace('""', '"') if found.group(1) is not None else found.group(2)
+        parts.append((found.group(1).replace('""', '"') if found.group(1) is not None else found.group(2)).lower())
         at = found.end()
-    return name.lower()
+    return parts
 
 
 def occupied(session: Session, spec: TableSpec, scheme: PartitionScheme,

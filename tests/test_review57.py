@@ -118,3 +118,66 @@ def test_the_implicit_job_of_definitions_with_many_asset_jobs_does_not_build_the
         implicit_job(_many_asset_jobs())
         ours = time.perf_counter() - started
     assert ours < every_job / 3, f"implicit_job took {ours:.2f}s, building every job {every_job:.2f}s"
+
+
+
+SPELLED_JOB = '''
+import dagster as dg
+import pandas as pd
+from pathlib import Path
+from dagster_duckdb_pandas import DuckDBPandasIOManager
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE
+from backfill_assets.defs.resources import backfill_resources
+
+CATALOG = Path(WAREHOUSE).stem
+
+@dg.op(out={"extract": dg.Out(metadata=eval(METADATA))})
+def extract_revenue():
+    return pd.DataFrame({"order_date": [pd.Timestamp("2026-01-02")], "region": ["north"], "orders": [1],
+                         "gross": [1.0], "refunds": [0.0], "net_revenue": [1_000_000.0], "customers": [1]})
+
+@dg.job
+def legacy_extract():
+    extract_revenue()
+
+table = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+defs = dg.Definitions(assets=[ORDERS, *table.assets], jobs=[legacy_extract], sensors=table.sensors,
+                      resources={**backfill_resources(),
+                                 "io_manager": DuckDBPandasIOManager(database=WAREHOUSE, schema="main")})
+'''
+
+
+@pytest.mark.separate_processes
+@pytest.mark.parametrize("metadata", ['{"table": \'"published_revenue"\'}', '{"table": "published_revenue "}',
+                                      '{"table": "main.published_revenue", "schema": CATALOG}'])
+def test_an_op_output_whose_table_metadata_spells_the_published_table_otherwise_refuses_the_table(
+        world, monkeypatch, run_cli, metadata):
+    """The team's older op job keeps its output in a table its `table` metadata names: quoted
+    (`"published_revenue"`), with a space after it, or schema-qualified under a catalog `schema`
+    (`warehouse` + `main.published_revenue`). dagster-duckdb writes `main."published_revenue"`,
+    `main.published_revenue ` and `warehouse.main.published_revenue`: main.published_revenue each
+    time, the table consumers read, replaced whole. The namesake check compared the metadata's text
+    with the table's name and let the table load and publish beside the job (found by a review)."""
+    import importlib.util
+
+    monkeypatch.setenv("BACKFILL_HOME", str(world.home))
+    day = "2026-01-02"
+    module = world.root / "team_spelled.py"
+    module.write_text(f"WAREHOUSE = {str(world.warehouse_path)!r}\nMETADATA = {metadata!r}\n{SPELLED_JOB}",
+                      encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("team_spelled", module)
+    assert spec is not None and spec.loader is not None
+    team = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(team)
+    launched = team.defs.get_job_def("legacy_extract").execute_in_process(instance=world.instance,
+                                                                          raise_on_error=False)
+    assert launched.success and world.rows("published_revenue", day) == 1, failure_text(launched)
+    world.run_sql("DROP TABLE published_revenue")
+
+    loaded = run_cli("load", "daily_revenue", "--start", day, "--end", day, "--defs", str(module))
+    assert loaded.code != 0 and "extract_revenue.extract" in loaded.out + loaded.err, (
+        f"the table loaded beside an op job whose output the IO manager writes into its published table: "
+        f"{loaded.out}{loaded.err}")
+    assert world.rows("daily_revenue", day) == 0 and world.rows("published_revenue", day) == 0
