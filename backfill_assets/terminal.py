@@ -12,6 +12,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -63,11 +64,19 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def reader_left(exc: OSError) -> bool:
-    """Whether a write failed because no one reads it any more: a closed pipe (`| head`), or a
-    terminal that hung up (EIO: its window closed under a job that lives on, `&` then `disown`; the
-    progress bar's next write stopped a run mid-window, found by an attack)."""
-    return isinstance(exc, BrokenPipeError) or exc.errno == errno.EIO
+def reader_left(exc: OSError, fd: int) -> bool:
+    """Whether a write to `fd` failed because no one reads it any more: a closed pipe (`| head`), or
+    a terminal that hung up (EIO: its window closed under a job that lives on, `&` then `disown`; the
+    progress bar's next write stopped a run mid-window, found by an attack). EIO from a file (a
+    failing disk, NFS) is a failed write, not a reader gone: only a terminal's counts (a review)."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if exc.errno != errno.EIO:
+        return False
+    try:
+        return stat.S_ISCHR(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def write(text: str) -> None:
@@ -76,7 +85,7 @@ def write(text: str) -> None:
         try:
             os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
         except OSError as exc:
-            if not reader_left(exc):
+            if not reader_left(exc, _terminal_fd):
                 raise
             _to_nowhere(_terminal_fd)
     else:
@@ -106,7 +115,7 @@ class _ReaderMayLeave:
         try:
             return self._stream.write(text)  # what the stream returns (a count, or None for some)
         except OSError as exc:
-            if not reader_left(exc):
+            if not reader_left(exc, self._fileno()):
                 raise
             self._reader_left()
             return len(text)
@@ -115,9 +124,15 @@ class _ReaderMayLeave:
         try:
             self._stream.flush()
         except OSError as exc:
-            if not reader_left(exc):
+            if not reader_left(exc, self._fileno()):
                 raise
             self._reader_left()
+
+    def _fileno(self) -> int:
+        try:
+            return int(self._stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            return -1  # no descriptor (a test's capture): no terminal either
 
     def _reader_left(self) -> None:
         _to_nowhere(self._stream.fileno())

@@ -112,9 +112,9 @@ _FIXES = {
               "administrator) and its transaction committed nothing: run the command again; if it keeps "
               "happening, give backfill's role a longer statement_timeout (ALTER ROLE ... SET "
               "statement_timeout = ...): a command waits for other commands' locks"),
-    "55P03": ("another session held what this one needed longer than the database's or role's lock_timeout, and "
-              "the transaction committed nothing: run the command again when it is done (`pg_stat_activity` shows "
-              "who holds it)"),
+    "55P03": ("another session held what this one needed longer than a lock_timeout (the database's, the role's, "
+              "or the short one a sensor tick or a notice's delivery sets), and the transaction committed nothing: "
+              "run the command again when it is done (`pg_stat_activity` shows who holds it)"),
     "25P03": ("PostgreSQL ended the session (idle_in_transaction_session_timeout) and its transaction "
               "committed nothing: run the command again; if it keeps happening, give backfill's role a "
               "longer idle_in_transaction_session_timeout"),
