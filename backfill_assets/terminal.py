@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -143,36 +143,58 @@ class _ReaderMayLeave:
         return getattr(self._stream, name)
 
 
-_LEAVING_LOCK = threading.Lock()
-_leaving: list[Any] = []  # [depth, the streams found] while stdout and stderr are `_ReaderMayLeave`
+class _SharedByCommands:
+    """A change of this process's streams that commands running at once in it (a test's threads, a
+    notebook's) share: the first to start makes it, the last to end undoes it. Each command saving
+    what it found and putting it back as it ended left stdout another's closed log stream ("I/O
+    operation on closed file", found as a test flaked under load)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._undo: Callable[[], None] | None = None
+
+    @contextmanager
+    def held(self, make: Callable[[], Callable[[], None]]) -> Iterator[None]:
+        """`make()` (which returns its undo) unless another command's is in place, for the block."""
+        with self._lock:
+            if self._depth == 0:
+                self._undo = make()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                undo = self._undo if self._depth == 0 else None
+                if undo is not None:
+                    self._undo = None
+                    undo()
 
 
-@contextmanager
-def reader_may_leave() -> Iterator[None]:
-    """Stdout and stderr as `_ReaderMayLeave` while a command runs; commands at once in one process
-    (a test's threads) share the first one's, and the last to end puts back what it found, unless
-    something else replaced them meanwhile (`dagster_output`'s log file: its own end puts them back)."""
-    with _LEAVING_LOCK:
-        if _leaving:
-            _leaving[0] += 1
-        else:
-            _leaving[:] = [1, (sys.stdout, sys.stderr)]
-            sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
-    try:
-        yield
-    finally:
-        with _LEAVING_LOCK:
-            _leaving[0] -= 1
-            if _leaving[0] == 0:
-                found = _leaving[1]
-                _leaving.clear()
-                for stream in (sys.stdout, sys.stderr):
-                    with contextlib.suppress(OSError, ValueError):
-                        stream.flush()
-                if isinstance(sys.stdout, _ReaderMayLeave):
-                    sys.stdout = found[0]
-                if isinstance(sys.stderr, _ReaderMayLeave):
-                    sys.stderr = found[1]
+def _may_leave() -> Callable[[], None]:
+    found = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
+
+    def undo() -> None:  # what it found, unless something else replaced them meanwhile
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        if isinstance(sys.stdout, _ReaderMayLeave):
+            sys.stdout = found[0]
+        if isinstance(sys.stderr, _ReaderMayLeave):
+            sys.stderr = found[1]
+
+    return undo
+
+
+_LEAVING = _SharedByCommands()
+
+
+def reader_may_leave() -> contextlib.AbstractContextManager[None]:
+    """Stdout and stderr as `_ReaderMayLeave` while a command runs (`dagster_output`'s log file may
+    replace them meanwhile: its own end puts them back)."""
+    return _LEAVING.held(_may_leave)
 
 
 def terminal_is_tty() -> bool:
@@ -202,11 +224,7 @@ def run_config() -> dict[str, Any]:
     return {"loggers": {"console": {"config": {"log_level": level}}}}
 
 
-# one redirection a process, however many commands run in it at once (a test's threads, a notebook's):
-# each command saved the streams it found and put them back as it ended, so two at once left stdout
-# the other's closed log stream ("I/O operation on closed file", found as a test flaked under load)
-_REDIRECT_LOCK = threading.Lock()
-_redirected: list[Any] = []  # [depth, restore] while redirected
+_REDIRECTED = _SharedByCommands()  # one redirection a process, however many commands run in it at once
 
 
 @contextmanager
@@ -218,23 +236,11 @@ def dagster_output(home: Home) -> Iterator[Path]:
     if _verbose:
         yield path
         return
-    with _REDIRECT_LOCK:
-        if _redirected:
-            _redirected[0] += 1
-        else:
-            _redirected[:] = [1, _redirect(path)]
-    try:
+    with _REDIRECTED.held(lambda: _redirect(path)):
         yield path
-    finally:
-        with _REDIRECT_LOCK:
-            _redirected[0] -= 1
-            if _redirected[0] == 0:
-                restore = _redirected[1]
-                _redirected.clear()
-                restore()
 
 
-def _redirect(path: Path) -> Any:
+def _redirect(path: Path) -> Callable[[], None]:
     """Stdout and stderr (fds and Python objects) to the log file; returns what puts them back."""
     global _terminal_fd
     sys.stdout.flush()

@@ -83,11 +83,9 @@ class Progress:
 def failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
     """The first line of each failed step's error: our one-line messages, the SQL error's cause."""
     out = []
-    for event in result.all_events:
-        if not event.is_step_failure or event.event_specific_data is None:
-            continue
-        user = getattr(event.event_specific_data, "user_failure_data", None)
-        error = getattr(event.event_specific_data, "error", None)
+    for failed in _step_failures(result):
+        user = getattr(failed, "user_failure_data", None)
+        error = getattr(failed, "error", None)
         text = (user.description if user is not None and user.description else None) or \
             (error.message if error is not None else "step failed")
         cause = getattr(error, "cause", None)
@@ -124,11 +122,14 @@ INTERRUPTS = frozenset({"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
 
 def interrupted(result: dg.ExecuteInProcessResult) -> bool:
     """Whether a step of the run failed of an interrupt (SIGINT, or SIGTERM once Dagster mapped it)."""
-    for event in result.all_events:
-        error = getattr(event.event_specific_data, "error", None) if event.is_step_failure else None
-        if error is not None and error.cls_name in INTERRUPTS:
-            return True
-    return False
+    return any(getattr(getattr(failed, "error", None), "cls_name", None) in INTERRUPTS
+               for failed in _step_failures(result))
+
+
+def _step_failures(result: dg.ExecuteInProcessResult) -> list[Any]:
+    """What each failed step of the run reported (its error, the user's failure data)."""
+    return [event.event_specific_data for event in result.all_events
+            if event.is_step_failure and event.event_specific_data is not None]
 
 
 def gate_failures(session: Session, state: PlanState, keys: list[str],

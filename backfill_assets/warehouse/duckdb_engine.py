@@ -94,7 +94,7 @@ class DuckDBSession(Session):
         except duckdb.Error as exc:
             raise DuckDBStatementError(exc) from exc
         except RuntimeError as exc:
-            raise_if_interrupted(exc)
+            _raise_if_interrupted(exc)
             raise
 
     def memo_while_locked(self) -> dict[str, Any] | None:
@@ -349,7 +349,7 @@ def _shadowing(session: Session) -> frozenset[str]:
     return frozenset({str(name).lower() for (name, internal) in found if not internal} & _BUILTINS)
 
 
-def raise_if_interrupted(exc: RuntimeError) -> None:
+def _raise_if_interrupted(exc: RuntimeError) -> None:
     """KeyboardInterrupt when `exc` is DuckDB's answer to a Ctrl-C (SIGINT) while it ran a statement:
     it cancels the statement and raises a bare `RuntimeError: Query interrupted`, which the CLI called
     an internal error (exit 3) for every Ctrl-C landing in a statement (found by an attack)."""
