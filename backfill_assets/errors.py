@@ -70,6 +70,9 @@ class PlanInvalidError(BackfillError):
     def __init__(self, path: str, problems: Sequence[PlanProblem]) -> None:
         self.path = path
         self.problems = list(problems)
+        if len(self.problems) == 1:  # one problem, one line, as every other bad input gets
+            super().__init__(f"{path}: {self.problems[0]}")
+            return
         shown = self.problems[:MAX_PROBLEMS_SHOWN]
         lines = "\n".join(f"  - {p}" for p in shown)
         if len(self.problems) > len(shown):

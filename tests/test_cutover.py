@@ -204,7 +204,7 @@ def test_a_cutover_missing_its_fields_is_one_line_naming_them(tmp_path, run_cli,
     result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
                      "--defs", "backfill_assets.demo.daily")
     assert result.code == 1
-    assert result.err.splitlines()[1:] == [line], result.err
+    assert len(result.err.splitlines()) == 1 and result.err.rstrip().endswith(f": {line[4:]}"), result.err
 
 
 def test_a_cutover_plan_is_labelled_and_existing_plans_keep_their_hash():

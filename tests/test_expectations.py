@@ -264,7 +264,7 @@ def test_a_scenario_missing_its_fields_is_one_line_naming_them(tmp_path, run_cli
     document["scenario"] = scenario
     result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)))
     assert result.code == 1
-    assert result.err.splitlines()[1:] == [line], result.err
+    assert len(result.err.splitlines()) == 1 and result.err.rstrip().endswith(f": {line[4:]}"), result.err
 
 
 @pytest.mark.parametrize(("expect", "line"), [
@@ -292,7 +292,7 @@ def test_a_bad_expectation_is_one_line_naming_the_key_and_the_fix(tmp_path, run_
     result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
                      "--defs", "backfill_assets.demo.daily")
     assert result.code == 1
-    assert result.err.splitlines()[1:] == [line], result.err
+    assert len(result.err.splitlines()) == 1 and result.err.rstrip().endswith(f": {line[4:]}"), result.err
 
 
 def test_a_logic_change_to_a_version_not_deployed_does_not_fit(tmp_path, run_cli):
@@ -301,9 +301,9 @@ def test_a_logic_change_to_a_version_not_deployed_does_not_fit(tmp_path, run_cli
     result = run_cli("plan", "validate", str(write_plan(tmp_path / "p.yaml", document)),
                      "--defs", "backfill_assets.demo.daily")
     assert result.code == 1
-    assert result.err.splitlines()[1:] == [
-        "  - scenario.new_code_version = '3': the loaded daily_revenue is code version 2: the replay writes "
-        "the new version, so deploy it first (or name the version it is)"], result.err
+    assert len(result.err.splitlines()) == 1 and result.err.rstrip().endswith(
+        ": scenario.new_code_version = '3': the loaded daily_revenue is code version 2: the replay writes "
+        "the new version, so deploy it first (or name the version it is)"), result.err
 
 
 # --- the incident, end to end: show, checklist, notices, check metadata, diff, evidence -------------

@@ -33,7 +33,18 @@ def packaged_template() -> str:
 
 
 def problems_in(err: str) -> dict[str, str]:
-    """The problem lines of a refused plan, by key; each problem is exactly one line."""
+    """The problem lines of a refused plan, by key, each as `  - key = value: fix`; each problem is
+    exactly one line, and a plan with one problem is refused in one line: `backfill: PATH: problem`."""
+    if len(err.splitlines()) == 1:
+        line = err.splitlines()[0]
+        assert line.startswith("backfill: ") and "problem(s)" not in line, err
+        rest = line[len("backfill: "):]
+        while ": " in rest:  # after the path (and "does not fit TABLE"): the problem
+            rest = rest.split(": ", 1)[1]
+            match = PROBLEM.match(f"  - {rest}")
+            if match and "/" not in match["key"]:
+                return {match["key"]: f"  - {rest}"}
+        raise AssertionError(f"no `key = value: fix` problem in {line!r}")
     lines = [ln for ln in err.splitlines() if ln.startswith("  - ")]
     found = {}
     for line in lines:
