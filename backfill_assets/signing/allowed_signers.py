@@ -308,10 +308,20 @@ def _timestamp(value: str, name: str, where: str) -> datetime:
         if not match:
             raise ValueError(value)
         year, month, day, hour, minute, second = (int(g) if g is not None else 0 for g in match.groups())
-        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:
         raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is not a time",
                                   fix="write YYYYMMDD[HHMM[SS]][Z]; times are read as UTC") from None
+    if moment < _EARLIEST:
+        # OpenSSH refuses a time at or before the epoch (in its local time zone) and skips the line,
+        # so the key is no signer's there; read as a time long past, `valid-after="19691231"` let
+        # the key count here (found by an attack). Any zone's reading of these is at most the epoch
+        raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is before 1970-01-02, which OpenSSH refuses "
+                                  "(it skips the line)", fix=f"remove {name} or give a later time")
+    return moment
+
+
+_EARLIEST = datetime(1970, 1, 2, tzinfo=UTC)
 
 
 def _allows(patterns: tuple[str, ...], namespace: str) -> bool:
