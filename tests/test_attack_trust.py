@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backfill_assets.errors import AllowedSignersError
+from backfill_assets.errors import SignatureError
 from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.sshsig import NAMESPACE
 
@@ -41,7 +41,12 @@ def test_a_time_at_or_before_the_epoch_is_a_line_openssh_skips_and_never_lets_it
     signature = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(key), "-n", NAMESPACE], input=MESSAGE,
                                capture_output=True, check=True, timeout=60).stdout.decode()
     assert _ssh_verify(tmp_path, line, signature) != 0  # OpenSSH: no key for alice
-    with pytest.raises(AllowedSignersError) as excinfo:
-        AllowedSigners.parse(line)
+    signers = AllowedSigners.parse(line)  # a root pinned with such a line still reads
+    with pytest.raises(SignatureError) as excinfo:
+        signers.verify_approval("alice", MESSAGE, signature)
     said = str(excinfo.value)
-    assert "\n" not in said and "1970" in said, said
+    assert "\n" not in said and "OpenSSH skips this line" in said and "1970-01-02" in said, said
+    # OpenSSH reads on past the line it skips, and so is a second line for the key read here
+    both = line + f'alice namespaces="backfill-plan" {line.split(" ", 2)[2]}'
+    assert _ssh_verify(tmp_path, both, signature) == 0
+    assert AllowedSigners.parse(both).verify_approval("alice", MESSAGE, signature)

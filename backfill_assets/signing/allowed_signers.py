@@ -44,6 +44,7 @@ class SignerEntry:
     valid_after: datetime | None = None
     valid_before: datetime | None = None
     comment: str = ""
+    skipped: str | None = None  # why OpenSSH skips the line: its key is no one's under it
 
     @property
     def fingerprint(self) -> str:
@@ -51,6 +52,8 @@ class SignerEntry:
 
     def refusal(self, namespace: str, at: datetime) -> str | None:
         """Why this line does not allow signing in ``namespace`` at ``at``; None if it does."""
+        if self.skipped is not None:
+            return f"{self.skipped} (line {self.line})"
         if self.namespaces is not None and not _allows(self.namespaces, namespace):
             return f"only for namespaces {','.join(self.namespaces)[:80]} (line {self.line})"
         if self.valid_after is not None and at < self.valid_after:
@@ -284,6 +287,15 @@ def _options(field: str, where: str) -> dict[str, Any]:
         value = value[1:-1]
         found[key] = _namespaces(value, where) if key == "namespaces" else _timestamp(value, name, where)
     after, before = found.get("valid_after"), found.get("valid_before")
+    early = [n for n, t in (("valid-after", after), ("valid-before", before))
+             if isinstance(t, datetime) and t < _EARLIEST]
+    if early:
+        # OpenSSH refuses a time at or before the epoch (read in its local time zone: any zone's
+        # reading of a time before 1970-01-02 is at most it) and skips the line, reading the rest:
+        # the key is no one's under it. Read as a time long past, `valid-after="19691231"` let the
+        # key count here (found by an attack). Kept as a line that allows nothing rather than
+        # refused, so a root pinned before this release still reads
+        found["skipped"] = f"OpenSSH skips this line: its {early[0]} is before 1970-01-02"
     if isinstance(after, datetime) and isinstance(before, datetime) and before <= after:
         raise AllowedSignersError(f"{where}: valid-before is not after valid-after",
                                   fix="swap or fix the two times")
@@ -308,20 +320,10 @@ def _timestamp(value: str, name: str, where: str) -> datetime:
         if not match:
             raise ValueError(value)
         year, month, day, hour, minute, second = (int(g) if g is not None else 0 for g in match.groups())
-        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:
         raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is not a time",
                                   fix="write YYYYMMDD[HHMM[SS]][Z]; times are read as UTC") from None
-    if moment < _EARLIEST:
-        # OpenSSH refuses a time at or before the epoch (in its local time zone) and skips the line,
-        # so the key is no signer's there; read as a time long past, `valid-after="19691231"` let
-        # the key count here (found by an attack). Any zone's reading of these is at most the epoch
-        raise AllowedSignersError(f"{where}: {name}={value[:40]!r} is before 1970-01-02, which OpenSSH refuses "
-                                  "(it skips the line)", fix=f"remove {name} or give a later time")
-    return moment
-
-
-_EARLIEST = datetime(1970, 1, 2, tzinfo=UTC)
 
 
 def _allows(patterns: tuple[str, ...], namespace: str) -> bool:
@@ -358,6 +360,9 @@ def _glob(pattern: str, text: str) -> bool:
         else:
             row = [False] + [row[j] and p in ("?", text[j]) for j in range(len(text))]
     return row[-1]
+
+
+_EARLIEST = datetime(1970, 1, 2, tzinfo=UTC)
 
 
 def _iso(moment: datetime) -> str:
