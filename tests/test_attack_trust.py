@@ -50,3 +50,98 @@ def test_a_time_at_or_before_the_epoch_is_a_line_openssh_skips_and_never_lets_it
     both = line + f'alice namespaces="backfill-plan" {line.split(" ", 2)[2]}'
     assert _ssh_verify(tmp_path, both, signature) == 0
     assert AllowedSigners.parse(both).verify_approval("alice", MESSAGE, signature)
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_re_pin_whose_signatures_expire_while_it_waits_for_the_chain_never_bricks_the_root(engine_world, capsys):
+    """Operator with the CLI, and the quorum's signatures over a trust-root change that expire soon
+    (signed two weeks ago, as approvers do before a pin is run). `approvers pin` counted them, then
+    waited for the evidence chain's turn (another command held it: a publish, a run), and appended
+    the pin's chain row after they had expired. Every later read of the root re-verifies each pin's
+    signatures at its chain row's time, so the pin it had just committed read as "lacks the quorum"
+    (a forged record): `approvers show`, `plan approve`, every run and publish refused, for good."""
+    import datetime as dt
+    import threading
+    import time
+
+    import psycopg
+
+    from backfill_assets.cli.approvers_cmd import load_files
+    from backfill_assets.control import trust_record
+    from backfill_assets.signing.sshsig import sign
+    from tests.test_trust import _waits, root_of
+    from tests.world import signers_text
+
+    world = engine_world
+    new = world.root / "next" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
+    root = root_of(world)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    # valid for 14 days, signed 14 days less 6 seconds ago: 6 seconds left
+    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy),
+                                              signed=now - dt.timedelta(days=14) + dt.timedelta(seconds=6))
+    text = world.root / "change.txt"
+    text.write_text(statement.text)
+    given = []
+    for who in ("alice", "bob"):
+        (world.root / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
+        given += ["--signature", f"{who}={world.root / f'{who}.sig'}"]
+    outcome: dict[str, object] = {}
+    with psycopg.connect(world.url, autocommit=True) as watcher, psycopg.connect(world.url) as holder:
+        # another command's transaction holding the chain's turn, as each append takes it
+        holder.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended("
+                       "'backfill_control.evidence', 0))")
+        capsys.readouterr()
+        thread = threading.Thread(target=lambda: outcome.update(
+            code=world.cli("approvers", "pin", str(new), "--statement", str(text), *given)))
+        thread.start()
+        _waits(watcher, "wait_event_type = 'Lock' AND wait_event = 'advisory'", thread)
+        time.sleep(max(0.0, (statement.expires - dt.datetime.now(dt.UTC)).total_seconds()) + 1)
+        holder.commit()
+        thread.join(120)
+    said = capsys.readouterr().err
+    # counted after its wait, as its chain row is stamped: expired, said so, never called a forgery
+    assert outcome["code"] == 1 and said.count("\n") == 1 and "expired at" in said, said
+    assert "edited outside backfill" not in said and "restore it from backup" not in said, said
+    assert root_of(world).version == 1
+    assert world.cli("approvers", "show") == 0 and world.cli("evidence", "verify") == 0
+
+
+def test_a_re_pin_whose_signatures_stop_counting_within_a_minute_is_refused_saying_so(world, capsys):
+    """What is left between the count and the pin's chain row (whose time every later read verifies
+    the signatures at) is never enough for them to expire in: a quorum that stops counting within a
+    minute is refused, naming the moment, rather than pinned and called forged as it is read back."""
+    import datetime as dt
+
+    from backfill_assets.cli.approvers_cmd import load_files
+    from backfill_assets.control import trust_record
+    from backfill_assets.signing.sshsig import sign
+    from tests.test_trust import root_of
+    from tests.world import signers_text
+
+    new = world.root / "next" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
+    root = root_of(world)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy),
+                                              signed=now - dt.timedelta(days=14) + dt.timedelta(seconds=30))
+    text = world.root / "change.txt"
+    text.write_text(statement.text)
+    given = []
+    for who in ("alice", "bob"):
+        (world.root / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
+        given += ["--signature", f"{who}={world.root / f'{who}.sig'}"]
+    capsys.readouterr()
+    assert world.cli("approvers", "pin", str(new), "--statement", str(text), *given) == 1
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "stop counting at" in said and "approvers statement" in said, said
+    assert root_of(world).version == 1
+    # signed afresh, the same change pins
+    fresh = trust_record.change_statement(root, *load_files(str(new), None, root.policy))
+    text.write_text(fresh.text)
+    for who in ("alice", "bob"):
+        (world.root / f"{who}.sig").write_text(sign(fresh.message, world.keys[who]))
+    assert world.cli("approvers", "pin", str(new), "--statement", str(text), *given) == 0
+    assert root_of(world).version == 2

@@ -224,11 +224,25 @@ def repin(session: Session, signers: AllowedSigners, policy: Policy, candidates:
           actor: str) -> tuple[PinnedRoot, Tally]:
     """Pin a new root under the quorum of the current one (call inside a transaction)."""
     session.lock("backfill_control.trust_root")
+    # the chain's turn before the count, not after it: every later read verifies the signatures at
+    # the pin's chain row's time, and counted, then kept waiting for another command's turn, they
+    # expired before the row was stamped; the pin was then read back as "lacking the quorum" and
+    # refused as a forged record (found by an attack)
+    evidence_log.hold(session)
     pinned = current(session)
     if pinned is None:
         raise TrustRootError("no trust root is pinned yet", fix=_NO_ROOT_FIX)
     policy.check_against(set(signers.principals))
-    counted = count_change(pinned.root, signers, policy, candidates)
+    now = dt.datetime.now(dt.UTC)
+    counted = count_change(pinned.root, signers, policy, candidates, now=now)
+    if counted.approved and counted.expires is not None and counted.expires < now + _PIN_MARGIN:
+        # and what is left between the count and the row (moments, the turn held) is never enough
+        # for them to stop counting in
+        raise TrustRootError(
+            f"the quorum's signatures of this change stop counting at {counted.expires:%Y-%m-%dT%H:%M:%SZ}, "
+            f"within {_PIN_MARGIN.seconds} seconds: too soon to pin",
+            fix="have the approvers sign the statement `backfill approvers statement NEW_FILE` prints now, "
+                "then pin with their signatures")
     if not counted.approved:
         raise TrustRootError(
             f"changing the trust root needs {pinned.root.policy.quorum} signature(s) of the approvers of "
@@ -239,6 +253,9 @@ def repin(session: Session, signers: AllowedSigners, policy: Policy, candidates:
                    "key": c.fingerprint} for c in counted.counted]
     return _insert(session, pinned.root.version + 1, pinned.root.warehouse_id, signers, policy, signatures,
                    actor), counted
+
+
+_PIN_MARGIN = dt.timedelta(minutes=1)
 
 
 def _insert(session: Session, version: int, warehouse_id: str, signers: AllowedSigners, policy: Policy,
