@@ -145,3 +145,52 @@ def test_a_re_pin_whose_signatures_stop_counting_within_a_minute_is_refused_sayi
         (world.root / f"{who}.sig").write_text(sign(fresh.message, world.keys[who]))
     assert world.cli("approvers", "pin", str(new), "--statement", str(text), *given) == 0
     assert root_of(world).version == 2
+
+
+def test_a_root_pinned_with_a_line_this_release_refuses_still_reads_and_can_be_re_pinned(world, monkeypatch, capsys):
+    """A release before 2026-12-06 pinned `alice valid-before=20991231 KEY` (an unquoted value, which
+    OpenSSH skips; later releases refuse it as a file is read). Every read of the root re-parses
+    each pin's stored file, so after the upgrade the pinned root itself was refused: `approvers
+    show`, `status`, every approval, run and publish, and `approvers pin` too (it reads the current
+    root first): no command could get the warehouse out. A pinned file is read as OpenSSH reads it,
+    the line skipped (its key no one's under it), and the quorum moves to a file of today's form."""
+    from backfill_assets.signing import allowed_signers
+    from tests.test_trust import root_of
+    from tests.world import OWNER, signers_text
+
+    def public(name: str) -> str:
+        return " ".join((world.keys[name].parent / f"{name}.pub").read_text().split()[:2])
+
+    old = world.root / "old" / "allowed_signers"
+    old.parent.mkdir()
+    old.write_text(signers_text(world.keys, ("bob", "carol", OWNER))
+                   + f"alice valid-before=20991231 {public('alice')}\n")
+    # the release before: an option value read with or without its quotes
+    release_before = allowed_signers._options
+
+    def unquoted_read(field: str, where: str):
+        return release_before(",".join(f'{n}="{v}"' if v and not v.startswith('"') else o
+                                       for o in field.split(",") for n, _, v in [o.partition("=")]), where)
+
+    monkeypatch.setattr(allowed_signers, "_options", unquoted_read)
+    assert world.cli("approvers", "pin", str(old), "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    monkeypatch.setattr(allowed_signers, "_options", release_before)  # the upgrade
+    from backfill_assets.control import trust_record
+
+    trust_record._CACHE.clear()  # the next command's process has verified nothing yet
+    capsys.readouterr()
+    assert world.cli("approvers", "show") == 0, capsys.readouterr().err
+    shown = capsys.readouterr().out
+    assert "skipped    allowed_signers v2 line 4: valid-before=20991231 is not quoted" in shown, shown
+    assert root_of(world).version == 2
+    # alice's line is one OpenSSH skips: her key signs nothing under it; bob and carol re-pin
+    new = world.root / "new" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", OWNER)))
+    assert world.cli("approvers", "pin", str(new), "--sign", f"alice={world.keys['alice']}",
+                     "--sign", f"bob={world.keys['bob']}") == 1
+    assert "alice" in capsys.readouterr().err
+    assert world.cli("approvers", "pin", str(new), "--sign", f"carol={world.keys['carol']}",
+                     "--sign", f"bob={world.keys['bob']}") == 0
+    assert root_of(world).version == 3

@@ -71,6 +71,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     for pinned in found:
         print(("current    " if pinned is found[-1] else "earlier    ") + pinned.describe())
+    for why in found[-1].root.signers.skipped:  # a line an earlier release read, refused today
+        print(f"skipped    {why}: it allows nothing, as OpenSSH skips it")
     policy = found[-1].root.policy.model
     print(f"policy     at least {policy.approvals.minimum} approver signature(s) and the owner's on every plan; "
           f"valid {policy.approvals.valid_days} day(s); {policy.trust_root.quorum} to change the root")

@@ -98,7 +98,7 @@ def history(session: Session) -> list[PinnedRoot]:
         where = f"trust root v{version} in {SCHEMA}.trust_roots"
         if int(version) != number:
             raise ForgedRecord(f"{where}: versions are not consecutive from 1", fix=evidence_log.FORGED_FIX)
-        signers = AllowedSigners.parse(signers_text, source=f"allowed_signers v{version}")
+        signers = AllowedSigners.parse(signers_text, source=f"allowed_signers v{version}", pinned=True)
         policy = Policy.parse(policy_text, source=f"policy v{version}")
         if signers.sha256 != signers_sha or policy.sha256 != policy_sha:
             raise ForgedRecord(f"{where}: its stored files do not match their sha256", fix=evidence_log.FORGED_FIX)

@@ -71,6 +71,7 @@ class AllowedSigners:
     source: str
     sha256: str
     text: str | None = None  # the file as read: what the control record pins
+    skipped: tuple[str, ...] = ()  # read as pinned: why each line refused today allows nothing
 
     @classmethod
     def load(cls, path: str | Path) -> AllowedSigners:
@@ -97,19 +98,29 @@ class AllowedSigners:
         return cls.parse(text, source=str(path))
 
     @classmethod
-    def parse(cls, text: str, source: str = "allowed_signers") -> AllowedSigners:
+    def parse(cls, text: str, source: str = "allowed_signers", *, pinned: bool = False) -> AllowedSigners:
+        """`pinned`: the text a trust root pinned, maybe under an earlier release that read a line this
+        one refuses (an unquoted option value, a hidden character): such a line allows nothing, as
+        OpenSSH skips it, and the rest reads. Refused there, the pinned root itself was, by every
+        command, `approvers pin` included: no command could move the warehouse off it (found by an
+        attack). Its text is checked against its sha256 and the chain, so nobody chose it since."""
         if not isinstance(text, str):
             raise AllowedSignersError(f"{source} is a {type(text).__name__}, not text", fix=_MISSING_FIX)
         if len(text) > MAX_FILE_BYTES:
             raise AllowedSignersError(f"{source} is larger than {MAX_FILE_BYTES} characters",
                                       fix="keep one line per approver key")
-        entries = []
+        entries, skipped = [], []
         for number, line in enumerate(text.split("\n"), start=1):
             stripped = line.removesuffix("\r").strip(" \t")  # a CRLF file's lines too
             if stripped and not stripped.startswith("#"):
-                entries.append(_parse_line(stripped, number, source))
+                try:
+                    entries.append(_parse_line(stripped, number, source))
+                except AllowedSignersError as exc:
+                    if not pinned:
+                        raise
+                    skipped.append(exc.message)
         digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-        return cls(tuple(entries), source, digest, text)
+        return cls(tuple(entries), source, digest, text, tuple(skipped))
 
     def keys_of(self, principal: str) -> frozenset[bytes]:
         """Every key (canonical blob) listed for `principal`: the owner is excluded by these."""
