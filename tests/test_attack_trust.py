@@ -53,7 +53,7 @@ def test_a_time_at_or_before_the_epoch_is_a_line_openssh_skips_and_never_lets_it
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
-def test_a_re_pin_whose_signatures_expire_while_it_waits_for_the_chain_never_bricks_the_root(engine_world, capsys):
+def test_a_re_pin_whose_signatures_expire_while_it_waits_is_refused_as_expired_not_forged(engine_world, capsys):
     """Operator with the CLI, and the quorum's signatures over a trust-root change that expire soon
     (signed two weeks ago, as approvers do before a pin is run). `approvers pin` counted them, then
     waited for the evidence chain's turn (another command held it: a publish, a run), and appended
