@@ -1,5 +1,6 @@
-"""The trust root as OpenSSH reads it and as a pin waits for the chain: an approver with one key and an
-operator with the CLI but no approver key (valid-after/valid-before times, re-pins, lines pinned by an earlier release)."""
+"""The trust root as OpenSSH reads it and as a pin waits for the chain: an approver with one
+key and an operator with the CLI but no approver key (valid-after/valid-before times, re-pins, lines
+pinned by an earlier release)."""
 
 from __future__ import annotations
 
