@@ -73,7 +73,10 @@ def explicit_root(signers_path: str | None, policy_path: str | None = None,
     signers = AllowedSigners.load(path)
     chosen = policy_path or os.environ.get(POLICY_ENV) or None
     beside = Path(path).parent / POLICY_FILE
-    policy = Policy.load(chosen) if chosen else Policy.load(beside) if beside.is_file() else Policy.default()
+    # present, whatever it is (a dangling link, a pipe, a folder): read, or refused in one line, as the
+    # team's policy, never passed over for the default one (the guard counted 2 approvers where the
+    # team's unreadable policy asked 3: ALLOWED, found by an attack), as `init` reads it
+    policy = Policy.load(chosen) if chosen else Policy.load(beside) if os.path.lexists(beside) else Policy.default()
     return NamedRoot(TrustRoot(0, warehouse_id or "", signers, policy), f"{signers.source} and {policy.source}")
 
 

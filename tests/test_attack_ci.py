@@ -1,0 +1,77 @@
+"""Attacks as a pull-request author in CI and as a hurried user with files, on the guard and the
+commands around it (round `ci`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.plans import complete_plan, write_plan
+from tests.world import signers_text
+
+HOOK = Path(__file__).resolve().parents[1] / "hooks" / "backfill-guard.sh"
+VERDICT = "ALLOWED: the plan is complete, fits its table, and is signed by enough approvers"
+
+
+def _signed_by(path: Path, keys: dict[str, Path], signers: Path, who: tuple[str, ...]) -> Path:
+    """The plan file signed offline by `who` under `signers` and the default policy."""
+    from backfill_assets.plan.approvals import append_approval_text, entry_of, plan_statement
+    from backfill_assets.plan.loading import load_plan
+    from backfill_assets.signing import sshsig
+    from backfill_assets.signing.allowed_signers import AllowedSigners
+    from backfill_assets.trust.policy import Policy
+    from backfill_assets.trust.root import TrustRoot
+    from tests.world import FIXED
+
+    plan = load_plan(path)
+    root = TrustRoot(0, "wh-anything", AllowedSigners.load(signers), Policy.default())
+    for name in who:
+        statement = plan_statement(plan, root, FIXED.code_identity)
+        signature = sshsig.one_line(sshsig.sign(statement.message, keys[name]))
+        path.write_text(append_approval_text(path.read_text(), entry_of(name, statement, signature)))
+    return path
+
+
+STRICT_POLICY = """\
+approvals:
+  minimum: 3
+  valid_days: 14
+targets: []
+groups: {}
+trust_root:
+  quorum: 2
+"""
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "named pipe", "directory"])
+def test_the_guard_never_counts_under_the_default_policy_over_a_policy_beside_it_cannot_read(
+        tmp_path, ssh_keys, run_subprocess, kind):
+    """`backfill guard PLAN --allowed-signers approvers/allowed_signers` (no --policy, no record) counts
+    under the policy.yaml beside the file. When that name exists but is no readable file (a link into a
+    checkout that moved, a pipe, a folder), the guard passed it over and counted under the default
+    policy (2 approvers) instead of the team's 3: ALLOWED for a plan the team's policy refuses. `init`
+    refuses the same file (test_hurried_user); the guard and `plan show` must not pass it over."""
+    approvers = tmp_path / "approvers"
+    approvers.mkdir()
+    signers = approvers / "allowed_signers"
+    signers.write_text(signers_text(ssh_keys))
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "policy.yaml").write_text(STRICT_POLICY)
+    policy = approvers / "policy.yaml"
+    if kind == "dangling symlink":
+        policy.symlink_to(tmp_path / "moved-checkout" / "policy.yaml")
+    elif kind == "named pipe":
+        os.mkfifo(policy)
+    else:
+        policy.mkdir()
+    plan = _signed_by(write_plan(tmp_path / "plans" / "fix.yaml", complete_plan(plan_id="fix")), ssh_keys, signers,
+                      ("olivia", "alice", "bob"))
+    env = {"BACKFILL_HOME": str(tmp_path / "ci-no-warehouse")}
+    checked = run_subprocess(command=[str(HOOK), str(plan), "--allowed-signers", str(signers)], env=env,
+                             timeout=120)
+    assert checked.code != 0 and VERDICT not in checked.out, (checked.code, checked.out[-600:])
+    assert "policy.yaml" in checked.out + checked.err, (checked.out[-600:], checked.err)
+    shown = run_subprocess("plan", "show", str(plan), "--allowed-signers", str(signers), env=env, timeout=120)
+    assert "(approved)" not in shown.out, shown.out
