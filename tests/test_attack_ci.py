@@ -75,3 +75,26 @@ def test_the_guard_never_counts_under_the_default_policy_over_a_policy_beside_it
     assert "policy.yaml" in checked.out + checked.err, (checked.out[-600:], checked.err)
     shown = run_subprocess("plan", "show", str(plan), "--allowed-signers", str(signers), env=env, timeout=120)
     assert "(approved)" not in shown.out, shown.out
+
+
+def test_plan_new_prints_the_file_name_on_one_line_and_quoted_to_paste(tmp_path, run_subprocess):
+    """`plan new` printed the file's name as given, in its line and in the `backfill plan validate`
+    command it asks to run: a name with a blank pasted as two arguments, one holding `$(...)` ran
+    it when pasted, and one holding a line break and ESC printed a line of its own (README: a plan
+    file's name is printed with escapes, quoted in a command to paste)."""
+    import subprocess
+
+    name = "my plan $(touch pwned)\n\x1b[8m.yaml"
+    made = run_subprocess("plan", "new", name, "--id", "x", cwd=tmp_path)
+    assert made.code == 0, made
+    assert (tmp_path / name).is_file()
+    assert "\x1b" not in made.out and len(made.out.splitlines()) == 1, made.out
+    pasted = made.out.split("run `", 1)[1].rsplit("`", 1)[0]
+    where = tmp_path / "paste"
+    where.mkdir()
+    done = subprocess.run(["bash", "-c", "backfill() { printf '%s\\0' \"$@\"; }; " + pasted], cwd=where,
+                          capture_output=True, timeout=30, check=True)
+    assert not (where / "pwned").exists(), pasted
+    assert done.stdout.split(b"\0")[:3] == [b"plan", b"validate", name.encode()], (pasted, done.stdout)
+    again = run_subprocess("plan", "new", name, "--id", "x", cwd=tmp_path)
+    assert again.code == 2 and "\x1b" not in again.err and len(again.err.splitlines()) == 1, again

@@ -112,7 +112,7 @@ def _fill(text: str, key: str, value: str, indent: str = "") -> str:
 def cmd_new(args: argparse.Namespace) -> int:
     path = Path(args.plan_file)
     if path.exists():
-        raise UsageError(f"{path} already exists", fix="choose another file name or delete it")
+        raise UsageError(f"{shown_path(path)} already exists", fix="choose another file name or delete it")
     if args.id is not None and not re.match(PLAN_ID_PATTERN, args.id):
         raise UsageError(f"--id {args.id!r} is not a plan id",
                          fix="use 1-63 lowercase letters, digits, - and _, starting with a letter or digit")
@@ -137,7 +137,10 @@ def cmd_new(args: argparse.Namespace) -> int:
     _plan, problems = collect_problems(read_plan_document(path))
     if filled:
         print(f"filled from the definitions: {'; '.join(filled)}")
-    print(f"wrote {path}; {len(problems)} key(s) still to fill: run `backfill plan validate {path}`")
+    # the name as typed: escaped on its line, quoted in the command to paste (a blank split it, `$(...)`
+    # in it ran when pasted, a line break and ESC printed a line of their own: found by an attack)
+    print(f"wrote {shown_path(path)}; {len(problems)} key(s) still to fill: run "
+          f"`backfill plan validate {shell_word(path)}`")
     return 0
 
 
@@ -150,10 +153,10 @@ def _create(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         create_file(path, text)
     except FileExistsError:
-        raise UsageError(f"{path} already exists", fix="choose another file name or delete it") from None
+        raise UsageError(f"{shown_path(path)} already exists", fix="choose another file name or delete it") from None
     except OSError as exc:
         why = reason_of(str(exc)) or exc.strerror or type(exc).__name__
-        raise UsageError(f"cannot write the plan file {path} ({why})",
+        raise UsageError(f"cannot write the plan file {shown_path(path)} ({why})",
                          fix="pass a path in a folder you can write, on a disk with free space") from None
 
 
