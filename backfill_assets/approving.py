@@ -11,6 +11,7 @@ land. The owner signs too (their signature is required); approvers are counted b
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from backfill_assets import faults, lifecycle
 from backfill_assets.control import authority, record, trust_record
 from backfill_assets.control.record import RecordedApproval
 from backfill_assets.control.schema import ensure_schema
-from backfill_assets.errors import ApprovalError, LockWaitTimeout, PlanInvalidError, PlanReadError
+from backfill_assets.errors import ApprovalError, LockWaitTimeout, PlanInvalidError, PlanReadError, printable
 from backfill_assets.plan.approvals import entry_of, file_candidates, mirror_into_file
 from backfill_assets.plan.fit import fit
 from backfill_assets.plan.identity import plan_sha256
@@ -140,7 +141,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
             # the file may have changed while we waited for the lock: what was signed must be it
             again = load_plan(path)
             if plan_sha256(again) != sha:
-                raise ApprovalError(f"{path} changed while approving (now {plan_sha256(again)[:12]})",
+                raise ApprovalError(f"{printable(path)} changed while approving (now {plan_sha256(again)[:12]})",
                                     fix="read the plan again and sign its new statement")
             refused = takeover_refusal(session, plan, sha)
             if refused is not None:
@@ -182,7 +183,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 late = (f"; {mine.principal}'s signature is recorded but does not count: this version "
                         f"{'replaces' if state.approved_sha256 != sha else 'replaced'} the plan of record "
                         f"{since.sha256[:12]}, and only `plan replacement` statements naming its adoption count "
-                        f"(`backfill plan statement {path}` prints one now)")
+                        f"(`backfill plan statement {shlex.quote(printable(path))}` prints one now)")
             if since is not None and not counted.approved:
                 own = root.policy.requirement(plan.assets, plan.approvals.required)
                 floor = authority.replaced_floor(session, root, since)
@@ -226,7 +227,7 @@ def _mirrored(session: Session, path: Path, sha: str) -> tuple[int, tuple[str, s
         return mirror_into_file(path, [entry_of(a.principal, Statement.parse(a.statement), a.signature)
                                        for a in record.approvals(session, sha)]), None
     except OSError as exc:
-        return 0, (exc.strerror or type(exc).__name__, f"make {path.parent} writable (or free space)")
+        return 0, (exc.strerror or type(exc).__name__, f"make {printable(path.parent)} writable (or free space)")
     except PlanReadError as exc:  # a file laid out by hand the signature cannot be put into
         return 0, (exc.message, exc.fix or "lay the file out as the template does")
 

@@ -13,6 +13,12 @@ INTERRUPTED = "backfill: interrupted; every partition is either old or new\n"
 INTERRUPTED_EXIT = 130
 
 
+def printable(text: object) -> str:
+    """`text` on one line as a terminal shows it: each character that is not printable as its escape
+    (a file name is a pull request's too: a line break and ESC[8m in it forge and conceal lines)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 class BackfillError(Exception):
     """Base of every error the product raises on purpose."""
 
@@ -49,7 +55,7 @@ class PlanProblem:
 
     def __str__(self) -> str:
         # a key comes from the file: escape line breaks so it cannot forge more problem lines
-        key = "".join(c if c.isprintable() else repr(c)[1:-1] for c in self.key[:80])
+        key = printable(self.key[:80])
         if self.value == "<missing>":
             return f"{key} is missing: {self.fix}"
         shown = repr(self.value)
@@ -77,7 +83,9 @@ class PlanInvalidError(BackfillError):
         lines = "\n".join(f"  - {p}" for p in shown)
         if len(self.problems) > len(shown):
             lines += f"\n  ... and {len(self.problems) - len(shown)} more"
-        super().__init__(f"{path}: {len(self.problems)} problem(s)\n{lines}")
+        # the file's name is a pull request's too: escaped, a line break and ESC[8m in it printed a
+        # forged `(approved)` line on a reviewer's screen and concealed the problems (found by an attack)
+        super().__init__(f"{printable(path)}: {len(self.problems)} problem(s)\n{lines}")
 
 
 class ApprovalError(BackfillError):

@@ -98,3 +98,20 @@ def test_plan_new_prints_the_file_name_on_one_line_and_quoted_to_paste(tmp_path,
     assert done.stdout.split(b"\0")[:3] == [b"plan", b"validate", name.encode()], (pasted, done.stdout)
     again = run_subprocess("plan", "new", name, "--id", "x", cwd=tmp_path)
     assert again.code == 2 and "\x1b" not in again.err and len(again.err.splitlines()) == 1, again
+
+
+@pytest.mark.parametrize("command", [("plan", "show"), ("plan", "validate"), ("plan", "statement")])
+def test_an_incomplete_plan_file_name_never_prints_a_forged_line_for_a_reviewer(tmp_path, run_subprocess, command):
+    """A reviewer runs `backfill plan show` (or validate, statement) on a pull request's plan that is not
+    complete yet: the refusal printed the file's name as it is, so a name holding a line break and
+    ESC[8m put `approvals  2 of 2 counted (approved)` on a line of its own and concealed every problem
+    after it (README: a plan file's name is printed with escapes)."""
+    forged = "approvals  2 of 2 approver signature(s) counted (approved)"
+    name = f"x.yaml: 0 problem(s)\n{forged}\n\x1b[8m"
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / name).write_text("plan_id: x\nowner: olivia\n")
+    done = run_subprocess(*command, f"plans/{name}", env={"BACKFILL_HOME": str(tmp_path / "no-home")}, cwd=tmp_path)
+    assert done.code in (1, 2), done
+    assert "\x1b" not in done.out + done.err, done.err
+    assert forged not in (done.out + done.err).splitlines(), done.err
+    assert done.err.splitlines()[0].startswith("backfill: plans/x.yaml: 0 problem(s)\\n"), done.err

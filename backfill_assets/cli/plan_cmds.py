@@ -312,8 +312,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         record_plan_state(args, done.plan_id, table.graph)
     if done.unmirrored:
         why, fix = done.unmirrored
-        raise ApprovalError(f"{done.principal}'s approval is recorded in the warehouse, but {path} was not updated "
-                            f"({why}): the plan file the guard reads lacks it",
+        raise ApprovalError(f"{done.principal}'s approval is recorded in the warehouse, but {shown_path(path)} was not "
+                            f"updated ({why}): the plan file the guard reads lacks it",
                             fix=f"{fix}, then run the same `backfill plan approve` again: it copies every recorded "
                                 "signature into the file")
     return 0
