@@ -115,3 +115,45 @@ def test_an_incomplete_plan_file_name_never_prints_a_forged_line_for_a_reviewer(
     assert "\x1b" not in done.out + done.err, done.err
     assert forged not in (done.out + done.err).splitlines(), done.err
     assert done.err.splitlines()[0].startswith("backfill: plans/x.yaml: 0 problem(s)\\n"), done.err
+
+
+@pytest.mark.parametrize("saved_as", ["latin-1", "named pipe"])
+def test_a_plan_file_changed_under_an_approval_after_its_commit_is_one_line_never_a_hang(world, monkeypatch,
+                                                                                        saved_as):
+    """`plan approve` commits the signature, then copies the record's signatures into the plan file.
+    A hurried user's editor saved the file in between (in Latin-1), or the name came to be a named
+    pipe: the copy read it whole as UTF-8, unbounded and blocking, so the command ended in an
+    internal error (exit 3) over an approval that committed, or hung holding the table's turn. It is
+    the one line saying the approval is recorded and the file was not updated."""
+    import threading
+    import time
+
+    from backfill_assets import faults
+
+    path = world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",))
+    world.sign_into_file(path, "olivia")
+    seen = faults.reached("approve.after_commit")
+    monkeypatch.setenv(faults.STALL_ENV, f"approve.after_commit@{seen + 1}=60")
+    codes: list[int] = []
+    approving = threading.Thread(target=lambda: codes.append(
+        world.cli("plan", "approve", str(path), "--by", "alice", "--key", str(world.keys["alice"]))))
+    approving.start()
+    deadline = time.monotonic() + 60
+    while faults.reached("approve.after_commit") <= seen and time.monotonic() < deadline:
+        time.sleep(0.02)
+    text = path.read_text()
+    path.unlink()
+    if saved_as == "latin-1":
+        path.write_bytes(text.replace("reason: ", "reason: café ", 1).encode("latin-1"))
+    else:
+        os.mkfifo(path)
+    monkeypatch.setenv(faults.RELEASE_ENV, "approve.after_commit")
+    approving.join(timeout=30)
+    hung = approving.is_alive()
+    if hung:  # let the blocked read go, so the test ends
+        with open(path, "w") as writer:
+            writer.write(text)
+        approving.join(timeout=30)
+    assert not hung, "plan approve hung reading a named pipe put where the plan file was"
+    assert codes == [1], codes
+    assert world.sql("SELECT count(*) FROM backfill_control.approvals WHERE principal = 'alice'") == [(1,)]

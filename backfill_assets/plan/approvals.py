@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets import faults
-from backfill_assets.bounded import replace_file
-from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError
+from backfill_assets.bounded import read_bounded, replace_file
+from backfill_assets.errors import AllowedSignersError, PlanReadError, PolicyError, SignatureError, printable
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.model import Approval, Plan
 from backfill_assets.signing import sshsig
@@ -31,7 +31,7 @@ from backfill_assets.signing.allowed_signers import AllowedSigners
 from backfill_assets.signing.statements import APPROVALS, PLAN_APPROVAL, PLAN_REPLACEMENT, Statement, stamp
 from backfill_assets.trust.policy import POLICY_FILE, Policy, Requirement
 from backfill_assets.trust.root import Candidate, Tally, TrustRoot, Void, tally
-from backfill_assets.yaml_document import read_yaml_text
+from backfill_assets.yaml_document import MAX_PLAN_BYTES, read_yaml_text
 
 SIGNERS_ENV = "BACKFILL_ALLOWED_SIGNERS"
 POLICY_ENV = "BACKFILL_POLICY"
@@ -207,7 +207,15 @@ def mirror_into_file(path: Path, approvals: list[Approval]) -> int:
     of its own, and the checkout's file, the guard's, never got the signature: found by an attack).
     """
     path = Path(os.path.realpath(path))
-    text = path.read_text(encoding="utf-8")
+    # read as the plan was, bounded and never blocking: the file may have changed since (an editor
+    # saved it in Latin-1, a named pipe put at its name: an internal error over a committed approval,
+    # or a hang holding the table's turn, found by an attack)
+    data = read_bounded(path, MAX_PLAN_BYTES, "plan file", "put the plan file back", error=PlanReadError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanReadError(f"{printable(path)} is not UTF-8 now (byte {exc.start})",
+                            fix="save the plan file as UTF-8") from None
     present = {(g.get("by"), g.get("plan_sha256"), _one_line(str(g.get("signature", ""))))
                for g in _granted(text, str(path)) if g.get("signature")}
     updated, added = text, 0
