@@ -172,8 +172,10 @@ def _dg_project(folder: Path) -> str | None:
     import tomllib
 
     try:
-        project = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
+        # bounded and never blocking, as workspace.yaml is read: a checkout's pyproject.toml that is a
+        # named pipe, or a link to /dev/zero, hung the command (found by an attack)
+        project = tomllib.loads(read_bounded(path, 1024 * 1024, "pyproject file", FIX).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
     root = project.get("tool", {}).get("dg", {}).get("project", {}).get("root_module")
     return f"{root}.definitions" if root else None

@@ -157,3 +157,29 @@ def test_a_plan_file_changed_under_an_approval_after_its_commit_is_one_line_neve
     assert not hung, "plan approve hung reading a named pipe put where the plan file was"
     assert codes == [1], codes
     assert world.sql("SELECT count(*) FROM backfill_control.approvals WHERE principal = 'alice'") == [(1,)]
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "endless device"])
+def test_a_pyproject_that_is_no_file_is_one_line_never_a_hang(tmp_path, run_subprocess, kind):
+    """Without --defs, BACKFILL_DEFS or workspace.yaml, the definitions are the `dg` project's that
+    `pyproject.toml` in the current folder names. A pull request's checkout (or a hurried user's)
+    holding it as a named pipe, or a link to /dev/zero, had the command read it unbounded and
+    blocking: `plan validate` hung (workspace.yaml beside it is read bounded and refused), and the guard's
+    child for a signed plan with it, until its 600 s timeout."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    plan = write_plan(checkout / "plans" / "fix.yaml", complete_plan(plan_id="fix"))
+    if kind == "named pipe":
+        os.mkfifo(checkout / "pyproject.toml")
+    else:
+        (checkout / "pyproject.toml").symlink_to("/dev/zero")
+    try:
+        done = run_subprocess("plan", "validate", str(plan), env={"BACKFILL_DEFS": ""}, cwd=checkout, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`plan validate` hung on a pyproject.toml that is a {kind}")
+    # refused in one line, which validate reports as why the fit was not checked
+    said = done.out + done.err
+    assert f"pyproject.toml is a {'named pipe' if kind == 'named pipe' else 'character device'}" in said, done
+    assert "NOT checked" in done.out and "fits" not in done.out and done.err == "", done
