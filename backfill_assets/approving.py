@@ -11,7 +11,6 @@ land. The owner signs too (their signature is required); approvers are counted b
 from __future__ import annotations
 
 import datetime as dt
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from backfill_assets.plan.phases import ENDED, Phase
 from backfill_assets.publish.notify import announce_freeze
 from backfill_assets.signing.principals import canonical_principal
 from backfill_assets.signing.statements import APPROVALS, PLAN_REPLACEMENT, Statement
+from backfill_assets.terminal import shell_word
 from backfill_assets.trust.root import Candidate, Counted, TrustRoot, tally
 from backfill_assets.warehouse import Warehouse
 from backfill_assets.warehouse.engine import Session
@@ -183,7 +183,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
                 late = (f"; {mine.principal}'s signature is recorded but does not count: this version "
                         f"{'replaces' if state.approved_sha256 != sha else 'replaced'} the plan of record "
                         f"{since.sha256[:12]}, and only `plan replacement` statements naming its adoption count "
-                        f"(`backfill plan statement {shlex.quote(printable(path))}` prints one now)")
+                        f"(`backfill plan statement {shell_word(path)}` prints one now)")
             if since is not None and not counted.approved:
                 own = root.policy.requirement(plan.assets, plan.approvals.required)
                 floor = authority.replaced_floor(session, root, since)

@@ -5,7 +5,6 @@ the control record and the data as they are now. Hints name the exact command to
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from backfill_assets.plan.phases import ENDED, SEEN_BY_CONSUMERS, WRITABLE, Hold
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
+from backfill_assets.terminal import shell_word
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import plans as plan_store
 
@@ -196,7 +196,9 @@ def _resign_step(session: Session, state: PlanState, spec: TableSpec | None, gra
     if why is None:
         return None
     pid = state.plan_id
-    where = shlex.quote(" ".join((state.version.source_file or "PLAN_FILE").split()))
+    # the recorded name as the shell takes it: an ESC in it (a pull request's name) concealed the rest
+    # of the line, and blanks folded to one named another file (found by an attack)
+    where = shell_word(state.version.source_file) if state.version.source_file else "PLAN_FILE"
     sign = (f"sign it again for the code loaded now ({' '.join(why.split())}): `backfill plan approve {where} "
             f"--by NAME --key ~/.ssh/id_ed25519` by the owner and the approvers (`backfill plan statement "
             f"{where}` shows what they sign)")

@@ -277,3 +277,21 @@ def _redirect(path: Path) -> Callable[[], None]:
                 close()  # what the full log could not take is lost: the log is best effort
 
     return restore
+
+
+def shell_word(path: str | os.PathLike[str]) -> str:
+    """A file name in a command printed for pasting: quoted, so `$(...)` in it runs nothing, and in
+    bash's $'...' form with escapes where it holds what a terminal would not show as written."""
+    import shlex
+
+    text = str(path)
+    if text.startswith("-"):  # `-x.yaml` pasted bare was read as an option (found by a review)
+        text = f"./{text}"
+    if text.isprintable():
+        return shlex.quote(text)
+    # a byte that is not UTF-8 comes as a lone surrogate (os.fsdecode): `\udce9` named another file
+    escaped = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c if c.isprintable() else
+                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else
+                      f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else
+                      f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+    return f"$'{escaped}'"

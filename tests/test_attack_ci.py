@@ -183,3 +183,25 @@ def test_a_pyproject_that_is_no_file_is_one_line_never_a_hang(tmp_path, run_subp
     said = done.out + done.err
     assert f"pyproject.toml is a {'named pipe' if kind == 'named pipe' else 'character device'}" in said, done
     assert "NOT checked" in done.out and "fits" not in done.out and done.err == "", done
+
+
+def test_status_names_the_recorded_plan_file_escaped_and_quoted_to_paste(world, cli):
+    """`status` tells the team to sign the plan again when the code loaded is not the code its
+    approvals name, with `backfill plan approve FILE` naming the file the approval recorded. That
+    name (a pull request's, typed by an approver) was printed with its ESC as is, and its blanks
+    folded to one (a command naming another file): ESC[8m concealed the rest of the operator's line."""
+    import subprocess
+
+    from tests.world import BUGGY
+
+    path = world.root / "plans" / "fix  two\x1b[8m.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(world.plan("fix", start="2026-01-01", end="2026-01-02", proof=("2026-01-01",)).read_text())
+    world.approve(path)
+    shown = cli("status", "fix", env={"BACKFILL_DEFS": str(world.defs_file(BUGGY))})
+    assert shown.code in (0, 1), shown
+    line = next(ln for ln in shown.out.splitlines() if "backfill plan approve " in ln)
+    assert "\x1b" not in shown.out, line
+    pasted = line.split("`backfill plan approve ", 1)[1].split(" --by", 1)[0]
+    done = subprocess.run(["bash", "-c", f"printf '%s' {pasted}"], capture_output=True, timeout=30, check=True)
+    assert done.stdout == str(path.resolve()).encode(), (pasted, done.stdout)

@@ -25,6 +25,7 @@ from backfill_assets.home import Home, resolve_home
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.plan.model import PLAN_ID_PATTERN
+from backfill_assets.terminal import shell_word  # noqa: F401 - the commands' name for it
 from backfill_assets.trust.root import TrustRoot
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
@@ -111,24 +112,6 @@ def shown_path(path: str | os.PathLike[str]) -> str:
     (a pull request's plan named with a line break and ESC[8m printed a forged ALLOWED line in the
     guard and concealed the real verdicts, found by an attack)."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
-
-
-def shell_word(path: str | os.PathLike[str]) -> str:
-    """A file name in a command printed for pasting: quoted, so `$(...)` in it runs nothing, and in
-    bash's $'...' form with escapes where it holds what a terminal would not show as written."""
-    import shlex
-
-    text = str(path)
-    if text.startswith("-"):  # `-x.yaml` pasted bare was read as an option (found by a review)
-        text = f"./{text}"
-    if text.isprintable():
-        return shlex.quote(text)
-    # a byte that is not UTF-8 comes as a lone surrogate (os.fsdecode): `\udce9` named another file
-    escaped = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c if c.isprintable() else
-                      f"\\x{ord(c):02x}" if ord(c) < 0x80 else
-                      f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else
-                      f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
-    return f"$'{escaped}'"
 
 
 def warehouse_of(args: argparse.Namespace) -> Warehouse:
