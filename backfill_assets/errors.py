@@ -76,15 +76,15 @@ class PlanInvalidError(BackfillError):
     def __init__(self, path: str, problems: Sequence[PlanProblem]) -> None:
         self.path = path
         self.problems = list(problems)
+        # the file's name is a pull request's too: escaped, a line break and ESC[8m in it printed a
+        # forged `(approved)` line on a reviewer's screen and concealed the problems (found by an attack)
         if len(self.problems) == 1:  # one problem, one line, as every other bad input gets
-            super().__init__(f"{path}: {self.problems[0]}")
+            super().__init__(f"{printable(path)}: {self.problems[0]}")
             return
         shown = self.problems[:MAX_PROBLEMS_SHOWN]
         lines = "\n".join(f"  - {p}" for p in shown)
         if len(self.problems) > len(shown):
             lines += f"\n  ... and {len(self.problems) - len(shown)} more"
-        # the file's name is a pull request's too: escaped, a line break and ESC[8m in it printed a
-        # forged `(approved)` line on a reviewer's screen and concealed the problems (found by an attack)
         super().__init__(f"{printable(path)}: {len(self.problems)} problem(s)\n{lines}")
 
 
