@@ -1,0 +1,51 @@
+"""Attacks of an insider who can write the warehouse but cannot read the evidence key (round `insider`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.test_published_bytes import REVENUE
+from tests.world import FIXED, failure_text, keys
+
+
+def test_a_published_list_of_doubles_narrowed_to_reals_is_refused(engine_world):
+    """An insider retypes the published table's DOUBLE[] column as FLOAT[] (REAL[]) before a publish:
+    0.1 becomes 0.10000000149011612, yet a list prints each element by its own shortest text, `[0.1]`
+    either way, so the copy 'proved' the bytes the gates checked and consumers read other values
+    (a top-level float is fingerprinted by its bits; one nested in a list or struct was not)."""
+    from backfill_assets.table import Column
+
+    world = engine_world
+    declared, value, narrowed = "DOUBLE PRECISION[]", "CAST(ARRAY[0.1] AS DOUBLE PRECISION[])", "REAL[]"
+
+    spec = replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "count(DISTINCT customer_id) AS customers",
+        f"count(DISTINCT customer_id) AS customers, {value} AS weights"),
+        contract=(*FIXED.contract, Column("weights", declared, nullable=False)))
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                  f"net_revenue DECIMAL(18,2), weights {narrowed})")
+    result = world.materialize(keys(1, 2), spec=spec, publish=True)
+    published = world.sql("SELECT DISTINCT CAST(weights AS VARCHAR) FROM published_revenue")
+    assert not result.success, f"published {declared} values narrowed to {narrowed} as 'the checked bytes': {published}"
+    assert "weights" in failure_text(result), failure_text(result)
+    assert world.sql("SELECT count(*) FROM published_revenue") == [(0,)]
+
+
+def test_a_published_list_of_doubles_retyped_to_reals_after_publish_is_an_edit(world):
+    """The same retype typed after a publish: each element keeps its text, so the check behind
+    `status`, `reconcile` and `plan close` read the partitions as the bytes published."""
+    from backfill_assets.publish import published
+    from backfill_assets.table import Column
+
+    spec = replace(FIXED, select_sql=FIXED.select_sql.replace(
+        "count(DISTINCT customer_id) AS customers",
+        "count(DISTINCT customer_id) AS customers, CAST(ARRAY[0.1] AS DOUBLE[]) AS weights"),
+        contract=(*FIXED.contract, Column("weights", "DOUBLE[]", nullable=False)))
+    assert world.materialize(keys(1, 2), spec=spec, publish=True).success
+    world.run_sql("ALTER TABLE published_revenue ALTER weights TYPE FLOAT[]")
+    assert world.sql("SELECT DISTINCT CAST(weights AS VARCHAR) FROM published_revenue") == [("[0.1]",)]
+    assert world.sql("SELECT DISTINCT CAST(weights[1] AS DOUBLE) FROM published_revenue") != [(0.1,)]
+    with world.warehouse().session() as session:
+        found = published.edited(session, spec, world.scheme, keys(1, 2))
+    assert sorted(found) == keys(1, 2), "consumers' rounded values read as the bytes published"
+    assert "reshaped (weights: type FLOAT[], contract says DOUBLE[])" in str(found[keys(1, 2)[0]][0])
