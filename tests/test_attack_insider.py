@@ -49,3 +49,25 @@ def test_a_published_list_of_doubles_retyped_to_reals_after_publish_is_an_edit(w
         found = published.edited(session, spec, world.scheme, keys(1, 2))
     assert sorted(found) == keys(1, 2), "consumers' rounded values read as the bytes published"
     assert "reshaped (weights: type FLOAT[], contract says DOUBLE[])" in str(found[keys(1, 2)[0]][0])
+
+
+def test_a_published_text_column_made_blank_padded_never_publishes_padded_values(engine_world, capfd):
+    """An insider makes the published `region` CHARACTER(20): on PostgreSQL a copied 'EU' is stored as
+    'EU' and 18 spaces, while CHARACTER's cast to text (a fingerprint's) drops the padding, so the copy
+    'proved' the checked bytes and consumers read padded strings. (On DuckDB CHAR(n) is VARCHAR.)"""
+    from tests.test_published_bytes import reconciled
+
+    world = engine_world
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region CHARACTER(20), {REVENUE}, "
+                  "net_revenue DECIMAL(18,2))")
+    reconciled(world)
+    capfd.readouterr()
+    code = world.cli("publish", "fix")
+    err = capfd.readouterr().err
+    regions = {r for (r,) in world.sql("SELECT DISTINCT region FROM published_revenue")}
+    if code == 0:
+        assert regions == {r for (r,) in world.sql("SELECT DISTINCT region FROM daily_revenue")}, \
+            f"published padded values as 'the checked bytes': {sorted(regions)}"
+    else:
+        assert "region: type CHARACTER(20), contract says" in err and err.count("\n") == 1, err
+        assert not regions

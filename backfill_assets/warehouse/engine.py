@@ -45,6 +45,10 @@ def type_family(column_type: str) -> str:
 # the words of a type's name that name one kind of value, whatever its width, precision or length
 _KINDS = [(re.compile(p), k) for p, k in (
     (r"\((\s*\d+\s*)(,\s*-?\d+\s*)?\)", ""),  # (18,2), (20): width, precision and length
+    # PostgreSQL's blank-padded CHARACTER(n): 'EU' is stored with trailing spaces its cast to text
+    # drops, so a VARCHAR copied into one kept its fingerprint and consumers read padded strings
+    # (found by an attack); DuckDB's catalog calls CHAR(n) VARCHAR
+    (r"\bCHARACTER\b(?! VARYING)|\b(CHAR|BPCHAR|NCHAR)\b", "PADDEDTEXT"),
     (r"\bCHARACTER VARYING\b|\b(VARCHAR|TEXT|CHARACTER|CHAR|BPCHAR|STRING|NVARCHAR|NCHAR|CITEXT|NAME)\b", "TEXT"),
     (r"\bDOUBLE PRECISION\b|\b(DOUBLE|REAL|FLOAT4|FLOAT8|FLOAT)\b", "FLOAT"),
     (r"\bU?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|INT2|INT4|INT8|INT)\b", "INT"),
