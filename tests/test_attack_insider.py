@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
+
+import pytest
 
 from tests.test_published_bytes import REVENUE
 from tests.world import FIXED, failure_text, keys
@@ -71,3 +75,66 @@ def test_a_published_text_column_made_blank_padded_never_publishes_padded_values
     else:
         assert "region: type CHARACTER(20), contract says" in err and err.count("\n") == 1, err
         assert not regions
+
+
+def _advisory_waiter(world, name: str) -> bool:
+    """Whether a session waits for the advisory lock the product names `name` (its key as `lock` makes it)."""
+    key = world.sql("SELECT hashtextextended(?, 0)", [name])[0][0]
+    waiting = world.sql("SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND NOT granted")
+    return any(((((high << 32) | low) + 2**63) % 2**64) - 2**63 == key for high, low in waiting)
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_published_table_made_again_while_publish_decides_is_never_copied_into_unchecked(engine_world, capfd):
+    """On PostgreSQL an insider drops the published table once publish made it and before it holds it,
+    then, once publish has found no table to check the shape of (and so holds none), makes it again
+    with `net_revenue VARCHAR`: the DECIMAL values copied into it keep their text, so the copy 'proved'
+    the checked bytes and consumers got strings (the refusal of such a table, bypassed). Advisory
+    locks of the insider's own hold publish where the insider needs it: the server's lock view says
+    when it waits, no timing sleep."""
+    import psycopg
+
+    from backfill_assets.identifiers import qualified
+    from backfill_assets.warehouse.snapshot_tables import SNAPSHOT_SCHEMA, snapshot_table
+    from tests.test_published_bytes import reconciled
+
+    world = engine_world
+    reconciled(world)
+    ddl = f"ddl:{qualified(SNAPSHOT_SCHEMA, snapshot_table('fix', 'published_revenue'))}"
+    capfd.readouterr()
+    codes: dict[str, int] = {}
+    publish = threading.Thread(target=lambda: codes.update(publish=world.cli("publish", "fix")))
+    with psycopg.connect(world.url, autocommit=True) as insider, psycopg.connect(world.url) as holder:
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [ddl])
+        # publish's report of what consumers will see reads the published table before its locks:
+        # held, then dropped under it, the report fails, and publish goes on without it
+        holder.execute("LOCK TABLE published_revenue IN ACCESS EXCLUSIVE MODE")
+        publish.start()
+        _until(lambda: world.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                 "AND wait_event = 'relation'")[0][0] >= 1)
+        holder.execute("DROP TABLE published_revenue")
+        holder.commit()
+        # publish found no published table to hold or to check the shape of, and waits to set aside
+        # what it holds: the insider makes it again, with a column of text
+        _until(lambda: _advisory_waiter(world, ddl) or not publish.is_alive())
+        insider.execute(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                        "net_revenue VARCHAR)")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [ddl])
+        publish.join(timeout=120)
+    err = capfd.readouterr().err
+    published = world.sql("SELECT count(*) FROM published_revenue")
+    assert codes.get("publish") == 1, f"published DECIMAL values into a VARCHAR column made meanwhile: {published}"
+    assert err.count("\n") == 1 and "published_revenue was dropped while publish began" in err, err
+    assert published == [(0,)]
+    assert world.phase() == "reconciled"
+
+
+def _until(predicate, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("never reached")
+

@@ -400,9 +400,17 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
             for table in sorted(tables, key=lambda t: t.spec.table):
                 session.hold_table(table.spec.table)  # no writer may change a target between check and copy
             for table in sorted(tables, key=lambda t: t.spec.publish_table):
-                if session.engine.table_exists(session, table.spec.publish_table):
-                    # nor add rows of its own to what consumers read (see `_foreign_rows`)
-                    session.hold_table(table.spec.publish_table)
+                # made above (committed) and gone now: another session dropped it, and one it makes
+                # again after this read would be neither held nor checked against the contract (on
+                # PostgreSQL a `net_revenue VARCHAR` made while publish waited took the DECIMAL values
+                # as their texts, all a fingerprint sees: found by an attack)
+                if not session.engine.table_exists(session, table.spec.publish_table):
+                    raise PublishBlocked(
+                        f"publish of {spec.publish_as} refused, consumers keep the last good data: "
+                        f"{table.spec.publish_table} was dropped while publish began",
+                        fix="find who drops it (a job, a person); then publish again: it is made from the contract")
+                # nor add rows of its own to what consumers read (see `_foreign_rows`), nor change it
+                session.hold_table(table.spec.publish_table)
             # and the chain's turn, the last lock every writer takes, before the verdicts are read:
             # a reconcile's failing results committed after this read and before the commit had the
             # partition published over its latest verdict (found by an attack)
