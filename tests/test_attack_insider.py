@@ -138,3 +138,39 @@ def _until(predicate, timeout: float = 120) -> None:
         time.sleep(0.05)
     raise AssertionError("never reached")
 
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_function_made_while_publish_waits_never_passes_a_published_column_of_another_kind(engine_world, capfd):
+    """published_revenue.net_revenue is VARCHAR, which publish refuses (DECIMAL values keep their texts in
+    it). While publish waits for the table's turn, its transaction's check of the database's functions
+    done, an insider makes `public.format_type(regtype, integer)`: a better match than pg_catalog's
+    `(oid, integer)` for the shape check's unqualified call, it names DECIMAL 'character varying', and
+    the copy went through as the checked bytes."""
+    import psycopg
+
+    from tests.test_published_bytes import reconciled
+
+    world = engine_world
+    world.run_sql(f"CREATE TABLE published_revenue (order_date DATE, region VARCHAR, {REVENUE}, "
+                  "net_revenue VARCHAR)")
+    reconciled(world)
+    turn = "publish:published_revenue"
+    capfd.readouterr()
+    codes: dict[str, int] = {}
+    publish = threading.Thread(target=lambda: codes.update(publish=world.cli("publish", "fix")))
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [turn])
+        publish.start()
+        _until(lambda: _advisory_waiter(world, turn) or not publish.is_alive())
+        insider.execute("CREATE FUNCTION public.format_type(t regtype, m integer) RETURNS text LANGUAGE sql AS "
+                        "$$ SELECT CASE WHEN t = 'numeric'::regtype THEN 'character varying' "
+                        "ELSE pg_catalog.format_type(t, m) END $$")
+        insider.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [turn])
+        publish.join(timeout=120)
+        insider.execute("DROP FUNCTION public.format_type(regtype, integer)")
+    err = capfd.readouterr().err
+    published = world.sql("SELECT count(*) FROM published_revenue")
+    assert codes.get("publish") == 1, f"published DECIMAL values into a VARCHAR column: {published}"
+    assert err.count("\n") == 1 and "net_revenue: type CHARACTER VARYING, contract says" in err, err
+    assert published == [(0,)]

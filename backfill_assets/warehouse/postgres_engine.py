@@ -761,8 +761,13 @@ class PostgresEngine(PostgresSpelling, Engine):
             if inside:
                 session.execute("SAVEPOINT backfill_type")
             try:
+                # named with their schema, the literal typed: `public.format_type(regtype, integer)`,
+                # made while publish waited for its turn (after its transaction's check of the
+                # database's functions), beat pg_catalog's `(oid, integer)` and called DECIMAL
+                # 'character varying', so a VARCHAR published column passed (found by an attack)
                 base = str(session.scalar(
-                    f"SELECT format_type(CAST(pg_typeof(CAST(NULL AS {declared})) AS regtype), NULL)")).upper()
+                    "SELECT pg_catalog.format_type(CAST(pg_catalog.pg_typeof(CAST(NULL AS "
+                    f"{declared})) AS pg_catalog.regtype), CAST(NULL AS pg_catalog.int4))")).upper()
                 match = re.search(r"\(\s*\d+(\s*,\s*\d+)?\s*\)", declared)
                 out[declared] = base + (match.group(0).replace(" ", "") if match and "(" not in base else "")
             except WarehouseError:
