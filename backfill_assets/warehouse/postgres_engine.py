@@ -180,6 +180,29 @@ _SETTINGS_SQL = ("pg_catalog.json_build_array(CURRENT_USER::pg_catalog.text, " +
     + ", pg_catalog.current_schemas(false)::pg_catalog.text)::pg_catalog.text")
 # the session's role and settings, and the first temporary relation or type of its own that is
 # none of the product's (a write's staging table, `writes.STAGE_PREFIX`, its row type and array type)
+# a comparison operator or a function or aggregate of one's own named like pg_catalog's over its
+# types, which PostgreSQL picks over pg_catalog's in the product's SQL and the gates'
+_NAMESAKES_SQL = (
+    "SELECT 'the operator ' OPERATOR(pg_catalog.||) o.oid::pg_catalog.regoperator::pg_catalog.text "
+    "FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_type AS l ON l.oid "
+    f"{_EQ} o.oprleft JOIN pg_catalog.pg_type AS r ON r.oid {_EQ} o.oprright WHERE o.oprnamespace {_NE} {_CATALOG} "
+    f"AND l.typnamespace {_EQ} {_CATALOG} AND r.typnamespace {_EQ} {_CATALOG} AND o.oprname "
+    "OPERATOR(pg_catalog.=) ANY ('{=,<>,<,>,<=,>=}'::pg_catalog.name[]) "
+    # and a function or aggregate of one's own named like pg_catalog's over pg_catalog's types:
+    # `count(varchar)` is an exact match where pg_catalog's `count("any")` is not, so it wins in the
+    # product's SQL and the gates' (a withdraw passed over a plan's writes, a duplicates gate over a
+    # doubled source: found by an attack)
+    "UNION ALL SELECT 'the function ' OPERATOR(pg_catalog.||) f.pronamespace::pg_catalog.regnamespace::pg_catalog.text "
+    "OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) f.proname::pg_catalog.text OPERATOR(pg_catalog.||) '(' "
+    "OPERATOR(pg_catalog.||) pg_catalog.pg_get_function_identity_arguments(f.oid) OPERATOR(pg_catalog.||) ')' "
+    # (the name looked up for each of the few functions outside pg_catalog: as an EXISTS, PostgreSQL
+    # probed those with each of pg_catalog's ~2,600 names instead, 3 of the 4 ms of every check)
+    f"FROM pg_catalog.pg_proc AS f WHERE f.pronamespace {_NE} {_CATALOG} "
+    "AND f.pronargs OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND (SELECT 1 FROM pg_catalog.pg_proc AS g "
+    f"WHERE g.pronamespace {_EQ} {_CATALOG} AND g.proname {_EQ} f.proname LIMIT 1) IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(f.proargtypes::pg_catalog.oid[]) AS x(t) "
+    f"JOIN pg_catalog.pg_type AS y ON y.oid {_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG})")
+
 _SESSION_STATE_SQL = (
     f"SELECT {_SETTINGS_SQL}, "
     "(SELECT x.what FROM (SELECT 'table ' OPERATOR(pg_catalog.||) c.relname::pg_catalog.text AS what, "
@@ -202,7 +225,13 @@ _SESSION_STATE_SQL = (
     # a first one deferred all again and queued a second, which changed restored rows at COMMIT)
     "(SELECT t.tgname::pg_catalog.text OPERATOR(pg_catalog.||) ' on ' OPERATOR(pg_catalog.||) "
     "t.tgrelid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_trigger AS t "
-    "WHERE t.tgdeferrable AND NOT t.tgisinternal LIMIT 1)")
+    "WHERE t.tgdeferrable AND NOT t.tgisinternal LIMIT 1), "
+    # and a namesake made since the transaction began (`control_relations_plain` refuses one as it
+    # begins): `count(bigint)` made while a run judged its slice answered the gates' SQL, and the
+    # verdict it gave was sealed (found by an attack)
+    # (where the control schema is, as that check: a bare warehouse's fingerprints name pg_catalog's)
+    f"(SELECT x.what FROM ({_NAMESAKES_SQL}) AS x(what) WHERE pg_catalog.to_regnamespace(%s::pg_catalog.text) "
+    "IS NOT NULL LIMIT 1)")
 _SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, CREATE TRIGGER or RULE, "
                 "set_config, SET ROLE or SET CONSTRAINTS on the tables backfill writes or reads (`SELECT "
                 "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'temp|trigger|rule|set_config|search_path|"
@@ -237,25 +266,7 @@ _ODD_CONTROL_SQL = (
     "OPERATOR(pg_catalog.||) ', which inherits from it' FROM pg_catalog.pg_inherits AS i "
     f"JOIN pg_catalog.pg_class AS p ON p.oid {_EQ} i.inhparent JOIN pg_catalog.pg_namespace AS n "
     f"ON n.oid {_EQ} p.relnamespace WHERE n.nspname {_EQ} %s::pg_catalog.text "
-    "UNION ALL SELECT 'the operator ' OPERATOR(pg_catalog.||) o.oid::pg_catalog.regoperator::pg_catalog.text "
-    "FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_type AS l ON l.oid "
-    f"{_EQ} o.oprleft JOIN pg_catalog.pg_type AS r ON r.oid {_EQ} o.oprright WHERE o.oprnamespace {_NE} {_CATALOG} "
-    f"AND l.typnamespace {_EQ} {_CATALOG} AND r.typnamespace {_EQ} {_CATALOG} AND o.oprname "
-    "OPERATOR(pg_catalog.=) ANY ('{=,<>,<,>,<=,>=}'::pg_catalog.name[]) "
-    # and a function or aggregate of one's own named like pg_catalog's over pg_catalog's types:
-    # `count(varchar)` is an exact match where pg_catalog's `count("any")` is not, so it wins in the
-    # product's SQL and the gates' (a withdraw passed over a plan's writes, a duplicates gate over a
-    # doubled source: found by an attack)
-    "UNION ALL SELECT 'the function ' OPERATOR(pg_catalog.||) f.pronamespace::pg_catalog.regnamespace::pg_catalog.text "
-    "OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) f.proname::pg_catalog.text OPERATOR(pg_catalog.||) '(' "
-    "OPERATOR(pg_catalog.||) pg_catalog.pg_get_function_identity_arguments(f.oid) OPERATOR(pg_catalog.||) ')' "
-    # (the name looked up for each of the few functions outside pg_catalog: as an EXISTS, PostgreSQL
-    # probed those with each of pg_catalog's ~2,600 names instead, 3 of the 4 ms of every check)
-    f"FROM pg_catalog.pg_proc AS f WHERE f.pronamespace {_NE} {_CATALOG} "
-    "AND f.pronargs OPERATOR(pg_catalog.>) 0::pg_catalog.int2 AND (SELECT 1 FROM pg_catalog.pg_proc AS g "
-    f"WHERE g.pronamespace {_EQ} {_CATALOG} AND g.proname {_EQ} f.proname LIMIT 1) IS NOT NULL "
-    "AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(f.proargtypes::pg_catalog.oid[]) AS x(t) "
-    f"JOIN pg_catalog.pg_type AS y ON y.oid {_EQ} x.t WHERE y.typnamespace {_NE} {_CATALOG})")
+    "UNION ALL " + _NAMESAKES_SQL)
 
 # the type names PostgreSQL gives the control schema's column types (`pg_catalog.format_type`)
 _PG_TYPE = {"BIGINT": "bigint", "INTEGER": "integer", "VARCHAR": "character varying", "BOOLEAN": "boolean",
@@ -421,8 +432,14 @@ class PostgresSession(Session):
         with _statement_errors():
             if self.in_transaction:
                 self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
-            found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA], prepare=False).fetchone()
+            found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
+        if found[4]:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord(f"the warehouse would read {SCHEMA} and the gates' tables through {found[4]}, made "
+                               "while this warehouse session worked, not PostgreSQL's own: nothing it did is "
+                               "committed", fix=_ODD_FIX)
         if found[3]:
             from backfill_assets.errors import ForgedRecord
 
