@@ -36,7 +36,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
-from backfill_assets.warehouse.grouping import rows_per_partition
+from backfill_assets.warehouse.grouping import rows_in_no_key, rows_per_partition
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -366,6 +366,43 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"{upstream[0] if len(upstream) == 1 else f'{upstream[0]}..{upstream[-1]}'}, and "
                            f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
                            plan.plan_id if plan else None, key, fix)
+    stray = _read_outside_partitions(session, graph, spec.name, parent, reads) if upstream_exists else None
+    if stray is not None:
+        key, count, value = stray
+        return _refuse(f"{spec.name} {key} reads {count} row(s) of {parent} ({graph.spec(parent).partition_column} "
+                       f"{value}) that lie in no {parent} partition: no write, gate or fingerprint of {parent} "
+                       "covers them", plan.plan_id if plan else None, key,
+                       f"give {parent} partitions that hold those rows (its partitions definition) and write them "
+                       f"there, or delete them from {graph.spec(parent).table}; then write {spec.name} {key}")
+    return None
+
+
+def _read_outside_partitions(session: Session, graph: TableGraph, child: str, parent: str,
+                             reads: Mapping[str, Sequence[str]]) -> tuple[str, int, Any] | None:
+    """The first of `reads`' partitions of `child` whose SQL reads rows of `parent` in none of the
+    partitions it reads (`upstream_keys`): its window's rows before `parent`'s first partition or
+    after its last, or a static key `parent` does not declare; with (how many, the least value).
+    Those rows are in no partition, so the checks above (passed, unchanged, seen by consumers) ask
+    about none of them: a month starting before its days computed December from rows pasted by hand
+    into the days' table, its gates compared it with those rows, and it was published (found by an
+    attack). One statement for the run; the partition named is looked for only when one reads them."""
+    upstream, scheme, own = graph.spec(parent), graph.scheme(parent), graph.scheme(child)
+
+    def spans(keys: Sequence[str]) -> list[tuple[Any, Any]]:
+        if own.span(keys[0])[1] is None:  # static keys: each its value
+            return [own.span(k) for k in keys]
+        return [(own.span(first)[0], own.span(last)[1]) for first, last in own.runs(keys)]
+
+    def stray(keys: Sequence[str]) -> tuple[int, Any]:
+        read = sorted({u for k in keys for u in reads[k]}, key=scheme.position)
+        return rows_in_no_key(session, upstream.table, upstream.partition_column, spans(keys), scheme, read)
+
+    if not reads or not stray(list(reads))[0]:
+        return None
+    for key in reads:
+        count, value = stray([key])
+        if count:
+            return key, count, value
     return None
 
 

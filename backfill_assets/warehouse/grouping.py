@@ -54,3 +54,28 @@ def rows_per_partition(session: Session, table: str, partition_column: str, sche
     return {group.key(v): int(n) for v, n in session.rows(
         f"SELECT {group.key_sql}, count(*) FROM {source} AS t{group.join_sql} "
         f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
+
+
+def rows_in_no_key(session: Session, table: str, partition_column: str, spans: Sequence[tuple[Any, Any]],
+                   scheme: PartitionScheme, keys: Sequence[str]) -> tuple[int, Any]:
+    """The rows of `table` whose partition column lies in one of `spans` (as `PartitionScheme.span`
+    gives them: `[lo, hi)`, or `(value, None)` for a static key) but in none of `keys`' partitions
+    of `scheme`: (how many, the least such value). What a rollup's window reads beyond its upstream
+    partitions (rows before the upstream's first partition, a region it does not declare) is in no
+    partition, so no write, gate or fingerprint of the upstream covers it."""
+    column = f"t.{quote(partition_column)}"
+    parts: list[str] = []
+    params: list[Any] = []
+    for lo, hi in spans:
+        if hi is None:
+            parts.append(f"{column} = ?")
+            params.append(lo)
+        else:
+            parts.append(f"({column} >= ? AND {column} < ?)")
+            params += [lo, hi]
+    if not parts:
+        return 0, None
+    inside, more = many_predicate(scheme, column, keys)
+    count, least = session.rows(f"SELECT count(*), min({column}) FROM {quote(table)} AS t "
+                                f"WHERE ({' OR '.join(parts)}) AND NOT ({inside})", [*params, *more])[0]
+    return int(count), least

@@ -1,0 +1,46 @@
+"""Attacks on replays over the asset graph (round `graph`)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from backfill_assets.defs.replayable import make_replayable_table
+from backfill_assets.defs.resources import backfill_resources
+from backfill_assets.demo.definitions import ORDERS, PARTITIONS
+from backfill_assets.demo.revenue import DAILY_REVENUE, MONTHLY_REVENUE
+from backfill_assets.demo.sample import generate_orders
+from tests.world import START, failure_text, keys
+
+
+def _run(world, defs: dg.Definitions, assets: list[str], key: str):
+    job = defs.resolve_implicit_global_asset_job_def()
+    with world.deployed():
+        return job.execute_in_process(instance=world.instance, asset_selection=[dg.AssetKey(a) for a in assets],
+                                      tags={"dagster/partition": key}, raise_on_error=False)
+
+
+def test_a_month_never_reads_rows_of_its_days_table_that_lie_in_no_day_partition(world):
+    """The team's months start a month before its days (`MonthlyPartitionsDefinition(start_date=
+    "2025-12-01")` over days from 2026-01-01): December 2025's window holds no day partition, so
+    the month's check of what it reads asked about none. A hurried user pastes December's figures
+    into daily_revenue by hand (rows no write of the framework made, in no partition, so no gate
+    or fingerprint covers them); Materialize of the month's December in the UI computed it from
+    them, its gates compared it with those same rows, and it was published to consumers."""
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=3, rows_per_day=10, seed=5)
+    assert world.materialize(keys(1, 3), spec=DAILY_REVENUE, publish=True).success
+    world.run_sql("INSERT INTO daily_revenue BY NAME SELECT DATE '2025-12-20' AS order_date, "
+                  "* EXCLUDE (order_date) FROM daily_revenue WHERE order_date = DATE '2026-01-02'")
+    days = make_replayable_table(DAILY_REVENUE, PARTITIONS)
+    months = make_replayable_table(MONTHLY_REVENUE, dg.MonthlyPartitionsDefinition(start_date="2025-12-01"))
+    defs = dg.Definitions(assets=[ORDERS, *days.assets, *months.assets],
+                          resources=backfill_resources(str(world.home), world.url or ""))
+    december = _run(world, defs, ["monthly_revenue", "published_monthly_revenue"], "2025-12-01")
+    published = world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = "
+                          "'published_monthly_revenue'")[0][0] and \
+        world.sql("SELECT count(*) FROM published_monthly_revenue")[0][0]
+    assert not december.success and not published, (
+        f"a month computed from daily_revenue rows in no day partition was published ({published} row(s)): "
+        f"{failure_text(december) or 'success'}")
+    assert "order_date 2025-12-20) that lie in no daily_revenue partition" in failure_text(december), \
+        failure_text(december)
