@@ -30,6 +30,7 @@ from backfill_assets.table import TableSpec, code_identity_of
 
 if TYPE_CHECKING:
     from dagster._core.definitions.assets.graph.asset_graph import AssetGraph  # no public name; types only
+    from dagster._core.instance import DynamicPartitionsStore  # no public name; types only
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Consumer:
     asset: str
     keys: tuple[str, ...] | None
     reads: str
+    # dynamic partitions, which Dagster lists only from an instance: `keys` is () where none was given
+    dynamic: bool = False
 
 
 SPEC_METADATA = "backfill_assets/spec"  # a replayable target carries its TableSpec as JSON
@@ -350,9 +353,13 @@ class TableGraph:
             index += 1
         return members
 
-    def consumers(self, members: Iterable[Member]) -> list[Consumer]:
+    def consumers(self, members: Iterable[Member], store: DynamicPartitionsStore | None = None) -> list[Consumer]:
         """Assets that read a member's target or published table and are not themselves replayable
-        targets or publish assets, with the partitions that read the members' partitions."""
+        targets or publish assets, with the partitions that read the members' partitions. `store`
+        (the Dagster instance) lists a dynamic definition's keys; without it a dynamically partitioned
+        consumer is named with no keys (`Consumer.dynamic`): Dagster cannot list them, and a per-client
+        extract over the published days stopped `plan validate`, every run of the plan and the reopen
+        sensor with an internal error (found by an attack)."""
         members = list(members)
         ours = {asset_key(m.asset) for m in members}
         ours |= {asset_key(self.spec(m.asset).publish_as) for m in members}
@@ -367,23 +374,26 @@ class TableGraph:
                     if child_key in ours or child_key in replayable or not isinstance(child_key, dg.AssetKey):
                         continue
                     name = key_name(child_key)
-                    keys = self._consumer_keys(child_key, parent_key, member)
+                    dynamic = _dynamic(self.asset_graph.get(child_key).partitions_def)
+                    keys = () if dynamic and store is None else self._consumer_keys(child_key, parent_key, member,
+                                                                                      store)
                     before = found.get(name)
                     if before is not None and before.keys is not None and keys is not None:
                         keys = tuple(dict.fromkeys((*before.keys, *keys)))
-                    found[name] = Consumer(name, keys, key_name(parent_key))
+                    found[name] = Consumer(name, keys, key_name(parent_key), dynamic)
         return list(found.values())
 
-    def _consumer_keys(self, child_key: dg.AssetKey, parent_key: dg.AssetKey,
-                       member: Member) -> tuple[str, ...] | None:
+    def _consumer_keys(self, child_key: dg.AssetKey, parent_key: dg.AssetKey, member: Member,
+                       store: DynamicPartitionsStore | None = None) -> tuple[str, ...] | None:
         child = self.asset_graph.get(child_key)
         if child.partitions_def is None:
             return None
         parent_def = self.partitions_def(member.asset)
         mapping = self.asset_graph.get_partition_mapping(child_key, parent_key)
-        mapped = mapping.get_downstream_partitions_for_partitions(
-            parent_def.subset_with_partition_keys(list(member.keys)), parent_def, child.partitions_def)
-        return tuple(sorted(mapped.get_partition_keys()))
+        with dg.partition_loading_context(dynamic_partitions_store=store):
+            mapped = mapping.get_downstream_partitions_for_partitions(
+                parent_def.subset_with_partition_keys(list(member.keys)), parent_def, child.partitions_def)
+            return tuple(sorted(mapped.get_partition_keys()))
 
     def plan_problems(self, root: str, keys: Iterable[str], listed: Mapping[str, tuple[str, ...]]) -> list[PlanProblem]:
         """What differs between the graph a plan lists ({asset: keys}, the root left out) and the
@@ -406,6 +416,14 @@ class TableGraph:
                          else f"is not downstream of {root}")
                 problems.append(PlanProblem("graph", asset, f"{asset} {where}; remove it from graph:"))
         return problems
+
+
+def _dynamic(partitions_def: dg.PartitionsDefinition | None) -> bool:
+    """Whether Dagster lists the definition's keys only from an instance (dynamic, or a multi-partition
+    definition with a dynamic dimension)."""
+    if isinstance(partitions_def, dg.MultiPartitionsDefinition):
+        return any(_dynamic(d.partitions_def) for d in partitions_def.partitions_defs)
+    return isinstance(partitions_def, dg.DynamicPartitionsDefinition)
 
 
 def _span(keys: tuple[str, ...]) -> str:

@@ -9,6 +9,7 @@ from backfill_assets.defs.resources import backfill_resources
 from backfill_assets.demo.definitions import ORDERS, PARTITIONS
 from backfill_assets.demo.revenue import DAILY_REVENUE, MONTHLY_REVENUE
 from backfill_assets.demo.sample import generate_orders
+from tests.plans import complete_plan, write_plan
 from tests.world import START, failure_text, keys
 
 
@@ -44,3 +45,28 @@ def test_a_month_never_reads_rows_of_its_days_table_that_lie_in_no_day_partition
         f"{failure_text(december) or 'success'}")
     assert "order_date 2025-12-20) that lie in no daily_revenue partition" in failure_text(december), \
         failure_text(december)
+
+
+def test_plan_validate_with_a_dynamically_partitioned_consumer_is_no_internal_error(world, run_cli, tmp_path,
+                                                                                    monkeypatch):
+    """Finance's per-client extract is a pandas asset with dynamic partitions (one per client, added
+    from the UI) reading the published days. Every decision over a plan lists the graph's consumers
+    and the partitions that read it: Dagster cannot list a dynamic definition's keys without an
+    instance, and `plan validate` (like every run of the plan, and the reopen sensor) stopped with
+    an internal error."""
+    defs = tmp_path / "team_defs.py"
+    defs.write_text(
+        "import dagster as dg\n"
+        "from backfill_assets.demo.definitions import build_definitions\n"
+        "@dg.asset(deps=['published_revenue'], partitions_def=dg.DynamicPartitionsDefinition(name='clients'))\n"
+        "def per_client() -> None: ...\n"
+        f"defs = dg.Definitions.merge(build_definitions(home={str(world.home)!r}), "
+        "dg.Definitions(assets=[per_client]))\n", encoding="utf-8")
+    document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
+    document["downstream"].append({"asset": "per_client", "owners": ["finance-bi"]})
+    path = write_plan(world.root / "plans" / "fix.yaml", document)
+    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
+    shown = run_cli("plan", "validate", str(path))
+    assert shown.code == 0 and "internal error" not in shown.err, shown.err
+    [line] = [ln for ln in shown.out.splitlines() if "per_client" in ln]
+    assert "published_revenue" in line, line

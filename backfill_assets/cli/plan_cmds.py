@@ -207,7 +207,8 @@ def graph_lines(table: LoadedTable, members: dict[str, list[str]]) -> list[str]:
         lines.append(f"  graph     {asset} {_span(keys)}, recomputed from {upstream}, gated, published with it")
     found = table.graph.consumers([Member(a, tuple(k)) for a, k in members.items()])
     for consumer in found:
-        shown = "all of it (unpartitioned)" if consumer.keys is None else _span(list(consumer.keys))
+        shown = "all of it (unpartitioned)" if consumer.keys is None else \
+            "the dynamic partitions the Dagster instance lists then" if consumer.dynamic else _span(list(consumer.keys))
         lines.append(f"  consumer  {consumer.asset} {shown} reads {_read(table, consumer.reads)}: requested after "
                      "the publish")
     return lines

@@ -76,7 +76,8 @@ def _changed_for_consumers(session: Session, state: record.PlanState) -> int | N
     return None
 
 
-def consumer_requests(session: Session, state: record.PlanState, graph: TableGraph) -> list[dg.RunRequest]:
+def consumer_requests(session: Session, state: record.PlanState, graph: TableGraph,
+                      store: dg.DagsterInstance | None = None) -> list[dg.RunRequest]:
     """After a plan's publish, and after the rollback of a published plan, a run of each consumer
     downstream of its tables (a pandas report, an extract), for the partitions that read them: once
     per publish or rollback (the run key)."""
@@ -85,7 +86,7 @@ def consumer_requests(session: Session, state: record.PlanState, graph: TableGra
         return []
     members = [Member(a, state.keys_of(a)) for a in state.assets if a in graph.tables]
     requests = []
-    for consumer in graph.consumers(members):
+    for consumer in graph.consumers(members, store):  # the instance lists a dynamic consumer's keys
         selection = [asset_key(consumer.asset)]
         base = f"consumers:{state.plan_id}:{seq}:{consumer.asset}"
         tags = {PLAN_TAG: state.plan_id, ACTOR_TAG: "reopen-sensor"}
@@ -135,7 +136,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                 if graph is not None:
                     for state in record.all_plans(session, target=spec.name):
                         if state.target == spec.name and state.phase in (Phase.PUBLISHED, Phase.ROLLED_BACK):
-                            requests += consumer_requests(session, state, graph)
+                            requests += consumer_requests(session, state, graph, context.instance)
                 table, active = plans_of_table(session, spec.name, spec, scheme, graph)
         except LockWaitTimeout as exc:
             # only a lock wait is "busy"; any other error (a missing table, a server that refuses
