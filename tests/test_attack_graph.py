@@ -70,3 +70,28 @@ def test_plan_validate_with_a_dynamically_partitioned_consumer_is_no_internal_er
     assert shown.code == 0 and "internal error" not in shown.err, shown.err
     [line] = [ln for ln in shown.out.splitlines() if "per_client" in ln]
     assert "published_revenue" in line, line
+
+
+def test_plan_validate_with_a_consumer_in_another_time_zone_lists_the_days_it_reads(world, run_cli, tmp_path,
+                                                                                    monkeypatch):
+    """Finance's New York daily extract reads the published days (UTC): Dagster's own mapping refuses
+    to map windows across time zones, and that refusal escaped `plan validate` (and every run of a
+    plan, and the reopen sensor) as an internal error. Its partitions whose windows overlap the
+    plan's days are the ones that read them."""
+    defs = tmp_path / "team_defs.py"
+    defs.write_text(
+        "import dagster as dg\n"
+        "from backfill_assets.demo.definitions import build_definitions\n"
+        "@dg.asset(deps=['published_revenue'], partitions_def=dg.DailyPartitionsDefinition("
+        "start_date='2026-01-01', timezone='America/New_York'))\n"
+        "def ny_extract() -> None: ...\n"
+        f"defs = dg.Definitions.merge(build_definitions(home={str(world.home)!r}), "
+        "dg.Definitions(assets=[ny_extract]))\n", encoding="utf-8")
+    document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
+    document["downstream"].append({"asset": "ny_extract", "owners": ["finance-bi"]})
+    path = write_plan(world.root / "plans" / "fix.yaml", document)
+    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
+    shown = run_cli("plan", "validate", str(path))
+    assert shown.code == 0 and "internal error" not in shown.err, shown.err
+    [line] = [ln for ln in shown.out.splitlines() if "ny_extract" in ln]
+    assert "2026-01-04..2026-01-08 (5)" in line, line
