@@ -321,6 +321,10 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
     others = {e.plan_id for u, e in latest.items() if e is not None and e.plan_id is not None and u not in ours}
     unpublished = {p: found for p in sorted(others)
                    if (found := record.get(session, p)) is not None and found.phase not in PUBLISHED_FOR_GOOD}
+    # a write without a plan consumers have not seen either (the target materialized alone, not its
+    # published table): a month loaded from the UI read such a day and was published beside days that
+    # never showed it (found by an attack); the plan's own partitions are published with its graph
+    seen = _published_as_written(session, graph.spec(parent), {u: e for u, e in latest.items() if u not in ours})
     for key, upstream in reads.items():
         legacy = [u for u in upstream if (e := latest.get(u)) is not None and e.passed and e.fingerprint.legacy]
         if legacy:
@@ -366,6 +370,15 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"{upstream[0] if len(upstream) == 1 else f'{upstream[0]}..{upstream[-1]}'}, and "
                            f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
                            plan.plan_id if plan else None, key, fix)
+        hidden = [u for u in upstream if u not in ours and u not in seen]
+        if hidden:
+            published = graph.spec(parent).publish_as
+            more = f" (+{len(hidden) - 1} more)" if len(hidden) > 1 else ""
+            return _refuse(f"{spec.name} {key} reads {parent} {hidden[0]}, whose latest write consumers have not seen "
+                           f"({published} does not hold it){more}",
+                           plan.plan_id if plan else None, key,
+                           f"publish {parent} {hidden[0]} first (materialize {published} for it), then write "
+                           f"{spec.name} {key}")
     stray = _read_outside_partitions(session, graph, spec.name, parent, reads) if upstream_exists else None
     if stray is not None:
         key, count, value = stray
@@ -375,6 +388,18 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                        f"give {parent} partitions that hold those rows (its partitions definition) and write them "
                        f"there, or delete them from {graph.spec(parent).table}; then write {spec.name} {key}")
     return None
+
+
+def _published_as_written(session: Session, upstream: TableSpec,
+                          latest: Mapping[str, ledger.LatestWrite | None]) -> set[str]:
+    """Of `latest` (each partition's latest write), the partitions whose last publication gave
+    consumers exactly that write's bytes."""
+    from backfill_assets.publish import published as published_record
+
+    written = {k: e.fingerprint for k, e in latest.items() if e is not None}
+    found = published_record.latest(session, upstream, list(written)) \
+        if written and session.engine.table_exists(session, upstream.publish_table) else {}
+    return {k for k, p in found.items() if p.fingerprint == written[k]}
 
 
 def _read_outside_partitions(session: Session, graph: TableGraph, child: str, parent: str,

@@ -95,3 +95,26 @@ def test_plan_validate_with_a_consumer_in_another_time_zone_lists_the_days_it_re
     assert shown.code == 0 and "internal error" not in shown.err, shown.err
     [line] = [ln for ln in shown.out.splitlines() if "ny_extract" in ln]
     assert "2026-01-04..2026-01-08 (5)" in line, line
+
+
+def test_a_month_never_reads_a_day_written_without_a_plan_that_consumers_have_not_seen(world):
+    """January's days are loaded and published, but for the 31st: a hurried user pressed Materialize
+    on daily_revenue alone (not its published table), so consumers' days end on the 30th. The
+    month loaded from the UI read the 31st and was published: consumers read a month that does not
+    add up to the published days beside it, as the unpublished days of a plan would have made it
+    (refused since an attack); a day written without a plan is no more seen by consumers."""
+    from tests.test_graph import MONTH, defs_of
+    from tests.test_graph import run as graph_run
+
+    with world.warehouse().session() as session:
+        generate_orders(session, start=START, days=31, rows_per_day=5, seed=7)
+    assert world.materialize(keys(1, 30), spec=DAILY_REVENUE, publish=True).success
+    assert world.materialize("2026-01-31", spec=DAILY_REVENUE).success  # the target alone
+    month = graph_run(world, defs_of(world, DAILY_REVENUE), ["monthly_revenue", "published_monthly_revenue"], [MONTH])
+    published = world.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = "
+                          "'published_monthly_revenue'")[0][0] and \
+        world.sql("SELECT count(*) FROM published_monthly_revenue")[0][0]
+    assert not month.success and not published, (
+        f"a month computed from a day consumers have not seen was published ({published} row(s)): "
+        f"{failure_text(month) or 'success'}")
+    assert "daily_revenue 2026-01-31" in failure_text(month), failure_text(month)
