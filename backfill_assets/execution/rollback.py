@@ -35,6 +35,7 @@ from backfill_assets.trust.root import Candidate
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint, fingerprints_like
 from backfill_assets.warehouse.state_store import ledger as ledger_store
+from backfill_assets.warehouse.writes import ensure_table
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -233,7 +234,13 @@ def rollback(session: Session, spec: TableSpec, scheme: PartitionScheme, state: 
         # a fingerprint sees, and was recorded as consumers seeing the snapshot's bytes again while
         # they read strings (found by an attack)
         for table_spec, _, _, published in sorted(whole, key=lambda w: w[0].publish_table):
-            if published and session.engine.table_exists(session, table_spec.publish_table):
+            if published:
+                if not session.engine.table_exists(session, table_spec.publish_table):
+                    # gone (a job or a person dropped it): made again from the contract in this
+                    # transaction, which holds it until it commits, so consumers get their partitions
+                    # back; passed over, the rollback ended in a bare "table does not exist", and a
+                    # table made again by another session meanwhile was neither held nor checked
+                    ensure_table(session, table_spec, table_spec.publish_table)
                 session.hold_table(table_spec.publish_table, writing=True)  # no ALTER until it commits
                 shape = published_record.shape_problems(session, table_spec)
                 if shape:
