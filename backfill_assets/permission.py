@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from backfill_assets.control import authority, lease, ledger, record
+from backfill_assets.control import authority, lease, ledger, publications, record
 from backfill_assets.control.record import PlanState
 from backfill_assets.errors import PartitionRefused, PlanProblem
 from backfill_assets.identifiers import table_for_asset
@@ -394,10 +394,8 @@ def _published_as_written(session: Session, upstream: TableSpec,
                           latest: Mapping[str, ledger.LatestWrite | None]) -> set[str]:
     """Of `latest` (each partition's latest write), the partitions whose last publication gave
     consumers exactly that write's bytes."""
-    from backfill_assets.publish import published as published_record
-
     written = {k: e.fingerprint for k, e in latest.items() if e is not None}
-    found = published_record.latest(session, upstream, list(written)) \
+    found = publications.latest(session, upstream, list(written)) \
         if written and session.engine.table_exists(session, upstream.publish_table) else {}
     return {k for k, p in found.items() if p.fingerprint == written[k]}
 

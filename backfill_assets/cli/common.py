@@ -25,7 +25,7 @@ from backfill_assets.home import Home, resolve_home
 from backfill_assets.plan.identity import plan_sha256
 from backfill_assets.plan.loading import load_plan
 from backfill_assets.plan.model import PLAN_ID_PATTERN
-from backfill_assets.terminal import shell_word  # noqa: F401 - the commands' name for it
+from backfill_assets.terminal import shell_word as shell_word  # the commands' name for it
 from backfill_assets.trust.root import TrustRoot
 from backfill_assets.warehouse import Warehouse, open_warehouse
 from backfill_assets.warehouse.engine import Session
