@@ -193,6 +193,14 @@ def history(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     """Why each of `keys` is history (rewriting it is a replay): it holds rows, or the ledger has a
     write of it (emptied since, by a delete, an empty recomputation or a rollback). Keys absent
     from the answer are new: no rows, never written."""
+    # a table written partitioned by another column: which of its rows a key of this definition
+    # holds, and whether they were written or published, cannot be told from its rows or writes
+    # (a column name is one whatever its case, as the warehouse reads it)
+    other = sorted(c for c in ledger.partitioned_by(session, spec.name)
+                   if c.lower() != spec.partition_column.lower())
+    if other:
+        return dict.fromkeys(keys, f"is of a table written partitioned by {other[0]}, not by "
+                             f"{spec.partition_column}: its rows may lie in partitions of that column history holds")
     held = occupied(session, spec, scheme, keys)
     written = ledger.ever_written(session, spec.name, keys)
     out = {}

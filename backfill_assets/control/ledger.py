@@ -49,12 +49,14 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
                   code_version: str, code_identity: str, written: Mapping[str, Fingerprint], actor: str,
                   sha256: str | None = None,
                   reads: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-                  publish_as: str | None = None) -> tuple[dict[str, int], str]:
+                  publish_as: str | None = None,
+                  partition_column: str | None = None) -> tuple[dict[str, int], str]:
     """One ledger row per partition written ({key: fingerprint after the write}), in one statement,
     sealed by one `write` chain row; returns each key's write id and the time recorded. `reads`:
     what each partition was computed from ({other replayable table: {partition written: the
     partitions of that table it read}}), which a rollback or a publish of those partitions asks
-    whatever definitions it loads; `publish_as`: the table the target publishes into."""
+    whatever definitions it loads; `publish_as`: the table the target publishes into;
+    `partition_column`: the column its partitions are of (`partitioned_by`)."""
     at = evidence_log.now_iso()
     if not written:
         return {}, at
@@ -67,6 +69,7 @@ def record_writes(session: Session, *, plan_id: str | None, asset: str, mode: st
         "code_identity": code_identity, "sha256": sha256,
         **({"reads": {t: {k: list(u) for k, u in per.items()} for t, per in reads.items()}} if reads else {}),
         **({"publish_as": publish_as} if publish_as else {}),
+        **({"partition_column": partition_column} if partition_column else {}),
         "partitions": {k: {"rows": fp.rows, "fingerprint": fp.digest, "write_id": ids[k]} for k, fp in written.items()},
         "seals": {"writes": seals.of_seq(session, "writes", seq, [
             {"plan_id": plan_id, "asset": asset, "partition_key": key, "mode": mode, "run_id": run_id,
@@ -292,6 +295,22 @@ def tables_claimed(session: Session) -> list[tuple[str, str | None]]:
         elif row.kind == "publication" and isinstance(table, str):
             found.add((table, target if isinstance(target, str) else None))
     return sorted(found, key=lambda c: (c[0], c[1] or ""))
+
+
+def partitioned_by(session: Session, asset: str) -> set[str]:
+    """The partition columns the chain's writes of `asset` recorded (writes before this release
+    recorded none). A key is history by its rows, its writes and its published rows, all asked by
+    the partition column of the definitions loaded now: definitions partitioning the team's daily
+    table by `region` found a region that held no rows "new", wrote rows of it into every day the
+    team's history held, and publish gave them to consumers, with no plan (found by an attack)."""
+    top = evidence_log.last_before_reading(session)
+    found = set()
+    for row in evidence_log.rows_after(session, 0, top):
+        payload = row.payload if isinstance(row.payload, dict) else {}
+        column = payload.get("partition_column")
+        if row.kind == "write" and payload.get("table") == asset and isinstance(column, str):
+            found.add(column)
+    return found
 
 
 def rewrites_without_plan(session: Session, asset: str | None = None, keys: Sequence[str] = ()) -> list[str]:

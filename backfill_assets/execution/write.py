@@ -108,7 +108,8 @@ def _write_batch(session: Session, spec: TableSpec, scheme: PartitionScheme, per
                                        code_identity=spec.code_identity,
                                        written={k: fp for k, (_, fp) in written.items()}, actor=actor,
                                        sha256=current.approved_sha256 if current else None,
-                                       reads=_reads(permission.graph, spec, keys), publish_as=spec.publish_as)
+                                       reads=_reads(permission.graph, spec, keys), publish_as=spec.publish_as,
+                                       partition_column=spec.partition_column)
         if current is None:
             _advance_watermark(session, spec.name, max(keys, key=scheme.position), scheme)
         faults.checkpoint("write.before_judge")
