@@ -183,6 +183,10 @@ def scheme_for(partitions_def: Any, column_type: str, *, name: str) -> Partition
     return _scheme(partitions_def, partitions_def.get_last_partition_key(), column_type, name)
 
 
+# the column types a static key's text is compared with as text, on DuckDB and PostgreSQL
+_TEXT_KINDS = frozenset({"VARCHAR", "TEXT", "STRING", "CHAR", "CHARACTER", "CHARACTER VARYING", "BPCHAR"})
+
+
 @lru_cache(maxsize=64)
 def _scheme(partitions_def: Any, last_key: str | None, column_type: str, name: str) -> PartitionScheme:
     import dagster as dg
@@ -190,6 +194,12 @@ def _scheme(partitions_def: Any, last_key: str | None, column_type: str, name: s
     kind = column_type.upper().split("(")[0].strip()
     keys = _keys(partitions_def, last_key)
     if isinstance(partitions_def, dg.StaticPartitionsDefinition):
+        if kind not in _TEXT_KINDS:
+            # a key is bound and read back as its text: over a DATE column the warehouse cast it, and the
+            # grouped count read back a date that was no key (a run ended in a KeyError traceback)
+            raise WindowError(f"{name} uses static partitions, whose keys are text, but its partition column "
+                              f"has type {column_type}", fix="partition on a VARCHAR column, or use time-window "
+                              "partitions for a DATE or TIMESTAMP column")
         return PartitionScheme("equality", lambda k: (k, None), keys, f"{name} (static partitions)")
     window = partitions_def.time_window_for_partition_key
     cadence = type(partitions_def).__name__.replace("PartitionsDefinition", "").lower() or "time"

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import dagster as dg
+import pytest
 
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
+from backfill_assets.errors import WindowError
 from backfill_assets.table import Metric
-from tests.world import FIXED, failure_text, keys
+from tests.world import FIXED, failure_text, keys, per_partition
 
 # the team's daily_revenue, partitioned by region instead of by day: a region that holds no rows
 # ("refunded", from the orders' status) is a "new" partition of it, while its rows land in days
@@ -51,3 +53,12 @@ def test_definitions_partitioning_the_table_by_another_column_cannot_write_its_h
             world.fingerprints("published_revenue", keys(1, 3))) == before
     assert world.sql("SELECT count(*) FROM daily_revenue WHERE region = 'refunded' AND order_date = ?", [day]) \
         == [(0,)]
+
+
+def test_static_partitions_over_a_date_column_are_refused_as_the_definitions_load(world):
+    """Static keys are text: over a DATE column the grouped count read back a date that is no key,
+    and a run of the team's table so defined ended in a KeyError traceback."""
+    assert world.materialize(keys(1, 3), publish=True).success
+    with pytest.raises(WindowError, match="static partitions.*DATE") as refused:
+        make_replayable_table(per_partition(FIXED), dg.StaticPartitionsDefinition(keys(2, 2)))
+    assert "VARCHAR" in refused.value.fix
