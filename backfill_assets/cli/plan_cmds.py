@@ -403,6 +403,14 @@ def cmd_close(args: argparse.Namespace) -> int:
     with writing(args) as session:
         state = plan_state(session, args.plan)
         table = load_defs(args.defs).table(state.target)
+        # every table of the plan is checked before it closes: definitions without the month checked
+        # the days alone, and a plan whose published month was edited by hand closed as confirmed
+        # (found by an attack)
+        lacking = [a for a in state.assets[1:] if table.graph is None or a not in table.graph.tables]
+        if lacking:
+            raise PlanRefused(f"plan {state.plan_id} also covers {', '.join(lacking)}, which the loaded "
+                              "definitions do not declare; a plan closes only once every table it covers "
+                              "was checked", fix="load the definitions that declare them (--defs)")
         state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
         status = plan_status(session, state, table.spec, table.scheme(), table.graph)
         from backfill_assets.publish.rule import plan_blockers

@@ -62,13 +62,19 @@ def publish_run_key(instance: dg.DagsterInstance, plan_id: str, reconciled_seq: 
     return None
 
 
+CHANGED_FOR_CONSUMERS = (Phase.PUBLISHED, Phase.CLOSED, Phase.ROLLED_BACK)  # phases whose consumers may be requested
+
+
 def _changed_for_consumers(session: Session, state: record.PlanState) -> int | None:
     """The chain row after which a plan's consumers read other published data: its publish (while
-    published), or the rollback of a plan that had published (the report refreshed after the
+    published, or closed since), or the rollback of a plan that had published (the report refreshed after the
     publish went on showing the rolled-back month: found by an attack); None otherwise."""
     rows = evidence_log.rows(session, state.plan_id, ("published", "rollback"))
     published = [r for r in rows if r.kind == "published"]
-    if state.phase is Phase.PUBLISHED:
+    # closed too: a plan closed before the sensor's next tick (a hurried `plan close` right after
+    # `publish`, a daemon down meanwhile) left the report on the month before the publish, and
+    # nothing asked for it again (found by an attack); Dagster launches each run key once
+    if state.phase in (Phase.PUBLISHED, Phase.CLOSED):
         found = published[-1] if published else None
         return found.seq if found is not None and found.payload.get("sha256") == state.approved_sha256 else None
     if state.phase is Phase.ROLLED_BACK and published and rows[-1].kind == "rollback":
@@ -135,7 +141,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                                                           tags=publish_run_tags(state)))
                 if graph is not None:
                     for state in record.all_plans(session, target=spec.name):
-                        if state.target == spec.name and state.phase in (Phase.PUBLISHED, Phase.ROLLED_BACK):
+                        if state.target == spec.name and state.phase in CHANGED_FOR_CONSUMERS:
                             requests += consumer_requests(session, state, graph, context.instance)
                 table, active = plans_of_table(session, spec.name, spec, scheme, graph)
         except LockWaitTimeout as exc:

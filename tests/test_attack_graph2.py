@@ -1,0 +1,47 @@
+"""After a graph replay: a plan over the days and their month published, then closed, rolled back,
+repaired or followed by another plan; the reopen sensor's requests of the consumers between those
+steps (found by attacks)."""
+
+from __future__ import annotations
+
+from tests.plans import write_plan
+from tests.test_graph import FULL_DEFS, _report_requests, _run_request, buggy_january_published, defs_of, graph_plan
+
+
+def test_a_graph_plan_closed_before_the_sensors_tick_still_refreshes_the_report(world, monkeypatch):
+    """A hurried user publishes a graph plan and closes it at once (`plan close`, before the reopen
+    sensor's next tick, or while the daemon is down): the sensor asked consumers only of a plan
+    still published, so revenue_report (a pandas consumer of the published month) was never
+    requested and went on showing the month before the publish."""
+    buggy_january_published(world, monkeypatch)
+    defs = defs_of(world)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0 and world.cli("plan", "close", "fix") == 0
+    assert world.phase("fix") == "closed"
+    requests = _report_requests(world, defs)
+    assert len(requests) == 1, "the report reads the published month and no run refreshes it"
+    month = round(float(world.sql("SELECT sum(net_revenue) FROM published_monthly_revenue")[0][0]), 2)
+    assert _run_request(world, defs, requests[0]) == month
+    assert [r.run_key for r in _report_requests(world, defs)] == [requests[0].run_key]  # once per publish
+
+
+def test_plan_close_under_definitions_without_the_month_never_closes_over_an_edited_published_month(
+        world, monkeypatch, capsys):
+    """A graph plan is published; published_monthly_revenue is then edited by hand. `plan close` with
+    definitions declaring the daily table alone (`--defs`, an older deployment) checked the days'
+    published table only and closed the plan as confirmed, consumers reading an edited month beside
+    days it does not add up to. Refused in one line; with the plan's definitions it goes to repairing."""
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    world.run_sql("UPDATE published_monthly_revenue SET net_revenue = net_revenue + 1 WHERE region = 'north'")
+    monkeypatch.setenv("BACKFILL_DEFS", "backfill_assets.demo.daily")
+    capsys.readouterr()
+    code = world.cli("plan", "close", "fix")
+    said = capsys.readouterr()
+    assert code != 0 and world.phase("fix") == "published", (code, said.out, said.err)
+    assert said.err.count("\n") == 1 and "monthly_revenue" in said.err and "Traceback" not in said.err, said.err
+    monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
+    assert world.cli("plan", "close", "fix") == 1 and world.phase("fix") == "repairing"
