@@ -45,3 +45,41 @@ def test_plan_close_under_definitions_without_the_month_never_closes_over_an_edi
     assert said.err.count("\n") == 1 and "monthly_revenue" in said.err and "Traceback" not in said.err, said.err
     monkeypatch.setenv("BACKFILL_DEFS", FULL_DEFS)
     assert world.cli("plan", "close", "fix") == 1 and world.phase("fix") == "repairing"
+
+
+def test_run_after_a_late_day_re_run_recomputes_the_stale_month_not_nothing_to_run(world, monkeypatch, capsys):
+    """Late data for one day of a reconciled graph plan: the hurried user re-runs the day, then runs
+    the plan (`backfill run fix`) to finish it. The month, computed before the day was written
+    again, holds publish; but `run` counted it done (its gates had passed), said "nothing to run:
+    every partition of fix is already written and passed" and exited 0 with the plan running and
+    the month stale. It recomputes the month; `--dry-run` lists it."""
+    from tests.test_graph import _published_by_region
+
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world.run_sql("INSERT INTO orders SELECT order_id + 5000000, customer_id, region, order_ts, order_date, "
+                  "amount + 500, status FROM orders WHERE order_date = DATE '2026-01-06' AND status <> 'refunded' "
+                  "ORDER BY order_id LIMIT 3")
+    assert world.cli("run", "fix", "--partitions", "2026-01-06") == 0
+    capsys.readouterr()
+    assert world.cli("run", "fix", "--dry-run") == 0
+    assert "monthly_revenue: 1 partition(s) in 1 run(s)" in capsys.readouterr().out
+    code = world.cli("run", "fix")
+    said = capsys.readouterr()
+    assert code == 0 and world.phase("fix") == "reconciled", (code, world.phase("fix"), said.out, said.err)
+    assert world.cli("publish", "fix") == 0
+    assert _published_by_region(world, "published_monthly_revenue", "month") == \
+        _published_by_region(world, "published_revenue", "order_date")
+
+
+def test_run_re_running_a_day_whose_gates_failed_recomputes_the_month_that_reads_it(world, monkeypatch):
+    """Late data fails a day's reconcile; `backfill run fix` re-runs the day (its gates failed) and
+    counted the month done, so it ended with the month computed before the day it reads."""
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
+                  "DATE '2026-01-06', 1000.00, 'completed')")
+    assert world.cli("reconcile", "fix") == 1 and world.phase("fix") == "running"
+    assert world.cli("run", "fix") == 0 and world.phase("fix") == "reconciled"

@@ -93,10 +93,25 @@ def _stages(args: argparse.Namespace, session: Session, state: record.PlanState,
         latest = ledger.latest(session, table, list(state.keys_of(table)), state.plan_id, figures=False)
         return {k for k, e in latest.items() if e is not None and e.passed}
 
+    from backfill_assets.execution.advance import STALE, window_verdict
+
     stages = [window_stage(state.partition_keys, state.proof_keys, passed(state.target), size, scheme)]
+    # a downstream partition whose gates passed but which was computed before a partition it reads
+    # was written again (a day re-run after its month), or which reads one this command re-runs, is
+    # not done: skipped, `run` said "nothing to run: every partition ... passed" and exited 0 with
+    # the month stale and the plan unreconciled (found by an attack)
+    stale = window_verdict(session, state).failed_downstream if len(state.assets) > 1 else {}
+    rerun = {state.target: set(stages[0].partitions)}
+    graph = loaded.table(state.target).graph
     for table in state.assets[1:]:
-        stages.append(downstream_stage(table, state.keys_of(table), passed(table), size,
-                                       loaded.table(table).scheme()))
+        redo = {k for k, notes in stale.get(table, {}).items() if any(n.startswith(STALE) for n in notes)}
+        upstream = graph.upstream(table) if graph is not None else None
+        again = rerun.get(upstream, set()) if upstream is not None else set()
+        if graph is not None and again:
+            redo |= {k for k in state.keys_of(table) if again & set(graph.upstream_keys(table, k))}
+        stage = downstream_stage(table, state.keys_of(table), passed(table) - redo, size, loaded.table(table).scheme())
+        rerun[table] = set(stage.partitions)
+        stages.append(stage)
     return stages
 
 
