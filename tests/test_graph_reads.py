@@ -1,8 +1,10 @@
-"""Attacks on replays over the asset graph (round `graph`)."""
+"""What a rollup reads over the asset graph, and the consumers a plan lists: rows in no upstream
+partition, days consumers have not seen, consumers of partitions Dagster cannot map (round `graph`)."""
 
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from backfill_assets.defs.replayable import make_replayable_table
 from backfill_assets.defs.resources import backfill_resources
@@ -47,54 +49,36 @@ def test_a_month_never_reads_rows_of_its_days_table_that_lie_in_no_day_partition
         failure_text(december)
 
 
-def test_plan_validate_with_a_dynamically_partitioned_consumer_is_no_internal_error(world, run_cli, tmp_path,
-                                                                                    monkeypatch):
-    """Finance's per-client extract is a pandas asset with dynamic partitions (one per client, added
-    from the UI) reading the published days. Every decision over a plan lists the graph's consumers
-    and the partitions that read it: Dagster cannot list a dynamic definition's keys without an
-    instance, and `plan validate` (like every run of the plan, and the reopen sensor) stopped with
-    an internal error."""
+@pytest.mark.parametrize(("consumer", "partitions", "reads"), [
+    # a per-client report: Dagster asked the keys of a dynamic partitions definition without an
+    # instance, and `plan validate` (like every run of the plan, and the reopen sensor) stopped with
+    # an internal error
+    ("per_client", "dg.DynamicPartitionsDefinition(name='clients')", "published_revenue"),
+    # finance's New York daily extract over the UTC days: Dagster's own mapping refuses to map
+    # windows across time zones, and that refusal escaped the same way; its partitions whose windows
+    # overlap the plan's days are the ones that read them
+    ("ny_extract", "dg.DailyPartitionsDefinition(start_date='2026-01-01', timezone='America/New_York')",
+     "2026-01-04..2026-01-08 (5)"),
+])
+def test_plan_validate_names_what_a_consumer_of_odd_partitions_reads_never_an_internal_error(
+        world, run_cli, tmp_path, monkeypatch, consumer, partitions, reads):
+    """A pandas consumer of the published days whose partitions Dagster cannot map on its own."""
     defs = tmp_path / "team_defs.py"
     defs.write_text(
         "import dagster as dg\n"
         "from backfill_assets.demo.definitions import build_definitions\n"
-        "@dg.asset(deps=['published_revenue'], partitions_def=dg.DynamicPartitionsDefinition(name='clients'))\n"
-        "def per_client() -> None: ...\n"
+        f"@dg.asset(deps=['published_revenue'], partitions_def={partitions})\n"
+        f"def {consumer}() -> None: ...\n"
         f"defs = dg.Definitions.merge(build_definitions(home={str(world.home)!r}), "
-        "dg.Definitions(assets=[per_client]))\n", encoding="utf-8")
+        f"dg.Definitions(assets=[{consumer}]))\n", encoding="utf-8")
     document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
-    document["downstream"].append({"asset": "per_client", "owners": ["finance-bi"]})
+    document["downstream"].append({"asset": consumer, "owners": ["finance-bi"]})
     path = write_plan(world.root / "plans" / "fix.yaml", document)
     monkeypatch.setenv("BACKFILL_DEFS", str(defs))
     shown = run_cli("plan", "validate", str(path))
     assert shown.code == 0 and "internal error" not in shown.err, shown.err
-    [line] = [ln for ln in shown.out.splitlines() if "per_client" in ln]
-    assert "published_revenue" in line, line
-
-
-def test_plan_validate_with_a_consumer_in_another_time_zone_lists_the_days_it_reads(world, run_cli, tmp_path,
-                                                                                    monkeypatch):
-    """Finance's New York daily extract reads the published days (UTC): Dagster's own mapping refuses
-    to map windows across time zones, and that refusal escaped `plan validate` (and every run of a
-    plan, and the reopen sensor) as an internal error. Its partitions whose windows overlap the
-    plan's days are the ones that read them."""
-    defs = tmp_path / "team_defs.py"
-    defs.write_text(
-        "import dagster as dg\n"
-        "from backfill_assets.demo.definitions import build_definitions\n"
-        "@dg.asset(deps=['published_revenue'], partitions_def=dg.DailyPartitionsDefinition("
-        "start_date='2026-01-01', timezone='America/New_York'))\n"
-        "def ny_extract() -> None: ...\n"
-        f"defs = dg.Definitions.merge(build_definitions(home={str(world.home)!r}), "
-        "dg.Definitions(assets=[ny_extract]))\n", encoding="utf-8")
-    document = complete_plan(plan_id="fix", start="2026-01-05", end="2026-01-08", proof=("2026-01-05",), per_run=4)
-    document["downstream"].append({"asset": "ny_extract", "owners": ["finance-bi"]})
-    path = write_plan(world.root / "plans" / "fix.yaml", document)
-    monkeypatch.setenv("BACKFILL_DEFS", str(defs))
-    shown = run_cli("plan", "validate", str(path))
-    assert shown.code == 0 and "internal error" not in shown.err, shown.err
-    [line] = [ln for ln in shown.out.splitlines() if "ny_extract" in ln]
-    assert "2026-01-04..2026-01-08 (5)" in line, line
+    [line] = [ln for ln in shown.out.splitlines() if consumer in ln]
+    assert reads in line, line
 
 
 def test_a_month_never_reads_a_day_written_without_a_plan_that_consumers_have_not_seen(world):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 import pytest
 
+from tests.test_pg_concurrency import _until
 from tests.test_published_bytes import REVENUE
 from tests.world import FIXED, failure_text, keys
 
@@ -130,14 +130,6 @@ def test_a_published_table_made_again_while_publish_decides_is_never_copied_into
     assert world.phase() == "reconciled"
 
 
-def _until(predicate, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("never reached")
-
 
 
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
@@ -189,7 +181,7 @@ def test_an_aggregate_made_while_a_run_judges_its_slice_never_gives_the_sealed_v
     passes."""
     import psycopg
 
-    from tests.test_pg_concurrency import _backfill, _until
+    from tests.test_pg_concurrency import _backfill
 
     world = engine_world
     assert world.materialize(keys(1, 2)).success

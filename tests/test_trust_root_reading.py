@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,34 @@ def test_a_time_at_or_before_the_epoch_is_a_line_openssh_skips_and_never_lets_it
     assert AllowedSigners.parse(both).verify_approval("alice", MESSAGE, signature)
 
 
+def _change_signed(world, seconds_left: int) -> tuple[Path, Path, list[str], Any]:
+    """A trust-root change (mallory added) signed by alice and bob, valid for 14 days and signed so
+    that `seconds_left` are left: the new allowed_signers, the statement's file, the `--signature`
+    options, and the statement."""
+    import datetime as dt
+
+    from backfill_assets.cli.approvers_cmd import load_files
+    from backfill_assets.control import trust_record
+    from backfill_assets.signing.sshsig import sign
+    from tests.test_trust import root_of
+    from tests.world import signers_text
+
+    new = world.root / "next" / "allowed_signers"
+    new.parent.mkdir()
+    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
+    root = root_of(world)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy),
+                                              signed=now - dt.timedelta(days=14) + dt.timedelta(seconds=seconds_left))
+    text = world.root / "change.txt"
+    text.write_text(statement.text)
+    given = []
+    for who in ("alice", "bob"):
+        (world.root / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
+        given += ["--signature", f"{who}={world.root / f'{who}.sig'}"]
+    return new, text, given, statement
+
+
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 def test_a_re_pin_whose_signatures_expire_while_it_waits_is_refused_as_expired_not_forged(engine_world, capsys):
     """Operator with the CLI, and the quorum's signatures over a trust-root change that expire soon
@@ -67,27 +96,11 @@ def test_a_re_pin_whose_signatures_expire_while_it_waits_is_refused_as_expired_n
 
     import psycopg
 
-    from backfill_assets.cli.approvers_cmd import load_files
-    from backfill_assets.control import trust_record
-    from backfill_assets.signing.sshsig import sign
     from tests.test_trust import _waits, root_of
-    from tests.world import signers_text
 
     world = engine_world
-    new = world.root / "next" / "allowed_signers"
-    new.parent.mkdir()
-    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
-    root = root_of(world)
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     # valid for 14 days, signed 14 days less 6 seconds ago: 6 seconds left
-    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy),
-                                              signed=now - dt.timedelta(days=14) + dt.timedelta(seconds=6))
-    text = world.root / "change.txt"
-    text.write_text(statement.text)
-    given = []
-    for who in ("alice", "bob"):
-        (world.root / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
-        given += ["--signature", f"{who}={world.root / f'{who}.sig'}"]
+    new, text, given, statement = _change_signed(world, seconds_left=6)
     outcome: dict[str, object] = {}
     with psycopg.connect(world.url, autocommit=True) as watcher, psycopg.connect(world.url) as holder:
         # another command's transaction holding the chain's turn, as each append takes it
@@ -113,27 +126,13 @@ def test_a_re_pin_whose_signatures_stop_counting_within_a_minute_is_refused_sayi
     """What is left between the count and the pin's chain row (whose time every later read verifies
     the signatures at) is never enough for them to expire in: a quorum that stops counting within a
     minute is refused, naming the moment, rather than pinned and called forged as it is read back."""
-    import datetime as dt
-
     from backfill_assets.cli.approvers_cmd import load_files
     from backfill_assets.control import trust_record
     from backfill_assets.signing.sshsig import sign
     from tests.test_trust import root_of
-    from tests.world import signers_text
 
-    new = world.root / "next" / "allowed_signers"
-    new.parent.mkdir()
-    new.write_text(signers_text(world.keys, ("alice", "bob", "carol", "olivia", "mallory")))
+    new, text, given, _ = _change_signed(world, seconds_left=30)
     root = root_of(world)
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    statement = trust_record.change_statement(root, *load_files(str(new), None, root.policy),
-                                              signed=now - dt.timedelta(days=14) + dt.timedelta(seconds=30))
-    text = world.root / "change.txt"
-    text.write_text(statement.text)
-    given = []
-    for who in ("alice", "bob"):
-        (world.root / f"{who}.sig").write_text(sign(statement.message, world.keys[who]))
-        given += ["--signature", f"{who}={world.root / f'{who}.sig'}"]
     capsys.readouterr()
     assert world.cli("approvers", "pin", str(new), "--statement", str(text), *given) == 1
     said = capsys.readouterr().err
