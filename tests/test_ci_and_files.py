@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.plans import complete_plan, write_plan
+from tests.test_hurried_user import unreadable_policy
 from tests.world import signers_text
 
 HOOK = Path(__file__).resolve().parents[1] / "hooks" / "backfill-guard.sh"
@@ -60,12 +61,7 @@ def test_the_guard_never_counts_under_the_default_policy_over_a_policy_beside_it
     (tmp_path / "moved").mkdir()
     (tmp_path / "moved" / "policy.yaml").write_text(STRICT_POLICY)
     policy = approvers / "policy.yaml"
-    if kind == "dangling symlink":
-        policy.symlink_to(tmp_path / "moved-checkout" / "policy.yaml")
-    elif kind == "named pipe":
-        os.mkfifo(policy)
-    else:
-        policy.mkdir()
+    unreadable_policy(policy, kind, tmp_path)
     plan = _signed_by(write_plan(tmp_path / "plans" / "fix.yaml", complete_plan(plan_id="fix")), ssh_keys, signers,
                       ("olivia", "alice", "bob"))
     env = {"BACKFILL_HOME": str(tmp_path / "ci-no-warehouse")}

@@ -43,6 +43,17 @@ def test_a_log_file_that_is_a_named_pipe_or_a_folder_is_one_line_never_a_hang(wo
     assert world.sql("SELECT count(*) FROM backfill_control.writes") == [(0,)]
 
 
+
+def unreadable_policy(policy, kind: str, tmp_path) -> None:
+    """A policy.yaml that is there but no readable file: a link into a checkout that moved, a named
+    pipe, a folder."""
+    if kind == "dangling symlink":
+        policy.symlink_to(tmp_path / "moved-checkout" / "policy.yaml")
+    elif kind == "named pipe":
+        os.mkfifo(policy)
+    else:
+        policy.mkdir()
+
 @pytest.mark.parametrize("kind", ["dangling symlink", "named pipe", "directory"])
 def test_init_never_pins_the_default_policy_over_a_policy_file_it_cannot_read(tmp_path, ssh_keys, run_subprocess,
                                                                               kind):
@@ -53,12 +64,7 @@ def test_init_never_pins_the_default_policy_over_a_policy_file_it_cannot_read(tm
     reviewed.mkdir()
     (reviewed / "allowed_signers").write_text(signers_text(ssh_keys))
     policy = reviewed / "policy.yaml"
-    if kind == "dangling symlink":
-        policy.symlink_to(tmp_path / "moved-checkout" / "policy.yaml")
-    elif kind == "named pipe":
-        os.mkfifo(policy)
-    else:
-        policy.mkdir()
+    unreadable_policy(policy, kind, tmp_path)
     done = run_subprocess("init", "--allowed-signers", str(reviewed / "allowed_signers"), timeout=60)
     shown = run_subprocess("approvers", "show", timeout=60)
     assert done.code == 2 and "policy.yaml" in one_line(done.err), (done.code, done.err)
