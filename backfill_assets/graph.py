@@ -383,6 +383,29 @@ class TableGraph:
                     found[name] = Consumer(name, keys, key_name(parent_key), dynamic)
         return list(found.values())
 
+    def readers_by_another_key(self, members: Iterable[Member]) -> list[tuple[str, str, str]]:
+        """Assets that read a member's target or published table through another asset key naming
+        that table as the warehouse reads it (`main/published_weekly_revenue`, another case: the key
+        a team's `deps` gives a table of dagster-duckdb's `main` schema), as (asset, key, the
+        table's own asset). `consumers` follows the table's own key only, so such a report was left
+        out of a plan's `downstream:`, its owners never told and no run refreshing it after a publish
+        or a rollback (found by an attack); the reopen sensor can request only assets downstream of
+        the table's own key."""
+        own: dict[str, dg.AssetKey] = {}
+        for member in members:
+            for key in (asset_key(member.asset), asset_key(self.spec(member.asset).publish_as)):
+                own[_read_table(key)] = key
+        replayable = {asset_key(n) for n in self.tables} | {asset_key(s.publish_as) for s, _ in self.tables.values()}
+        found: list[tuple[str, str, str]] = []
+        for key in sorted(self.asset_graph.get_all_asset_keys(), key=key_name):
+            table = _read_table(key)
+            if table not in own or key == own[table]:
+                continue
+            for child_key in sorted(self.asset_graph.get(key).child_keys, key=key_name):
+                if isinstance(child_key, dg.AssetKey) and child_key not in replayable:
+                    found.append((key_name(child_key), key_name(key), key_name(own[table])))
+        return found
+
     def _consumer_keys(self, child_key: dg.AssetKey, parent_key: dg.AssetKey, member: Member,
                        store: DynamicPartitionsStore | None = None) -> tuple[str, ...] | None:
         child = self.asset_graph.get(child_key)

@@ -163,6 +163,12 @@ def fit(plan: Plan, spec: TableSpec, scheme: PartitionScheme, graph: TableGraph 
                     problems.append(PlanProblem(
                         "downstream", consumer.asset, f"{consumer.asset} reads {consumer.reads}, which the plan "
                         f"changes: add `- {{asset: {consumer.asset}, owners: [...]}}` under downstream:"))
+            for reader, key, own in graph.readers_by_another_key(derived):
+                problems.append(PlanProblem(
+                    "downstream", reader, f"{reader} reads {own}'s table through the asset key {key}, which the "
+                    f"plan changes, but nothing follows that key to tell its owners or refresh it after the "
+                    f"publish: declare {reader}'s dependency on {own} itself (`deps=[{own!r}]`), then list it "
+                    "under downstream:"))
     if drafting:  # after the graph's problems, which it does not hide
         known = {"/".join(k.path) for k in graph.asset_graph.get_all_asset_keys()}
         problems += [PlanProblem(f"downstream.{i}.asset", consumer.asset, "no such asset in the loaded definitions; "
