@@ -83,3 +83,42 @@ def test_run_re_running_a_day_whose_gates_failed_recomputes_the_month_that_reads
                   "DATE '2026-01-06', 1000.00, 'completed')")
     assert world.cli("reconcile", "fix") == 1 and world.phase("fix") == "running"
     assert world.cli("run", "fix") == 0 and world.phase("fix") == "reconciled"
+
+
+def test_the_sensor_asks_a_plans_consumers_once_per_publish_not_on_every_tick_after(world, monkeypatch):
+    """Every tick asked consumers of every published, closed or rolled-back plan the record holds, each
+    plan's chain rows read and its consumers' runs requested again (Dagster then looked each run key
+    up to drop it): a cost that grew with every plan a warehouse ever ended. The cursor holds the
+    chain row up to which consumers were asked: a later tick asks only of plans published or rolled
+    back since, and a tick without it (a new sensor, an earlier release's cursor) asks of all again."""
+    import dagster as dg
+
+    from backfill_assets.defs.resources import WarehouseResource
+
+    buggy_january_published(world, monkeypatch)
+    defs = defs_of(world)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0 and world.cli("plan", "close", "fix") == 0
+    sensor = defs.resolve_sensor_def("daily_revenue__reopen_publish")
+    resources = {"warehouse": WarehouseResource(home=str(world.home))}
+
+    def tick(cursor: str | None) -> dg.SensorResult:
+        return sensor.evaluate_tick(dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                                             resources=resources, cursor=cursor))
+
+    def report(result) -> list[str]:
+        return [r.run_key for r in result.run_requests
+                if [k.to_user_string() for k in r.asset_selection] == ["revenue_report"]]
+
+    first = tick(None)
+    assert len(report(first)) == 1
+    later = tick(first.cursor)
+    assert report(later) == [] and later.cursor == first.cursor
+    # an earlier release's cursor (the plans' hash alone) asks of all once more, as a new sensor does
+    assert report(tick(first.cursor.split(":")[0])) == report(first)
+    # a rollback after the cursor is asked of, once
+    assert world.cli("rollback", "fix") == 0
+    after = tick(later.cursor)
+    assert len(report(after)) == 1 and report(after) != report(first)
+    assert report(tick(after.cursor)) == []

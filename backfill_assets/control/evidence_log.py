@@ -458,14 +458,14 @@ def append(session: Session, *, plan_id: str | None, kind: str, actor: str,
 
 
 def rows(session: Session, plan_id: str | None = None,
-         kind: str | tuple[str, ...] | None = None) -> list[EvidenceRow]:
-    """Rows as stored, for reports; decisions read through `verified`. Each row returned is of
-    `plan_id` and `kind` (or one of `kind`) as Python compares them, whatever the warehouse's `=`
-    answered (an operator of one's own made a plan's `plan_version` row pass for its `published`
-    one: found by an attack)."""
+         kind: str | tuple[str, ...] | None = None, after: int = 0) -> list[EvidenceRow]:
+    """Rows as stored (numbered above `after`), for reports; decisions read through `verified`. Each
+    row returned is of `plan_id` and `kind` (or one of `kind`) as Python compares them, whatever the
+    warehouse's `=` answered (an operator of one's own made a plan's `plan_version` row pass for its
+    `published` one: found by an attack)."""
     kinds = (kind,) if isinstance(kind, str) else kind
-    return [r for r in (row_of(x) for x in store.rows(session, plan_id, kinds))
-            if (plan_id is None or r.plan_id == plan_id) and (kinds is None or r.kind in kinds)]
+    return [r for r in (row_of(x) for x in store.rows(session, plan_id, kinds, after))
+            if (plan_id is None or r.plan_id == plan_id) and (kinds is None or r.kind in kinds) and r.seq > after]
 
 
 def verified(session: Session, found: list[EvidenceRow]) -> list[EvidenceRow]:

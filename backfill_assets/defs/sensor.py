@@ -65,6 +65,24 @@ def publish_run_key(instance: dg.DagsterInstance, plan_id: str, reconciled_seq: 
 CHANGED_FOR_CONSUMERS = (Phase.PUBLISHED, Phase.CLOSED, Phase.ROLLED_BACK)  # phases whose consumers may be requested
 
 
+def _cursor(text: str | None) -> tuple[str, int]:
+    """The sensor's cursor: the hash of the plans' state it last showed, and the chain row up to which
+    it asked consumers (0: of every plan, as a new sensor does and one whose cursor an earlier release
+    wrote, the hash alone)."""
+    shown, _, asked = (text or "").partition(":")
+    return shown, int(asked) if asked.isdigit() else 0
+
+
+def changed_for_consumers_since(session: Session, asked: int) -> tuple[set[str], int]:
+    """The plans published or rolled back after chain row `asked`, and the chain's last row now: a
+    tick asks consumers only of those. Every tick asked of every plan ever published, closed or
+    rolled back, each plan's rows read and its runs requested again for Dagster to drop by their
+    keys: a cost that grew with each plan a warehouse ended."""
+    top = evidence_log.head(session)[0]
+    return {r.plan_id for r in evidence_log.rows(session, None, ("published", "rollback"), after=asked)
+            if r.plan_id is not None and r.seq <= top}, top
+
+
 def _changed_for_consumers(session: Session, state: record.PlanState) -> int | None:
     """The chain row after which a plan's consumers read other published data: its publish (while
     published, or closed since), or the rollback of a plan that had published (the report refreshed after the
@@ -122,6 +140,7 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
     def reopen(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         warehouse = as_warehouse(getattr(context.resources, warehouse_key), warehouse_key)
         requests, notes, table, active = [], [], "", 0
+        shown, asked = _cursor(context.cursor)
         scheme = table_scheme(spec, partitions_def)
         graph = graph_of_repository(context.repository_def) if context.repository_def else None
         try:
@@ -140,18 +159,22 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                             requests.append(dg.RunRequest(run_key=key, asset_selection=[publish_key],
                                                           tags=publish_run_tags(state)))
                 if graph is not None:
+                    changed, top = changed_for_consumers_since(session, asked)
                     for state in record.all_plans(session, target=spec.name):
-                        if state.target == spec.name and state.phase in CHANGED_FOR_CONSUMERS:
+                        if state.target == spec.name and state.phase in CHANGED_FOR_CONSUMERS \
+                                and state.plan_id in changed:
                             requests += consumer_requests(session, state, graph, context.instance)
+                    asked = top
                 table, active = plans_of_table(session, spec.name, spec, scheme, graph)
         except LockWaitTimeout as exc:
             # only a lock wait is "busy"; any other error (a missing table, a server that refuses
             # the connection) fails the tick, so the UI shows it as the error it is
             return dg.SkipReason(f"warehouse busy, retrying next tick ({exc.message})")
-        cursor = hashlib.sha256(table.encode()).hexdigest()
+        state_hash = hashlib.sha256(table.encode()).hexdigest()
         events = []
-        if cursor != context.cursor:  # an observation only when the plans' state changed
+        if state_hash != shown:  # an observation only when the plans' state changed
             events.append(observation(spec.name, table, active, "reopen-sensor"))
+        cursor = f"{state_hash}:{asked}"
         repository = context.repository_def
         if repository is not None and not repository.has_sensor_def(relay_name(warehouse_key)):
             # definitions written for 0.2 registered `[table.sensor]` alone, which delivered notices

@@ -27,10 +27,10 @@ def insert(session: Session, seq: int, at: str, plan_id: str | None, kind: str, 
 
 
 def rows(session: Session, plan_id: str | None = None,
-         kind: str | Sequence[str] | None = None) -> list[tuple[Any, ...]]:
-    """Every row (of one plan, of one kind or of several), in chain order."""
-    query = f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE 1=1"
-    params: list[Any] = []
+         kind: str | Sequence[str] | None = None, after: int = 0) -> list[tuple[Any, ...]]:
+    """Every row (of one plan, of one kind or of several; numbered above `after`), in chain order."""
+    query = f"SELECT {_ROW} FROM {SCHEMA}.evidence WHERE seq > ?"
+    params: list[Any] = [after]
     if plan_id is not None:
         query += " AND plan_id = ?"
         params.append(plan_id)
