@@ -306,6 +306,32 @@ def _odd_control_sql() -> str:
     return _ODD_CONTROL_SQL + other + code + " LIMIT 1"
 
 
+# one schema of a `search_path` setting's text: a quoted name (`""` inside), or an unquoted one
+_PATH_ITEM = re.compile(r'\s*("(?:[^"]|"")*"|[^,\s][^,]*?)\s*(?:,|$)')
+
+
+def _catalog_first(con: Any, settings: str) -> bool:
+    """pg_catalog searched first for functions, operators and types, as PostgreSQL searches it when
+    the path leaves it out; True when the path had to change. Listed after another schema (`public,
+    pg_catalog`, in a role's setting or a URL's options), a function of that schema named like one of
+    pg_catalog's with the same arguments wins their tie: `public.count(*)`, which no check of
+    namesakes over pg_catalog's types sees, answered the product's `count(*)` (found by an attack).
+    pg_catalog is taken off the path rather than put first: the first schema listed is where an
+    unqualified CREATE TABLE goes, and the others keep their order, so every table name resolves
+    and is created as before."""
+    import json
+
+    path = str(json.loads(settings)[1])
+    items = [m.group(1) for m in _PATH_ITEM.finditer(path)]
+    kept = [i for i in items if (i[1:-1].replace('""', '"') if i.startswith('"') else i.lower()) != "pg_catalog"]
+    if len(kept) == len(items):
+        return False
+    with _statement_errors():
+        con.execute("SELECT pg_catalog.set_config('search_path'::pg_catalog.text, %s::pg_catalog.text, false)",
+                    [", ".join(kept)], prepare=False)
+    return True
+
+
 class PostgresSession(Session):
     runs_table_code = True
 
@@ -367,6 +393,8 @@ class PostgresSession(Session):
         # unprepared (`PREPARED_ONLY_WHEN_ASKED`), so there is nothing else to replace.
         foreign, settings = self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()
         if self._opened_as is None:  # as the session opens, before any statement that runs others' code
+            if _catalog_first(self.con, settings):
+                foreign, settings = self.con.execute(_FOREIGN_PREPARED_SQL, prepare=False).fetchone()
             self._opened_as = settings
         if foreign:
             from backfill_assets.errors import ForgedRecord
