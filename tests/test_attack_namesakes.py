@@ -49,3 +49,47 @@ def test_a_zero_argument_count_ahead_of_pg_catalog_on_the_path_never_answers_a_d
     assert not result.success and "holds 5 row(s) of it that backfill never published" in failure_text(result), (
         f"published over the rows consumers read without a plan: {failure_text(result)}")
     assert world.fingerprints("published_revenue", days) == before
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gate_verdict(engine_world, monkeypatch):
+    """Insider, no key, PostgreSQL: once a run's write transaction has passed its check of the
+    database's functions, they make `public.count(bigint)` (an exact match where pg_catalog's is
+    `count("any")`) that counts the two order ids they loaded twice twice, and whose final function
+    drops the aggregate again (SECURITY DEFINER: as its owner) from inside the gates' statement. The
+    gates' `count(DISTINCT order_id)` was theirs, no later check found a namesake, and the sealed
+    verdict said the doubled source had no duplicated order_id. Now the gates call pg_catalog's: the
+    namesake answers nothing, so it is still there at the commit's check, and the run commits
+    nothing."""
+    import psycopg
+
+    from backfill_assets import faults
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    ids = [int(r[0]) for r in world.sql("SELECT order_id FROM orders WHERE order_date = '2026-01-03' "
+                                        "ORDER BY order_id LIMIT 2")]
+    world.run_sql(f"INSERT INTO orders SELECT * FROM orders WHERE order_id IN ({ids[0]}, {ids[1]})")  # loaded twice
+    listed = ", ".join(f"{i}::bigint" for i in ids)
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute("CREATE FUNCTION public.counted(bigint, bigint) RETURNS bigint LANGUAGE sql STRICT AS "
+                        f"$$ SELECT $1 + CASE WHEN $2 IN ({listed}) THEN 2 ELSE 1 END $$")
+        insider.execute("CREATE FUNCTION public.gone(bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS "
+                        "$$ BEGIN DROP AGGREGATE IF EXISTS public.count(bigint); RETURN $1; END $$")
+        checkpoint = faults.checkpoint
+
+        def insider_meanwhile(name: str) -> None:
+            if name == "write.before_judge":  # the write's checks passed; its gates are next
+                insider.execute("CREATE AGGREGATE public.count(bigint) (SFUNC = public.counted, STYPE = bigint, "
+                                "FINALFUNC = public.gone, INITCOND = '0')")
+            checkpoint(name)
+
+        monkeypatch.setattr(faults, "checkpoint", insider_meanwhile)
+        ran = world.cli("run", "fix")
+        monkeypatch.setattr(faults, "checkpoint", checkpoint)
+        insider.execute("DROP AGGREGATE IF EXISTS public.count(bigint)")
+    sealed = world.sql("SELECT passed, figures FROM backfill_control.gate_results WHERE partition_key = '2026-01-03' "
+                       "AND gate = 'source_has_no_duplicates'")
+    assert not any(passed for passed, _ in sealed), f"a doubled source was sealed as clean: {sealed}"
+    assert ran != 0

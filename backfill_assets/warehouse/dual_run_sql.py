@@ -101,6 +101,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
         fp_cte, fp_params, fp_select = "", [], "0, NULL FROM g"
     join_on = f"s.pkey = p.pkey AND {engine.keys_match_sql('s', 'p', kcols, spec.key_types)}"
     bad_count = [engine.count_where_sql(f"bad{i}") for i in range(len(metrics))]
+    count = engine.builtin("count")  # the engine's own, never one of the database's named alike
     sql = f"""
     WITH s AS ({side('s', shadow_source or quote(spec.table), s_group)}),
     p AS ({side('p', published, p_group)}),
@@ -115,7 +116,7 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
                row_number() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC, keytext) AS rk
         FROM j),
     g AS (
-        SELECT pkey, count(sn), count(pn), {engine.count_where_sql("sn IS NULL")},
+        SELECT pkey, {count}(sn), {count}(pn), {engine.count_where_sql("sn IS NULL")},
                {engine.count_where_sql("pn IS NULL")}, {engine.count_where_sql("anybad")}
                {''.join(f', {bad_count[i]}, sum(sm{i}), sum(pm{i})' for i in range(len(metrics)))},
                {worst_keys_sql(engine, "s", "p", metric_text, "published, not in the shadow",

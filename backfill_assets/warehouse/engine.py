@@ -430,7 +430,13 @@ class Engine(ABC):
 
     def count_where_sql(self, condition: str) -> str:
         """The number of the group's rows for which `condition` holds."""
-        return self.aggregate_where_sql("count", "*", condition)
+        return self.aggregate_where_sql(self.builtin("count"), "*", condition)
+
+    def builtin(self, name: str) -> str:
+        """The engine's own function `name` as a statement calls it (portably its bare name): where
+        a function of the database's own named alike could answer the bare call (PostgreSQL), named
+        with the schema of the engine's functions."""
+        return name
 
 
 def bound_rows(count: int, width: int) -> list[list[str]]:

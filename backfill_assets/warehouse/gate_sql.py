@@ -119,6 +119,8 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     fingerprint of the very bytes the gates judged (the same statement, so the same snapshot)."""
     engine = session.engine
     text = engine.text_of
+    # the engine's own aggregates, never one of the database's named alike (`Engine.builtin`)
+    count, total, rank = engine.builtin("count"), engine.builtin("sum"), engine.builtin("row_number")
     names = list(thresholds.metric_tolerances)
     metrics = [spec.metric(n) for n in names]
     bkeys = list(spec.business_keys)
@@ -128,15 +130,15 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
 
     t_select = [f"{target_group.key_sql} AS pkey"]
     t_select += [f"t.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
-    t_select += ["count(*) AS n"]
+    t_select += [f"{count}(*) AS n"]
     t_select += [f"{engine.count_where_sql(f't.{quote(c)} IS NULL')} AS null_{i}"
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
     s_select = [f"{source_group.key_sql} AS pkey"]
     s_select += [f"({spec.source_key_sql(k)}) AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
-    s_select += ["count(*) AS n"]
+    s_select += [f"{count}(*) AS n"]
     s_select += [f"({m.source_sql}) AS m{i}" for i, m in enumerate(metrics)]
-    s_select += [f"count(*) - count(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
+    s_select += [f"{count}(*) - {count}(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
                  if spec.source_event_id else "0 AS dup"]
     group_by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))
 
@@ -176,15 +178,15 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
         FROM t FULL OUTER JOIN s ON {join_on}),
     r AS (
         SELECT j.*, ({any_bad}) AS anybad,
-               row_number() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC) AS rk
+               {rank}() OVER (PARTITION BY pkey ORDER BY ({any_bad}) DESC, {worst} DESC) AS rk
         FROM j),
     g AS (
-    SELECT pkey, coalesce(sum(tn), 0), count(tn), count(sn), coalesce(sum(sn), 0),
-           coalesce({engine.aggregate_where_sql("sum", "tn - 1", "tn > 1")}, 0),
+    SELECT pkey, coalesce({total}(tn), 0), {count}(tn), {count}(sn), coalesce({total}(sn), 0),
+           coalesce({engine.aggregate_where_sql(total, "tn - 1", "tn > 1")}, 0),
            {engine.count_where_sql("tn IS NULL")}, {engine.count_where_sql("sn IS NULL")},
-           coalesce(sum(dup), 0)
-           {''.join(f', coalesce(sum(null_{i}), 0)' for i in range(len(null_columns)))}
-           {''.join(f', sum(tm{i}), sum(sm{i}), {bad_count[i]}' for i in range(len(metrics)))},
+           coalesce({total}(dup), 0)
+           {''.join(f', coalesce({total}(null_{i}), 0)' for i in range(len(null_columns)))}
+           {''.join(f', {total}(tm{i}), {total}(sm{i}), {bad_count[i]}' for i in range(len(metrics)))},
            {worst_keys_sql(engine, "t", "s", metric_text, "missing in the target", "not in the source", WORST_GROUPS)}
     FROM r GROUP BY pkey)
     SELECT g.*, f.fp FROM g{fp_join}

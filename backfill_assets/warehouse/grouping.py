@@ -52,7 +52,7 @@ def rows_per_partition(session: Session, table: str, partition_column: str, sche
     group = grouping(session.engine, scheme, f"t.{quote(partition_column)}", keys)
     source = qualified(schema, table) if schema else quote(table)
     return {group.key(v): int(n) for v, n in session.rows(
-        f"SELECT {group.key_sql}, count(*) FROM {source} AS t{group.join_sql} "
+        f"SELECT {group.key_sql}, {session.engine.builtin('count')}(*) FROM {source} AS t{group.join_sql} "
         f"WHERE {group.where_sql} GROUP BY {group.key_sql}", group.params)}
 
 
@@ -76,6 +76,8 @@ def rows_in_no_key(session: Session, table: str, partition_column: str, spans: S
     if not parts:
         return 0, None
     inside, more = many_predicate(scheme, column, keys)
-    count, least = session.rows(f"SELECT count(*), min({column}) FROM {quote(table)} AS t "
+    engine = session.engine  # its own aggregates: `min(varchar)` of one's own beats pg_catalog's min(text)
+    count, least = session.rows(f"SELECT {engine.builtin('count')}(*), {engine.builtin('min')}({column}) "
+                                f"FROM {quote(table)} AS t "
                                 f"WHERE ({' OR '.join(parts)}) AND NOT ({inside})", [*params, *more])[0]
     return int(count), least

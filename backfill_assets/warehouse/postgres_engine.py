@@ -663,6 +663,14 @@ class PostgresEngine(PostgresSpelling, Engine):
             _keep_or_close(self.url, con)
 
     # --- dialect --------------------------------------------------------------------------------
+    def builtin(self, name: str) -> str:
+        # a function of one's own named like pg_catalog's is the better match for a bare call where
+        # pg_catalog's takes "any" or another type (`count(bigint)` over `count("any")`), and one made
+        # after a transaction's check that drops itself inside the statement it answers is gone by the
+        # next check: the gates' `count(DISTINCT order_id)` sealed a doubled source as clean (found by
+        # an attack). Named with its schema, only pg_catalog's is ever called.
+        return f"pg_catalog.{name}"
+
     def text_of(self, expr: str) -> str:
         return f"CAST({expr} AS TEXT)"
 

@@ -39,4 +39,7 @@ class PostgresSpelling:
         return f"{function}({argument}{rest}) FILTER (WHERE {condition})"
 
     def joined_text_where_sql(self, argument: str, separator: str, order_by: str, condition: str) -> str:
-        return f"string_agg({argument}, {separator} ORDER BY {order_by}) FILTER (WHERE {condition})"
+        return f"{self.builtin('string_agg')}({argument}, {separator} ORDER BY {order_by}) FILTER (WHERE {condition})"
+
+    def builtin(self, name: str) -> str:
+        return name  # `Engine.builtin`; PostgreSQL names its schema
