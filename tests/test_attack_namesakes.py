@@ -4,6 +4,8 @@ over pg_catalog's in the product's own SQL: a gate passing falsely, a decision r
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from tests.world import failure_text, keys
@@ -93,3 +95,43 @@ def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gat
                        "AND gate = 'source_has_no_duplicates'")
     assert not any(passed for passed, _ in sealed), f"a doubled source was sealed as clean: {sealed}"
     assert ran != 0
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_the_gates_key_join_is_pg_catalogs_equality_whatever_the_database_defines(engine):
+    """Insider, no key, PostgreSQL: `=(text[], text[])` of their own is an exact match where
+    pg_catalog's is `=(anyarray, anyarray)`, so it joined the gates' key groups (`ARRAY[CAST(t.region
+    AS TEXT)] = ARRAY[...]`): saying 'north' is 'south', it paired a target whose two regions had
+    swapped their figures with the source crosswise, and `metrics_match_source` found no group
+    differing. Made once the transaction's check passed and dropped again (as the count above) it
+    meets no check; here the statement runs with it present, its checks bypassed."""
+    import psycopg
+
+    from backfill_assets.gates.results import Thresholds, Tolerance
+    from backfill_assets.partitions import PartitionScheme
+    from backfill_assets.table import Column, Metric, TableSpec
+    from backfill_assets.warehouse.ddl import create_sql
+    from backfill_assets.warehouse.gate_sql import slice_figures
+
+    spec = TableSpec(name="sales_by_region", source="region_sales", select_sql="SELECT 1",
+                     partition_column="day", source_partition_column="day", business_keys=("day", "region"),
+                     contract=(Column("day", "DATE"), Column("region", "VARCHAR(10)"),
+                               Column("amount", "DECIMAL(18,2)")),
+                     metrics=(Metric("amount", "sum(amount)", "sum(amount)"),), publish_as="sales_published")
+    scheme = PartitionScheme("equality", lambda k: (dt.date.fromisoformat(k), None), ("2026-01-01",), "days")
+    thresholds = Thresholds(max_row_diff_pct=0, max_duplicate_rows=0, metric_tolerances={"amount": Tolerance()})
+    with engine.session() as session:
+        session.execute("CREATE TABLE region_sales (day DATE, region TEXT, amount DECIMAL(18,2))")
+        session.execute(create_sql(spec))
+        session.execute("INSERT INTO region_sales VALUES (DATE '2026-01-01', 'north', 10), "
+                        "(DATE '2026-01-01', 'south', 7.5)")
+        session.execute("INSERT INTO sales_by_region VALUES (DATE '2026-01-01', 'north', 7.5), "
+                        "(DATE '2026-01-01', 'south', 10)")  # the two regions' figures swapped
+        with psycopg.connect(engine.url, autocommit=True) as insider:
+            insider.execute("CREATE FUNCTION public.crosswise(text[], text[]) RETURNS boolean LANGUAGE sql "
+                            "IMMUTABLE AS 'SELECT $1 OPERATOR(pg_catalog.<>) $2'")
+            insider.execute("CREATE OPERATOR public.= (LEFTARG = text[], RIGHTARG = text[], "
+                            "FUNCTION = public.crosswise)")
+            figures = slice_figures(session, spec, scheme, ["2026-01-01"], thresholds, [])["2026-01-01"]
+            insider.execute("DROP OPERATOR public.= (text[], text[])")
+    assert figures.differing == {"amount": 2}, f"swapped figures matched the source: {figures}"

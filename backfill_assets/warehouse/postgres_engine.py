@@ -703,7 +703,9 @@ class PostgresEngine(PostgresSpelling, Engine):
         # NUMERIC(10,3) as NUMERIC, DATE against TIMESTAMP as TIMESTAMPTZ, as PostgreSQL itself
         # compares them), never to the declared type itself, which would truncate or round.
         kind = _comparison_type(declared)
-        return f"ARRAY[CAST({left} AS {kind})] = ARRAY[CAST({right} AS {kind})]"
+        # pg_catalog's `=`, by name: `=(text[], text[])` of one's own is the exact match where
+        # pg_catalog's takes anyarray, and paired key groups crosswise (found by an attack)
+        return f"ARRAY[CAST({left} AS {kind})] {_EQ} ARRAY[CAST({right} AS {kind})]"
 
     def transient_row_hash_sql(self, columns: Sequence[str], alias: str = "",
                                types: Sequence[str] | None = None) -> str:  # noqa: ARG002 - text tells bytes apart
