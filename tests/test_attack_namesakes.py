@@ -97,14 +97,28 @@ def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gat
     assert ran != 0
 
 
+# (what the insider makes, what drops it again): each an exact match over pg_catalog's types where
+# pg_catalog's is not, in the gates' statement
+_CROSSWISE = (("CREATE FUNCTION public.crosswise(text[], text[]) RETURNS boolean LANGUAGE sql IMMUTABLE "
+               "AS 'SELECT $1 OPERATOR(pg_catalog.<>) $2'",
+               "CREATE OPERATOR public.= (LEFTARG = text[], RIGHTARG = text[], FUNCTION = public.crosswise)"),
+              "DROP OPERATOR public.= (text[], text[])")
+_WIDE = (("CREATE FUNCTION public.wide(double precision, numeric) RETURNS double precision LANGUAGE sql "
+          "IMMUTABLE AS 'SELECT 1e300::pg_catalog.float8'",
+          "CREATE OPERATOR public./ (LEFTARG = double precision, RIGHTARG = numeric, FUNCTION = public.wide)"),
+         "DROP OPERATOR public./ (double precision, numeric)")
+
+
 @pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
-def test_the_gates_key_join_is_pg_catalogs_equality_whatever_the_database_defines(engine):
+@pytest.mark.parametrize(("made", "dropped"), [_CROSSWISE, _WIDE], ids=["key-equality", "tolerance-division"])
+def test_the_gates_compare_with_pg_catalogs_operators_whatever_the_database_defines(engine, made, dropped):
     """Insider, no key, PostgreSQL: `=(text[], text[])` of their own is an exact match where
     pg_catalog's is `=(anyarray, anyarray)`, so it joined the gates' key groups (`ARRAY[CAST(t.region
     AS TEXT)] = ARRAY[...]`): saying 'north' is 'south', it paired a target whose two regions had
-    swapped their figures with the source crosswise, and `metrics_match_source` found no group
-    differing. Made once the transaction's check passed and dropped again (as the count above) it
-    meets no check; here the statement runs with it present, its checks bypassed."""
+    swapped their figures with the source crosswise; `/(double precision, numeric)` answered the
+    tolerance's `... / 100.0` and made it 1e300. Either way `metrics_match_source` found no group
+    differing. Made once the transaction's check passed and dropped again (as the count above) they
+    meet no check; here the statement runs with one present, its checks bypassed."""
     import psycopg
 
     from backfill_assets.gates.results import Thresholds, Tolerance
@@ -128,10 +142,8 @@ def test_the_gates_key_join_is_pg_catalogs_equality_whatever_the_database_define
         session.execute("INSERT INTO sales_by_region VALUES (DATE '2026-01-01', 'north', 7.5), "
                         "(DATE '2026-01-01', 'south', 10)")  # the two regions' figures swapped
         with psycopg.connect(engine.url, autocommit=True) as insider:
-            insider.execute("CREATE FUNCTION public.crosswise(text[], text[]) RETURNS boolean LANGUAGE sql "
-                            "IMMUTABLE AS 'SELECT $1 OPERATOR(pg_catalog.<>) $2'")
-            insider.execute("CREATE OPERATOR public.= (LEFTARG = text[], RIGHTARG = text[], "
-                            "FUNCTION = public.crosswise)")
+            for statement in made:
+                insider.execute(statement)
             figures = slice_figures(session, spec, scheme, ["2026-01-01"], thresholds, [])["2026-01-01"]
-            insider.execute("DROP OPERATOR public.= (text[], text[])")
+            insider.execute(dropped)
     assert figures.differing == {"amount": 2}, f"swapped figures matched the source: {figures}"

@@ -18,10 +18,12 @@ Text = Callable[[str], str]  # the engine's cast of an expression to text
 def metric_differs_sql(new: str, old: str, i: int) -> str:
     """Metric `i` of the aligned groups `new` and `old` differs beyond the tolerance, two bound
     parameters (absolute, then percent of `old`'s figure). NULL against a figure differs; NULL against
-    NULL (no rows either side) does not."""
+    NULL (no rows either side) does not. Every operand a double of its own: `... / 100.0` divided a
+    double by a numeric, which no operator of PostgreSQL's takes exactly, so `/(double precision,
+    numeric)` of one's own answered it and widened every tolerance (found by an attack)."""
     return (f"NOT coalesce({new}.m{i} IS NOT DISTINCT FROM {old}.m{i} OR CAST(abs({new}.m{i} - "  # not a join
             f"{old}.m{i}) AS DOUBLE PRECISION) <= greatest(CAST(? AS DOUBLE PRECISION), CAST(? AS DOUBLE "
-            f"PRECISION) * CAST(abs({old}.m{i}) AS DOUBLE PRECISION) / 100.0), FALSE)")
+            f"PRECISION) * CAST(abs({old}.m{i}) AS DOUBLE PRECISION) / CAST(100 AS DOUBLE PRECISION)), FALSE)")
 
 
 def key_text_sql(text: Text, keys: Sequence[tuple[str, str]], new: str, old: str) -> str:
