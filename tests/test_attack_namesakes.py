@@ -147,3 +147,62 @@ def test_the_gates_compare_with_pg_catalogs_operators_whatever_the_database_defi
             figures = slice_figures(session, spec, scheme, ["2026-01-01"], thresholds, [])["2026-01-01"]
             insider.execute(dropped)
     assert figures.differing == {"amount": 2}, f"swapped figures matched the source: {figures}"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_namesake_that_drops_itself_inside_a_write_leaves_it_nothing_to_commit(engine_world, monkeypatch, capsys):
+    """Insider, no key, PostgreSQL: the table's own SQL is the team's (`count(DISTINCT customer_id)`
+    in its select_sql), which the product cannot name with pg_catalog; `public.count(bigint)`, made
+    once the write's checks passed, is its exact match, answered it (0 customers a day), and its
+    final function (SECURITY DEFINER) dropped it again inside the write's statement: no check found
+    it, and the write committed what it computed, with the verdicts on it. The write's own
+    transaction removed a function: its commit now says so and commits nothing."""
+    import psycopg
+
+    from backfill_assets import faults
+
+    world = engine_world
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    sealed_before = world.sql("SELECT count(*) FROM backfill_control.gate_results")
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute("CREATE FUNCTION public.none(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'")
+        insider.execute("CREATE FUNCTION public.gone(bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS "
+                        "$$ BEGIN DROP AGGREGATE IF EXISTS public.count(bigint); RETURN $1; END $$")
+        checkpoint = faults.checkpoint
+
+        def insider_meanwhile(name: str) -> None:
+            if name == "write.after_snapshot":  # the write's checks passed; its recomputation is next
+                insider.execute("CREATE AGGREGATE public.count(bigint) (SFUNC = public.none, STYPE = bigint, "
+                                "FINALFUNC = public.gone, INITCOND = '0')")
+            checkpoint(name)
+
+        monkeypatch.setattr(faults, "checkpoint", insider_meanwhile)
+        capsys.readouterr()
+        ran = world.cli("run", "fix")
+        monkeypatch.setattr(faults, "checkpoint", checkpoint)
+        insider.execute("DROP AGGREGATE IF EXISTS public.count(bigint)")
+    said = capsys.readouterr().err
+    customers = world.sql("SELECT order_date, region, customers FROM daily_revenue WHERE customers = 0")
+    assert not customers, f"the insider's count was written: {customers}"
+    assert world.sql("SELECT count(*) FROM backfill_control.gate_results") == sealed_before
+    # refused by the commit of the write it answered (whose rollback puts the namesake back, which the
+    # next write's check then names)
+    assert ran != 0 and said.count("\n") == 1, said
+    assert "made, changed or removed a function" in said or "through the function public.count(bigint)" in said, said
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_function_made_and_dropped_inside_a_transaction_leaves_it_nothing_to_commit(engine):
+    """What code run inside a transaction of the product's (a table's trigger, a namesake's own final
+    function) makes and removes again before its commit's check leaves no namesake to find; that it
+    touched the catalog's functions at all is refused, and the transaction commits nothing."""
+    from backfill_assets.errors import ForgedRecord
+
+    with engine.session() as session:
+        session.execute("CREATE TABLE kept_rows (n INTEGER)")
+        with pytest.raises(ForgedRecord, match="made, changed or removed a function"), session.transaction():
+            session.execute("INSERT INTO kept_rows VALUES (1)")
+            session.execute("CREATE FUNCTION public.passing() RETURNS integer LANGUAGE sql AS 'SELECT 1'")
+            session.execute("DROP FUNCTION public.passing()")
+        assert session.scalar("SELECT pg_catalog.count(*) FROM kept_rows") == 0

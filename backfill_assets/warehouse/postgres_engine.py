@@ -231,7 +231,18 @@ _SESSION_STATE_SQL = (
     # verdict it gave was sealed (found by an attack)
     # (where the control schema is, as that check: a bare warehouse's fingerprints name pg_catalog's)
     f"(SELECT x.what FROM ({_NAMESAKES_SQL}) AS x(what) WHERE pg_catalog.to_regnamespace(%s::pg_catalog.text) "
-    "IS NOT NULL LIMIT 1)")
+    "IS NOT NULL LIMIT 1), "
+    # and a function, aggregate or operator made, changed or removed by this transaction itself (the
+    # product makes none): a namesake made after the transaction's check whose final function
+    # (SECURITY DEFINER) dropped it again inside the statement it answered left no namesake for a
+    # check to find (found by an attack: the team's `count(DISTINCT customer_id)` wrote 0 customers)
+    "(SELECT pg_catalog.sum(s.n_tup_ins OPERATOR(pg_catalog.+) s.n_tup_upd OPERATOR(pg_catalog.+) s.n_tup_del) "
+    "FROM pg_catalog.pg_stat_xact_sys_tables AS s WHERE s.relid OPERATOR(pg_catalog.=) ANY (ARRAY["
+    "'pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_aggregate'::pg_catalog.regclass, "
+    "'pg_catalog.pg_operator'::pg_catalog.regclass]))")
+_FUNCTION_FIX = ("find the function that runs CREATE, ALTER or DROP of a function, aggregate or operator (`SELECT "
+                 "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'function|aggregate|operator'`) and drop it; then "
+                 "run the command again")
 _SESSION_FIX = ("find the trigger, rule or constraint whose function runs CREATE TEMP, CREATE TRIGGER or RULE, "
                 "set_config, SET ROLE or SET CONSTRAINTS on the tables backfill writes or reads (`SELECT "
                 "oid::regprocedure FROM pg_proc WHERE prosrc ~* 'temp|trigger|rule|set_config|search_path|"
@@ -462,6 +473,12 @@ class PostgresSession(Session):
                 self.con.execute("SET CONSTRAINTS ALL IMMEDIATE", prepare=False)
             found = self.con.execute(_SESSION_STATE_SQL, [SCHEMA, SCHEMA, SCHEMA], prepare=False).fetchone()
         problem = None
+        if found[5]:
+            from backfill_assets.errors import ForgedRecord
+
+            raise ForgedRecord("code run inside this warehouse session made, changed or removed a function, aggregate "
+                               "or operator, which may have answered its statements in PostgreSQL's stead: nothing "
+                               "it did is committed", fix=_FUNCTION_FIX)
         if found[4]:
             from backfill_assets.errors import ForgedRecord
 
