@@ -105,6 +105,20 @@ def _window_moves(state: PlanState, verdict: Judged) -> bool:
     return state.phase in WINDOW_JUDGED and verdict.passed
 
 
+def held_by_another(session: Session, state: PlanState) -> tuple[PlanState, str, str] | None:
+    """Another active plan holding a partition of `state`'s, with that table and partition: a plan approved over a
+    published plan's window (allowed, a published plan no longer holds it) is its plan of record
+    there, so the published plan may not hold it again by going back to repairing. It did, and the
+    two plans each refused the other's runs, `status` naming a run of each (found by an attack)."""
+    for asset in state.assets:
+        mine = set(state.keys_of(asset))
+        for other in record.active_plans(session, target=asset):
+            common = [k for k in other.keys_of(asset) if k in mine] if other.plan_id != state.plan_id else []
+            if common:
+                return other, asset, common[0]
+    return None
+
+
 def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) -> PlanState:
     """The whole window's verdict, read by `judge`; the move's reading is under the lock. A window
     that passed reconciles a plan writing it; one that no longer passes sends a reconciled plan back
@@ -116,6 +130,8 @@ def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) 
         verdict = judge(state)
         if not _window_moves(state, verdict):
             return state
+        if state.phase is Phase.PUBLISHED and held_by_another(session, state) is not None:
+            return state  # stays published until the plan holding its partitions ends (status names it)
         if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
             back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
             return record.transition(session, state.plan_id, back, actor,
@@ -143,7 +159,7 @@ def publication_checked(session: Session, state: PlanState, published_as: str,
     with session.transaction():
         state = _locked(session, state)
         edits = edits_now() if state.phase is Phase.PUBLISHED else {}
-        if not edits:
+        if not edits or held_by_another(session, state) is not None:
             return state
         first = next(iter(edits))
         return record.transition(session, state.plan_id, Phase.REPAIRING, actor, note=(
@@ -170,6 +186,8 @@ def close_requested(session: Session, state: PlanState, changed_now: Callable[[P
         if state.phase is not Phase.PUBLISHED:
             return state
         changed = changed_now(state)
+        if changed and held_by_another(session, state) is not None:
+            return state  # neither closed over changed partitions nor repairing another plan's (status names it)
         if changed:
             return record.transition(session, state.plan_id, Phase.REPAIRING, actor,
                                      note=f"{len(changed)} partition(s) changed after publish")

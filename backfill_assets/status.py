@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from backfill_assets import lifecycle
 from backfill_assets.control import authority, evidence_log, lease, record, trust_record
 from backfill_assets.control.record import PlanState
 from backfill_assets.execution.advance import STALE, proof_verdict, window_verdict
@@ -285,10 +286,27 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
                 return f"run the rest of the graph ({asset} next): `backfill run {pid}`"
         return f"record the reconciliation: `backfill reconcile {pid}`"
     if phase is Phase.RECONCILED:
+        if failing:
+            # a partition changed since its gates passed (its publish refused): a re-run through the
+            # plan checks it again; "see `backfill publish PLAN`" named the refused command itself
+            # (found by an attack)
+            return (f"re-run the partitions that changed since their gates passed: `backfill run {pid} "
+                    f"--partitions {','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)"
+                                                                if len(failing) > 5 else ""))
         if status.blockers:
             return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
         return f"publish reopens by the sensor, or now: `backfill publish {pid}`"
     if phase is Phase.PUBLISHED:
+        holder = lifecycle.held_by_another(session, state)
+        if holder is not None and (failing or status.blockers or any(m["failed"] for m in status.graph.values())):
+            # its repair would hold that plan's partitions too: the other plan goes first
+            other, asset, key = holder
+            # an approved plan wrote nothing (its first write moves it to proving): it withdraws
+            end = (f"withdraw it, `backfill plan withdraw {other.plan_id}`" if other.phase is Phase.APPROVED else
+                   f"finish or roll it back, as `backfill status {other.plan_id}` names")
+            return (f"plan {other.plan_id} ({other.phase}) holds {asset} {key}, which a repair of {pid} would "
+                    f"write: end {other.plan_id} first ({end}), then `backfill reconcile {pid}` sends {pid} "
+                    "back to repairing")
         if status.blockers:  # consumers do not see the proven bytes: closing would say they do
             return (f"the published table was edited ({status.blockers[0]}): `backfill reconcile {pid}`, "
                     f"then `backfill publish {pid}` puts the checked bytes back")

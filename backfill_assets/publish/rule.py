@@ -15,6 +15,7 @@ last good data.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -445,7 +446,7 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
         error = PublishBlocked(f"publish of {where} refused, consumers keep the last good data: "
                                + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                                                             if len(problems) > 5 else ""),
-                               fix=_fix(refused.found))
+                               fix=_fix(refused.found, refused.spec))
         # the refused table's partitions changed since its gates ran, by its asset: the UI shows them
         error.changed = {refused.spec.name: refused.found.changed}  # type: ignore[attr-defined]
         raise error from None
@@ -465,7 +466,7 @@ def _impact_or_why(session: Session, spec: TableSpec, scheme: PartitionScheme,
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _fix(found: Blockers) -> str:
+def _fix(found: Blockers, spec: TableSpec) -> str:
     if found.shape:
         return "make the published table's columns what the contract declares (or drop it: publish creates it)"
     waiting = next(((pid, s) for pid, s in found.cutover.items() if not s.met), None)
@@ -473,9 +474,27 @@ def _fix(found: Blockers) -> str:
         return cutover_fix(*waiting)
     if found.changed:
         key = next(iter(found.changed))
-        return (f"re-run the changed partitions through the plan (`backfill run PLAN --partitions {key}`), "
-                "or roll back")
-    return "fix and re-run the failing partitions (`backfill run PLAN --partitions KEY`), then publish again"
+        return _rerun(found, spec, key, "re-run the changed partitions through the plan")
+    return _rerun(found, spec, None, "fix and re-run the failing partitions, then publish again")
+
+
+def _rerun(found: Blockers, spec: TableSpec, key: str | None, what: str) -> str:
+    """A re-run named as a command that runs in the state the partitions are in: through the active
+    plan holding them, by its id; a cancelled plan only rolls back; partitions no active plan holds
+    (plan-free, or their plan rolled back or closed) are written again only by a new plan. The
+    advice named `backfill run PLAN` whatever held them, and a rolled-back plan's run is refused
+    (found by an attack)."""
+    owner = next((p for p in found.plans if key is None or p.covers(key, spec.name)), None)
+    partitions = f"--partitions {shlex.quote(key)}" if key is not None else "--partitions KEY"
+    asset = "" if owner is None or spec.name == owner.target else f" --asset {spec.name}"
+    if owner is None:
+        return (f"{key or 'the failing partitions'}: no active plan holds {'it' if key else 'them'}; write "
+                f"{'it' if key else 'them'} again with a new replay plan (`backfill plan new plans/<id>.yaml "
+                f"--target {spec.name}`), then publish again")
+    if owner.hold is Hold.CANCELLED:
+        return f"plan {owner.plan_id} was cancelled: {lifecycle.rollback_named_by_status(owner.plan_id)}"
+    return f"{what} (`backfill run {owner.plan_id}{asset} {partitions}`), or roll back (`backfill status " \
+           f"{owner.plan_id}` names the rollback that applies)"
 
 
 CUTOVER_REFUSED = "cutover by plan "

@@ -1,0 +1,92 @@
+"""Round "wayout": every state has a way out, and every piece of advice is a command that works, for
+a hurried operator copy-pasting what a refusal or `backfill status` prints (found by an attack)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from tests.world import BUGGY, failure_text, keys
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The `backfill ...` commands a line of advice names, as the shell splits them."""
+    return [shlex.split(c)[1:] for c in re.findall(r"`(backfill [^`]+)`", text)]
+
+
+def _next(run_cli, plan: str) -> str:
+    shown = run_cli("status", plan)
+    assert shown.code == 0, shown.err
+    return next(line for line in shown.out.splitlines() if line.startswith("next "))
+
+
+def test_a_publish_refused_after_a_rollback_names_a_command_that_runs(world, run_cli):
+    """A plan is rolled back; a day of its window is then edited and a publish of it refused. The
+    refusal said "re-run the changed partitions through the plan (`backfill run PLAN --partitions
+    KEY`), or roll back": the rolled-back plan's run is refused, and its rollback too. It names a new
+    replay plan, which no active plan stands in the way of."""
+    window = keys(1, 4)
+    assert world.materialize(window, spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert run_cli("rollback", "fix").code == 0
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-02'")
+    refused = world.publish(keys(2, 2))
+    said = failure_text(refused)
+    assert not refused.success and "changed since its gates checked it" in said, said
+    assert "backfill run PLAN" not in said and "`backfill run fix" not in said, said
+    commands = _commands(said)
+    assert commands and commands[0][:2] == ["plan", "new"], said
+    path = world.root / "plans" / "again.yaml"
+    drafted = run_cli("plan", "new", str(path), *commands[0][3:])
+    assert drafted.code == 0 and path.exists(), drafted.err
+
+
+def test_a_publish_refused_under_a_reconciled_plan_names_that_plans_run_not_itself(world, run_cli):
+    """A reconciled plan's day is edited: `backfill publish fix` was refused with "see `backfill
+    publish fix`", the refused command itself. It names the re-run through the plan, by its id."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-02'")
+    refused = run_cli("publish", "fix")
+    assert refused.code != 0 and "`backfill run fix --partitions 2026-01-02`" in refused.err, refused.err
+    assert run_cli(*_commands(refused.err)[0]).code == 0
+    assert run_cli("publish", "fix").code == 0
+
+
+def test_a_published_graph_plan_never_holds_its_month_again_beside_a_month_plan(world, monkeypatch, run_cli):
+    """A graph plan (days and their month) is published; a plan over the month alone is approved
+    (a published plan no longer holds its window). Late data then fails the days' reconcile: the
+    graph plan went back to repairing, so two active plans held the month; each one's run was
+    refused ("plans fix and q both hold partition 2026-01-01"), while `status` named those runs.
+    The published plan stays published until q ends, its status naming q; followed literally,
+    every command the advice names runs."""
+    from tests.plans import complete_plan, write_plan
+    from tests.test_graph import MONTH, buggy_january_published, graph_plan
+
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    document = complete_plan(plan_id="q", start=MONTH, end=MONTH, proof=(MONTH,), per_run=1,
+                             target="monthly_revenue", source="daily_revenue")
+    document["downstream"] = [{"asset": "published_monthly_revenue", "owners": ["finance-bi"]},
+                              {"asset": "revenue_report", "owners": ["finance-bi"]}]
+    world.approve(write_plan(world.root / "plans" / "q.yaml", document))
+    world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
+                  "DATE '2026-01-06', 1000.00, 'completed')")
+    assert run_cli("reconcile", "fix").code == 1
+    assert (world.phase("fix"), world.phase("q")) == ("published", "approved")  # one plan holds the month
+    step = _next(run_cli, "fix")
+    assert "plan q (approved) holds monthly_revenue 2026-01-01" in step, step
+    followed = []
+    for _ in range(12):  # the advice of fix's status taken literally, each command as printed
+        if world.phase("fix") == "reconciled":
+            break
+        [command, *_] = _commands(step)
+        followed.append(command)
+        done = run_cli(*command)
+        assert done.code == 0 or command[0] == "reconcile", (followed, done.out[-400:], done.err)
+        step = _next(run_cli, "fix")
+    assert world.phase("fix") == "reconciled" and world.phase("q") == "withdrawn", followed
+    assert run_cli("publish", "fix").code == 0
