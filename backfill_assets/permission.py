@@ -372,8 +372,17 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
             entry = latest.get(bad[0])
             why = ("has no write" + (f" under plan {plan.plan_id}" if bad[0] in ours and plan else "")
                    if entry is None else f"failed {', '.join(entry.failed) or 'its gates'}")
+            owner = record.get(session, entry.plan_id) if entry is not None and entry.plan_id else None
             fix = (f"run the plan's {parent} partitions first (`backfill run {plan.plan_id}`)"
-                   if bad[0] in ours and plan else f"write {parent} {bad[0]} first and let its gates pass")
+                   if bad[0] in ours and plan else
+                   # another plan's write failed: its repair comes first, and only its status names
+                   # that (the bare "write it first" left this plan's proof to be run again, refused
+                   # each time, while its status named that run: found by an attack)
+                   f"{parent} {bad[0]}'s latest write is plan {owner.plan_id}'s ({owner.phase}): repair it "
+                   f"through that plan first, as `backfill status {owner.plan_id}` names, then write {spec.name} "
+                   f"{key}" if owner is not None and owner.phase not in ENDED
+                   and owner.plan_id != (plan.plan_id if plan else None) else
+                   f"write {parent} {bad[0]} first and let its gates pass")
             return _refuse(f"{spec.name} {key} reads {parent} "
                            f"{upstream[0] if len(upstream) == 1 else f'{upstream[0]}..{upstream[-1]}'}, and "
                            f"{parent} {bad[0]} {why}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),

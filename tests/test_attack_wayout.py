@@ -90,3 +90,34 @@ def test_a_published_graph_plan_never_holds_its_month_again_beside_a_month_plan(
         step = _next(run_cli, "fix")
     assert world.phase("fix") == "reconciled" and world.phase("q") == "withdrawn", followed
     assert run_cli("publish", "fix").code == 0
+
+
+def test_a_month_plans_proof_refused_over_a_day_another_plan_failed_names_that_plans_way_out(
+        world, monkeypatch, run_cli):
+    """The same month plan q, beside the published graph plan whose day 2026-01-06 failed its
+    reconcile: q's proof was refused with "write daily_revenue 2026-01-06 first and let its gates
+    pass", no command, and q's status named the same proof again, refused each time. The refusal
+    names the plan whose write failed; its status names the way on, which runs."""
+    from tests.plans import complete_plan, write_plan
+    from tests.test_graph import MONTH, buggy_january_published, graph_plan
+
+    buggy_january_published(world, monkeypatch)
+    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    document = complete_plan(plan_id="q", start=MONTH, end=MONTH, proof=(MONTH,), per_run=1,
+                             target="monthly_revenue", source="daily_revenue")
+    document["downstream"] = [{"asset": "published_monthly_revenue", "owners": ["finance-bi"]},
+                              {"asset": "revenue_report", "owners": ["finance-bi"]}]
+    world.approve(write_plan(world.root / "plans" / "q.yaml", document))
+    world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
+                  "DATE '2026-01-06', 1000.00, 'completed')")
+    assert run_cli("reconcile", "fix").code == 1
+    refused = run_cli("run", "q", "--proof")
+    assert refused.code == 1, refused.err
+    said = refused.out + refused.err
+    assert "latest write is plan fix's (published)" in said and "`backfill status fix`" in said, said
+    step = _next(run_cli, "fix")
+    [command, *_] = _commands(step)
+    assert command == ["plan", "withdraw", "q"], step
+    assert run_cli(*command).code == 0 and world.phase("q") == "withdrawn"
