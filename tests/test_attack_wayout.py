@@ -121,3 +121,33 @@ def test_a_month_plans_proof_refused_over_a_day_another_plan_failed_names_that_p
     [command, *_] = _commands(step)
     assert command == ["plan", "withdraw", "q"], step
     assert run_cli(*command).code == 0 and world.phase("q") == "withdrawn"
+
+
+def test_a_published_plan_whose_days_a_later_plan_holds_waits_for_it_and_both_get_out(world, run_cli):
+    """Plan first (days 1..4) is published; plan second (days 3..5) is approved and proven. Consumers'
+    copy of day 1 is then edited: `backfill reconcile first` sent first back to repairing, so two
+    active plans held days 3..4, each one's publish frozen by the other. first stays published
+    until second ends, its status naming second; each command printed, run as printed, runs."""
+    assert world.materialize(keys(1, 8), spec=BUGGY, publish=True).success
+    world.approved_plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "first", "--proof") == 0 and world.cli("run", "first") == 0
+    assert world.cli("publish", "first") == 0
+    world.approved_plan("second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
+    assert world.cli("run", "second", "--proof") == 0
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-01'")
+    assert run_cli("reconcile", "first").code == 0
+    assert (world.phase("first"), world.phase("second")) == ("published", "proven")
+    step = _next(run_cli, "first")
+    assert "plan second (proven) holds daily_revenue 2026-01-03" in step and "`backfill status second`" in step, step
+    for _ in range(3):  # second's way on, as its status names it
+        [command, *_] = _commands(_next(run_cli, "second"))
+        assert run_cli(*command).code == 0, command
+        if world.phase("second") == "published":
+            break
+    for _ in range(4):  # then first's
+        [command, *_] = _commands(_next(run_cli, "first"))
+        assert run_cli(*command).code == 0, command
+        if world.phase("first") == "published" and command[0] == "publish":
+            break
+    assert (world.phase("first"), world.phase("second")) == ("published", "published")
+    assert world.fingerprints("published_revenue", keys(1, 5)) == world.fingerprints("daily_revenue", keys(1, 5))
