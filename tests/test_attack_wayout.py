@@ -151,3 +151,17 @@ def test_a_published_plan_whose_days_a_later_plan_holds_waits_for_it_and_both_ge
             break
     assert (world.phase("first"), world.phase("second")) == ("published", "published")
     assert world.fingerprints("published_revenue", keys(1, 5)) == world.fingerprints("daily_revenue", keys(1, 5))
+
+
+def test_a_publish_refused_under_a_plan_not_yet_proven_names_its_next_run(world, run_cli):
+    """A publish of a day an approved plan holds (its proof not run) was refused with "fix and re-run
+    the failing partitions (`backfill run PLAN --partitions KEY`)": no plan is called PLAN, and a run
+    of named partitions before the proof passed is refused. It names the plan's status, whose run runs."""
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    refused = world.publish(keys(2, 2))
+    said = failure_text(refused)
+    assert not refused.success and "frozen by plan fix (approved)" in said, said
+    assert "PLAN" not in said and "--partitions" not in said and "`backfill status fix`" in said, said
+    [command, *_] = _commands(_next(run_cli, "fix"))
+    assert command == ["run", "fix", "--proof"] and run_cli(*command).code == 0

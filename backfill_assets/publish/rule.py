@@ -488,11 +488,15 @@ def _rerun(found: Blockers, spec: TableSpec, key: str | None, what: str) -> str:
     partitions = f"--partitions {shlex.quote(key)}" if key is not None else "--partitions KEY"
     asset = "" if owner is None or spec.name == owner.target else f" --asset {spec.name}"
     if owner is None:
-        return (f"{key or 'the failing partitions'}: no active plan holds {'it' if key else 'them'}; write "
-                f"{'it' if key else 'them'} again with a new replay plan (`backfill plan new plans/<id>.yaml "
-                f"--target {spec.name}`), then publish again")
+        draft = f"`backfill plan new plans/<id>.yaml --target {spec.name}`"
+        if key is None:  # a partition never written is materialized plan-free; one written is replayed
+            return (f"write the failing partitions again and let their gates pass (a partition written before "
+                    f"is replayed under a new plan, {draft}), then publish again")
+        return f"{key}: no active plan holds it; write it again with a new replay plan ({draft}), then publish again"
     if owner.hold is Hold.CANCELLED:
         return f"plan {owner.plan_id} was cancelled: {lifecycle.rollback_named_by_status(owner.plan_id)}"
+    if not owner.past_proof:  # before its proof passed, a run of named partitions is refused
+        return f"plan {owner.plan_id} is {owner.phase}: `backfill status {owner.plan_id}` names its next run"
     return f"{what} (`backfill run {owner.plan_id}{asset} {partitions}`), or roll back (`backfill status " \
            f"{owner.plan_id}` names the rollback that applies)"
 
