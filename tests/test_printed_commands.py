@@ -1,4 +1,4 @@
-"""Round "wayout": every state has a way out, and every piece of advice is a command that works, for
+"""Every state has a way out, and every piece of advice is a command that works, for
 a hurried operator copy-pasting what a refusal or `backfill status` prints (found by an attack)."""
 
 from __future__ import annotations

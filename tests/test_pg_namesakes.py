@@ -1,4 +1,4 @@
-"""Round "namesakes": an insider who writes the PostgreSQL warehouse (functions, aggregates, their own
+"""An insider who writes the PostgreSQL warehouse (functions, aggregates, their own
 role's settings) but holds no key makes functions named like pg_catalog's that PostgreSQL would pick
 over pg_catalog's in the product's own SQL: a gate passing falsely, a decision reading otherwise."""
 
