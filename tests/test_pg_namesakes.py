@@ -53,6 +53,34 @@ def test_a_zero_argument_count_ahead_of_pg_catalog_on_the_path_never_answers_a_d
     assert world.fingerprints("published_revenue", days) == before
 
 
+def _run_with_a_count_that_drops_itself(world, monkeypatch, at: str, step: str, step_sql: str) -> int:
+    """`backfill run fix`, an insider making `public.count(bigint)` (its step function `step`, made by
+    `step_sql`) at the product's checkpoint `at`, its SECURITY DEFINER final function dropping it
+    again inside the statement it answers; the command's exit code."""
+    import psycopg
+
+    from backfill_assets import faults
+
+    with psycopg.connect(world.url, autocommit=True) as insider:
+        insider.execute(step_sql)
+        insider.execute("CREATE FUNCTION public.gone(bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS "
+                        "$$ BEGIN DROP AGGREGATE IF EXISTS public.count(bigint); RETURN $1; END $$")
+        checkpoint = faults.checkpoint
+
+        def insider_meanwhile(name: str) -> None:
+            if name == at:
+                insider.execute(f"CREATE AGGREGATE public.count(bigint) (SFUNC = {step}, STYPE = bigint, "
+                                "FINALFUNC = public.gone, INITCOND = '0')")
+            checkpoint(name)
+
+        monkeypatch.setattr(faults, "checkpoint", insider_meanwhile)
+        try:
+            return world.cli("run", "fix")
+        finally:
+            monkeypatch.setattr(faults, "checkpoint", checkpoint)
+            insider.execute("DROP AGGREGATE IF EXISTS public.count(bigint)")
+
+
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gate_verdict(engine_world, monkeypatch):
     """Insider, no key, PostgreSQL: once a run's write transaction has passed its check of the
@@ -63,9 +91,7 @@ def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gat
     verdict said the doubled source had no duplicated order_id. Now the gates call pg_catalog's: the
     namesake answers nothing, so it is still there at the commit's check, and the run commits
     nothing."""
-    import psycopg
 
-    from backfill_assets import faults
 
     world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
@@ -74,23 +100,10 @@ def test_a_namesake_made_inside_a_write_and_gone_by_its_checks_never_gives_a_gat
                                         "ORDER BY order_id LIMIT 2")]
     world.run_sql(f"INSERT INTO orders SELECT * FROM orders WHERE order_id IN ({ids[0]}, {ids[1]})")  # loaded twice
     listed = ", ".join(f"{i}::bigint" for i in ids)
-    with psycopg.connect(world.url, autocommit=True) as insider:
-        insider.execute("CREATE FUNCTION public.counted(bigint, bigint) RETURNS bigint LANGUAGE sql STRICT AS "
-                        f"$$ SELECT $1 + CASE WHEN $2 IN ({listed}) THEN 2 ELSE 1 END $$")
-        insider.execute("CREATE FUNCTION public.gone(bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS "
-                        "$$ BEGIN DROP AGGREGATE IF EXISTS public.count(bigint); RETURN $1; END $$")
-        checkpoint = faults.checkpoint
-
-        def insider_meanwhile(name: str) -> None:
-            if name == "write.before_judge":  # the write's checks passed; its gates are next
-                insider.execute("CREATE AGGREGATE public.count(bigint) (SFUNC = public.counted, STYPE = bigint, "
-                                "FINALFUNC = public.gone, INITCOND = '0')")
-            checkpoint(name)
-
-        monkeypatch.setattr(faults, "checkpoint", insider_meanwhile)
-        ran = world.cli("run", "fix")
-        monkeypatch.setattr(faults, "checkpoint", checkpoint)
-        insider.execute("DROP AGGREGATE IF EXISTS public.count(bigint)")
+    # the write's checks passed; its gates are next
+    ran = _run_with_a_count_that_drops_itself(world, monkeypatch, "write.before_judge", "public.counted", (
+        "CREATE FUNCTION public.counted(bigint, bigint) RETURNS bigint LANGUAGE sql STRICT AS "
+        f"$$ SELECT $1 + CASE WHEN $2 IN ({listed}) THEN 2 ELSE 1 END $$"))
     sealed = world.sql("SELECT passed, figures FROM backfill_control.gate_results WHERE partition_key = '2026-01-03' "
                        "AND gate = 'source_has_no_duplicates'")
     assert not any(passed for passed, _ in sealed), f"a doubled source was sealed as clean: {sealed}"
@@ -157,31 +170,16 @@ def test_a_namesake_that_drops_itself_inside_a_write_leaves_it_nothing_to_commit
     final function (SECURITY DEFINER) dropped it again inside the write's statement: no check found
     it, and the write committed what it computed, with the verdicts on it. The write's own
     transaction removed a function: its commit now says so and commits nothing."""
-    import psycopg
 
-    from backfill_assets import faults
 
     world = engine_world
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
     sealed_before = world.sql("SELECT count(*) FROM backfill_control.gate_results")
-    with psycopg.connect(world.url, autocommit=True) as insider:
-        insider.execute("CREATE FUNCTION public.none(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'")
-        insider.execute("CREATE FUNCTION public.gone(bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS "
-                        "$$ BEGIN DROP AGGREGATE IF EXISTS public.count(bigint); RETURN $1; END $$")
-        checkpoint = faults.checkpoint
-
-        def insider_meanwhile(name: str) -> None:
-            if name == "write.after_snapshot":  # the write's checks passed; its recomputation is next
-                insider.execute("CREATE AGGREGATE public.count(bigint) (SFUNC = public.none, STYPE = bigint, "
-                                "FINALFUNC = public.gone, INITCOND = '0')")
-            checkpoint(name)
-
-        monkeypatch.setattr(faults, "checkpoint", insider_meanwhile)
-        capsys.readouterr()
-        ran = world.cli("run", "fix")
-        monkeypatch.setattr(faults, "checkpoint", checkpoint)
-        insider.execute("DROP AGGREGATE IF EXISTS public.count(bigint)")
+    capsys.readouterr()
+    # the write's checks passed; its recomputation is next
+    ran = _run_with_a_count_that_drops_itself(world, monkeypatch, "write.after_snapshot", "public.none", (
+        "CREATE FUNCTION public.none(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"))
     said = capsys.readouterr().err
     customers = world.sql("SELECT order_date, region, customers FROM daily_revenue WHERE customers = 0")
     assert not customers, f"the insider's count was written: {customers}"

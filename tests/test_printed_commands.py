@@ -54,13 +54,9 @@ def test_a_publish_refused_under_a_reconciled_plan_names_that_plans_run_not_itse
     assert run_cli("publish", "fix").code == 0
 
 
-def test_a_published_graph_plan_never_holds_its_month_again_beside_a_month_plan(world, monkeypatch, run_cli):
-    """A graph plan (days and their month) is published; a plan over the month alone is approved
-    (a published plan no longer holds its window). Late data then fails the days' reconcile: the
-    graph plan went back to repairing, so two active plans held the month; each one's run was
-    refused ("plans fix and q both hold partition 2026-01-01"), while `status` named those runs.
-    The published plan stays published until q ends, its status naming q; followed literally,
-    every command the advice names runs."""
+def _month_plan_beside_a_published_graph_plan_whose_day_failed(world, monkeypatch, run_cli) -> None:
+    """Graph plan fix (days and their month) published; month-only plan q approved over its month;
+    a late order for 2026-01-06 then fails fix's reconcile."""
     from tests.plans import complete_plan, write_plan
     from tests.test_graph import MONTH, buggy_january_published, graph_plan
 
@@ -76,6 +72,16 @@ def test_a_published_graph_plan_never_holds_its_month_again_beside_a_month_plan(
     world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
                   "DATE '2026-01-06', 1000.00, 'completed')")
     assert run_cli("reconcile", "fix").code == 1
+
+
+def test_a_published_graph_plan_never_holds_its_month_again_beside_a_month_plan(world, monkeypatch, run_cli):
+    """A graph plan (days and their month) is published; a plan over the month alone is approved
+    (a published plan no longer holds its window). Late data then fails the days' reconcile: the
+    graph plan went back to repairing, so two active plans held the month; each one's run was
+    refused ("plans fix and q both hold partition 2026-01-01"), while `status` named those runs.
+    The published plan stays published until q ends, its status naming q; followed literally,
+    every command the advice names runs."""
+    _month_plan_beside_a_published_graph_plan_whose_day_failed(world, monkeypatch, run_cli)
     assert (world.phase("fix"), world.phase("q")) == ("published", "approved")  # one plan holds the month
     step = _next(run_cli, "fix")
     assert "plan q (approved) holds monthly_revenue 2026-01-01" in step, step
@@ -98,21 +104,7 @@ def test_a_month_plans_proof_refused_over_a_day_another_plan_failed_names_that_p
     reconcile: q's proof was refused with "write daily_revenue 2026-01-06 first and let its gates
     pass", no command, and q's status named the same proof again, refused each time. The refusal
     names the plan whose write failed; its status names the way on, which runs."""
-    from tests.plans import complete_plan, write_plan
-    from tests.test_graph import MONTH, buggy_january_published, graph_plan
-
-    buggy_january_published(world, monkeypatch)
-    world.approve(write_plan(world.root / "plans" / "fix.yaml", graph_plan(world)))
-    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
-    assert world.cli("publish", "fix") == 0
-    document = complete_plan(plan_id="q", start=MONTH, end=MONTH, proof=(MONTH,), per_run=1,
-                             target="monthly_revenue", source="daily_revenue")
-    document["downstream"] = [{"asset": "published_monthly_revenue", "owners": ["finance-bi"]},
-                              {"asset": "revenue_report", "owners": ["finance-bi"]}]
-    world.approve(write_plan(world.root / "plans" / "q.yaml", document))
-    world.run_sql("INSERT INTO orders VALUES (9999999, 42, 'north', TIMESTAMP '2026-01-06 12:00:00', "
-                  "DATE '2026-01-06', 1000.00, 'completed')")
-    assert run_cli("reconcile", "fix").code == 1
+    _month_plan_beside_a_published_graph_plan_whose_day_failed(world, monkeypatch, run_cli)
     refused = run_cli("run", "q", "--proof")
     assert refused.code == 1, refused.err
     said = refused.out + refused.err
