@@ -121,16 +121,36 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         "history": _history(session, state),
         "reconciled_at": reconciled.at if reconciled else None,
         "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows"),
+                       # what consumers saw change (totals), as the reopen notice told them
+                       **({"impact": published.payload["impact"]} if "impact" in published.payload else {}),
                        **({"cutover": published.payload["cutover"]} if "cutover" in published.payload else {})}
                       if published else None),
-        "rollback": ({"at": rolled.at, "by": rolled.actor,
-                      # what the operator left computed from the restored partitions (--keep-computed)
-                      **({"kept_computed": rolled.payload["kept_computed"]} if "kept_computed" in rolled.payload
-                         else {})} if rolled else None),
+        "rollback": _rollback(rolled) if rolled else None,
         "chain": {"rows": len(rows), "verified": verified, "head_seq": head_seq, "head_hash": head_hash,
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
     return document, verified
+
+
+# the rollback row's keys that are not a restored table's
+_ROLLBACK_FIELDS = ("index", "authorised", "refilled", "kept_computed")
+
+
+def _rollback(rolled: evidence_log.EvidenceRow) -> dict[str, Any]:
+    """The rollback as its chain row recorded it: who authorised putting back data consumers may
+    have read (the plan's approvals, or approvers' rollback signatures and the statement they
+    signed), every table restored with its partitions and the digest of the fingerprints proven,
+    snapshots refilled from the published copy, and what the operator left computed from the
+    restored partitions (--keep-computed). The file showed when and by whom alone, so an auditor
+    could not tell what was put back nor on whose authority (recovery evidence, the seed's last
+    verification)."""
+    payload = rolled.payload
+    return {"at": rolled.at, "by": rolled.actor,
+            **({"authorised": payload["authorised"]} if "authorised" in payload else {}),
+            "restored": {table: figures for table, figures in sorted(payload.items())
+                         if table not in _ROLLBACK_FIELDS and isinstance(figures, dict)},
+            **({"refilled": payload["refilled"]} if "refilled" in payload else {}),
+            **({"kept_computed": payload["kept_computed"]} if "kept_computed" in payload else {})}
 
 
 def _figures(figures: dict[str, Any]) -> str:
