@@ -64,6 +64,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
     reconciled = last("window_reconciled")
     published = last("published")
     rolled = last("rollback")
+    # a paused or cancelled plan keeps its phase: the hold is what says it stopped (and, cancelled,
+    # for good), which the rendered file left out while `status` said it (`proven (cancelled)`)
+    held = last("hold", to=state.hold.value) if state.hold is not None else None
     keys = list(state.partition_keys)
     latest = ledger.latest(session, state.target, keys, state.plan_id)
     failures = {k: {g: figures.get("detail") for g, (passed, figures) in e.gates.items() if not passed}
@@ -104,6 +107,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "mode": plan.execution.mode if plan else None, "phase": state.phase.value,
             "file": version.source_file if version else None,
         },
+        "hold": ({"state": state.hold.value, "at": held.at if held else None,
+                  "by": held.actor if held else None, "note": held.payload.get("note") if held else None}
+                 if state.hold is not None else None),
         "approvals": _approvals([r for r in rows if r.kind == "approval" and r.payload.get("sha256") == sha]
                                 if sha else []),
         "publish_freeze": {"frozen_at": freeze.at if freeze else None,

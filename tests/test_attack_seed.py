@@ -33,3 +33,20 @@ def test_the_rendered_evidence_says_who_authorised_a_rollback_what_it_restored_a
     impact = document["published"]["impact"]
     assert (impact["partitions_changed"], impact["added"], impact["removed"]) == (6, 30, 0)
     assert impact["net_revenue"] == published["impact"]["net_revenue"]
+
+
+def test_the_rendered_evidence_of_a_cancelled_plan_says_it_was_cancelled_by_whom_and_when(world, capsys):
+    """`backfill status` says `proven (cancelled)`; the rendered evidence said `phase: proven` and
+    nothing else, so an auditor read a plan ready to run its window, not one stopped for good (nor
+    who stopped it, nor when): the hold's chain row was never rendered."""
+    assert world.cli("init") == 0
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("cancel", "fix") == 0
+    [(at, by)] = world.sql("SELECT recorded_at, actor FROM backfill_control.evidence WHERE kind = 'hold'")
+    capsys.readouterr()
+    assert world.cli("evidence", "fix") == 0
+    document = yaml.safe_load(capsys.readouterr().out)
+    assert document["plan"]["phase"] == "proven"
+    assert document["hold"]["state"] == "cancelled" and document["hold"]["by"] == by
+    assert document["hold"]["at"].startswith(str(at)[:10])
