@@ -261,6 +261,8 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
         return f"run the proof: `backfill run {pid} --proof`"
     if phase is Phase.PROVING:
         verdict = proof_verdict(session, state)
+        if verdict.empty_proof:  # running the proof again writes nothing again
+            return f"prove the plan on data: {verdict.blockers[-1]}"
         if verdict.failed:
             return (f"fix the proof partition(s) and run them again: `backfill run {pid} --proof` "
                     f"({verdict.blockers[0]})")

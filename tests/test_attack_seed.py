@@ -50,3 +50,22 @@ def test_the_rendered_evidence_of_a_cancelled_plan_says_it_was_cancelled_by_whom
     assert document["plan"]["phase"] == "proven"
     assert document["hold"]["state"] == "cancelled" and document["hold"]["by"] == by
     assert document["hold"]["at"].startswith(str(at)[:10])
+
+
+def test_a_proof_on_partitions_that_hold_no_rows_proves_nothing_and_the_window_waits(world, capsys):
+    """The seed's red flag: no bounded slice proof before the full-window replay. A plan whose proof
+    partition is a day the source holds no rows for (the window runs past the data) wrote nothing
+    twice: EMPTY == EMPTY, and `run --proof` said `proof passed: fingerprints identical on both runs`,
+    moved the plan to proven, and `backfill run` replayed the whole window on a proof of nothing."""
+    assert world.cli("init") == 0
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-10", proof=("2026-01-10",))
+    capsys.readouterr()
+    assert world.cli("run", str(path), "--proof") == 1
+    said = capsys.readouterr().out
+    assert "2026-01-10: the proof wrote no rows" in said and "proof NOT passed" in said, said
+    assert world.phase() == "proving"
+    assert world.cli("run", str(path)) != 0
+    assert world.rows("daily_revenue", "2026-01-03") == 0  # the window was not replayed
+    capsys.readouterr()
+    assert world.cli("status", "fix") == 0
+    assert "execution.proof_partitions" in capsys.readouterr().out

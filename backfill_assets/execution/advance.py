@@ -21,6 +21,7 @@ from backfill_assets.plan.phases import Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
+from backfill_assets.warehouse.fingerprints import EMPTY
 
 if TYPE_CHECKING:
     from backfill_assets.graph import TableGraph
@@ -45,11 +46,15 @@ class Verdict:
     # the same for the other tables of the plan's graph: asset -> partition -> failed gates / missing
     failed_downstream: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     missing_downstream: dict[str, list[str]] = field(default_factory=dict)
+    # the proof: every proof partition was written twice, identically, with no rows
+    empty_proof: bool = False
 
 
 def proof_verdict(session: Session, state: PlanState) -> Verdict:
-    """Every proof partition written at least twice with identical fingerprints, all gates passed."""
+    """Every proof partition written at least twice with identical fingerprints, all gates passed,
+    and at least one of them holding rows (unless the plan allows empty partitions)."""
     blockers: list[str] = []
+    empty: list[str] = []
     for key in state.proof_keys:
         prints = ledger.fingerprints_written(session, state.target, state.plan_id, key)
         if len(prints) < 2:
@@ -57,10 +62,23 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
         elif prints[-1] != prints[-2]:
             blockers.append(f"{key}: fingerprints differ between the last two runs "
                             f"({prints[-2][-12:]} vs {prints[-1][-12:]}); the write is not idempotent")
+        elif prints[-1] == EMPTY.digest:
+            empty.append(key)
+    plan = state.version.plan if state.version is not None else None
+    empty_proof = bool(empty) and len(empty) == len(state.proof_keys) and not (
+        plan is not None and plan.execution.allow_empty_partitions)
+    if empty_proof:
+        # nothing written twice is identical whatever the write does: a proof on a day the source
+        # holds no rows for passed, and the whole window was replayed on it (the seed's red flag, no
+        # bounded slice proof before the full window); a plan that may empty partitions is proven so
+        blockers.append(f"{', '.join(empty)}: the proof wrote no rows (the source holds none there), which proves "
+                        "nothing of the write; list a proof partition that holds data under "
+                        "execution.proof_partitions and approve that version, or `backfill cancel "
+                        f"{state.plan_id}`")
     latest = ledger.latest(session, state.target, list(state.proof_keys), state.plan_id, figures=False)
     failed = {k: e.failed or ["not evaluated"] for k, e in latest.items() if e is not None and not e.passed}
     blockers += [f"{k}: gates failed: {', '.join(g)}" for k, g in failed.items()]
-    return Verdict(not blockers, blockers, failed)
+    return Verdict(not blockers, blockers, failed, empty_proof=empty_proof)
 
 
 def _table_verdict(session: Session, state: PlanState, asset: str, keys: list[str],
