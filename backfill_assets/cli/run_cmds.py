@@ -115,7 +115,8 @@ def _stages(args: argparse.Namespace, session: Session, state: record.PlanState,
     return stages
 
 
-def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stage) -> None:
+def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stage, empty_proof: bool = False) -> None:
+    """`empty_proof`: the proof's partitions were written twice with no rows (`advance.proof_verdict`)."""
     pid = state.plan_id
     if state.phase not in (Phase.APPROVED, Phase.PROVING, *PAST_PROOF):
         raise PlanRefused(f"plan {pid} is {state.phase}; it cannot run", fix=f"see `backfill status {pid}`")
@@ -126,8 +127,11 @@ def _refuse_phase(args: argparse.Namespace, state: record.PlanState, stage: Stag
                           fix="the proof runs once, between approval and the window")
     proof_only = stage.asset is None and set(stage.partitions) <= set(state.proof_keys)
     if not args.proof and state.phase not in PAST_PROOF and not (partition_args.given(args) and proof_only):
-        raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed",
-                          fix=f"run `backfill run {pid} --proof`")
+        raise PlanRefused(f"plan {pid} is {state.phase}: the window runs only after the proof passed"
+                          + (" on data (its partitions wrote no rows)" if empty_proof else ""),
+                          fix=f"run `backfill run {pid} --proof`" + (
+                              " once the source holds rows there; `backfill status` names the other ways on"
+                              if empty_proof else ""))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -246,8 +250,9 @@ def _run(args: argparse.Namespace, loaded: LoadedDefs, *, chained: bool = False,
             for stage in stages:
                 print(stage.describe())
             return 0
+        empty_proof = state.phase is Phase.PROVING and proof_verdict(session, state).empty_proof
         for stage in stages:
-            _refuse_phase(args, state, stage)
+            _refuse_phase(args, state, stage, empty_proof)
         if not resume:
             _refuse_new_hold(state)
         from backfill_assets.control import authority

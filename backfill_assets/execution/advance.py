@@ -72,9 +72,9 @@ def proof_verdict(session: Session, state: PlanState) -> Verdict:
         # holds no rows for passed, and the whole window was replayed on it (the seed's red flag, no
         # bounded slice proof before the full window); a plan that may empty partitions is proven so
         blockers.append(f"{', '.join(empty)}: the proof wrote no rows (the source holds none there), which proves "
-                        "nothing of the write; list a proof partition that holds data under "
-                        "execution.proof_partitions and approve that version, or `backfill cancel "
-                        f"{state.plan_id}`")
+                        "nothing of the write; run the proof again once the source holds rows there, list a proof "
+                        "partition that holds data under execution.proof_partitions and approve that version, "
+                        f"or `backfill cancel {state.plan_id}`")
     latest = ledger.latest(session, state.target, list(state.proof_keys), state.plan_id, figures=False)
     failed = {k: e.failed or ["not evaluated"] for k, e in latest.items() if e is not None and not e.passed}
     blockers += [f"{k}: gates failed: {', '.join(g)}" for k, g in failed.items()]
