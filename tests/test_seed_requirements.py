@@ -1,4 +1,4 @@
-"""Round seed: the seed's checklist, red flags and verification list as product requirements, end
+"""The seed's checklist, red flags and verification list as product requirements, end
 to end, as the data engineer running a replay by the README and the auditor reading its evidence."""
 
 from __future__ import annotations
