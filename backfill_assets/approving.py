@@ -102,10 +102,6 @@ def takeover_refusal(session: Session, plan: Plan, sha: str) -> ApprovalError | 
     return None
 
 
-def approval_lock(target: str) -> str:
-    return f"approve:{target}"
-
-
 def _verified_one(root: TrustRoot, plan: Plan, sha: str, code: str, candidate: Candidate) -> Counted:
     """The signature given on the command line, or refuse saying why it does not count."""
     found = tally(root, [candidate], kind=APPROVALS,
@@ -132,7 +128,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
         ensure_schema(session)
         with session.transaction():
             for asset in sorted(members):  # every table's turn, in one order: two approvals never wait in a circle
-                session.lock(approval_lock(asset))
+                session.lock(lifecycle.approval_lock(asset))
             # the plan's row before the chain (the order of publish, a cancel, a run): an approval
             # that completed a version took the chain, then the row, and deadlocked a publish
             record.get(session, plan.plan_id, exclusive=True)
@@ -209,7 +205,7 @@ def approve(warehouse: Warehouse, path: Path, principal: str, statement: str, si
         try:
             with session.transaction():
                 for asset in sorted(members):
-                    session.lock(approval_lock(asset))
+                    session.lock(lifecycle.approval_lock(asset))
                 added, unmirrored = _mirrored(session, path, sha)
         except LockWaitTimeout as exc:  # the approval stands: the file waits for the next command
             added, unmirrored = 0, (f"another approval held the table's turn too long ({exc.message})",

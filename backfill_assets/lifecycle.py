@@ -72,6 +72,21 @@ def run_started(session: Session, plan_id: str, keys: Sequence[str], actor: str,
         return state
 
 
+def approval_lock(target: str) -> str:
+    """The turn an approval takes on each table of its plan while it reads which plans are active."""
+    return f"approve:{target}"
+
+
+def _approvals_held(session: Session, state: PlanState) -> None:
+    """Each table's approval turn, in the approvals' order, before the plan's row (as an approval
+    takes them): a published plan going back to repairing holds its window again, so no approval
+    over it may read the plan as published meanwhile. Without it an approval checked for overlaps
+    while `reconcile` (or a sensor tick) sent the plan back, each read the other as not active, and
+    both committed: two active plans over one partition (found by an attack)."""
+    for asset in sorted(state.assets):
+        session.lock(approval_lock(asset))
+
+
 def _locked(session: Session, state: PlanState) -> PlanState:
     """The plan's row, held exclusively until the caller's transaction ends: a run's write
     transaction holds it shared, so none of the plan's writes is half-way while a verdict is read
@@ -126,11 +141,14 @@ def window_judged(session: Session, state: PlanState, judge: Judge, actor: str) 
     if state.phase not in WINDOW_JUDGED or not _window_moves(state, judge(state)):
         return state
     with session.transaction():
+        held = state.phase in (Phase.RECONCILED, Phase.PUBLISHED)  # a move that may go on to repairing
+        if held:
+            _approvals_held(session, state)
         state = _locked(session, state)
         verdict = judge(state)
         if not _window_moves(state, verdict):
             return state
-        if state.phase is Phase.PUBLISHED and held_by_another(session, state) is not None:
+        if state.phase is Phase.PUBLISHED and (not held or held_by_another(session, state) is not None):
             return state  # stays published until the plan holding its partitions ends (status names it)
         if state.phase in (Phase.RECONCILED, Phase.PUBLISHED):
             back = Phase.RUNNING if state.phase is Phase.RECONCILED else Phase.REPAIRING
@@ -157,6 +175,7 @@ def publication_checked(session: Session, state: PlanState, published_as: str,
     if state.phase is not Phase.PUBLISHED or not edits_now():
         return state
     with session.transaction():
+        _approvals_held(session, state)
         state = _locked(session, state)
         edits = edits_now() if state.phase is Phase.PUBLISHED else {}
         if not edits or held_by_another(session, state) is not None:
@@ -182,6 +201,7 @@ def close_requested(session: Session, state: PlanState, changed_now: Callable[[P
     if state.phase is not Phase.PUBLISHED:
         return state
     with session.transaction():
+        _approvals_held(session, state)
         state = _locked(session, state)
         if state.phase is not Phase.PUBLISHED:
             return state

@@ -73,14 +73,17 @@ def _cursor(text: str | None) -> tuple[str, int]:
     return shown, int(asked) if asked.isdigit() else 0
 
 
-def changed_for_consumers_since(session: Session, asked: int) -> tuple[set[str], int]:
-    """The plans published or rolled back after chain row `asked`, and the chain's last row now: a
-    tick asks consumers only of those. Every tick asked of every plan ever published, closed or
-    rolled back, each plan's rows read and its runs requested again for Dagster to drop by their
-    keys: a cost that grew with each plan a warehouse ended."""
+def changed_for_consumers_since(session: Session, asked: int) -> tuple[dict[str, int], int]:
+    """The plans published or rolled back after chain row `asked` (each with its first such row),
+    and the chain's last row now: a tick asks consumers only of those. Every tick asked of every
+    plan ever published, closed or rolled back, each plan's rows read and its runs requested again
+    for Dagster to drop by their keys: a cost that grew with each plan a warehouse ended."""
     top = evidence_log.head(session)[0]
-    return {r.plan_id for r in evidence_log.rows(session, None, ("published", "rollback"), after=asked)
-            if r.plan_id is not None and r.seq <= top}, top
+    changed: dict[str, int] = {}
+    for r in evidence_log.rows(session, None, ("published", "rollback"), after=asked):
+        if r.plan_id is not None and r.seq <= top:
+            changed.setdefault(r.plan_id, r.seq)
+    return changed, top
 
 
 def _changed_for_consumers(session: Session, state: record.PlanState) -> int | None:
@@ -164,6 +167,12 @@ def make_reopen_sensor(spec: TableSpec, partitions_def: dg.PartitionsDefinition,
                         if state.target == spec.name and state.phase in CHANGED_FOR_CONSUMERS \
                                 and state.plan_id in changed:
                             requests += consumer_requests(session, state, graph, context.instance)
+                            if any(a not in graph.tables for a in state.assets):
+                                # definitions without a table the plan wrote (a deployment of the daily
+                                # table alone) cannot name that table's consumers: the cursor stays
+                                # before this plan's row, so a tick under definitions declaring it asks
+                                # them (moved past it, the report was never refreshed: found by an attack)
+                                top = min(top, changed[state.plan_id] - 1)
                     asked = top
                 table, active = plans_of_table(session, spec.name, spec, scheme, graph)
         except LockWaitTimeout as exc:
