@@ -81,3 +81,140 @@ def test_a_tick_under_definitions_without_the_month_never_loses_the_reports_refr
     assert len(report(again)) == 1, (older.cursor, again.cursor)
     assert report(tick(full, again.cursor)) == []  # once per publish
 
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("second", ["publish", "rollback"])
+def test_a_graph_publish_killed_while_a_second_command_waits_converges(engine_world, monkeypatch, tmp_path, second):
+    """`backfill publish fix` (days and month) holds every lock it takes, everything copied, not
+    committed, when a second shell types `publish fix` again (or `rollback fix`); the first is then
+    killed -9. The second goes on alone: the plan ends published (or rolled back) with every table
+    as the one command that committed left it, and the chain verifies."""
+    import os
+    import signal
+
+    from tests.test_graph import JANUARY, buggy_january_published, month_net, reconciled_graph
+    from tests.test_pg_concurrency import ROW, _backfill, _until
+
+    world = engine_world
+    buggy_january_published(world, monkeypatch)
+    reconciled_graph(world)
+    days_before = world.fingerprints("published_revenue", JANUARY)
+    month_before = month_net(world, "published_monthly_revenue")
+    env = {"BACKFILL_DEFS": "backfill_assets.demo.definitions"}
+    release = tmp_path / "release"
+    first = _backfill(world, tmp_path, "publish", "fix", wait=False, env={
+        **env, "BACKFILL_STALL_AT": "publish.before_commit=120", "BACKFILL_STALL_RELEASE_FILE": str(release)})
+    waiting = None
+    try:
+        _until(lambda: first.poll() is not None or world.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = "
+            "'idle in transaction' AND application_name = 'backfill-assets'")[0][0] >= 1)
+        assert first.poll() is None, first.communicate()
+        waiting = _backfill(world, tmp_path, second, "fix", wait=False, env=env)
+        wait_for_waiters(world, 1, ROW + ADVISORY)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=60)
+        out, err = waiting.communicate(timeout=240)
+    finally:
+        release.touch()
+        if first.poll() is None:
+            first.kill()
+        if waiting is not None and waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, (out[-1500:], err[-1500:])
+    if second == "publish":
+        assert world.phase("fix") == "published"
+        assert world.fingerprints("published_revenue", JANUARY) == world.fingerprints("daily_revenue", JANUARY)
+        assert month_net(world, "published_monthly_revenue") != month_before
+    else:
+        assert world.phase("fix") == "rolled_back"
+        assert world.fingerprints("published_revenue", JANUARY) == days_before
+        assert month_net(world, "published_monthly_revenue") == month_before
+    assert _backfill(world, tmp_path, "evidence", "verify", env=env).returncode == 0
+
+
+def test_plan_close_never_closes_a_published_plan_over_an_edited_published_day_while_another_plan_holds_others(
+        world, run_cli):
+    """Plan first (days 1..4) is published; plan second (days 3..5) is approved. Consumers' copy of
+    day 1 (first's alone) is edited by hand, then `backfill plan close first`: the edit no longer
+    sent first to repairing (second holds days 3..4), and the close, which asked only whether the
+    days changed since their gates, closed the plan as confirmed over the edited published day. It
+    is refused, first staying published, naming second, as before second was approved."""
+    assert world.materialize(keys(1, 8), spec=BUGGY, publish=True).success
+    world.approved_plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "first", "--proof") == 0 and world.cli("run", "first") == 0
+    assert world.cli("publish", "first") == 0
+    world.approved_plan("second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-01'")
+    closed = run_cli("plan", "close", "first")
+    assert (closed.code, world.phase("first")) == (1, "published"), (closed.code, world.phase("first"), closed.err)
+    assert "second" in closed.err and "Traceback" not in closed.err, closed.err
+    # once second ends, the same command sends first to repairing, whose way on republishes the day
+    assert run_cli("plan", "withdraw", "second").code == 0
+    assert run_cli("plan", "close", "first").code == 1 and world.phase("first") == "repairing"
+
+
+@pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
+def test_a_graph_rollback_killed_while_plan_close_waits_converges_and_the_report_is_refreshed_once(
+        engine_world, monkeypatch, tmp_path):
+    """A published graph plan's `backfill rollback fix` has restored everything, not committed, when
+    a second shell types `backfill plan close fix`; the rollback is then killed -9. The close goes
+    on alone and closes the plan; the rollback typed again restores the days and the month, and the
+    reopen sensor asks the report once for the publish and once for the rollback."""
+    import os
+    import signal
+
+    import dagster as dg
+
+    from backfill_assets.defs.resources import WarehouseResource
+    from tests.test_graph import JANUARY, buggy_january_published, defs_of, month_net, reconciled_graph
+    from tests.test_pg_concurrency import ROW, _backfill, _until
+
+    world = engine_world
+    buggy_january_published(world, monkeypatch)
+    days_before = world.fingerprints("published_revenue", JANUARY)
+    month_before = month_net(world, "published_monthly_revenue")
+    reconciled_graph(world)
+    env = {"BACKFILL_DEFS": "backfill_assets.demo.definitions"}
+    assert _backfill(world, tmp_path, "publish", "fix", env=env).returncode == 0
+    defs = defs_of(world)
+    sensor = defs.resolve_sensor_def("daily_revenue__reopen_publish")
+    resources = {"warehouse": WarehouseResource(url=world.url)}
+
+    def tick(cursor: str | None) -> tuple[list[str], str | None]:
+        result = sensor.evaluate_tick(dg.build_sensor_context(instance=world.instance, definitions=defs,
+                                                               resources=resources, cursor=cursor))
+        return [r.run_key for r in result.run_requests
+                if [k.to_user_string() for k in r.asset_selection] == ["revenue_report"]], result.cursor
+
+    asked, cursor = tick(None)
+    assert len(asked) == 1
+    release = tmp_path / "release"
+    first = _backfill(world, tmp_path, "rollback", "fix", wait=False, env={
+        **env, "BACKFILL_STALL_AT": "rollback.before_commit=120", "BACKFILL_STALL_RELEASE_FILE": str(release)})
+    closing = None
+    try:
+        _until(lambda: first.poll() is not None or world.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = "
+            "'idle in transaction' AND application_name = 'backfill-assets'")[0][0] >= 1)
+        assert first.poll() is None, first.communicate()
+        closing = _backfill(world, tmp_path, "plan", "close", "fix", wait=False, env=env)
+        wait_for_waiters(world, 1, ROW + ADVISORY)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=60)
+        out, err = closing.communicate(timeout=240)
+    finally:
+        release.touch()
+        for process in (first, closing):
+            if process is not None and process.poll() is None:
+                process.kill()
+    assert closing.returncode == 0 and world.phase("fix") == "closed", (out[-1500:], err[-1500:])
+    assert tick(cursor)[0] == []  # nothing changed for consumers: the killed rollback committed nothing
+    again = _backfill(world, tmp_path, "rollback", "fix", env=env)
+    assert again.returncode == 0 and world.phase("fix") == "rolled_back", again.stderr[-1500:]
+    assert world.fingerprints("published_revenue", JANUARY) == days_before
+    assert month_net(world, "published_monthly_revenue") == month_before
+    after, cursor = tick(cursor)
+    assert len(after) == 1 and after != asked
+    assert tick(cursor)[0] == []
+    assert _backfill(world, tmp_path, "evidence", "verify", env=env).returncode == 0
