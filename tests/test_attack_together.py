@@ -4,6 +4,8 @@ reopen sensor's chain cursor), on PostgreSQL where many sessions run at once."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import threading
 
 import pytest
@@ -218,3 +220,23 @@ def test_a_graph_rollback_killed_while_plan_close_waits_converges_and_the_report
     assert len(after) == 1 and after != asked
     assert tick(cursor)[0] == []
     assert _backfill(world, tmp_path, "evidence", "verify", env=env).returncode == 0
+
+
+def test_publish_of_a_published_plan_over_an_edited_day_another_plan_holds_others_of_says_so_and_what_to_do(
+        world, run_cli):
+    """The same two plans and the same edit of consumers' day 1: `backfill publish first` said "already
+    published", exit 0, the edit left in place and nothing named. It is refused in one line naming the
+    edited day and the plan that holds first's other days, whose status names the way on."""
+    assert world.materialize(keys(1, 8), spec=BUGGY, publish=True).success
+    world.approved_plan("first", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "first", "--proof") == 0 and world.cli("run", "first") == 0
+    assert world.cli("publish", "first") == 0
+    world.approved_plan("second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-01'")
+    refused = run_cli("publish", "first")
+    assert refused.code == 1 and world.phase("first") == "published", (refused.code, refused.out, refused.err)
+    assert "published_revenue 2026-01-01" in refused.err and "plan second" in refused.err, refused.err
+    assert refused.err.count("\n") == 1 and "Traceback" not in refused.err, refused.err
+    for command in re.findall(r"`backfill ([^`]+)`", refused.err):  # each command it names, as printed
+        assert run_cli(*shlex.split(command)).code == 0, command
+    assert world.phase("second") == "withdrawn" and world.phase("first") == "repairing"

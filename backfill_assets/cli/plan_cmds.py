@@ -413,8 +413,7 @@ def cmd_close(args: argparse.Namespace) -> int:
                               "was checked", fix="load the definitions that declare them (--defs)")
         state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
         status = plan_status(session, state, table.spec, table.scheme(), table.graph)
-        from backfill_assets.execution.advance import plan_tables
-        from backfill_assets.publish import published as published_record
+        from backfill_assets.execution.advance import published_edits
         from backfill_assets.publish.rule import plan_blockers
 
         def changed_now(now: PlanState) -> list[str]:
@@ -422,9 +421,8 @@ def cmd_close(args: argparse.Namespace) -> int:
             # and what consumers read, edited since published: `advance` sends such a plan to
             # repairing, but not while another plan holds one of its partitions, and the close then
             # confirmed the edited published day (found by an attack)
-            edited = [f"{t.publish_as} {k}" for t, s, keys in plan_tables(now, table.spec, table.scheme(), table.graph)
-                      for k in published_record.edited(session, t, s, list(keys))]
-            return [*found.changed, *(f"{a} {k}" for a, (_, o) in found.others.items() for k in o.changed), *edited]
+            return [*found.changed, *(f"{a} {k}" for a, (_, o) in found.others.items() for k in o.changed),
+                    *published_edits(session, now, table.spec, table.scheme(), table.graph)]
 
         after = lifecycle.close_requested(session, state, changed_now, actor(), args.note or "")
         if after.phase is not Phase.CLOSED:

@@ -140,6 +140,15 @@ def window_verdict(session: Session, state: PlanState) -> Verdict:
     return Verdict(not blockers, blockers, failed, missing, failed_downstream, missing_downstream)
 
 
+def published_edits(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+                    graph: TableGraph | None = None) -> list[str]:
+    """Each published partition of the plan's tables ("TABLE KEY") that consumers read edited since
+    published. `advance` sends such a plan to repairing, except while another plan holds one of its
+    partitions: then the plan stays published over the edit, and a close or a publish must say so."""
+    return [f"{t.publish_as} {k}" for t, s, keys in plan_tables(state, spec, scheme, graph)
+            for k in published_record.edited(session, t, s, list(keys))]
+
+
 def advance(session: Session, state: PlanState, actor: str, spec: TableSpec | None = None,
             scheme: PartitionScheme | None = None, graph: TableGraph | None = None) -> PlanState:
     """Take every step the evidence allows; each step is recorded in the evidence log. With the
