@@ -233,6 +233,8 @@ def test_publish_of_a_published_plan_over_an_edited_day_another_plan_holds_other
     assert world.cli("publish", "first") == 0
     world.approved_plan("second", start="2026-01-03", end="2026-01-05", proof=("2026-01-03",))
     world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-01'")
+    again = run_cli("run", "first", "--and-publish")  # the same, through the one-command way
+    assert again.code == 1 and "published_revenue 2026-01-01" in again.err, (again.code, again.out, again.err)
     refused = run_cli("publish", "first")
     assert refused.code == 1 and world.phase("first") == "published", (refused.code, refused.out, refused.err)
     assert "published_revenue 2026-01-01" in refused.err and "plan second" in refused.err, refused.err

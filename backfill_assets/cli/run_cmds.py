@@ -165,7 +165,9 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
     definitions, one Dagster instance: ~1 s a command saved); the proof still passes before the
     window starts, and publish still decides on everything again."""
     from backfill_assets.cli.report_cmds import publish_plan, reconcile_plan
-    from backfill_assets.execution.advance import advance
+    from backfill_assets.errors import PublishBlocked
+    from backfill_assets.execution.advance import advance, published_edits
+    from backfill_assets.status import plan_status
 
     with writing(args) as session:
         state = plan_state(session, args.plan)
@@ -174,6 +176,13 @@ def _run_and_publish(args: argparse.Namespace, loaded: LoadedDefs) -> int:
             # plan to repairing, and the steps below put the checked bytes back (found by an attack)
             table = loaded.table(state.target)
             state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
+            edited = published_edits(session, state, table.spec, table.scheme(), table.graph) \
+                if state.phase is Phase.PUBLISHED else []
+            if edited:  # still published over the edit: another plan holds some of its partitions
+                raise PublishBlocked(
+                    f"plan {state.plan_id} is published, but {edited[0]} was edited since; it cannot be published "
+                    "again while another plan holds some of its partitions",
+                    fix=plan_status(session, state, table.spec, table.scheme(), table.graph).next)
     if state.phase in (Phase.PUBLISHED, Phase.CLOSED):  # a retry after success succeeds
         print(f"plan {state.plan_id} is already {state.phase}: nothing to run or publish")
         return 0
