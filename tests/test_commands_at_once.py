@@ -1,5 +1,5 @@
-"""Round "together": two commands at once, a sensor tick while a command runs, around the evening's
-changes (a published plan that stays published while another plan holds its partitions, the
+"""Two commands at once, a sensor tick while a command runs, kill -9 while a second waits, around
+the changes (a published plan that stays published while another plan holds its partitions, the
 reopen sensor's chain cursor), on PostgreSQL where many sessions run at once."""
 
 from __future__ import annotations
