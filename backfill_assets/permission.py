@@ -34,6 +34,7 @@ from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import ENDED, WRITABLE, Hold, Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
+from backfill_assets.terminal import partitions_option
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_in_no_key, rows_per_partition
@@ -595,7 +596,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
                               rollback_named_by_status(plan.plan_id) if cancelled else
                               f"write it as part of the plan: `backfill run {plan.plan_id} "
                               + ("" if spec.name == plan.target else f"--asset {spec.name} ")
-                              + f"--partitions {key}`, or let the plan finish")
+                              + f"{partitions_option([key])}`, or let the plan finish")
             if free is not None:
                 raise _refuse(f"partitions of {spec.name} mix plan {plan.plan_id} ({key}) and plan-free "
                               f"writes ({free})", plan.plan_id, key, "launch one run per plan")

@@ -5,6 +5,7 @@ the control record and the data as they are now. Hints name the exact command to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from backfill_assets.plan.phases import ENDED, SEEN_BY_CONSUMERS, WRITABLE, Hold
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
-from backfill_assets.terminal import shell_word
+from backfill_assets.terminal import partitions_option, shell_word
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import plans as plan_store
 
@@ -272,8 +273,8 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
         if mixed:
             return _code_version_step(session, state, mixed)
         if failing:
-            return (f"fix the cause, then re-run the failing partitions: `backfill run {pid} --partitions "
-                    f"{','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else ""))
+            return (f"fix the cause, then re-run the failing partitions: `backfill run {pid} "
+                    f"{partitions_option(failing[:5])}`" + (f" (+{len(failing) - 5} more)" if len(failing) > 5 else ""))
         if status.written < status.partitions:
             return f"run the rest of the window: `backfill run {pid}`"
         for asset, member in status.graph.items():
@@ -282,7 +283,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
                 stale = all(g.startswith(STALE) for k in bad for g in member["failed"][k])
                 return ((f"compute {asset} again from the partitions it reads, written since" if stale else
                          f"fix the cause, then re-run {asset}'s failing partitions") + f": `backfill run {pid} --asset "
-                        f"{asset} --partitions {','.join(bad[:5])}`" + (f" (+{len(bad) - 5} more)"
+                        f"{asset} {partitions_option(bad[:5])}`" + (f" (+{len(bad) - 5} more)"
                                                                          if len(bad) > 5 else ""))
             if member["written"] < member["partitions"]:
                 return f"run the rest of the graph ({asset} next): `backfill run {pid}`"
@@ -293,7 +294,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             # plan checks it again; "see `backfill publish PLAN`" named the refused command itself
             # (found by an attack)
             return (f"re-run the partitions that changed since their gates passed: `backfill run {pid} "
-                    f"--partitions {','.join(failing[:5])}`" + (f" (+{len(failing) - 5} more)"
+                    f"{partitions_option(failing[:5])}`" + (f" (+{len(failing) - 5} more)"
                                                                 if len(failing) > 5 else ""))
         if status.blockers:
             return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
@@ -327,8 +328,25 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             return (f"recompute {table} {', '.join(list(parts)[:3])}{', ...' if len(parts) > 3 else ''}, left computed "
                     "from the partitions the rollback restored (--keep-computed), with a new plan whose graph lists "
                     f"it: `backfill plan new plans/<id>.yaml --target {status.target}`")
-        return "nothing: the plan was rolled back; draft a new plan to retry"
+        return f"nothing: the plan was rolled back; to retry, draft a new plan: {redraft(state)}"
     return "nothing: the plan was withdrawn"
+
+
+_PLAIN_VALUE = re.compile(r"^[\w./:@+-]{1,64}$")  # what `plan new` takes as --start/--end
+
+
+def redraft(state: PlanState) -> str:
+    """The command that drafts a new plan over an ended plan's window, as pasted: a fresh id of its
+    own (the ended plan keeps its id), its target and window filled. "draft a new plan to retry" named
+    no command (found by an attack)."""
+    suffix = "-retry"
+    plan_id = f"{state.plan_id[:63 - len(suffix)]}{suffix}"
+    window = ""
+    keys = state.partition_keys
+    if keys and _PLAIN_VALUE.match(keys[0]) and _PLAIN_VALUE.match(keys[-1]):
+        window = f" --start {shell_word(keys[0])} --end {shell_word(keys[-1])}"
+    return (f"`backfill plan new {shell_word(f'plans/{plan_id}.yaml')} --id {plan_id} --target "
+            f"{shell_word(state.target)}{window}`")
 
 
 def _code_version_step(session: Session, state: PlanState, mixed: list[str]) -> str:
@@ -341,17 +359,17 @@ def _code_version_step(session: Session, state: PlanState, mixed: list[str]) -> 
     keys = list(state.partition_keys)
     versions = ledger.code_versions(session, state.target, pid)
     majority = code_version_results(keys[:1], versions)[keys[0]].expected if versions else None
-    whole = f"`backfill run {pid} --partitions {keys[0]}..{keys[-1]}`"
+    whole = f"`backfill run {pid} {partitions_option(keys, as_range=True)}`"
     rollback = f"`backfill rollback {pid}`"
     if majority is None:
         return (f"the window mixes code versions with no majority: re-run the whole window under one code "
                 f"version, {whole}, or roll it back, {rollback}")
-    named = ",".join(mixed[:5])
+    named = ", ".join(mixed[:5])
     more = f" (+{len(mixed) - 5} more)" if len(mixed) > 5 else ""
     others = sorted({versions.get(k) or "unknown" for k in mixed})
     return (f"{named}{more} were written by code version {', '.join(others)}, the window by {majority}: "
             f"re-running them helps only with code version {majority} deployed (then `backfill run {pid} "
-            f"--partitions {named}`{more}); with the new code re-run the whole window, {whole}; or roll it "
+            f"{partitions_option(mixed[:5])}`{more}); with the new code re-run the whole window, {whole}; or roll it "
             f"back, {rollback}")
 
 

@@ -9,13 +9,14 @@ leaves the terminal alone.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import logging
 import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,31 @@ from backfill_assets.home import Home, duckdb_file
 
 _verbose = False
 _terminal_fd: int | None = None
+
+# What rewrites the commands a command prints for pasting (each backticked `backfill ...`), and
+# whether its stdout is advice too: set by the CLI for the command running in this context
+_ADVICE: contextvars.ContextVar[tuple[Callable[[str], str], bool] | None] = \
+    contextvars.ContextVar("backfill_advice", default=None)
+
+
+@contextmanager
+def advice_rewritten(rewrite: Callable[[str], str], *, stdout: bool) -> Iterator[None]:
+    """Text this command writes to the terminal passes through `rewrite` for the block: its stderr
+    always (refusals, notes, progress), its stdout unless `stdout` is False (data: rendered evidence,
+    JSON, a statement to sign, which must stay byte for byte what the product made)."""
+    token = _ADVICE.set((rewrite, stdout))
+    try:
+        yield
+    finally:
+        _ADVICE.reset(token)
+
+
+def advised(text: str, *, stdout: bool) -> str:
+    """`text` as this command's advice rewriter has it (unchanged where none is set)."""
+    found = _ADVICE.get()
+    if found is None or (stdout and not found[1]):
+        return text
+    return found[0](text)
 
 
 def set_verbose(verbose: bool) -> None:
@@ -81,6 +107,7 @@ def reader_left(exc: OSError, fd: int) -> bool:
 
 def write(text: str) -> None:
     """Text for the user's terminal (stderr), even while Dagster's output goes to the log file."""
+    text = advised(text, stdout=False)
     if _terminal_fd is not None:
         try:
             os.write(_terminal_fd, text.encode("utf-8", errors="replace"))
@@ -108,12 +135,15 @@ class _ReaderMayLeave:
     closed pipe's error stopped a run mid-window and exited 0, so a `set -o pipefail` CI step passed
     on a plan never published (found by an attack)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, *, stdout: bool) -> None:
         self._stream = stream
+        self._stdout = stdout
 
     def write(self, text: str) -> Any:
         try:
-            return self._stream.write(text)  # what the stream returns (a count, or None for some)
+            # what the caller wrote is what it counts: the count of the text as rewritten differs
+            self._stream.write(advised(text, stdout=self._stdout))
+            return len(text)  # what the stream returns (a count, or None for some)
         except OSError as exc:
             if not reader_left(exc, self._fileno()):
                 raise
@@ -174,7 +204,7 @@ class _SharedByCommands:
 
 def _may_leave() -> Callable[[], None]:
     found = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
+    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout, stdout=True), _ReaderMayLeave(sys.stderr, stdout=False)
 
     def undo() -> None:  # what it found, unless something else replaced them meanwhile
         for stream in (sys.stdout, sys.stderr):
@@ -295,3 +325,22 @@ def shell_word(path: str | os.PathLike[str]) -> str:
                       f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else
                       f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
     return f"$'{escaped}'"
+
+
+def partitions_option(keys: Sequence[str], *, as_range: bool = False) -> str:
+    """Partition keys as options of a printed `backfill run` or `diff` (cli/partition_args.py reads
+    them): `--partitions K1,K2` (`FIRST..LAST` for `as_range`, keys in the window's order)
+    shell-quoted, or `--partition KEY` once a key where one cannot sit in the comma list (a comma in
+    it, blanks around it, a line break; a range's end holding `..`). Static keys are text:
+    `--partitions north west` pasted was split by the shell ("unrecognized arguments: west"), and a
+    key holding `;` ran the rest as a command (found by an attack)."""
+    ends = [keys[0], keys[-1]] if as_range else list(keys)
+    if all(_listable(k, in_range=as_range) for k in ends):
+        return f"--partitions {shell_word(f'{keys[0]}..{keys[-1]}' if as_range else ','.join(keys))}"
+    return " ".join(f"--partition {shell_word(k)}" for k in keys)
+
+
+def _listable(key: str, *, in_range: bool) -> bool:
+    """Whether `key` reads back as itself from a `--partitions` comma list (or a range's end)."""
+    return (bool(key) and key == key.strip() and not any(c in key for c in ",\n\r")
+            and not (in_range and ".." in key))

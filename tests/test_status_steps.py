@@ -126,4 +126,6 @@ def test_a_cancelled_plan_once_rolled_back_names_no_rollback(world, run_cli):
     assert run_cli("cancel", "fix").code == 0
     assert _next(run_cli, "fix") == "roll it back: `backfill rollback fix`"
     assert run_cli("rollback", "fix").code == 0 and world.phase() == "rolled_back"
-    assert _next(run_cli, "fix") == "nothing: the plan was rolled back; draft a new plan to retry"
+    assert _next(run_cli, "fix") == ("nothing: the plan was rolled back; to retry, draft a new plan: `backfill plan "
+                                     "new plans/fix-retry.yaml --id fix-retry --target daily_revenue --start "
+                                     "2026-01-01 --end 2026-01-03`")

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from backfill_assets import terminal as output
-from backfill_assets.cli import guard_cmd, plan_cmds
+from backfill_assets.cli import carried, guard_cmd, plan_cmds
 from backfill_assets.errors import INTERRUPTED, INTERRUPTED_EXIT, BackfillError
 from backfill_assets.warehouse import kept_open, lock_wait
 
@@ -86,6 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # before the command runs: `run` and `publish` export the home they were given to their own runs
+    rewrite = carried.rewriter(parser, args)
+    if rewrite is None:  # a command `backfill demo` runs keeps the demo's (its home is the environment's)
+        return _command(args)
+    with output.advice_rewritten(rewrite, stdout=not carried.data_on_stdout(args)):
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
     output.set_verbose(args.verbose)
     lock_wait.set_reporter(lambda message: output.say(f"backfill: {message}"))
     try:

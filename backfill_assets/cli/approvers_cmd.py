@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             cmd.add_argument("--valid-days", type=int, help="how long the signatures may be used")
         add_home(cmd)
         cmd.set_defaults(handler=cmd_pin if name == "pin" else cmd_statement,
-                         keep_open=name == "pin")
+                         keep_open=name == "pin", data_out=name == "statement")  # signed as printed
 
 
 def load_files(signers_path: str, policy_path: str | None, fallback: Policy | None = None

@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     statement.add_argument("--valid-days", type=int, help="expire sooner than the policy's limit")
     add_defs(statement)
     add_home(statement)
-    statement.set_defaults(handler=cmd_statement)
+    statement.set_defaults(handler=cmd_statement, data_out=True)  # signed as printed: no advice rewritten
 
     approve = plan_sub.add_parser("approve", help="sign the plan's statement and record the signature")
     approve.add_argument("plan_file")

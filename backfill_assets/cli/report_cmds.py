@@ -31,6 +31,7 @@ from backfill_assets.errors import PublishBlocked, RunNotRecorded, UsageError
 from backfill_assets.warehouse import release_kept
 
 if TYPE_CHECKING:
+    from backfill_assets.control.record import PlanState
     from backfill_assets.home import Home
     from backfill_assets.loaded_defs import LoadedDefs
 
@@ -71,7 +72,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ev.add_argument("--against", help="with verify: a rendered evidence file whose pinned head must still "
                                       "be in the log")
     add_home(ev)
-    ev.set_defaults(handler=cmd_evidence)
+    ev.set_defaults(handler=cmd_evidence, data_out=True)  # rendered evidence: no advice rewritten
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
@@ -105,8 +106,19 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
         if not (brief and result.passed):
             print(result.table())
         print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan {state.plan_id} is "
-              f"{result.state.phase}")
+              f"{result.state.phase}" + _ended_step(result.state))
     return 0 if result.passed else 1
+
+
+def _ended_step(state: PlanState) -> str:
+    """What a reconcile of a plan that ended says to do: it writes nothing more, so its window is
+    replayed by a new plan ("NOT reconciled; plan a1 is withdrawn" named no way on: found by an attack)."""
+    from backfill_assets.plan.phases import Phase
+    from backfill_assets.status import redraft
+
+    if state.phase not in (Phase.WITHDRAWN, Phase.ROLLED_BACK):
+        return ""
+    return f": it writes nothing more; to replay its window, draft a new plan: {redraft(state)}"
 
 
 def _show_in_ui(home: Home, plan_id: str, pick: Callable[[Any], list[Any]]) -> None:

@@ -15,7 +15,6 @@ last good data.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from backfill_assets.plan.phases import ACTIVE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
+from backfill_assets.terminal import partitions_option
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
@@ -485,7 +485,7 @@ def _rerun(found: Blockers, spec: TableSpec, key: str | None, what: str) -> str:
     advice named `backfill run PLAN` whatever held them, and a rolled-back plan's run is refused
     (found by an attack)."""
     owner = next((p for p in found.plans if key is None or p.covers(key, spec.name)), None)
-    partitions = f"--partitions {shlex.quote(key)}" if key is not None else "--partitions KEY"
+    partitions = partitions_option([key]) if key is not None else "--partitions KEY"
     asset = "" if owner is None or spec.name == owner.target else f" --asset {spec.name}"
     if owner is None:
         draft = f"`backfill plan new plans/<id>.yaml --target {spec.name}`"
@@ -521,12 +521,12 @@ def cutover_fix(plan_id: str, dual: Streak) -> str:
         # count, and an insider's edit and a pipeline writing the published table outside backfill
         # are the same bytes to the record
         return (f"{key}'s published rows are not the ones backfill published there: put its last publication "
-                f"back (from backup) and re-run it, `backfill run {plan_id} --partitions {key}`; if a pipeline "
+                f"back (from backup) and re-run it, `backfill run {plan_id} {partitions_option([key])}`; if a pipeline "
                 f"rewrote it outside backfill, roll back, `backfill rollback {plan_id}`, and replay {key} with a plan "
                 "of its own (its publish seals the day, its impact shows what consumers see change) before "
                 "planning the cutover again; consumers keep the old pipeline's data meanwhile")
     return (f"the streak counts from {key}: find why the shadow differs from the published table there, fix "
-            f"the cause and re-run it, `backfill run {plan_id} --partitions {key}`, or roll back, "
+            f"the cause and re-run it, `backfill run {plan_id} {partitions_option([key])}`, or roll back, "
             f"`backfill rollback {plan_id}`; consumers keep the old pipeline's data meanwhile")
 
 

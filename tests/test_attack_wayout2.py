@@ -1,0 +1,172 @@
+"""Round wayout2: a hurried operator who names the warehouse with `--home` (and the definitions with
+`--defs`) on every command, and pastes the commands a refusal or a report prints, as printed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+
+from tests.world import World
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The `backfill ...` commands a text names, as the shell splits them (without `backfill`)."""
+    return [shlex.split(c)[1:] for c in re.findall(r"`(backfill [^`]+)`", text)]
+
+
+def _next(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("next "))
+    [command, *_] = _commands(line)
+    return command
+
+
+def _twin(world: World, tmp_path) -> World:
+    """A second team home holding the same plan of record as the world's ($BACKFILL_HOME)."""
+    twin = World(tmp_path / "team", world.instance, world.keys)
+    shutil.copytree(world.home, twin.home)
+    return twin
+
+
+def test_the_next_step_status_prints_for_a_home_named_by_option_acts_on_that_home(world, run_subprocess, tmp_path):
+    """`backfill --home TEAM status fix` printed "next run the proof: `backfill run fix --proof`";
+    pasted as printed, the proof ran in $BACKFILL_HOME's warehouse, where a plan fix also was, and
+    TEAM's plan stayed approved. Printed commands carry the --home that chose the warehouse."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    team = _twin(world, tmp_path)
+    shown = run_subprocess("--home", str(team.home), "status", "fix")
+    assert shown.code == 0, shown.err
+    command = _next(shown.out)
+    done = run_subprocess(*command)
+    assert done.code == 0, done.err
+    assert (team.phase("fix"), world.phase("fix")) != ("approved", "proven"), \
+        f"{shlex.join(command)} ran in $BACKFILL_HOME, not {team.home}"
+    assert world.phase("fix") == "approved" and team.phase("fix") != "approved", (shown.out, done.out)
+
+
+def test_a_printed_command_carries_the_defs_the_command_was_given(world, run_subprocess, tmp_path):
+    """With the definitions named by --defs (no BACKFILL_DEFS, no workspace.yaml), the step a
+    status prints, pasted, said "no definitions to load"."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    unset = {"BACKFILL_DEFS": ""}
+    shown = run_subprocess("--home", str(world.home), "run", "fix", "--defs", "backfill_assets.demo.daily", env=unset)
+    [command, *_] = _commands(shown.out + shown.err)
+    done = run_subprocess(*command, env=unset)
+    assert done.code == 0, (shlex.join(command), done.err)
+
+
+ODD_KEYS = ("north west", "a;b$HOME", "apac")  # static keys are text: a blank, `;` and `$` in them
+
+
+def odd_definitions(home: str):
+    """A static table over a VARCHAR column whose keys the shell would split or expand."""
+    import dagster as dg
+
+    from backfill_assets.defs.replayable import make_replayable_table
+    from backfill_assets.defs.resources import backfill_resources
+    from tests.test_partitionings import STATIC
+
+    table = make_replayable_table(STATIC.spec, dg.StaticPartitionsDefinition(list(ODD_KEYS)))
+    return dg.Definitions(assets=[dg.AssetSpec(STATIC.spec.source), *table.assets], sensors=table.sensors,
+                          resources=backfill_resources(home=home))
+
+
+def test_a_failing_static_key_status_names_is_rerun_as_printed(tmp_path, ssh_keys, capsys, monkeypatch):
+    """A static key with a blank failed its reconcile: status printed `backfill run replay --partitions
+    north west`, which the shell splits ("unrecognized arguments: west"); a key with `;` ran the rest
+    as another command. The printed command, pasted, re-runs exactly the failing key."""
+    from backfill_assets.warehouse.duckdb_engine import kept_open
+    from tests.test_partitionings import STATIC, Lab
+
+    class OddLab(Lab):
+        def write_defs(self, name: str):
+            path = self.root / "defs_odd.py"
+            path.write_text(f"from tests.test_attack_wayout2 import odd_definitions\n\n"
+                            f"defs = odd_definitions({str(self.home)!r})\n", encoding="utf-8")
+            return path
+
+        def materialize(self, keys: list[str], *, publish: bool = False):
+            import dagster as dg
+
+            from backfill_assets.tags import ACTOR_TAG
+
+            tags = {ACTOR_TAG: "test", "dagster/asset_partition_range_start": keys[0],
+                    "dagster/asset_partition_range_end": keys[-1]}
+            selection = [dg.AssetKey(self.spec.name)] + ([dg.AssetKey(self.spec.publish_as)] if publish else [])
+            job = odd_definitions(str(self.home)).resolve_implicit_global_asset_job_def()
+            return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=tags,
+                                          raise_on_error=False)
+
+    with kept_open():
+        lab = OddLab(tmp_path, "static", ssh_keys, capsys)
+        monkeypatch.setenv("BACKFILL_DEFS", str(lab.defs_file))
+        monkeypatch.setenv("BACKFILL_HOME", str(lab.home))
+        source = STATIC.source_sql.replace("['eu', 'us', 'apac']", f"{list(ODD_KEYS)}")
+        lab.run_sql(source)
+        try:
+            assert lab.materialize(list(ODD_KEYS), publish=True).success
+            path = lab.plan("replay", ODD_KEYS[0], ODD_KEYS[1], ODD_KEYS[1])
+            for who in ("olivia", "alice", "bob"):
+                assert lab.approve(path, who).code == 0
+            assert lab.cli("run", "replay", "--proof").code == 0 and lab.cli("run", "replay").code == 0
+            # a double-loaded source row in each window key: both fail their reconcile
+            lab.run_sql("INSERT INTO region_events SELECT event_id, region, kind, 999 FROM region_events "
+                        "WHERE event_id IN (0, 1)")
+            assert lab.cli("reconcile", "replay").code == 1
+            lab.run_sql("DELETE FROM region_events WHERE amount = 999")
+            shown = lab.cli("status", "replay")
+            step = next(line for line in shown.out.splitlines() if line.startswith("next "))
+            [command, *_] = _commands(step)
+            rerun = lab.cli(*command)
+            assert rerun.code == 0, (step, rerun.err)
+            assert lab.phase("replay") == "reconciled", rerun.out
+        finally:
+            lab.close()
+
+
+def _draft_named(text: str) -> list[str]:
+    drafts = [c for c in _commands(text) if c[:2] == ["plan", "new"]]
+    assert drafts, text
+    return drafts[0]
+
+
+def test_a_reconcile_of_a_withdrawn_plan_names_the_plan_that_replays_its_window(world, run_cli):
+    """`backfill reconcile a1` of a withdrawn plan exited 1 with "NOT reconciled; plan a1 is
+    withdrawn" and named nothing to do. It names the draft of a new plan, which, pasted, writes one."""
+    world.approved_plan("a1", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert run_cli("plan", "withdraw", "a1").code == 0
+    done = run_cli("reconcile", "a1")
+    assert done.code == 1, done.err
+    command = _draft_named(done.out + done.err)
+    drafted = run_cli(*command)
+    assert drafted.code == 0, (command, drafted.err)
+    assert "--target" in command and "daily_revenue" in command, command
+
+
+def test_the_status_of_a_rolled_back_plan_names_the_draft_of_a_new_one(world, run_cli):
+    """`backfill status fix` of a rolled-back plan said "draft a new plan to retry", no command."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0
+    assert run_cli("rollback", "fix").code == 0 and world.phase("fix") == "rolled_back"
+    shown = run_cli("status", "fix")
+    assert shown.code == 0, shown.err
+    command = _draft_named(next(line for line in shown.out.splitlines() if line.startswith("next ")))
+    drafted = run_cli(*command)
+    assert drafted.code == 0, (command, drafted.err)
+
+
+def test_data_a_command_prints_is_never_rewritten_for_pasting(world, run_subprocess, tmp_path):
+    """What is data, not advice, stays as the product made it with --home carried into advice: the
+    rendered evidence (its header names `backfill evidence`), JSON, a statement approvers sign."""
+    from backfill_assets.evidence import HEADER
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    team = _twin(world, tmp_path)
+    here = ("--home", str(team.home))
+    evidence = run_subprocess(*here, "evidence", "fix")
+    assert evidence.code == 0 and evidence.out.startswith(HEADER) and "--home" not in evidence.out, evidence.err
+    shown = run_subprocess(*here, "status", "fix", "--json")
+    assert shown.code == 0 and "--home" not in shown.out and "`backfill run fix --proof`" in shown.out, shown.out
+    statement = run_subprocess(*here, "plan", "statement", str(world.root / "plans" / "fix.yaml"))
+    assert statement.code == 0 and "--home" not in statement.out, statement.err
+    assert f"--home {team.home}" in run_subprocess(*here, "status", "fix").out
