@@ -34,7 +34,7 @@ from backfill_assets.plan.fit import Fit, fit
 from backfill_assets.plan.phases import ENDED, WRITABLE, Hold, Phase
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, LAUNCHER_TAG, PLAN_TAG
-from backfill_assets.terminal import partitions_option
+from backfill_assets.terminal import NEW_PLAN_FILE, partitions_option
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_in_no_key, rows_per_partition
@@ -344,7 +344,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            "the data unchanged" + (f" (+{len(legacy) - 1} more)" if len(legacy) > 1 else ""),
                            plan.plan_id if plan else None, key,
                            f"write {parent} {legacy[0]} again with a replay plan (`backfill plan new "
-                           f"plans/<id>.yaml --target {parent}`), then write {spec.name} {key}")
+                           f"{NEW_PLAN_FILE} --target {parent}`), then write {spec.name} {key}")
         moved = [u for u in upstream if u in changed]
         if moved:
             now, then = changed[moved[0]]
@@ -352,7 +352,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            f"latest write, whose gates passed ({then}): it changed since, by a hand or a rollback"
                            + (f" (+{len(moved) - 1} more)" if len(moved) > 1 else ""),
                            plan.plan_id if plan else None, key,
-                           f"replay {parent} {moved[0]} with a plan (`backfill plan new plans/<id>.yaml --target "
+                           f"replay {parent} {moved[0]} with a plan (`backfill plan new {NEW_PLAN_FILE} --target "
                            f"{parent}`) so its gates check what it holds, then write {spec.name} {key}")
         unseen = [u for u in upstream if u not in ours and (e := latest.get(u)) is not None
                   and e.plan_id is not None and e.plan_id in unpublished]
@@ -364,7 +364,7 @@ def _upstream_refusal(session: Session, spec: TableSpec, keys: Sequence[str], gr
                            + (f" (+{len(unseen) - 1} more)" if len(unseen) > 1 else ""),
                            plan.plan_id if plan else None, key,
                            # a plan rolled back over bytes it wrote unchanged publishes nor rolls back again
-                           f"replay {parent} {unseen[0]} with a plan (`backfill plan new plans/<id>.yaml --target "
+                           f"replay {parent} {unseen[0]} with a plan (`backfill plan new {NEW_PLAN_FILE} --target "
                            f"{parent}`), then write {spec.name} {key}" if other.phase in ENDED else
                            f"publish plan {other.plan_id} (`backfill publish {other.plan_id}`) or roll it back "
                            f"(`backfill rollback {other.plan_id}`), then write {spec.name} {key}")
@@ -616,7 +616,7 @@ def permit(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
         if key in old:
             raise _refuse(f"no approved replay plan covers partition {key} of {spec.name}, and it {old[key]}: "
                           "rewriting it is a replay", None, key,
-                          f"draft one with `backfill plan new plans/<id>.yaml --target {spec.name}`, have "
+                          f"draft one with `backfill plan new {NEW_PLAN_FILE} --target {spec.name}`, have "
                           "it approved, then `backfill run` it")
         if chosen is not None:
             raise _refuse(f"partitions of {spec.name} mix plan {chosen.plan_id} and plan-free writes "

@@ -21,7 +21,7 @@ from backfill_assets.plan.phases import ENDED, SEEN_BY_CONSUMERS, WRITABLE, Hold
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish import rule
 from backfill_assets.table import TableSpec
-from backfill_assets.terminal import partitions_option, shell_word
+from backfill_assets.terminal import NEW_PLAN_FILE, partitions_option, shell_word
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.state_store import plans as plan_store
 
@@ -317,7 +317,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
     if phase is Phase.CLOSED:
         if status.blockers:  # a closed plan publishes nothing again: a new plan over the window does
             return (f"the published table was edited since the plan closed ({status.blockers[0]}): a new plan over "
-                    f"the edited partitions (`backfill plan new plans/<id>.yaml --target {status.target}`), once "
+                    f"the edited partitions (`backfill plan new {NEW_PLAN_FILE} --target {status.target}`), once "
                     "approved and run, publishes checked bytes again")
         return "nothing: the plan is closed"
     if phase is Phase.ROLLED_BACK:
@@ -327,7 +327,7 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             table, parts = sorted(kept.items())[0]
             return (f"recompute {table} {', '.join(list(parts)[:3])}{', ...' if len(parts) > 3 else ''}, left computed "
                     "from the partitions the rollback restored (--keep-computed), with a new plan whose graph lists "
-                    f"it: `backfill plan new plans/<id>.yaml --target {status.target}`")
+                    f"it: `backfill plan new {NEW_PLAN_FILE} --target {status.target}`")
         return f"nothing: the plan was rolled back; to retry, draft a new plan: {redraft(state)}"
     return "nothing: the plan was withdrawn"
 

@@ -309,6 +309,12 @@ def _redirect(path: Path) -> Callable[[], None]:
     return restore
 
 
+# the plan file a printed `backfill plan new` drafts, where the product has no id to suggest: pasted
+# into bash, `plans/<id>.yaml` was two redirections (`<id`, `>.yaml`), drafted nothing and could write
+# over a file `.yaml` (found by an attack). This one is a name `plan new` writes as pasted.
+NEW_PLAN_FILE = "plans/new-plan.yaml"
+
+
 def shell_word(path: str | os.PathLike[str]) -> str:
     """A file name in a command printed for pasting: quoted, so `$(...)` in it runs nothing, and in
     bash's $'...' form with escapes where it holds what a terminal would not show as written."""

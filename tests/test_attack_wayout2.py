@@ -130,9 +130,11 @@ def _draft_named(text: str) -> list[str]:
     return drafts[0]
 
 
-def test_a_reconcile_of_a_withdrawn_plan_names_the_plan_that_replays_its_window(world, run_cli):
+def test_a_reconcile_of_a_withdrawn_plan_names_the_plan_that_replays_its_window(world, run_cli, tmp_path,
+                                                                                 monkeypatch):
     """`backfill reconcile a1` of a withdrawn plan exited 1 with "NOT reconciled; plan a1 is
     withdrawn" and named nothing to do. It names the draft of a new plan, which, pasted, writes one."""
+    monkeypatch.chdir(tmp_path)  # where the printed `plans/...` is drafted
     world.approved_plan("a1", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert run_cli("plan", "withdraw", "a1").code == 0
     done = run_cli("reconcile", "a1")
@@ -143,8 +145,9 @@ def test_a_reconcile_of_a_withdrawn_plan_names_the_plan_that_replays_its_window(
     assert "--target" in command and "daily_revenue" in command, command
 
 
-def test_the_status_of_a_rolled_back_plan_names_the_draft_of_a_new_one(world, run_cli):
+def test_the_status_of_a_rolled_back_plan_names_the_draft_of_a_new_one(world, run_cli, tmp_path, monkeypatch):
     """`backfill status fix` of a rolled-back plan said "draft a new plan to retry", no command."""
+    monkeypatch.chdir(tmp_path)  # where the printed `plans/...` is drafted
     world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
     assert world.cli("run", "fix", "--proof") == 0
     assert run_cli("rollback", "fix").code == 0 and world.phase("fix") == "rolled_back"
@@ -170,3 +173,29 @@ def test_data_a_command_prints_is_never_rewritten_for_pasting(world, run_subproc
     statement = run_subprocess(*here, "plan", "statement", str(world.root / "plans" / "fix.yaml"))
     assert statement.code == 0 and "--home" not in statement.out, statement.err
     assert f"--home {team.home}" in run_subprocess(*here, "status", "fix").out
+
+
+def test_a_new_plan_a_refusal_names_is_drafted_when_pasted_into_bash(world, run_cli, tmp_path):
+    """A publish refused over a day no active plan holds named `backfill plan new plans/<id>.yaml
+    --target daily_revenue`: pasted into bash, `<id>` and `>.yaml` are redirections; no plan was
+    drafted ("id: No such file or directory"), or, with a file `id` there, `.yaml` was written over."""
+    import os
+    import subprocess
+
+    from tests.conftest import BIN
+    from tests.world import BUGGY, failure_text, keys
+
+    assert world.materialize(keys(1, 4), spec=BUGGY, publish=True).success
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    assert run_cli("rollback", "fix").code == 0
+    world.run_sql("UPDATE daily_revenue SET net_revenue = net_revenue + 1 WHERE order_date = DATE '2026-01-02'")
+    said = failure_text(world.publish(keys(2, 2)))
+    [printed, *_] = [c for c in re.findall(r"`(backfill [^`]+)`", said) if c.startswith("backfill plan new")]
+    folder = tmp_path / "desk"
+    folder.mkdir()
+    environment = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    pasted = subprocess.run(["bash", "-c", printed], cwd=folder, env=environment, capture_output=True, text=True,
+                            timeout=300)
+    assert pasted.returncode == 0, (printed, pasted.stderr)
+    assert [p.name for p in (folder / "plans").iterdir()] and not (folder / ".yaml").exists(), printed

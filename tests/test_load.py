@@ -37,7 +37,7 @@ def test_load_over_history_is_refused_before_any_run(world, run_cli):
     assert refused.code == 1
     assert ("1 of the 3 partition(s) of daily_revenue are history (2026-01-02 was written before (it holds no rows "
             "now)); only partitions never written load without a plan") in refused.err
-    assert "backfill plan new plans/<id>.yaml --target daily_revenue" in refused.err
+    assert "backfill plan new plans/new-plan.yaml --target daily_revenue" in refused.err
     assert refused.err.count("\n") == 1 and runs_of(world) == before
     assert world.rows("daily_revenue", "2026-01-01") == 0
     world.approved_plan("fix", start="2026-01-05", end="2026-01-06", proof=("2026-01-05",))
@@ -54,7 +54,7 @@ def test_load_halts_at_a_failing_gate_publishes_what_passed_and_says_what_can_su
     assert halted.code == 1
     assert "2026-01-02: " in halted.out and "contract_holds" in halted.out
     assert "halted at 2026-01-01..2026-01-03" in halted.out
-    assert ("backfill plan new plans/<id>.yaml --target daily_revenue --start 2026-01-02 --end 2026-01-02"
+    assert ("backfill plan new plans/new-plan.yaml --target daily_revenue --start 2026-01-02 --end 2026-01-02"
             in halted.out)
     assert "backfill load daily_revenue --start 2026-01-04 --end 2026-01-05" in halted.out
     # the days of that run whose gates passed are published; the failing one is not

@@ -114,7 +114,7 @@ def test_a_closed_plan_whose_published_table_was_edited_names_the_step_that_publ
     assert _next(run_cli, "fix") == "nothing: the plan is closed"
     world.run_sql("UPDATE published_revenue SET gross = gross + 1 WHERE order_date = '2026-01-02'")
     hint = _next(run_cli, "fix")
-    assert "edited since the plan closed" in hint and "`backfill plan new plans/<id>.yaml --target daily_revenue`" \
+    assert "edited since the plan closed" in hint and "`backfill plan new plans/new-plan.yaml --target daily_revenue`" \
         in hint, hint
 
 

@@ -51,7 +51,8 @@ def rewriter(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Calla
 
 def data_on_stdout(args: argparse.Namespace) -> bool:
     """Whether the command's stdout is data, not advice: rendered evidence (its header names `backfill
-    evidence`), JSON, a statement approvers sign. Those stay byte for byte as the product made them."""
+    evidence`), JSON, a statement approvers sign, the notices as sent. Those stay byte for byte as the
+    product made them (a subcommand says so with `data_out`)."""
     return bool(getattr(args, "json", False) or getattr(args, "print_statement", False)
                 or getattr(args, "data_out", False))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, writing
 from backfill_assets.errors import PlanRefused, UsageError
+from backfill_assets.terminal import NEW_PLAN_FILE
 
 if TYPE_CHECKING:
     from backfill_assets.loaded_defs import LoadedDefs
@@ -113,7 +114,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         raise PlanRefused(f"{len(old)} of the {len(keys)} partition(s) of {spec.name} are history "
                           f"({first} {old[first]}); only partitions never written load without a plan",
                           fix=f"load the new ones around them, and replay history with a plan (`backfill plan new "
-                              f"plans/<id>.yaml --target {spec.name}`)")
+                              f"{NEW_PLAN_FILE} --target {spec.name}`)")
     todo = [k for k in keys if k not in done]
     stage = Stage(f"load {spec.name}", runs_of(todo, _per_run(args, loaded, spec.name), scheme))
     already = (f"{len(done)} partition(s) loaded before, gated and unchanged: not written again"
@@ -178,7 +179,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     if failed:
         bad = [k for k in part if k in failed]
         print(f"those partitions hold rows now, so rewriting them is a replay: fix the cause, then `backfill plan "
-              f"new plans/<id>.yaml --target {spec.name} --start {bad[0]} --end {bad[-1]}`")
+              f"new {NEW_PLAN_FILE} --target {spec.name} --start {bad[0]} --end {bad[-1]}`")
         after = scheme.position(part[-1]) + 1
         if after <= scheme.position(keys[-1]):
             print(f"the rest loads with `backfill load {spec.name} --start {scheme.ordered_keys[after]} "

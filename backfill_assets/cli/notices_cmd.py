@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd.add_argument("plan", nargs="?", help="a plan file or id (default: every plan)")
     cmd.add_argument("--json", action="store_true")
     add_home(cmd)
-    cmd.set_defaults(handler=cmd_notices, relay=True)
+    # the messages as consumers were sent them: records, not advice to rewrite
+    cmd.set_defaults(handler=cmd_notices, relay=True, data_out=True)
 
 
 def cmd_notices(args: argparse.Namespace) -> int:

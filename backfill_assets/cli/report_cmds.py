@@ -106,17 +106,17 @@ def reconcile_plan(args: argparse.Namespace, loaded: LoadedDefs, *, brief: bool 
         if not (brief and result.passed):
             print(result.table())
         print(f"{'all gates passed' if result.passed else 'NOT reconciled'}; plan {state.plan_id} is "
-              f"{result.state.phase}" + _ended_step(result.state))
+              f"{result.state.phase}" + _ended_step(result.state, result.passed))
     return 0 if result.passed else 1
 
 
-def _ended_step(state: PlanState) -> str:
+def _ended_step(state: PlanState, passed: bool) -> str:
     """What a reconcile of a plan that ended says to do: it writes nothing more, so its window is
     replayed by a new plan ("NOT reconciled; plan a1 is withdrawn" named no way on: found by an attack)."""
-    from backfill_assets.plan.phases import Phase
+    from backfill_assets.plan.phases import ENDED, Phase
     from backfill_assets.status import redraft
 
-    if state.phase not in (Phase.WITHDRAWN, Phase.ROLLED_BACK):
+    if state.phase not in ENDED or (passed and state.phase is Phase.CLOSED):  # a closed plan that passes is done
         return ""
     return f": it writes nothing more; to replay its window, draft a new plan: {redraft(state)}"
 

@@ -32,6 +32,7 @@ from backfill_assets.permission import history
 from backfill_assets.plan.phases import WRITABLE
 from backfill_assets.table import TableSpec
 from backfill_assets.tags import BACKFILL_TAG, CAP_TAG, MAX_CAP, PLAN_TAG, RANGE_END, RANGE_START, REPLAYABLE_OP_TAG
+from backfill_assets.terminal import NEW_PLAN_FILE
 from backfill_assets.warehouse import open_warehouse
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _refusal(target: str, span: tuple[str, str], why: str) -> PartitionRefused:
     first, last = span
     return PartitionRefused(f"no approved replay plan covers partitions {first}..{last} of {target}, and {why}: "
                             "rewriting it is a replay", plan_id=None, partition=first,
-                            fix=f"draft one with `backfill plan new plans/<id>.yaml --target {target}`, "
+                            fix=f"draft one with `backfill plan new {NEW_PLAN_FILE} --target {target}`, "
                                 "have it approved, then relaunch (only partitions never written load without one)")
 
 

@@ -34,7 +34,7 @@ from backfill_assets.plan.phases import ACTIVE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
 from backfill_assets.table import TableSpec
-from backfill_assets.terminal import partitions_option
+from backfill_assets.terminal import NEW_PLAN_FILE, partitions_option
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, fingerprints, fingerprints_like
 from backfill_assets.warehouse.grouping import rows_per_partition
@@ -244,7 +244,7 @@ def _foreign_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, fr
     given = published_record.given_by_a_publish(session, spec, restored)
     ours = {k: p for k, p in ours.items() if k not in restored or k in given}
     return [f"{key}: {spec.publish_table} holds {n} row(s) of it that backfill never published, which consumers "
-            f"read; replacing them takes a replay plan (`backfill plan new plans/<id>.yaml --target {spec.name}`)"
+            f"read; replacing them takes a replay plan (`backfill plan new {NEW_PLAN_FILE} --target {spec.name}`)"
             for key, n in held.items() if key not in ours]
 
 
@@ -488,7 +488,7 @@ def _rerun(found: Blockers, spec: TableSpec, key: str | None, what: str) -> str:
     partitions = partitions_option([key]) if key is not None else "--partitions KEY"
     asset = "" if owner is None or spec.name == owner.target else f" --asset {spec.name}"
     if owner is None:
-        draft = f"`backfill plan new plans/<id>.yaml --target {spec.name}`"
+        draft = f"`backfill plan new {NEW_PLAN_FILE} --target {spec.name}`"
         if key is None:  # a partition never written is materialized plan-free; one written is replayed
             return (f"write the failing partitions again and let their gates pass (a partition written before "
                     f"is replayed under a new plan, {draft}), then publish again")
