@@ -341,12 +341,18 @@ def redraft(state: PlanState) -> str:
     no command (found by an attack)."""
     suffix = "-retry"
     plan_id = f"{state.plan_id[:63 - len(suffix)]}{suffix}"
-    window = ""
     keys = state.partition_keys
-    if keys and _PLAIN_VALUE.match(keys[0]) and _PLAIN_VALUE.match(keys[-1]):
-        window = f" --start {shell_word(keys[0])} --end {shell_word(keys[-1])}"
+    window = draft_window(keys[0], keys[-1]) if keys else ""
     return (f"`backfill plan new {shell_word(f'plans/{plan_id}.yaml')} --id {plan_id} --target "
             f"{shell_word(state.target)}{window}`")
+
+
+def draft_window(first: str, last: str) -> str:
+    """A window's `--start A --end B` for a printed `plan new`, when it takes them (plain values; a
+    static key with a blank is filled in the drafted file instead): pasted as printed, it drafts."""
+    if _PLAIN_VALUE.match(first) and _PLAIN_VALUE.match(last):
+        return f" --start {shell_word(first)} --end {shell_word(last)}"
+    return ""
 
 
 def _code_version_step(session: Session, state: PlanState, mixed: list[str]) -> str:

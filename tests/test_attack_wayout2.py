@@ -55,7 +55,7 @@ def test_a_printed_command_carries_the_defs_the_command_was_given(world, run_sub
     assert done.code == 0, (shlex.join(command), done.err)
 
 
-ODD_KEYS = ("north west", "a;b$HOME", "apac")  # static keys are text: a blank, `;` and `$` in them
+ODD_KEYS = ("apac", "north west", "a;b$HOME")  # static keys are text: a blank, `;` and `$` in them
 
 
 def odd_definitions(home: str):
@@ -71,12 +71,9 @@ def odd_definitions(home: str):
                           resources=backfill_resources(home=home))
 
 
-def test_a_failing_static_key_status_names_is_rerun_as_printed(tmp_path, ssh_keys, capsys, monkeypatch):
-    """A static key with a blank failed its reconcile: status printed `backfill run replay --partitions
-    north west`, which the shell splits ("unrecognized arguments: west"); a key with `;` ran the rest
-    as another command. The printed command, pasted, re-runs exactly the failing key."""
-    from backfill_assets.warehouse.duckdb_engine import kept_open
-    from tests.test_partitionings import STATIC, Lab
+def _odd_lab(tmp_path, ssh_keys, capsys):
+    """test_partitionings' lab over the odd static keys."""
+    from tests.test_partitionings import Lab
 
     class OddLab(Lab):
         def write_defs(self, name: str):
@@ -97,8 +94,18 @@ def test_a_failing_static_key_status_names_is_rerun_as_printed(tmp_path, ssh_key
             return job.execute_in_process(instance=self.instance, asset_selection=selection, tags=tags,
                                           raise_on_error=False)
 
+    return OddLab(tmp_path, "static", ssh_keys, capsys)
+
+
+def test_a_failing_static_key_status_names_is_rerun_as_printed(tmp_path, ssh_keys, capsys, monkeypatch):
+    """A static key with a blank failed its reconcile: status printed `backfill run replay --partitions
+    north west`, which the shell splits ("unrecognized arguments: west"); a key with `;` ran the rest
+    as another command. The printed command, pasted, re-runs exactly the failing key."""
+    from backfill_assets.warehouse.duckdb_engine import kept_open
+    from tests.test_partitionings import STATIC
+
     with kept_open():
-        lab = OddLab(tmp_path, "static", ssh_keys, capsys)
+        lab = _odd_lab(tmp_path, ssh_keys, capsys)
         monkeypatch.setenv("BACKFILL_DEFS", str(lab.defs_file))
         monkeypatch.setenv("BACKFILL_HOME", str(lab.home))
         source = STATIC.source_sql.replace("['eu', 'us', 'apac']", f"{list(ODD_KEYS)}")
@@ -199,3 +206,29 @@ def test_a_new_plan_a_refusal_names_is_drafted_when_pasted_into_bash(world, run_
                             timeout=300)
     assert pasted.returncode == 0, (printed, pasted.stderr)
     assert [p.name for p in (folder / "plans").iterdir()] and not (folder / ".yaml").exists(), printed
+
+
+def test_the_rest_of_a_halted_load_of_static_keys_loads_as_printed(tmp_path, ssh_keys, capsys, monkeypatch):
+    """`backfill load` halted at a failing static key printed "the rest loads with `backfill load
+    region_kinds --start north west --end a;b$HOME`": the shell split it at the blank (and ran
+    `b$HOME` as a command at the `;`). Pasted as printed, the rest loads."""
+    from backfill_assets.warehouse.duckdb_engine import kept_open
+    from tests.test_partitionings import STATIC
+
+    with kept_open():
+        lab = _odd_lab(tmp_path, ssh_keys, capsys)
+        monkeypatch.setenv("BACKFILL_DEFS", str(lab.defs_file))
+        monkeypatch.setenv("BACKFILL_HOME", str(lab.home))
+        lab.run_sql(STATIC.source_sql.replace("['eu', 'us', 'apac']", f"{list(ODD_KEYS)}"))
+        try:
+            lab.run_sql(STATIC.break_sql)  # event 3, of apac, loaded twice: apac's gates fail
+            halted = lab.cli("load", STATIC.spec.name, "--start", ODD_KEYS[0], "--end", ODD_KEYS[-1],
+                             "--per-run", "1")
+            assert halted.code == 1, halted.err
+            rest = next(line for line in halted.out.splitlines() if line.startswith("the rest loads with"))
+            [command] = _commands(rest)
+            lab.run_sql(STATIC.fix_sql)
+            loaded = lab.cli(*command)
+            assert loaded.code == 0, (rest, loaded.err)
+        finally:
+            lab.close()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from backfill_assets import terminal as output
 from backfill_assets.cli.common import actor, add_defs, add_home, home_of, writing
 from backfill_assets.errors import PlanRefused, UsageError
-from backfill_assets.terminal import NEW_PLAN_FILE
+from backfill_assets.terminal import NEW_PLAN_FILE, shell_word
 
 if TYPE_CHECKING:
     from backfill_assets.loaded_defs import LoadedDefs
@@ -177,11 +177,15 @@ def cmd_load(args: argparse.Namespace) -> int:
         print(f"  {key}: {', '.join(gates)} failed")
     print(f"halted at {part[0]}..{part[-1]}; Dagster's log: {log}")
     if failed:
+        from backfill_assets.status import draft_window
+
         bad = [k for k in part if k in failed]
+        # static keys are text: quoted, as the shell reads them back (a blank split the command, found
+        # by an attack)
         print(f"those partitions hold rows now, so rewriting them is a replay: fix the cause, then `backfill plan "
-              f"new {NEW_PLAN_FILE} --target {spec.name} --start {bad[0]} --end {bad[-1]}`")
+              f"new {NEW_PLAN_FILE} --target {spec.name}{draft_window(bad[0], bad[-1])}`")
         after = scheme.position(part[-1]) + 1
         if after <= scheme.position(keys[-1]):
-            print(f"the rest loads with `backfill load {spec.name} --start {scheme.ordered_keys[after]} "
-                  f"--end {keys[-1]}`")
+            print(f"the rest loads with `backfill load {spec.name} --start {shell_word(scheme.ordered_keys[after])} "
+                  f"--end {shell_word(keys[-1])}`")
     return 1
