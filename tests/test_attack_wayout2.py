@@ -232,3 +232,21 @@ def test_the_rest_of_a_halted_load_of_static_keys_loads_as_printed(tmp_path, ssh
             assert loaded.code == 0, (rest, loaded.err)
         finally:
             lab.close()
+
+
+def test_a_definitions_file_named_relative_to_the_folder_is_carried_so_it_loads_from_another(
+        world, run_subprocess, tmp_path):
+    """`--defs defs_x.py`, relative to the folder the command ran from, printed into the refusal's
+    command as typed would load nothing from another folder: it is carried as an absolute path."""
+    from tests.world import DAILY_REVENUE
+
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    defs = world.defs_file(DAILY_REVENUE)
+    unset = {"BACKFILL_DEFS": ""}
+    refused = run_subprocess("run", "fix", "--defs", defs.name, env=unset, cwd=defs.parent)
+    assert refused.code == 1, refused.err
+    [command, *_] = _commands(refused.err)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = run_subprocess(*command, env=unset, cwd=elsewhere)
+    assert done.code == 0, (shlex.join(command), done.err)

@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 from backfill_assets.errors import BackfillError
 from backfill_assets.home import resolve_home
@@ -39,6 +40,9 @@ def rewriter(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Calla
         from backfill_assets.loaded_defs import DEFS_ENV  # Dagster's import: a command given --defs loads it anyway
 
         if defs != os.environ.get(DEFS_ENV):
+            target, colon, attr = defs.partition(":")
+            if target.endswith(".py") or os.sep in target:  # a file (as loaded_defs reads it): absolute too
+                defs = f"{Path(target).resolve()}{colon}{attr}"
             carried["--defs"] = defs
     if not carried:
         return None
