@@ -1,4 +1,4 @@
-"""Round wayout2: a hurried operator who names the warehouse with `--home` (and the definitions with
+"""A hurried operator who names the warehouse with `--home` (and the definitions with
 `--defs`) on every command, and pastes the commands a refusal or a report prints, as printed."""
 
 from __future__ import annotations
