@@ -78,7 +78,7 @@ def _odd_lab(tmp_path, ssh_keys, capsys):
     class OddLab(Lab):
         def write_defs(self, name: str):
             path = self.root / "defs_odd.py"
-            path.write_text(f"from tests.test_attack_wayout2 import odd_definitions\n\n"
+            path.write_text(f"from tests.test_pasted_commands import odd_definitions\n\n"
                             f"defs = odd_definitions({str(self.home)!r})\n", encoding="utf-8")
             return path
 
