@@ -7,6 +7,7 @@ results and snapshots, so it stays small and renders in seconds for thousands of
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass
@@ -16,16 +17,18 @@ from typing import Any
 
 import yaml
 
-from backfill_assets.control import evidence_log, integrity, ledger
+from backfill_assets.control import authority, evidence_log, integrity, ledger, publications, trust_record
 from backfill_assets.control.ledger import comparisons
-from backfill_assets.control.record import PlanState
+from backfill_assets.control.record import PlanState, PlanVersion
 from backfill_assets.control.snapshots import snapshotted
 from backfill_assets.errors import BackfillError, EvidenceChainBroken
 from backfill_assets.gates.cutover import cutover_of, streak
 from backfill_assets.gates.results import CHANGES_AS_EXPECTED
 from backfill_assets.identifiers import table_for_asset
 from backfill_assets.plan.model import Plan
+from backfill_assets.plan.phases import Phase
 from backfill_assets.signing.statements import Statement, stamp
+from backfill_assets.trust.root import Candidate, TrustRoot
 from backfill_assets.warehouse.engine import Session
 
 
@@ -92,6 +95,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "published": (published.payload.get("graph", {}).get(asset) if published else None)}
     expectation = _expectation(plan, latest) if plan is not None else None
     cutover = _cutover(plan, latest) if plan is not None else None
+    fingerprints = _published_fingerprints(session, state, published) if published else {}
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -110,8 +114,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         "hold": ({"state": state.hold.value, "at": held.at if held else None,
                   "by": held.actor if held else None, "note": held.payload.get("note") if held else None}
                  if state.hold is not None else None),
-        "approvals": _approvals([r for r in rows if r.kind == "approval" and r.payload.get("sha256") == sha]
-                                if sha else []),
+        "approvals": _approvals(session, version, [r for r in rows if r.kind == "approval"
+                                                   and r.payload.get("sha256") == sha] if sha else [],
+                                last("plan_of_record", sha256=sha) if sha else None),
         "publish_freeze": {"frozen_at": freeze.at if freeze else None,
                            "notified": freeze.payload.get("recipients") if freeze else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
@@ -122,11 +127,16 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         **({"cutover": cutover} if cutover else {}),
         "gates": {"partitions": len(keys), "written": len(results),
                   "passed": sum(1 for e in latest.values() if e is not None and e.passed),
-                  "failed": failures, "results_sha256": _digest(results)},
+                  "failed": failures, "results_sha256": _digest(results),
+                  "about": _about(state, published, rolled, fingerprints)},
         **({"graph": graph} if graph else {}),
         "history": _history(session, state),
         "reconciled_at": reconciled.at if reconciled else None,
         "published": ({"at": published.at, "by": published.actor, "rows": published.payload.get("rows"),
+                       # the bytes consumers got, as the publish's `publication` chain rows seal them
+                       "fingerprints": fingerprints,
+                       **({"undone": f"rolled back at {rolled.at}"} if rolled and rolled.seq > published.seq
+                          else {}),
                        # what consumers saw change (totals), as the reopen notice told them
                        **({"impact": published.payload["impact"]} if "impact" in published.payload else {}),
                        **({"cutover": published.payload["cutover"]} if "cutover" in published.payload else {})}
@@ -136,6 +146,55 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
     return document, verified
+
+
+def _published_fingerprints(session: Session, state: PlanState, published: evidence_log.EvidenceRow
+                            ) -> dict[str, Any]:
+    """Each table the publish copied: the plan's partitions it gave consumers, the digest of their
+    fingerprints (one line a partition, `key rows fingerprint`, as a rollback digests what it
+    restored) and the `publication` chain row that seals them. The file said when and how many rows
+    alone, so it could not tie what consumers got to any bytes (found by an attack)."""
+    payload = published.payload
+    graph = payload.get("graph") if isinstance(payload.get("graph"), dict) else {}
+    tables = [payload.get("table"), *(v.get("table") for v in graph.values() if isinstance(v, dict))]
+    out: dict[str, Any] = {}
+    for table in (t for t in tables if isinstance(t, str)):
+        try:
+            seq, found = publications.of_publish(session, table, published.seq, state.plan_id)
+        except BackfillError as exc:  # the chain's verdict says the record is broken; this says where
+            out[table] = f"NOT verified: {exc.message}"
+            continue
+        text = "\n".join(f"{k} {fp.rows} {fp.digest}" for k, fp in sorted(found.items()))
+        out[table] = {"partitions": len(found), "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                      "evidence_row": seq}
+    return out
+
+
+def _about(state: PlanState, published: evidence_log.EvidenceRow | None, rolled: evidence_log.EvidenceRow | None,
+           fingerprints: dict[str, Any]) -> str:
+    """Which bytes the gates' verdicts are about now: after a rollback the file still said `passed:
+    N` and `reconciled_at` as if they described what consumers read (found by an attack)."""
+    tables = [table_for_asset(a) for a in state.assets]
+    if rolled is not None and state.phase is Phase.ROLLED_BACK:
+        # tables the operator left computed from the restored partitions (--keep-computed) keep theirs
+        # (and their published copies, which the rollback leaves as they are too)
+        found = rolled.payload.get("kept_computed")
+        kept = {str(k) for k in found} if isinstance(found, dict) else set()
+        graph = published.payload.get("graph") if published is not None else None
+        left = {table_for_asset(k) for k in kept} | {
+            str(v.get("table")) for a, v in (graph.items() if isinstance(graph, dict) else ())
+            if a in kept and isinstance(v, dict)}
+        gone = [t for t in [*tables, *fingerprints] if t not in left]
+        return (f"the plan's writes, rolled back at {rolled.at}: none of their bytes is in {' or '.join(gone)} now; "
+                "consumers read what the rollback restored (rollback.restored)"
+                + (f"; left as computed: {', '.join(sorted(kept))} (rollback.kept_computed)" if kept else ""))
+    if published is not None and state.phase in (Phase.PUBLISHED, Phase.CLOSED):
+        shown = ", ".join(f"{t} {f['sha256'][:16]}" for t, f in fingerprints.items() if isinstance(f, dict))
+        return f"the plan's latest writes, which consumers read since the publish ({shown})"
+    if published is not None:
+        return ("the plan's latest writes; consumers read what the publish gave them (published.fingerprints) "
+                "until the next publish")
+    return f"the plan's latest writes in {', '.join(tables)}; consumers do not read them (never published)"
 
 
 # the rollback row's keys that are not a restored table's
@@ -240,23 +299,70 @@ def _cutover(plan: Plan, latest: dict[str, ledger.LatestWrite | None]) -> dict[s
             "verdict": (f"met: {dual.line()}" if dual.met else f"not met: {dual.line()}")}
 
 
-def _approvals(recorded: list[evidence_log.EvidenceRow]) -> dict[str, Any]:
+def _approvals(session: Session, version: PlanVersion | None, recorded: list[evidence_log.EvidenceRow],
+               adopted: evidence_log.EvidenceRow | None) -> dict[str, Any]:
     """The signatures the chain recorded, one line each, and what they bind (said once when they
     agree): from the chain's rows, never the approvals table, where a row copied under another name
-    listed a fourth signer (found by an attack; counting verifies each signature anyway)."""
+    listed a fourth signer (found by an attack; counting verifies each signature anyway). Each line
+    says whether it counted toward the quorum when it was recorded, and `quorum` what the pinned
+    policy required and whether the signatures recorded up to the version's adoption met it, under
+    the root pinned then: the owner's signature and an approver's second one read as four approvals
+    of a plan two approvers authorised, and nothing said what the policy asked (found by an attack)."""
     signers = [_Signed(str(r.payload.get("principal")), str(r.payload.get("key"))) for r in recorded]
+    candidates = [Candidate(str(r.payload.get("principal")), str(r.payload.get("statement") or ""),
+                            str(r.payload.get("signature") or "")) for r in recorded]
+    verdicts, quorum = _counted(session, version, recorded, candidates, adopted)
     # release 0.2's approval rows hold a signature of the plan's hash alone, no statement
-    statements = [(a, Statement.parse(str(r.payload["statement"])))
-                  for a, r in zip(signers, recorded, strict=True) if "statement" in r.payload]
+    statements = [(a, Statement.parse(str(r.payload["statement"])), v)
+                  for a, r, v in zip(signers, recorded, verdicts, strict=True) if "statement" in r.payload]
     binds: dict[str, Any] = {}
     for name in ("plan", "code", "warehouse"):
-        values = sorted({s[name] for _, s in statements})
+        values = sorted({s[name] for _, s, _ in statements})
         binds[name] = values[0] if len(values) == 1 else values
-    return {"binds": binds if statements else {},
-            "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)}"
-                       for a, s in statements] + [f"{a.principal} {a.key_fingerprint} (release 0.2: the plan's "
-                                                  "hash alone)" for a, r in zip(signers, recorded, strict=True)
-                                                 if "statement" not in r.payload]}
+    return {"binds": binds if statements else {}, "quorum": quorum,
+            "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)} {v}"
+                       for a, s, v in statements] + [f"{a.principal} {a.key_fingerprint} (release 0.2: the plan's "
+                                                     f"hash alone) {v}" for a, r, v in zip(signers, recorded, verdicts,
+                                                                                            strict=True)
+                                                    if "statement" not in r.payload]}
+
+
+def _moment(at: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+
+
+def _counted(session: Session, version: PlanVersion | None, recorded: list[evidence_log.EvidenceRow],
+             candidates: list[Candidate], adopted: evidence_log.EvidenceRow | None) -> tuple[list[str], dict[str, Any]]:
+    """Each recorded signature's verdict, counted with those recorded before it at its chain row's
+    time under the trust root pinned then; and the quorum as the version's adoption counted it (or
+    as the signatures count now, for a version never adopted)."""
+    if version is None:
+        return ["NOT counted, no plan of record"] * len(recorded), {"met": False}
+    try:
+        pinned = trust_record.history(session)
+
+        def root_at(moment: dt.datetime) -> TrustRoot:
+            found = [p.root for p in pinned if _moment(p.pinned_at) <= moment]
+            return found[-1] if found else pinned[0].root
+
+        verdicts = []
+        for i, row in enumerate(recorded):
+            moment = _moment(row.at)
+            verdicts.append(authority.as_recorded(session, version, candidates[:i + 1], root=root_at(moment),
+                                                  now=moment).verdicts[-1][1])
+        moment = _moment(adopted.at) if adopted is not None else dt.datetime.now(dt.UTC)
+        root = root_at(moment)
+        before = [c for c, r in zip(candidates, recorded, strict=True) if adopted is None or r.seq < adopted.seq]
+        found = authority.as_recorded(session, version, before, root=root, now=moment)
+    except BackfillError as exc:  # a record that does not verify: the chain's verdict below says where
+        return [f"not judged, {exc.message}"] * len(recorded), {"met": False, "not_judged": exc.message}
+    need = found.requirement
+    required = (f"{need.minimum} approver(s)" + (f", one of each of {', '.join(need.groups)}" if need.groups else "")
+                + (f" and the owner {version.plan.owner}'s signature" if version.plan.owner else "")
+                + f" (trust root v{root.version})")
+    return verdicts, {"required": required, "at": adopted.at if adopted else None,
+                      "counted": ", ".join(found.approvers), "met": found.approved,
+                      **({} if found.approved else {"missing": found.missing()})}
 
 
 @dataclass(frozen=True)

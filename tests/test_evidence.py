@@ -315,7 +315,8 @@ def test_rendered_evidence_is_a_summary_with_every_failure_in_full(world, backfi
     # a summary: no line per partition or per gate, so passing days are not even named
     for day in keys(2, 3) + ["2026-01-05", "2026-01-07"]:
         assert day not in text, day
-    assert len(text) < 2500 and text.count("\n") < 70, text
+    # (its size grows with the signatures, each with its verdict and the quorum's, never with the partitions)
+    assert len(text) < 2800 and text.count("\n") < 80, text
 
     # the digest stands for every result: fixing the two days changes it, and empties `failed`
     world.run_sql("DELETE FROM orders WHERE region IS NULL")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from backfill_assets.control import evidence_log, record, trust_record
@@ -36,16 +37,11 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     cannot name it, whatever time its statement says."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
-    since = record.replaced(session, version.plan.plan_id, version.sha256)
+    since, expect, kinds, requirement = _terms(session, root, version, code)
     recorded = record.approvals(session, version.sha256)
     plan = version.plan
-    expect: dict[str, str | None] = {"plan": version.sha256, "code": code, "warehouse": root.warehouse_id}
-    kinds: tuple[str, ...] = APPROVALS
-    requirement = root.policy.requirement(plan.assets, plan.approvals.required)
     if since is not None:
         recorded = [a for a in recorded if (a.statement, a.signature) in since.approvals_after]
-        expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
-        requirement = requirement.at_least(replaced_floor(session, root, since))
     cache_key = (session.engine.describe(), version.sha256, root.identity, root.warehouse_id, code, kinds,
                  expect.get("replaces"), tuple((a.principal, a.statement, a.signature) for a in recorded))
     cached = _CACHE.get(cache_key)
@@ -58,6 +54,40 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
             _CACHE.clear()
         _CACHE[cache_key] = found
     return found
+
+
+def _terms(session: Session, root: TrustRoot, version: PlanVersion, code: str | None
+           ) -> tuple[Adoption | None, dict[str, str | None], tuple[str, ...], Requirement]:
+    """What counting `version`'s approvals under `root` asks: the adoption of the plan of record it
+    replaces (or replaced), what the statements must bind, of which kinds, and how many approvers."""
+    since = record.replaced(session, version.plan.plan_id, version.sha256)
+    expect: dict[str, str | None] = {"plan": version.sha256, "code": code, "warehouse": root.warehouse_id}
+    kinds: tuple[str, ...] = APPROVALS
+    requirement = root.policy.requirement(version.plan.assets, version.plan.approvals.required)
+    if since is not None:
+        expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
+        requirement = requirement.at_least(replaced_floor(session, root, since))
+    return since, expect, kinds, requirement
+
+
+def as_recorded(session: Session, version: PlanVersion, candidates: Sequence[Candidate], *, root: TrustRoot,
+                now: dt.datetime) -> Tally:
+    """`candidates` (the chain's approval rows of `version`, in order) counted as a decision at `now`
+    under `root` (the trust root pinned then) counted them, the code left unchecked (each statement
+    binds it; the evidence shows what): for the rendered evidence, which says of every signature
+    whether it counted and of the version whether the quorum was met, months after the signatures
+    expired. A signature recorded before the adoption of the plan of record a replacement replaces
+    never counts (`plan_tally`), and its verdict says so."""
+    since, expect, kinds, requirement = _terms(session, root, version, None)
+    kept = [c for c in candidates if since is None or (c.statement, c.signature) in since.approvals_after]
+    found = tally(root, kept, kind=kinds, expect=expect, requirement=requirement, owner=version.plan.owner,
+                  now=now)
+    if since is None or len(kept) == len(candidates):
+        return found
+    judged = dict(zip(kept, (v for _, v in found.verdicts), strict=True))
+    before = (f"NOT counted, recorded before the plan of record it replaces ({since.sha256[:12]}) was adopted; "
+              "only plan replacement statements naming that adoption count")
+    return replace(found, verdicts=tuple((c, judged.get(c, before)) for c in candidates))
 
 
 def replaced_floor(session: Session, root: TrustRoot, since: Adoption) -> Requirement:

@@ -14,6 +14,7 @@ from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import Fingerprint
 from backfill_assets.warehouse.state_store import publications as store
+from backfill_assets.warehouse.state_store import seals as seal_store
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,22 @@ def _refuse_newer_in_chain(session: Session, table: str, keys: Sequence[str], fo
             raise ForgedRecord(f"the publication of {table} {newer[0]} that evidence row {row.seq} recorded is gone "
                                f"from {SCHEMA}.publications (an older one reads as the latest)",
                                fix=evidence_log.FORGED_FIX)
+
+
+def of_publish(session: Session, table: str, published_seq: int, plan_id: str) -> tuple[int, dict[str, Fingerprint]]:
+    """What a publish gave consumers of `table` from `plan_id`'s partitions: the `publication` chain
+    row it recorded (the last of `table` before its `published` row, appended in the same
+    transaction) and the fingerprints that row seals, checked against it. ForgedRecord when the
+    chain holds none or the rows no longer match their seal."""
+    found = [r for r in evidence_log.rows(session, kind="publication")
+             if r.seq < published_seq and isinstance(r.payload, dict) and r.payload.get("table") == table]
+    if not found:
+        raise ForgedRecord(f"the publication of {table} that evidence row {published_seq} published is not in the "
+                           "evidence chain", fix=evidence_log.FORGED_FIX)
+    seq = found[-1].seq
+    evidence_log.by_seq(session, [seq])  # the chain row itself, verified
+    seals.verify(session, "publications", [seq], f" of {table}")
+    columns = seal_store.SEALED["publications"]
+    at = {name: columns.index(name) for name in ("partition_key", "row_count", "fingerprint", "plan_id")}
+    return seq, {str(r[at["partition_key"]]): Fingerprint(int(r[at["row_count"]]), str(r[at["fingerprint"]]))
+                 for r in seal_store.rows_of_seq(session, "publications", seq) if r[at["plan_id"]] == plan_id}

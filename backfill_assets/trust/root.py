@@ -70,6 +70,10 @@ class Void:
     reason: str
 
 
+COUNTED = "counted"
+OWNER_SIGNED = "owner, required, never counted as an approver"
+
+
 @dataclass(frozen=True)
 class Tally:
     requirement: Requirement
@@ -81,6 +85,9 @@ class Tally:
     unchecked: tuple[str, ...] = ()  # bound fields nobody could check here (no definitions, no record)
     owner_required: bool = True  # a plan needs its owner's signature; a rollback only excludes the owner
     groups: tuple[tuple[str, frozenset[str]], ...] = ()  # each required group and its members
+    # each candidate, in the order given, with what counting made of it: `COUNTED`, `OWNER_SIGNED`
+    # or why it did not count (the rendered evidence says it of every signature it lists)
+    verdicts: tuple[tuple[Candidate, str], ...] = ()
 
     @property
     def approved(self) -> bool:
@@ -162,16 +169,23 @@ def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str | tuple
     counted: list[Counted] = []
     void: list[Void] = []
     owner_signature: Counted | None = None
+    verdicts: list[tuple[Candidate, str]] = []
     for candidate in candidates:
         reason, found = _judge(candidate, signers, policy, kind, expect, now)
         if found is None:
             void.append(Void(str(candidate.principal), reason or "refused"))
+            verdicts.append((candidate, f"NOT counted, {reason or 'refused'}"))
             continue
         if found.principal == owner:
             owner_signature = owner_signature or found
+            verdicts.append((candidate, OWNER_SIGNED if owner_required else
+                             "NOT counted, the owner never counts as an approver"))
             continue
         if any(c.principal == found.principal and c.fingerprint == found.fingerprint for c in counted):
-            continue  # the same approver signing again (a fresh statement): nothing new, nothing void
+            # the same approver signing again (a fresh statement): nothing new, nothing void
+            verdicts.append((candidate, f"NOT counted, {found.principal} already counted; each approver counts once"))
+            continue
+        before = len(void)
         # the owner listed under a second name (`olivia,oli KEY`) is still the owner
         if owner is not None and (found.fingerprint in owner_fingerprints
                                   or signers.keys_of(found.principal) & owner_keys):
@@ -184,6 +198,7 @@ def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str | tuple
             void.append(Void(found.principal, f"signed with the key that signed {twin}'s; a key counts once"))
         else:
             counted.append(found)
+        verdicts.append((candidate, f"NOT counted, {void[-1].reason}" if len(void) > before else COUNTED))
     members = {c.principal for c in counted}
     missing = tuple(g for g in requirement.groups if not members & set(policy.members(g)))
     unchecked = tuple(name for name, value in expect.items() if value is None)
@@ -191,7 +206,7 @@ def tally(root: TrustRoot, candidates: Iterable[Candidate], *, kind: str | tuple
         void.append(Void(owner, "the owner never counts as an approver"))
         owner_signature = None
     return Tally(requirement, owner, counted, void, owner_signature, missing, unchecked, owner_required,
-                 tuple((g, frozenset(policy.members(g))) for g in requirement.groups))
+                 tuple((g, frozenset(policy.members(g))) for g in requirement.groups), tuple(verdicts))
 
 
 def _judge(candidate: Candidate, signers: AllowedSigners, policy: Policy, kind: str | tuple[str, ...],
