@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from backfill_assets.control import authority, evidence_log, integrity, ledger, publications, trust_record
+from backfill_assets.control import authority, evidence_log, integrity, ledger, publications, record, trust_record
 from backfill_assets.control.ledger import comparisons
 from backfill_assets.control.record import PlanState, PlanVersion
 from backfill_assets.control.snapshots import snapshotted
@@ -96,6 +96,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
     expectation = _expectation(plan, latest) if plan is not None else None
     cutover = _cutover(plan, latest) if plan is not None else None
     fingerprints = _published_fingerprints(session, state, published) if published else {}
+    earlier = [r.at for r in rows if r.kind == "published" and published and r.seq < published.seq]
+    put_back = _put_back(session, fingerprints)
+    versions = _versions(session, rows)
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -111,6 +114,7 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
             "mode": plan.execution.mode if plan else None, "phase": state.phase.value,
             "file": version.source_file if version else None,
         },
+        **({"versions": versions} if len(versions) > 1 else {}),
         "hold": ({"state": state.hold.value, "at": held.at if held else None,
                   "by": held.actor if held else None, "note": held.payload.get("note") if held else None}
                  if state.hold is not None else None),
@@ -137,6 +141,10 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                        "fingerprints": fingerprints,
                        **({"undone": f"rolled back at {rolled.at}"} if rolled and rolled.seq > published.seq
                           else {}),
+                       # what the chain holds of the way there: earlier publishes of the plan, and the
+                       # partitions of consumers' copy this one found edited by hand and put back
+                       **({"earlier": earlier} if earlier else {}),
+                       **({"put_back": put_back} if put_back else {}),
                        # what consumers saw change (totals), as the reopen notice told them
                        **({"impact": published.payload["impact"]} if "impact" in published.payload else {}),
                        **({"cutover": published.payload["cutover"]} if "cutover" in published.payload else {})}
@@ -146,6 +154,35 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
                   "rendered_at": evidence_log.now_iso(), "rendered_by": actor},
     }
     return document, verified
+
+
+def _versions(session: Session, rows: list[evidence_log.EvidenceRow]) -> list[dict[str, Any]]:
+    """Every version the chain recorded of the plan, in order: its file, when it became the plan of
+    record and when another replaced it, the approvers its adoption counted, and what was written
+    under it. A plan replaced before it ran named the version of record alone: an auditor could not
+    see that another had been the plan of record, on other signatures (found by an attack)."""
+    shas = list(dict.fromkeys(str(r.payload.get("sha256")) for r in rows if r.kind == "plan_version"))
+    adoptions = [(r, str(r.payload.get("sha256"))) for r in rows if r.kind == "plan_of_record"]
+    out = []
+    for sha in shas:
+        recorded = next(r for r in rows if r.kind == "plan_version" and r.payload.get("sha256") == sha)
+        mine = [r for r, adopted in adoptions if adopted == sha]
+        later = [r for r, adopted in adoptions if mine and r.seq > mine[-1].seq and adopted != sha]
+        try:
+            version = record.version(session, sha)
+        except BackfillError:  # the chain's verdict says the record is broken
+            version = None
+        signed = [r for r in rows if r.kind == "approval" and r.payload.get("sha256") == sha]
+        _, quorum = _counted(session, version, signed, mine[-1] if mine else None, each=False)
+        wrote: dict[str, set[str]] = {}
+        for r in rows:
+            if r.kind == "write" and r.payload.get("sha256") == sha and isinstance(r.payload.get("partitions"), dict):
+                wrote.setdefault(str(r.payload.get("table")), set()).update(map(str, r.payload["partitions"]))
+        out.append({"sha256": sha, "file": recorded.payload.get("file"), "recorded_at": recorded.at,
+                    "adopted_at": mine[-1].at if mine else None, **({"replaced_at": later[0].at} if later else {}),
+                    "counted": quorum.get("counted"), "met": quorum.get("met"),
+                    "wrote": {t: f"{len(k)} partition(s) {min(k)}..{max(k)}" for t, k in sorted(wrote.items())}})
+    return out
 
 
 def _published_fingerprints(session: Session, state: PlanState, published: evidence_log.EvidenceRow
@@ -167,6 +204,26 @@ def _published_fingerprints(session: Session, state: PlanState, published: evide
         text = "\n".join(f"{k} {fp.rows} {fp.digest}" for k, fp in sorted(found.items()))
         out[table] = {"partitions": len(found), "sha256": hashlib.sha256(text.encode()).hexdigest(),
                       "evidence_row": seq}
+    return out
+
+
+def _put_back(session: Session, fingerprints: dict[str, Any]) -> dict[str, list[str]]:
+    """The partitions of each table the last publish found edited outside backfill and put back:
+    the `published_edited` chain row its copy of the table appended (in its transaction, after the
+    table's previous publication). The chain said it, the file did not (found by an attack)."""
+    seqs = {t: f["evidence_row"] for t, f in fingerprints.items() if isinstance(f, dict)}
+    if not seqs:
+        return {}
+    found = evidence_log.rows(session, kind=("publication", "published_edited"))
+    out: dict[str, list[str]] = {}
+    for table, seq in seqs.items():
+        mine = [r for r in found if r.seq < seq and isinstance(r.payload, dict) and r.payload.get("table") == table]
+        before = max((r.seq for r in mine if r.kind == "publication"), default=0)
+        edits = [r for r in mine if r.kind == "published_edited" and r.seq > before]
+        if edits:
+            row = evidence_log.by_seq(session, [edits[-1].seq])[edits[-1].seq]  # verified
+            partitions = row.payload.get("partitions")
+            out[table] = sorted(map(str, partitions)) if isinstance(partitions, dict) else []
     return out
 
 
@@ -309,9 +366,7 @@ def _approvals(session: Session, version: PlanVersion | None, recorded: list[evi
     the root pinned then: the owner's signature and an approver's second one read as four approvals
     of a plan two approvers authorised, and nothing said what the policy asked (found by an attack)."""
     signers = [_Signed(str(r.payload.get("principal")), str(r.payload.get("key"))) for r in recorded]
-    candidates = [Candidate(str(r.payload.get("principal")), str(r.payload.get("statement") or ""),
-                            str(r.payload.get("signature") or "")) for r in recorded]
-    verdicts, quorum = _counted(session, version, recorded, candidates, adopted)
+    verdicts, quorum = _counted(session, version, recorded, adopted)
     # release 0.2's approval rows hold a signature of the plan's hash alone, no statement
     statements = [(a, Statement.parse(str(r.payload["statement"])), v)
                   for a, r, v in zip(signers, recorded, verdicts, strict=True) if "statement" in r.payload]
@@ -332,10 +387,12 @@ def _moment(at: str) -> dt.datetime:
 
 
 def _counted(session: Session, version: PlanVersion | None, recorded: list[evidence_log.EvidenceRow],
-             candidates: list[Candidate], adopted: evidence_log.EvidenceRow | None) -> tuple[list[str], dict[str, Any]]:
-    """Each recorded signature's verdict, counted with those recorded before it at its chain row's
-    time under the trust root pinned then; and the quorum as the version's adoption counted it (or
-    as the signatures count now, for a version never adopted)."""
+             adopted: evidence_log.EvidenceRow | None, *, each: bool = True) -> tuple[list[str], dict[str, Any]]:
+    """Each recorded signature's verdict (with `each`), counted with those recorded before it at its
+    chain row's time under the trust root pinned then; and the quorum as the version's adoption
+    counted it (or as the signatures count now, for a version never adopted)."""
+    candidates = [Candidate(str(r.payload.get("principal")), str(r.payload.get("statement") or ""),
+                            str(r.payload.get("signature") or "")) for r in recorded]
     if version is None:
         return ["NOT counted, no plan of record"] * len(recorded), {"met": False}
     try:
@@ -346,7 +403,7 @@ def _counted(session: Session, version: PlanVersion | None, recorded: list[evide
             return found[-1] if found else pinned[0].root
 
         verdicts = []
-        for i, row in enumerate(recorded):
+        for i, row in enumerate(recorded if each else []):
             moment = _moment(row.at)
             verdicts.append(authority.as_recorded(session, version, candidates[:i + 1], root=root_at(moment),
                                                   now=moment).verdicts[-1][1])

@@ -132,3 +132,46 @@ def test_a_graph_plans_file_names_each_tables_publication_and_rollback(world, mo
     for table in ("daily_revenue", "monthly_revenue", "published_revenue", "published_monthly_revenue"):
         assert table in about.split(" now;")[0], about
     assert world.cli("evidence", "verify", "--against", str(out)) == 0
+
+
+def test_a_replaced_plan_names_every_version_which_signatures_adopted_each_and_what_each_wrote(world, capsys):
+    """A plan approved as v1, then replaced by v2 (a shorter window, other approvers) before it ran:
+    the file named v2 alone (its sha256 and its signatures), so an auditor could not see that v1
+    had been the plan of record on other signatures, nor that every write ran under v2."""
+    from tests.test_plan_replacement import _fix_version
+
+    assert world.cli("init") == 0
+    v1 = world.approve(_fix_version(world, "v1", "2026-01-04", "v1: four days"))
+    v2 = world.approve_replacing(_fix_version(world, "v2", "2026-01-03", "v2: three days"), "carol", "bob")
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix") == 0
+    document = _render(world, capsys)
+    shas = [plan_sha256(load_plan(p)) for p in (v1, v2)]
+    assert document["plan"]["sha256"] == shas[1]
+    versions = document["versions"]
+    assert [v["sha256"] for v in versions] == shas, versions
+    assert [v["counted"] for v in versions] == ["alice, bob", "carol, bob"], versions
+    assert all(v["adopted_at"] for v in versions), versions
+    assert versions[0]["wrote"] == {} and versions[0]["replaced_at"], versions
+    assert versions[1]["wrote"] == {"daily_revenue": "3 partition(s) 2026-01-01..2026-01-03"}, versions
+    assert "replaced_at" not in versions[1], versions
+    quorum = document["approvals"]["quorum"]  # the plan of record's, counted as its adoption counted them
+    assert (quorum["met"], quorum["counted"]) == (True, "carol, bob"), document["approvals"]
+    assert all(line.endswith(("counted", "never counted as an approver")) for line in document["approvals"]["signed"])
+    assert [v["file"] for v in versions] == [str(v1.resolve()), str(v2.resolve())], versions
+
+
+def test_a_republish_that_put_back_an_edit_of_consumers_data_is_in_the_file(world, capsys):
+    """Published, consumers' copy edited by hand, reconciled and published again: the publish put
+    the checked bytes back and the chain says so (`published_edited`), but the file showed the last
+    publish alone, as if consumers had read the plan's bytes all along: neither the first publish nor
+    the edited day consumers read in between was in it."""
+    assert world.cli("init") == 0
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-01",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix", "--and-publish") == 0
+    [(first,)] = world.sql("SELECT recorded_at FROM backfill_control.evidence WHERE kind = 'published'")
+    world.run_sql("UPDATE published_revenue SET net_revenue = net_revenue + 1 "
+                  "WHERE order_date = '2026-01-03' AND region = 'north'")
+    assert world.cli("reconcile", "fix") == 0 and world.cli("publish", "fix") == 0
+    published = _render(world, capsys)["published"]
+    assert published["earlier"] == [str(first)], published
+    assert published["put_back"] == {"published_revenue": ["2026-01-03"]}, published

@@ -37,7 +37,8 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     cannot name it, whatever time its statement says."""
     now = now or dt.datetime.now(dt.UTC)
     root = trust_record.require(session)
-    since, expect, kinds, requirement = _terms(session, root, version, code)
+    since = record.replaced(session, version.plan.plan_id, version.sha256)
+    expect, kinds, requirement = _terms(session, root, version, code, since)
     recorded = record.approvals(session, version.sha256)
     plan = version.plan
     if since is not None:
@@ -56,18 +57,17 @@ def plan_tally(session: Session, version: PlanVersion, *, code: str | None,
     return found
 
 
-def _terms(session: Session, root: TrustRoot, version: PlanVersion, code: str | None
-           ) -> tuple[Adoption | None, dict[str, str | None], tuple[str, ...], Requirement]:
-    """What counting `version`'s approvals under `root` asks: the adoption of the plan of record it
-    replaces (or replaced), what the statements must bind, of which kinds, and how many approvers."""
-    since = record.replaced(session, version.plan.plan_id, version.sha256)
+def _terms(session: Session, root: TrustRoot, version: PlanVersion, code: str | None, since: Adoption | None
+           ) -> tuple[dict[str, str | None], tuple[str, ...], Requirement]:
+    """What counting `version`'s approvals under `root` asks, where it replaces the plan of record
+    adopted at `since` (or None): what the statements must bind, of which kinds, how many approvers."""
     expect: dict[str, str | None] = {"plan": version.sha256, "code": code, "warehouse": root.warehouse_id}
     kinds: tuple[str, ...] = APPROVALS
     requirement = root.policy.requirement(version.plan.assets, version.plan.approvals.required)
     if since is not None:
         expect, kinds = {**expect, "replaces": since.mark}, (PLAN_REPLACEMENT,)
         requirement = requirement.at_least(replaced_floor(session, root, since))
-    return since, expect, kinds, requirement
+    return expect, kinds, requirement
 
 
 def as_recorded(session: Session, version: PlanVersion, candidates: Sequence[Candidate], *, root: TrustRoot,
@@ -78,7 +78,8 @@ def as_recorded(session: Session, version: PlanVersion, candidates: Sequence[Can
     whether it counted and of the version whether the quorum was met, months after the signatures
     expired. A signature recorded before the adoption of the plan of record a replacement replaces
     never counts (`plan_tally`), and its verdict says so."""
-    since, expect, kinds, requirement = _terms(session, root, version, None)
+    since = record.replaced_at_adoption(session, version.plan.plan_id, version.sha256)
+    expect, kinds, requirement = _terms(session, root, version, None, since)
     kept = [c for c in candidates if since is None or (c.statement, c.signature) in since.approvals_after]
     found = tally(root, kept, kind=kinds, expect=expect, requirement=requirement, owner=version.plan.owner,
                   now=now)

@@ -577,6 +577,21 @@ def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
     return _adoption_at(every, row, before, changes)
 
 
+def replaced_at_adoption(session: Session, plan_id: str, sha: str) -> Adoption | None:
+    """The adoption that version `sha`'s last adoption replaced, as that adoption counted its
+    approvals (`replaced` answers for now: for a version superseded since, the plan of record it
+    would replace today); for a version never adopted, `replaced`. For the rendered evidence,
+    which says how each version of a plan was adopted."""
+    every, changes = _adoptions(session, plan_id)
+    last = max((i for i, (_, adopted) in enumerate(changes) if adopted == sha), default=None)
+    if last is None:
+        return replaced(session, plan_id, sha)
+    if not last:
+        return None
+    row, before = changes[last - 1]
+    return _adoption_at(every, row, before, changes)
+
+
 def replaced_by(session: Session, plan_id: str, sha: str) -> str | None:
     """What a statement approving version `sha` names as the plan of record it replaces
     (`replaced`), or None: a `plan approval` statement then."""
