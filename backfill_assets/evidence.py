@@ -98,7 +98,22 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
     fingerprints = _published_fingerprints(session, state, published) if published else {}
     earlier = [r.at for r in rows if r.kind == "published" and published and r.seq < published.seq]
     put_back = _put_back(session, fingerprints)
-    versions = _versions(session, rows)
+    # when each version last became the plan of record (state rows of an earlier release included)
+    try:
+        adoptions = record.adoptions(session, state.plan_id)
+    except BackfillError:  # the chain's verdict says the record is broken
+        adoptions = []
+    adopted_at = {adopted: row for row, adopted in adoptions}
+    versions = _versions(session, rows, adoptions)
+    # the signatures of the plan of record; of a plan that has none yet, of its latest version (a
+    # plan short of its quorum listed none of the signatures the chain holds: found by an attack)
+    signed_sha = sha or (versions[-1]["sha256"] if versions else None)
+    signed = version
+    if signed is None and signed_sha is not None:
+        try:
+            signed = record.version(session, signed_sha)
+        except BackfillError:  # the chain's verdict says the record is broken
+            signed = None
     head_seq, head_hash = evidence_log.head(session)
     try:
         integrity.verify_record(session)
@@ -118,9 +133,9 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
         "hold": ({"state": state.hold.value, "at": held.at if held else None,
                   "by": held.actor if held else None, "note": held.payload.get("note") if held else None}
                  if state.hold is not None else None),
-        "approvals": _approvals(session, version, [r for r in rows if r.kind == "approval"
-                                                   and r.payload.get("sha256") == sha] if sha else [],
-                                last("plan_of_record", sha256=sha) if sha else None),
+        "approvals": _approvals(session, signed, [r for r in rows if r.kind == "approval"
+                                                  and r.payload.get("sha256") == signed_sha] if signed_sha else [],
+                                adopted_at.get(signed_sha) if signed_sha else None),
         "publish_freeze": {"frozen_at": freeze.at if freeze else None,
                            "notified": freeze.payload.get("recipients") if freeze else []},
         "proof": {"partitions": list(state.proof_keys), "passed_at": proof.at if proof else None},
@@ -156,13 +171,13 @@ def render(session: Session, state: PlanState, actor: str) -> tuple[dict[str, An
     return document, verified
 
 
-def _versions(session: Session, rows: list[evidence_log.EvidenceRow]) -> list[dict[str, Any]]:
+def _versions(session: Session, rows: list[evidence_log.EvidenceRow],
+              adoptions: list[tuple[evidence_log.EvidenceRow, str]]) -> list[dict[str, Any]]:
     """Every version the chain recorded of the plan, in order: its file, when it became the plan of
     record and when another replaced it, the approvers its adoption counted, and what was written
     under it. A plan replaced before it ran named the version of record alone: an auditor could not
     see that another had been the plan of record, on other signatures (found by an attack)."""
     shas = list(dict.fromkeys(str(r.payload.get("sha256")) for r in rows if r.kind == "plan_version"))
-    adoptions = [(r, str(r.payload.get("sha256"))) for r in rows if r.kind == "plan_of_record"]
     out = []
     for sha in shas:
         recorded = next(r for r in rows if r.kind == "plan_version" and r.payload.get("sha256") == sha)
@@ -394,7 +409,7 @@ def _counted(session: Session, version: PlanVersion | None, recorded: list[evide
     candidates = [Candidate(str(r.payload.get("principal")), str(r.payload.get("statement") or ""),
                             str(r.payload.get("signature") or "")) for r in recorded]
     if version is None:
-        return ["NOT counted, no plan of record"] * len(recorded), {"met": False}
+        return ["not judged, its version is not in the record"] * len(recorded), {"met": False}
     try:
         pinned = trust_record.history(session)
 

@@ -175,3 +175,17 @@ def test_a_republish_that_put_back_an_edit_of_consumers_data_is_in_the_file(worl
     published = _render(world, capsys)["published"]
     assert published["earlier"] == [str(first)], published
     assert published["put_back"] == {"published_revenue": ["2026-01-03"]}, published
+
+
+def test_a_plan_short_of_its_quorum_lists_the_signatures_recorded_and_what_is_missing(world, capsys):
+    """A plan the owner and one approver signed is not the plan of record: the file listed no
+    signature at all (`signed: []`), while the chain holds two, and did not say what was missing."""
+    assert world.cli("init") == 0
+    world.approve(world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",)), "alice")
+    document = _render(world, capsys)
+    assert document["plan"]["phase"] == "drafted"
+    approvals = document["approvals"]
+    assert sorted(line.split()[0] for line in approvals["signed"]) == ["alice", "olivia"], approvals
+    quorum = approvals["quorum"]
+    assert (quorum["met"], quorum["at"], quorum["counted"]) == (False, None, "alice"), quorum
+    assert quorum["missing"] == ["1 more approver signature(s)"], quorum

@@ -577,6 +577,12 @@ def replaced(session: Session, plan_id: str, sha: str) -> Adoption | None:
     return _adoption_at(every, row, before, changes)
 
 
+def adoptions(session: Session, plan_id: str) -> list[tuple[evidence_log.EvidenceRow, str]]:
+    """Each change of the plan's plan of record, in order: (the chain row that recorded it, the
+    version it made the plan of record), a chain of an earlier release's state rows included."""
+    return _adoptions(session, plan_id)[1]
+
+
 def replaced_at_adoption(session: Session, plan_id: str, sha: str) -> Adoption | None:
     """The adoption that version `sha`'s last adoption replaced, as that adoption counted its
     approvals (`replaced` answers for now: for a version superseded since, the plan of record it
