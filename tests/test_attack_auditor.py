@@ -189,3 +189,22 @@ def test_a_plan_short_of_its_quorum_lists_the_signatures_recorded_and_what_is_mi
     quorum = approvals["quorum"]
     assert (quorum["met"], quorum["at"], quorum["counted"]) == (False, None, "alice"), quorum
     assert quorum["missing"] == ["1 more approver signature(s)"], quorum
+
+
+def test_the_published_digest_and_the_gates_after_a_rollback_read_alike_on_each_engine(engine_world, capsys):
+    """The same file on DuckDB and on PostgreSQL (the publications read back by their seal's chain
+    row, each engine's types): the digest of what consumers got, then what the gates are about once
+    rolled back, and `evidence verify --against` passes on the file written."""
+    world = engine_world
+    assert world.cli("load", "daily_revenue", "--start", "2026-01-01", "--end", "2026-01-04") == 0
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    assert world.cli("run", "fix", "--proof") == 0 and world.cli("run", "fix", "--and-publish") == 0
+    assert world.cli("rollback", "fix") == 0
+    out = world.root / "evidence.yaml"
+    assert world.cli("evidence", "fix", "--out", str(out)) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document["published"]["fingerprints"]["published_revenue"]["sha256"] == _published_digest(
+        world, "published_revenue", "fix")
+    assert document["gates"]["about"].startswith("the plan's writes, rolled back at "), document["gates"]
+    assert document["approvals"]["quorum"]["met"] is True
+    assert world.cli("evidence", "verify", "--against", str(out)) == 0
