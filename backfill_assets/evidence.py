@@ -262,10 +262,11 @@ def _about(state: PlanState, published: evidence_log.EvidenceRow | None, rolled:
                 + (f"; left as computed: {', '.join(sorted(kept))} (rollback.kept_computed)" if kept else ""))
     if published is not None and state.phase in (Phase.PUBLISHED, Phase.CLOSED):
         shown = ", ".join(f"{t} {f['sha256'][:16]}" for t, f in fingerprints.items() if isinstance(f, dict))
-        return f"the plan's latest writes, which consumers read since the publish ({shown})"
+        # what the publish gave consumers; an edit of their copy since is `backfill status`'s to find
+        return f"the plan's latest writes, which the publish gave consumers ({shown})"
     if published is not None:
-        return ("the plan's latest writes; consumers read what the publish gave them (published.fingerprints) "
-                "until the next publish")
+        return ("the plan's latest writes, some since the publish: consumers were given the publish's bytes "
+                "(published.fingerprints), not these where they differ, until the next publish")
     return f"the plan's latest writes in {', '.join(tables)}; consumers do not read them (never published)"
 
 
@@ -391,10 +392,10 @@ def _approvals(session: Session, version: PlanVersion | None, recorded: list[evi
         binds[name] = values[0] if len(values) == 1 else values
     return {"binds": binds if statements else {}, "quorum": quorum,
             "signed": [f"{a.principal} {a.key_fingerprint} {stamp(s.signed)}..{stamp(s.expires)} {v}"
-                       for a, s, v in statements] + [f"{a.principal} {a.key_fingerprint} (release 0.2: the plan's "
-                                                     f"hash alone) {v}" for a, r, v in zip(signers, recorded, verdicts,
-                                                                                            strict=True)
-                                                    if "statement" not in r.payload]}
+                       for a, s, v in statements]
+            # a 0.2 signature binds no statement this release could count: 0.2 counted it, as the line says
+            + [f"{a.principal} {a.key_fingerprint} (release 0.2: the plan's hash alone)"
+               for a, r in zip(signers, recorded, strict=True) if "statement" not in r.payload]}
 
 
 def _moment(at: str) -> dt.datetime:
@@ -412,6 +413,9 @@ def _counted(session: Session, version: PlanVersion | None, recorded: list[evide
         return ["not judged, its version is not in the record"] * len(recorded), {"met": False}
     try:
         pinned = trust_record.history(session)
+        if not pinned:  # a home upgraded from 0.2 before its first pin: nothing to count under
+            why = "no trust root is pinned to count them under"
+            return [f"not judged, {why}"] * len(recorded), {"met": False, "not_judged": why}
 
         def root_at(moment: dt.datetime) -> TrustRoot:
             found = [p.root for p in pinned if _moment(p.pinned_at) <= moment]

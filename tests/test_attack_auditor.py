@@ -93,7 +93,7 @@ def test_after_a_rollback_the_gates_say_which_bytes_their_verdicts_are_about(wor
     assert world.cli("run", str(path), "--and-publish") == 0
     document = _render(world, capsys)
     digest = document["published"]["fingerprints"]["published_revenue"]["sha256"]
-    assert document["gates"]["about"] == (f"the plan's latest writes, which consumers read since the publish "
+    assert document["gates"]["about"] == (f"the plan's latest writes, which the publish gave consumers "
                                           f"(published_revenue {digest[:16]})"), document["gates"]
     assert world.cli("rollback", "fix") == 0
     document = _render(world, capsys)
