@@ -404,32 +404,37 @@ def _moment(at: str) -> dt.datetime:
 
 def _counted(session: Session, version: PlanVersion | None, recorded: list[evidence_log.EvidenceRow],
              adopted: evidence_log.EvidenceRow | None, *, each: bool = True) -> tuple[list[str], dict[str, Any]]:
-    """Each recorded signature's verdict (with `each`), counted with those recorded before it at its
-    chain row's time under the trust root pinned then; and the quorum as the version's adoption
-    counted it (or as the signatures count now, for a version never adopted)."""
+    """Each recorded signature's verdict (with `each`) and the quorum as the version's adoption counted
+    them, under the trust root in force at that adoption's chain row (or now, for a version never
+    adopted): a signature recorded before the adoption is judged by it (bob's, recorded before a
+    re-pin dropped his key, said `counted` beside a quorum of the two who did count); one recorded
+    after it, with those before it, at its own row, under the root in force then. Roots are told
+    apart by their chain rows' order, not their times (a pin within the second of a signature)."""
     candidates = [Candidate(str(r.payload.get("principal")), str(r.payload.get("statement") or ""),
                             str(r.payload.get("signature") or "")) for r in recorded]
     if version is None:
         return ["not judged, its version is not in the record"] * len(recorded), {"met": False}
     try:
-        pinned = trust_record.history(session)
+        pinned = {p.root.version: p.root for p in trust_record.history(session)}
         if not pinned:  # a home upgraded from 0.2 before its first pin: nothing to count under
             why = "no trust root is pinned to count them under"
             return [f"not judged, {why}"] * len(recorded), {"met": False, "not_judged": why}
+        pins = {int(r.payload["version"]): r.seq for r in evidence_log.rows(session, kind="trust_root")
+                if isinstance(r.payload, dict) and isinstance(r.payload.get("version"), int)}
 
-        def root_at(moment: dt.datetime) -> TrustRoot:
-            found = [p.root for p in pinned if _moment(p.pinned_at) <= moment]
-            return found[-1] if found else pinned[0].root
+        def root_before(seq: int | None) -> TrustRoot:
+            """The root in force at chain row `seq` (None: now)."""
+            older = [v for v in pinned if seq is None or pins.get(v, 0) < seq]
+            return pinned[max(older) if older else min(pinned)]
 
-        verdicts = []
-        for i, row in enumerate(recorded if each else []):
-            moment = _moment(row.at)
-            verdicts.append(authority.as_recorded(session, version, candidates[:i + 1], root=root_at(moment),
-                                                  now=moment).verdicts[-1][1])
         moment = _moment(adopted.at) if adopted is not None else dt.datetime.now(dt.UTC)
-        root = root_at(moment)
+        root = root_before(adopted.seq if adopted is not None else None)
         before = [c for c, r in zip(candidates, recorded, strict=True) if adopted is None or r.seq < adopted.seq]
         found = authority.as_recorded(session, version, before, root=root, now=moment)
+        verdicts = [v for _, v in found.verdicts] if each else []
+        for i, row in enumerate(recorded[len(before):] if each else [], start=len(before)):
+            verdicts.append(authority.as_recorded(session, version, candidates[:i + 1], root=root_before(row.seq),
+                                                  now=_moment(row.at)).verdicts[-1][1])
     except BackfillError as exc:  # a record that does not verify: the chain's verdict below says where
         return [f"not judged, {exc.message}"] * len(recorded), {"met": False, "not_judged": exc.message}
     need = found.requirement

@@ -208,3 +208,23 @@ def test_the_published_digest_and_the_gates_after_a_rollback_read_alike_on_each_
     assert document["gates"]["about"].startswith("the plan's writes, rolled back at "), document["gates"]
     assert document["approvals"]["quorum"]["met"] is True
     assert world.cli("evidence", "verify", "--against", str(out)) == 0
+
+
+def test_a_signature_whose_key_was_removed_before_the_adoption_is_not_shown_as_counted(world, capsys, tmp_path):
+    """bob signs, then the team re-pins allowed_signers without him (his key leaked), and alice and
+    carol's signatures make the version the plan of record: the adoption never counted bob's, so his
+    line must not say `counted` beside a quorum of alice and carol (each line is judged by the
+    decision that counted it: the adoption, for a signature recorded before it)."""
+    from tests.test_trust import _drop_bob
+
+    assert world.cli("init") == 0
+    path = world.approve(world.plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",)), "bob")
+    _drop_bob(world, tmp_path)
+    for name in ("alice", "carol"):
+        assert world.cli("plan", "approve", str(path), "--by", name, "--key", str(world.keys[name])) == 0
+    approvals = _render(world, capsys)["approvals"]
+    quorum = approvals["quorum"]
+    assert (quorum["met"], quorum["counted"]) == (True, "alice, carol"), quorum
+    assert quorum["required"].endswith("(trust root v2)"), quorum
+    [bob] = [line for line in approvals["signed"] if line.startswith("bob ")]
+    assert " NOT counted, signature refused" in bob, approvals["signed"]
