@@ -1,4 +1,4 @@
-"""The auditor's round: the rendered evidence says exactly what happened, and only that. An auditor
+"""The rendered evidence says exactly what happened, and only that. An auditor
 reads `backfill evidence PLAN` alone, months later, to decide whether the team's quorum approved a
 replay, what consumers got, and what the gates' verdicts are about after a rollback."""
 
