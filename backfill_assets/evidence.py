@@ -207,7 +207,8 @@ def _published_fingerprints(session: Session, state: PlanState, published: evide
     restored) and the `publication` chain row that seals them. The file said when and how many rows
     alone, so it could not tie what consumers got to any bytes (found by an attack)."""
     payload = published.payload
-    graph = payload.get("graph") if isinstance(payload.get("graph"), dict) else {}
+    found_graph = payload.get("graph")
+    graph: dict[str, Any] = found_graph if isinstance(found_graph, dict) else {}
     tables = [payload.get("table"), *(v.get("table") for v in graph.values() if isinstance(v, dict))]
     out: dict[str, Any] = {}
     for table in (t for t in tables if isinstance(t, str)):
