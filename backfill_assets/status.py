@@ -300,8 +300,10 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
         return f"publish reopens by the sensor, or now: `backfill publish {pid}`"
     if phase is Phase.PUBLISHED:
-        holder = lifecycle.held_by_another(session, state)
-        if holder is not None and (failing or status.blockers or any(m["failed"] for m in status.graph.values())):
+        # read only where a repair is due (it reads every active plan of each table)
+        repair_due = bool(failing or status.blockers or any(m["failed"] for m in status.graph.values()))
+        holder = lifecycle.held_by_another(session, state) if repair_due else None
+        if holder is not None:
             # its repair would hold that plan's partitions too: the other plan goes first
             other, asset, key = holder
             # an approved plan wrote nothing (its first write moves it to proving): it withdraws
