@@ -84,6 +84,38 @@ def test_a_tick_under_definitions_without_the_month_never_loses_the_reports_refr
     assert report(tick(full, again.cursor)) == []  # once per publish
 
 
+def _killed_while_another_waits(world, tmp_path, first_args: tuple[str, ...], stall_at: str,
+                                second_args: tuple[str, ...], env: dict[str, str]) -> tuple[int, str, str]:
+    """`backfill *first_args` held at its crash point `stall_at` (its transaction open), `backfill
+    *second_args` started and waiting on its locks, the first killed -9: the second's exit code and
+    output."""
+    import os
+    import signal
+
+    from tests.test_pg_concurrency import ROW, _backfill, _until
+
+    release = tmp_path / "release"
+    first = _backfill(world, tmp_path, *first_args, wait=False, env={
+        **env, "BACKFILL_STALL_AT": f"{stall_at}=120", "BACKFILL_STALL_RELEASE_FILE": str(release)})
+    waiting = None
+    try:
+        _until(lambda: first.poll() is not None or world.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = "
+            "'idle in transaction' AND application_name = 'backfill-assets'")[0][0] >= 1)
+        assert first.poll() is None, first.communicate()
+        waiting = _backfill(world, tmp_path, *second_args, wait=False, env=env)
+        wait_for_waiters(world, 1, ROW + ADVISORY)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=60)
+        out, err = waiting.communicate(timeout=240)
+    finally:
+        release.touch()
+        for process in (first, waiting):
+            if process is not None and process.poll() is None:
+                process.kill()
+    return waiting.returncode, out, err
+
+
 @pytest.mark.parametrize("engine_world", ["postgresql"], indirect=True)
 @pytest.mark.parametrize("second", ["publish", "rollback"])
 def test_a_graph_publish_killed_while_a_second_command_waits_converges(engine_world, monkeypatch, tmp_path, second):
@@ -91,11 +123,9 @@ def test_a_graph_publish_killed_while_a_second_command_waits_converges(engine_wo
     committed, when a second shell types `publish fix` again (or `rollback fix`); the first is then
     killed -9. The second goes on alone: the plan ends published (or rolled back) with every table
     as the one command that committed left it, and the chain verifies."""
-    import os
-    import signal
 
     from tests.test_graph import JANUARY, buggy_january_published, month_net, reconciled_graph
-    from tests.test_pg_concurrency import ROW, _backfill, _until
+    from tests.test_pg_concurrency import _backfill
 
     world = engine_world
     buggy_january_published(world, monkeypatch)
@@ -103,27 +133,9 @@ def test_a_graph_publish_killed_while_a_second_command_waits_converges(engine_wo
     days_before = world.fingerprints("published_revenue", JANUARY)
     month_before = month_net(world, "published_monthly_revenue")
     env = {"BACKFILL_DEFS": "backfill_assets.demo.definitions"}
-    release = tmp_path / "release"
-    first = _backfill(world, tmp_path, "publish", "fix", wait=False, env={
-        **env, "BACKFILL_STALL_AT": "publish.before_commit=120", "BACKFILL_STALL_RELEASE_FILE": str(release)})
-    waiting = None
-    try:
-        _until(lambda: first.poll() is not None or world.sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = "
-            "'idle in transaction' AND application_name = 'backfill-assets'")[0][0] >= 1)
-        assert first.poll() is None, first.communicate()
-        waiting = _backfill(world, tmp_path, second, "fix", wait=False, env=env)
-        wait_for_waiters(world, 1, ROW + ADVISORY)
-        os.kill(first.pid, signal.SIGKILL)
-        first.communicate(timeout=60)
-        out, err = waiting.communicate(timeout=240)
-    finally:
-        release.touch()
-        if first.poll() is None:
-            first.kill()
-        if waiting is not None and waiting.poll() is None:
-            waiting.kill()
-    assert waiting.returncode == 0, (out[-1500:], err[-1500:])
+    code, out, err = _killed_while_another_waits(world, tmp_path, ("publish", "fix"), "publish.before_commit",
+                                                 (second, "fix"), env)
+    assert code == 0, (out[-1500:], err[-1500:])
     if second == "publish":
         assert world.phase("fix") == "published"
         assert world.fingerprints("published_revenue", JANUARY) == world.fingerprints("daily_revenue", JANUARY)
@@ -163,14 +175,12 @@ def test_a_graph_rollback_killed_while_plan_close_waits_converges_and_the_report
     a second shell types `backfill plan close fix`; the rollback is then killed -9. The close goes
     on alone and closes the plan; the rollback typed again restores the days and the month, and the
     reopen sensor asks the report once for the publish and once for the rollback."""
-    import os
-    import signal
 
     import dagster as dg
 
     from backfill_assets.defs.resources import WarehouseResource
     from tests.test_graph import JANUARY, buggy_january_published, defs_of, month_net, reconciled_graph
-    from tests.test_pg_concurrency import ROW, _backfill, _until
+    from tests.test_pg_concurrency import _backfill
 
     world = engine_world
     buggy_january_published(world, monkeypatch)
@@ -191,26 +201,9 @@ def test_a_graph_rollback_killed_while_plan_close_waits_converges_and_the_report
 
     asked, cursor = tick(None)
     assert len(asked) == 1
-    release = tmp_path / "release"
-    first = _backfill(world, tmp_path, "rollback", "fix", wait=False, env={
-        **env, "BACKFILL_STALL_AT": "rollback.before_commit=120", "BACKFILL_STALL_RELEASE_FILE": str(release)})
-    closing = None
-    try:
-        _until(lambda: first.poll() is not None or world.sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = "
-            "'idle in transaction' AND application_name = 'backfill-assets'")[0][0] >= 1)
-        assert first.poll() is None, first.communicate()
-        closing = _backfill(world, tmp_path, "plan", "close", "fix", wait=False, env=env)
-        wait_for_waiters(world, 1, ROW + ADVISORY)
-        os.kill(first.pid, signal.SIGKILL)
-        first.communicate(timeout=60)
-        out, err = closing.communicate(timeout=240)
-    finally:
-        release.touch()
-        for process in (first, closing):
-            if process is not None and process.poll() is None:
-                process.kill()
-    assert closing.returncode == 0 and world.phase("fix") == "closed", (out[-1500:], err[-1500:])
+    code, out, err = _killed_while_another_waits(world, tmp_path, ("rollback", "fix"), "rollback.before_commit",
+                                                 ("plan", "close", "fix"), env)
+    assert code == 0 and world.phase("fix") == "closed", (out[-1500:], err[-1500:])
     assert tick(cursor)[0] == []  # nothing changed for consumers: the killed rollback committed nothing
     again = _backfill(world, tmp_path, "rollback", "fix", env=env)
     assert again.returncode == 0 and world.phase("fix") == "rolled_back", again.stderr[-1500:]
