@@ -18,8 +18,11 @@ from tests.conftest import BIN
 def started(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """The console script itself, as a shell starts it (its own pid, to send a signal to)."""
     full = {**os.environ, "BACKFILL_HOME": str(home), "PYTHONWARNINGS": "ignore", **(env or {})}
+    # a shell's foreground command gets Ctrl-C; a runner started in the background (`cmd &` in a
+    # script) passes SIGINT down ignored, and Python then never raises KeyboardInterrupt
     return subprocess.Popen([str(BIN / "backfill"), "--home", str(home), *args], env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def holds_open(pid: int, path: Path, timeout: float = 15) -> None:
