@@ -8,13 +8,14 @@ checks that need the target's definitions (its partitions, keys, metrics) live i
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from backfill_assets.errors import PlanInvalidError, PlanProblem
+from backfill_assets.errors import PlanInvalidError, PlanProblem, PlanReadError, printable
 from backfill_assets.plan.model import RENAMED, Plan
 from backfill_assets.settings import whole_number
 from backfill_assets.yaml_document import read_yaml_file
@@ -131,7 +132,36 @@ def max_window_partitions() -> int:
 
 def read_plan_document(path: str | Path) -> dict[str, Any]:
     """Parse the file into plain data (bounded, strict YAML); a PlanReadError (exit 2) otherwise."""
+    _refuse_link_out(Path(path))
     return read_yaml_file(Path(path))
+
+
+def _refuse_link_out(path: Path) -> None:
+    """A plan file is a pull request's data: one that is (or lies under) a symbolic link resolving out
+    of the git work tree that holds it, or into its `.git`, is refused unread. `plan validate`, `plan
+    show` and the guard followed `plans/x.yaml` committed as a link to the CI machine's
+    `~/.docker/config.json` and printed its unknown key's value, a registry login, in the job's log
+    (found by an attack). A link inside the work tree (the team's own `plans/current.yaml`) reads."""
+    given = Path(os.path.abspath(path))
+    try:
+        resolved = given.resolve()
+    except (OSError, RuntimeError):  # a loop of links: read_yaml_file says what it is
+        return
+    if resolved == given:
+        return
+    top = next((p for p in given.parents if os.path.lexists(p / ".git")), None)
+    if top is None:
+        return  # no work tree to hold it: the operator's own files (a checkout without .git is refused elsewhere)
+    top = top.resolve()
+    where = None
+    if not resolved.is_relative_to(top):
+        where = f"outside its git work tree {top}"
+    elif resolved.is_relative_to(top / ".git"):
+        where = "inside its git work tree's .git, outside the files git tracks"
+    if where is not None:
+        raise PlanReadError(f"{printable(str(path))} is a symbolic link to a file {printable(where)}: a link a pull "
+                            "request commits would have this command read (and print) a file of this machine",
+                            fix="commit the plan file itself in the repository, not a link out of it")
 
 
 def _todo_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
