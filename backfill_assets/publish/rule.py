@@ -33,6 +33,7 @@ from backfill_assets.permission import code_identity
 from backfill_assets.plan.phases import ACTIVE, Hold, Phase
 from backfill_assets.publish import published as published_record
 from backfill_assets.publish.notify import announce_reopen
+from backfill_assets.publish.source_check import source_moved
 from backfill_assets.table import TableSpec
 from backfill_assets.terminal import NEW_PLAN_FILE, partitions_option
 from backfill_assets.warehouse.engine import Session
@@ -58,6 +59,8 @@ class Blockers:
     others: dict[str, tuple[TableSpec, Blockers]] = field(default_factory=dict)
     # a cutover plan's dual-run streak, as judged now: plan_id -> streak
     cutover: dict[str, Streak] = field(default_factory=dict)
+    # key -> how its source differs from what its gates compared (`source_check`), under publish's locks
+    source_moved: dict[str, str] = field(default_factory=dict)
 
     @property
     def any_changed(self) -> bool:
@@ -424,6 +427,8 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
                 if found.shape:
                     found.problems.append(f"{table.spec.publish_table} cannot hold the contract's partitions: "
                                           + "; ".join(found.shape[:3]))
+                if not found.problems:
+                    _refuse_moved_source(session, table, found)
                 if found.problems:
                     raise _Refused(found, table.spec)
             for table in tables:
@@ -453,6 +458,15 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     return dataclasses.replace(published, impact_error=tables[0].impact_error)
 
 
+def _refuse_moved_source(session: Session, table: _Table, found: Blockers) -> None:
+    """The partitions an active plan holds are published only while their source is what their gates
+    compared (`source_check`): one statement over the source's window, the bytes' checks passed."""
+    held = [k for k in table.keys if any(p.covers(k, table.spec.name) for p in found.plans)]
+    found.source_moved = source_moved(session, table.spec, table.scheme, held) if held else {}
+    found.problems += [f"{key}: {table.spec.source_table} changed since its gates compared it ({why})"
+                       for key, why in found.source_moved.items()]
+
+
 def publish_lock(spec: TableSpec) -> str:
     """The lock every writer of the published table holds: publish, and rollback's restore."""
     return f"publish:{spec.publish_table}"
@@ -475,6 +489,10 @@ def _fix(found: Blockers, spec: TableSpec) -> str:
     if found.changed:
         key = next(iter(found.changed))
         return _rerun(found, spec, key, "re-run the changed partitions through the plan")
+    owner = next((p for p in found.plans if any(p.covers(k, spec.name) for k in found.source_moved)), None)
+    if owner is not None:
+        return (f"compare the window with the source again, `backfill reconcile {owner.plan_id}`: it names the "
+                "partitions to run again")
     return _rerun(found, spec, None, "fix and re-run the failing partitions, then publish again")
 
 
