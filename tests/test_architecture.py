@@ -409,6 +409,14 @@ def test_the_readme_lists_what_a_new_engine_implements() -> None:
     assert not unlisted, f"README's state store list lacks {unlisted}"
 
 
+def test_every_test_module_the_readme_names_exists() -> None:
+    """The README's claims name the module that shows each; a module renamed left a claim naming a
+    file no one could open (`tests/test_attack_cutover.py`)."""
+    named = set(re.findall(r"tests/(test_\w+\.py)", README.read_text(encoding="utf-8")))
+    missing = sorted(n for n in named if not (README.parent / "tests" / n).is_file())
+    assert not missing, f"README names test modules that do not exist: {missing}"
+
+
 # the low-level writers of a plan's phase and hold: only the lifecycle decides when they are called
 LIFECYCLE = f"{PACKAGE}.lifecycle"
 PHASE_WRITERS = frozenset({f"{PACKAGE}.control.record.transition", f"{PACKAGE}.control.record.set_hold"})
