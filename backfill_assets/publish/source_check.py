@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.control import ledger
@@ -32,26 +33,40 @@ from backfill_assets.warehouse.gate_sql import SourceFigures, source_figures
 
 
 def source_moved(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str]) -> dict[str, str]:
-    """{key: what changed} for each key whose source is not what its latest verdicts compared; read in
-    slices (the recorded figures of a few thousand partitions would not stay small in Python)."""
-    moved: dict[str, str] = {}
+    """{key: what changed} for each key whose source is not what its latest verdicts compared. The
+    verdicts are read in slices, keeping only the source's figures (the whole figures of a few
+    thousand partitions would not stay small in Python); the source in one statement."""
     keys = list(dict.fromkeys(keys))
+    recorded: dict[str, Recorded] = {}
     for i in range(0, len(keys), SLICE_PARTITIONS):
-        part = keys[i:i + SLICE_PARTITIONS]
-        recorded = {k: e.gates for k, e in ledger.latest(session, spec.name, part).items() if e is not None}
-        names = sorted({n for gates in recorded.values()
-                        for n in _figures(gates, METRICS_MATCH_SOURCE).get("expected") or {}})
-        unknown = [n for n in names if n not in {m.name for m in spec.metrics}]
-        if unknown:  # definitions other than the judging ones: refused by the code identity check too
-            moved.update({k: f"its gates compared metric {unknown[0]}, which the loaded definitions do not declare"
-                          for k in recorded})
-            continue
-        now = source_figures(session, spec, scheme, list(recorded), names)
-        for key, gates in recorded.items():
-            why = _difference(gates, now[key])
-            if why:
-                moved[key] = why
+        for key, entry in ledger.latest(session, spec.name, keys[i:i + SLICE_PARTITIONS]).items():
+            if entry is not None:
+                recorded[key] = _recorded(entry.gates)
+    names = sorted({n for r in recorded.values() for n in r.totals})
+    unknown = [n for n in names if n not in {m.name for m in spec.metrics}]
+    if unknown:  # definitions other than the judging ones: refused by the code identity check too
+        return {k: f"its gates compared metric {unknown[0]}, which the loaded definitions do not declare"
+                for k in recorded}
+    now = source_figures(session, spec, scheme, list(recorded), names) if recorded else {}
+    moved = {key: why for key, r in recorded.items() if (why := _difference(r, now[key]))}
     return moved
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The source's figures a partition's latest verdicts recorded (None: that gate recorded none)."""
+
+    groups: object
+    rows: object
+    duplicates: object
+    totals: dict[str, object]
+
+
+def _recorded(gates: Mapping[str, tuple[bool, dict[str, Any]]]) -> Recorded:
+    dupes = _figures(gates, SOURCE_HAS_NO_DUPLICATES)
+    return Recorded(_figures(gates, ROW_COUNT_MATCHES_SOURCE).get("expected"),
+                    (dupes.get("numbers") or {}).get("source_rows"), dupes.get("actual"),
+                    dict(_figures(gates, METRICS_MATCH_SOURCE).get("expected") or {}))
 
 
 def _figures(gates: Mapping[str, tuple[bool, dict[str, Any]]], gate: str) -> dict[str, Any]:
@@ -59,20 +74,17 @@ def _figures(gates: Mapping[str, tuple[bool, dict[str, Any]]], gate: str) -> dic
     return found[1] if found is not None else {}
 
 
-def _difference(gates: Mapping[str, tuple[bool, dict[str, Any]]], now: SourceFigures) -> str:
+def _difference(then: Recorded, now: SourceFigures) -> str:
     """What differs between the source's figures the verdicts recorded and `now` ("" when nothing)."""
-    rows = _figures(gates, ROW_COUNT_MATCHES_SOURCE)
-    if rows and rows.get("expected") != now.groups:
-        return f"{rows.get('expected')} key group(s) then, {now.groups} now"
-    dupes = _figures(gates, SOURCE_HAS_NO_DUPLICATES)
-    counted = (dupes.get("numbers") or {}).get("source_rows")
-    if counted is not None and int(counted) != now.rows:
-        return f"{int(counted)} row(s) then, {now.rows} now"
-    if dupes.get("actual") is not None and dupes.get("actual") != now.duplicates:
-        return f"{dupes.get('actual')} duplicated event id(s) then, {now.duplicates} now"
-    for name, then in (_figures(gates, METRICS_MATCH_SOURCE).get("expected") or {}).items():
-        if not _same(then, plain(now.totals.get(name))):
-            return f"{name} {then} then, {plain(now.totals.get(name))} now"
+    if then.groups is not None and then.groups != now.groups:
+        return f"{then.groups} key group(s) then, {now.groups} now"
+    if then.rows is not None and as_number(then.rows) != now.rows:
+        return f"{int(as_number(then.rows) or 0)} row(s) then, {now.rows} now"
+    if then.duplicates is not None and then.duplicates != now.duplicates:
+        return f"{then.duplicates} duplicated event id(s) then, {now.duplicates} now"
+    for name, total in then.totals.items():
+        if not _same(total, plain(now.totals.get(name))):
+            return f"{name} {total} then, {plain(now.totals.get(name))} now"
     return ""
 
 
