@@ -48,8 +48,7 @@ def source_moved(session: Session, spec: TableSpec, scheme: PartitionScheme, key
         return {k: f"its gates compared metric {unknown[0]}, which the loaded definitions do not declare"
                 for k in recorded}
     now = source_figures(session, spec, scheme, list(recorded), names) if recorded else {}
-    moved = {key: why for key, r in recorded.items() if (why := _difference(r, now[key]))}
-    return moved
+    return {key: why for key, r in recorded.items() if (why := _difference(r, now[key]))}
 
 
 @dataclass(frozen=True)
