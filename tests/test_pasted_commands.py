@@ -55,6 +55,27 @@ def test_a_printed_command_carries_the_defs_the_command_was_given(world, run_sub
     assert done.code == 0, (shlex.join(command), done.err)
 
 
+def test_status_takes_the_defs_a_run_was_given_and_its_next_step_carries_them(world, run_subprocess):
+    """An operator naming the definitions with --defs on every command got `backfill: error:
+    unrecognized arguments: --defs` from `status` (and from `plan withdraw`), the command the
+    README sends everyone to; without them its next step, pasted, said "no definitions to load"."""
+    world.approved_plan("fix", start="2026-01-01", end="2026-01-04", proof=("2026-01-02",))
+    unset = {"BACKFILL_DEFS": ""}
+    shown = run_subprocess("--home", str(world.home), "status", "fix", "--defs", "backfill_assets.demo.daily",
+                           env=unset)
+    assert shown.code == 0, shown.err
+    command = _next(shown.out)
+    assert "--defs" in command, command
+    done = run_subprocess(*command, env=unset)
+    assert done.code == 0, (shlex.join(command), done.err)
+    missing = run_subprocess("--home", str(world.home), "status", "fix", "--defs", "no_such_module", env=unset)
+    assert missing.code != 0 and len(missing.err.strip().splitlines()) == 1, missing.err
+    # the proof pasted above wrote: a withdraw refuses, naming the rollback with the definitions it was given
+    gone = run_subprocess("--home", str(world.home), "plan", "withdraw", "fix", "--defs", "backfill_assets.demo.daily",
+                          env=unset)
+    assert gone.code == 1 and "`backfill rollback fix --defs backfill_assets.demo.daily`" in gone.err, gone.err
+
+
 ODD_KEYS = ("apac", "north west", "a;b$HOME")  # static keys are text: a blank, `;` and `$` in them
 
 

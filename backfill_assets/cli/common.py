@@ -460,12 +460,16 @@ def record_plan_state(args: argparse.Namespace, plan_id: str, graph: TableGraph 
             terminal.say(said)
 
 
-def tables_if_found() -> LoadedDefs | None:
+def tables_if_found(defs: str | None = None) -> LoadedDefs | None:
     """The loaded definitions, when they can be found: then status also checks the published table
-    against what was published. A status without them still answers."""
+    against what was published. A status without them still answers; definitions named with
+    `--defs` load or say why (a status under definitions other than the ones asked for, found by
+    none, named no graph and checked no published table, and its advice could not carry them)."""
     from backfill_assets.errors import BackfillError
     from backfill_assets.loaded_defs import load_defs
 
+    if defs:
+        return load_defs(defs)
     try:
         return load_defs(None)
     except BackfillError:

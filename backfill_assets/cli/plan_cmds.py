@@ -95,6 +95,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    help="end a plan that wrote nothing (lifts its claim and publish freeze)")
     withdraw.add_argument("plan")
     withdraw.add_argument("--note", default="")
+    add_defs(withdraw)  # read by no step of its own: accepted as every plan command's, carried into its advice
     add_home(withdraw)
     withdraw.set_defaults(handler=cmd_withdraw, relay=True, keep_open=True)
 

@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = sub.add_parser("status", help="phase, partitions, gates, publish, what to do next")
     status.add_argument("plan", nargs="?", help="a plan file or id (default: every plan)")
     status.add_argument("--json", action="store_true")
+    add_defs(status)  # the definitions a run was given: the graph and the published tables' check answer to them
     add_home(status)
     status.set_defaults(handler=cmd_status)
 
@@ -291,7 +292,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from backfill_assets.control.outbox import notices
     from backfill_assets.status import plan_status, reconciled_seq, sensor_gave_up
 
-    tables = tables_if_found()
+    tables = tables_if_found(args.defs)
     with reading(args) as session:
         if not can_verify(session):  # as `approvers show` says it: the rows as typed, not as the chain vouches
             output.note(output.UNVERIFIED.format(what="status", fix="ask it where the key is"))
