@@ -25,23 +25,31 @@ os.environ.setdefault("BACKFILL_DUCKDB_THREADS", "1")
 
 
 # Handed out in this order under `pytest -n --dist loadscope` (a worker takes a whole module, in the
-# order the modules' first tests come): these modules, longest first by their wall under -n 3
-# (benchmarks/suite_cpu.py, 2026-12-06 08:20; the PostgreSQL attack modules of 19:00 by their
-# tests' count), then the modules holding LONG_TESTS, then the rest.
-# Every module over ~5 s is listed, so the last ones handed out are short: a 14 s module named late
-# in the alphabet, handed out last, kept one worker busy alone for the suite's last 12 s.
-LONGEST_FIRST = ("test_e2e_ui.py", "test_trust.py", "test_engines.py", "test_plan_replacement.py", "test_run_cli.py",
-                 "test_published_bytes.py",
-                 "test_publish_and_sensor.py", "test_faults.py", "test_expectations.py", "test_writes_and_rollback.py",
-                 "test_notices.py", "test_graph.py", "test_pg_rollback.py", "test_pg_after_proof.py",
-                 "test_status_steps.py", "test_package.py",
-                 "test_environment_faults.py", "test_approvals.py", "test_state_machine.py", "test_warehouse_faults.py",
-                 "test_evidence.py", "test_pg_code_in_tables.py", "test_partitionings.py", "test_cutover.py",
-                 "test_hostile_input.py", "test_home_copies.py", "test_load_reads.py", "test_upgrade.py",
-                 "test_permission.py", "test_gates.py", "test_plan_cli.py", "test_leases.py", "test_diff.py",
-                 "test_pg_concurrency.py", "test_hurried_user.py", "test_signals_and_streams.py",
-                 "test_fingerprint_upgrade.py",
-                 "test_team_project.py", "test_planted_rows.py")
+# order the modules' first tests come): the end-to-end UI module first (~140 s, mostly waiting on
+# its daemon), then these modules longest first by their wall under -n 3 (benchmarks/suite_cpu.py,
+# 2026-12-08 00:24, 1,438 tests; the modules added since by estimate), then the modules holding
+# LONG_TESTS, then the rest. Every module over ~5 s is listed, so the last ones handed out are
+# short: a 14 s module named late in the alphabet, handed out last, kept one worker busy alone for
+# the suite's last 12 s.
+LONGEST_FIRST = ("test_e2e_ui.py", "test_graph.py", "test_trust.py", "test_pg_concurrency.py", "test_engines.py",
+                 "test_signals_and_streams.py", "test_plan_replacement.py", "test_published_bytes.py",
+                 "test_publish_and_sensor.py", "test_environment_faults.py", "test_run_cli.py",
+                 "test_hurried_user.py", "test_commands_at_once.py", "test_faults.py", "test_plan_cli.py",
+                 "test_cutover.py", "test_writes_and_rollback.py", "test_expectations.py",
+                 "test_printed_commands.py", "test_notices.py", "test_graph_after_publish.py", "test_automation.py",
+                 "test_evidence.py", "test_team_graph.py", "test_evidence_for_auditors.py", "test_pg_after_proof.py",
+                 "test_pasted_commands.py", "test_pg_rollback.py", "test_hostile_input.py", "test_leases.py",
+                 "test_approvals.py", "test_warehouse_faults.py", "test_one_key_approvers.py",
+                 "test_partitionings.py", "test_status_steps.py", "test_published_shapes.py",
+                 "test_impact_and_scenarios.py", "test_team_rollups.py", "test_permission.py",
+                 "test_state_machine.py", "test_late_source_rows.py", "test_dagster_storage.py",
+                 "test_planted_rows.py", "test_upgrade.py", "test_home_copies.py", "test_diff.py",
+                 "test_ui_check_state.py", "test_load_reads.py", "test_duckdb_triggers.py",
+                 "test_pg_checked_reads.py", "test_gates.py", "test_pg_code_in_tables.py", "test_team_project.py",
+                 "test_package.py", "test_duckdb_nested_schemas.py", "test_fingerprint_upgrade.py",
+                 "test_dagster_yaml.py", "test_seed_requirements.py", "test_pg_server.py",
+                 "test_trust_root_reading.py", "test_duckdb_collations.py", "test_shared_tables.py",
+                 "test_ci_and_files.py", "test_run_coordinator.py", "test_pg_namesakes.py", "test_load.py")
 LONG_TESTS = ("test_the_demo_tells_the_whole_story",
               "test_a_rollback_of_published_data_is_no_edit_of_the_published_table",
               "test_guard_checklist_and_exit_codes_and_the_sh_hook_gives_the_same",
