@@ -52,3 +52,24 @@ def test_a_plan_linked_to_a_file_of_the_machine_never_prints_it_in_ci(run_subpro
     assert into_git.code == 2 and ".git" in into_git.err, into_git.err
     inside = run_subprocess(command=[str(BIN / "backfill"), "plan", "validate", "plans/fix.yaml"], env=env, cwd=repo)
     assert inside.code == 0, (inside.out, inside.err)
+
+
+def test_a_folder_linked_to_another_work_tree_of_the_machine_is_refused_too(run_subprocess, tmp_path):
+    """The pull request commits `drafts` as a link to the root of another checkout on the runner (a
+    repository an earlier job cloned, holding its own files). The work tree was looked for from the
+    plan's path through the link, found at the other checkout's `.git`, and the file read as that
+    tree's own: a link out of the work tree that holds the plan is refused wherever it leads."""
+    other = tmp_path / "runner-work" / "deploy-secrets"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text('{"auths": {"ghcr.io": {"auth": "' + SECRET + '"}}}\n')
+    _git(other, "init", "-q")
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    (repo / "drafts").symlink_to(other, target_is_directory=True)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "a plan")
+    shown = run_subprocess(command=[str(BIN / "backfill"), "plan", "validate", "drafts/config.json"],
+                           env={"BACKFILL_HOME": str(tmp_path / "ci-home")}, cwd=repo)
+    assert SECRET[:12] not in shown.out + shown.err, (shown.out, shown.err)
+    assert shown.code == 2 and "outside" in shown.err, (shown.out, shown.err)

@@ -149,7 +149,10 @@ def _refuse_link_out(path: Path) -> None:
         return
     if resolved == given:
         return
-    top = next((p for p in given.parents if os.path.lexists(p / ".git")), None)
+    # the work tree holding the path as written: a folder that is itself a link is no root of it (a
+    # `drafts` linked to another checkout's root found that checkout's `.git` and read its files as
+    # the tree's own: found by an attack)
+    top = next((p for p in given.parents if not os.path.islink(p) and os.path.lexists(p / ".git")), None)
     if top is None:
         return  # no work tree to hold it: the operator's own files (a checkout without .git is refused elsewhere)
     top = top.resolve()
