@@ -26,7 +26,7 @@ from backfill_assets.control.record import PlanState
 from backfill_assets.control.snapshots import ensure_snapshots
 from backfill_assets.errors import PublishBlocked
 from backfill_assets.gates.cutover import Streak, cutover_of, streak
-from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED
+from backfill_assets.gates.results import UNCHANGED_SINCE_CHECKED, Thresholds
 from backfill_assets.impact import Impact, consumer_impact, consumer_impact_holds
 from backfill_assets.partitions import PartitionScheme
 from backfill_assets.permission import code_identity
@@ -460,8 +460,9 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
 
 def _refuse_moved_source(session: Session, table: _Table, found: Blockers) -> None:
     """The partitions an active plan holds are published only while their source is what their gates
-    compared (`source_check`): one statement over the source's window, the bytes' checks passed."""
-    held = [k for k in table.keys if any(p.covers(k, table.spec.name) for p in found.plans)]
+    compared (`source_check`), by its plan's thresholds; the bytes' checks passed."""
+    held = {k: Thresholds.from_plan(owner.approved.plan) for k in table.keys
+            if (owner := next((p for p in found.plans if p.covers(k, table.spec.name)), None)) is not None}
     found.source_moved = source_moved(session, table.spec, table.scheme, held) if held else {}
     found.problems += [f"{key}: {table.spec.source_table} changed since its gates compared it ({why})"
                        for key, why in found.source_moved.items()]
