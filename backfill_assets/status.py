@@ -296,6 +296,12 @@ def next_step(status: PlanStatus, state: PlanState, session: Session, keep: Sequ
             return (f"re-run the partitions that changed since their gates passed: `backfill run {pid} "
                     f"{partitions_option(failing[:5])}`" + (f" (+{len(failing) - 5} more)"
                                                                 if len(failing) > 5 else ""))
+        moved = next((b for b in status.blockers if rule.SOURCE_MOVED in b), None)
+        if moved is not None:
+            # rows landed in the source since the gates compared it (late data): the reconcile finds
+            # them and names the re-run; `backfill publish` only refuses (found by an attack)
+            return (f"publish is blocked ({moved}): compare the window with the source again, "
+                    f"`backfill reconcile {pid}`, which names the partitions to run again")
         if status.blockers:
             return f"publish is blocked ({status.blockers[0]}); see `backfill publish {pid}`"
         return f"publish reopens by the sensor, or now: `backfill publish {pid}`"

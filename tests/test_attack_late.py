@@ -44,3 +44,26 @@ def test_a_late_restatement_moving_an_order_between_regions_is_not_published_ove
     assert world.phase() == "reconciled"
     assert world.cli("reconcile", "fix") != 0  # the gates see it too
 
+
+LATE_ORDER = ("INSERT INTO orders SELECT * REPLACE (order_id + 1000000 AS order_id) FROM orders "
+              "WHERE order_date = DATE '2026-01-03' ORDER BY order_id LIMIT 1")
+
+
+def test_the_sensor_requests_no_publish_run_over_a_late_row_and_status_names_the_reconcile(world, capsys):
+    """A late order landed in 01-03 after the window reconciled. The reopen sensor asked the publish
+    rule without the source check, so it requested a publish run bound to fail, then another, then a
+    third, while `backfill status` said "publish reopens by the sensor" and, after the third, named
+    `backfill publish fix`, itself refused: the way out, `backfill reconcile fix`, was named by none.
+    Now the sensor's question includes the source check: it requests nothing, and status names the
+    day and the reconcile (found by an attack)."""
+    from tests.test_publish_and_sensor import evaluate_sensor
+
+    _reconciled(world)
+    world.run_sql(LATE_ORDER)
+    assert evaluate_sensor(world).run_requests == []
+    capsys.readouterr()
+    assert world.cli("status", "fix") == 0
+    shown = capsys.readouterr().out
+    assert "publish reopens by the sensor" not in shown, shown
+    assert "2026-01-03: orders changed since its gates compared it" in shown, shown
+    assert "`backfill reconcile fix`" in shown, shown
