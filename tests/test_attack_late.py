@@ -67,3 +67,87 @@ def test_the_sensor_requests_no_publish_run_over_a_late_row_and_status_names_the
     assert "publish reopens by the sensor" not in shown, shown
     assert "2026-01-03: orders changed since its gates compared it" in shown, shown
     assert "`backfill reconcile fix`" in shown, shown
+
+
+EMPTY_DAY_ORDER = ("INSERT INTO orders (order_id, customer_id, region, order_ts, order_date, amount, status) "
+                   "VALUES (9000001, 42, 'north', TIMESTAMP '2026-01-09 10:00:00', DATE '2026-01-09', 12.50, "
+                   "'completed')")
+
+
+def test_a_late_row_in_a_day_that_had_none_and_a_restatement_are_refused_on_each_engine(engine_world, capsys):
+    """The window reaches past the source's last day (01-09 had no orders when it ran and
+    reconciled), then the day's first order landed, and a correction moved a 01-08 order between
+    regions; on DuckDB and PostgreSQL publish refuses both days and names the reconcile (held)."""
+    world = engine_world
+    assert world.cli("init") == 0
+    path = world.approved_plan("fix", start="2026-01-07", end="2026-01-09", proof=("2026-01-08",))
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("reconcile", "fix") == 0
+    world.run_sql(EMPTY_DAY_ORDER)
+    world.run_sql(MOVE_REGION.replace("2026-01-03", "2026-01-08"))
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "2026-01-08: orders changed since its gates compared it" in err, err
+    assert "2026-01-09: orders changed since its gates compared it (0 key group(s) then, 1 now)" in err, err
+    assert "`backfill reconcile fix`" in err, err
+    assert world.phase() == "reconciled"
+
+
+def test_a_late_order_in_a_day_of_a_graph_plan_after_its_month_was_computed(world, monkeypatch, capsys):
+    """A plan over 01-05..01-08 and their month ran and reconciled; then an order for 01-06 landed
+    late. The sensor requests nothing, publish refuses naming the day and the reconcile, the reconcile
+    names the day's re-run, the month is computed again from it, and consumers get days and a month
+    that add up with the late order in both (held)."""
+    from tests.test_graph import MONTH, buggy_january_published, reconciled_graph
+    from tests.test_publish_and_sensor import evaluate_sensor
+
+    world = buggy_january_published(world, monkeypatch)
+    reconciled_graph(world)
+    world.run_sql(LATE_ORDER.replace("2026-01-03", "2026-01-06"))
+    assert evaluate_sensor(world).run_requests == []
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "2026-01-06: orders changed since its gates compared it" in err and "`backfill reconcile fix`" in err, err
+    assert world.cli("reconcile", "fix") != 0
+    assert world.cli("run", "fix", "--partitions", "2026-01-06") == 0
+    if world.phase() != "reconciled":
+        assert world.cli("run", "fix") == 0  # the month, computed again from the day
+    assert world.phase() == "reconciled", world.phase()
+    assert world.cli("publish", "fix") == 0
+    [(days,)] = world.sql("SELECT sum(orders) FROM published_revenue WHERE order_date < DATE '2026-02-01'")
+    [(month,)] = world.sql(f"SELECT sum(orders) FROM published_monthly_revenue WHERE month = DATE '{MONTH}'")
+    [(source,)] = world.sql("SELECT count(*) FROM orders WHERE order_date BETWEEN DATE '2026-01-05' "
+                            "AND DATE '2026-01-08'")
+    [(window,)] = world.sql("SELECT sum(orders) FROM published_revenue WHERE order_date BETWEEN DATE '2026-01-05' "
+                            "AND DATE '2026-01-08'")
+    assert days == month and window == source
+
+
+def test_a_plan_never_closes_over_a_late_row_that_landed_after_its_publish(world, capsys):
+    """The window was published; an order for 01-03 landed late; the consumers confirmed and the
+    engineer ran `backfill plan close fix`. Close re-checked the target's bytes only and closed the
+    plan: 01-03 stayed one order short for good, its verdict saying it matched the source, and once
+    closed nothing compares the window again. Now close finds the source moved, sends the plan to
+    repairing and names the reconcile that finds the day (found by an attack)."""
+    _reconciled(world)
+    assert world.cli("publish", "fix") == 0
+    world.run_sql(LATE_ORDER)
+    capsys.readouterr()
+    assert world.cli("plan", "close", "fix") != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert world.phase() == "repairing"
+    assert "2026-01-03: orders changed since its gates compared it" in err and "`backfill reconcile fix`" in err, err
+    assert world.cli("reconcile", "fix") != 0  # names the day's re-run
+    assert world.cli("run", "fix", "--partitions", "2026-01-03") == 0
+    assert world.cli("reconcile", "fix") == 0
+    assert world.cli("publish", "fix") == 0
+    assert world.cli("plan", "close", "fix") == 0
+    [(orders,)] = world.sql("SELECT sum(orders) FROM published_revenue WHERE order_date = DATE '2026-01-03'")
+    [(source,)] = world.sql("SELECT count(*) FROM orders WHERE order_date = DATE '2026-01-03'")
+    assert orders == source

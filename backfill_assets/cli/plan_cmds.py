@@ -415,22 +415,26 @@ def cmd_close(args: argparse.Namespace) -> int:
         state = advance(session, state, actor(), table.spec, table.scheme(), table.graph)
         status = plan_status(session, state, table.spec, table.scheme(), table.graph)
         from backfill_assets.execution.advance import published_edits
-        from backfill_assets.publish.rule import plan_blockers
+        from backfill_assets.publish.rule import plan_blockers, plan_sources_moved
+
+        moved: list[str] = []
 
         def changed_now(now: PlanState) -> list[str]:
             found = plan_blockers(session, now, table.spec, table.scheme(), table.graph)
             # and what consumers read, edited since published: `advance` sends such a plan to
             # repairing, but not while another plan holds one of its partitions, and the close then
-            # confirmed the edited published day (found by an attack)
+            # confirmed the edited published day (found by an attack); and the source, moved since the
+            # gates compared it (late data)
+            moved[:] = plan_sources_moved(session, now, table.spec, table.scheme(), table.graph)
             return [*found.changed, *(f"{a} {k}" for a, (_, o) in found.others.items() for k in o.changed),
-                    *published_edits(session, now, table.spec, table.scheme(), table.graph)]
+                    *published_edits(session, now, table.spec, table.scheme(), table.graph), *moved]
 
         after = lifecycle.close_requested(session, state, changed_now, actor(), args.note or "")
         if after.phase is not Phase.CLOSED:
             if after.phase is not state.phase:  # sent to repairing: the way on is repairing's
                 status = plan_status(session, after, table.spec, table.scheme(), table.graph)
             raise PlanRefused(f"plan {after.plan_id} is {after.phase}, not a published plan whose window "
-                              "still passes every gate", fix=status.next)
+                              "still passes every gate" + (f" ({moved[0]})" if moved else ""), fix=status.next)
         state = after
     print(f"plan {state.plan_id} is {state.phase}")
     record_plan_state(args, state.plan_id, table.graph)

@@ -467,6 +467,22 @@ def publish(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Se
     return dataclasses.replace(published, impact_error=tables[0].impact_error)
 
 
+def plan_sources_moved(session: Session, state: PlanState, spec: TableSpec, scheme: PartitionScheme,
+                       graph: TableGraph | None) -> list[str]:
+    """`KEY: TABLE changed since its gates compared it (...)` for each partition of the plan's tables
+    (the month's prefixed by its asset) whose source is not what its latest verdicts compared, the
+    plan's other checks aside: what `plan close` asks before confirming a published window (it closed
+    over a late row, and once closed nothing compares the window again: found by an attack)."""
+    tables = [(spec, scheme)] + [(graph.spec(a), graph.scheme(a)) for a in state.assets[1:]
+                                 if graph is not None and a in graph.tables]
+    out = []
+    for table, table_scheme in tables:
+        found = Blockers(plans=[state])
+        refuse_moved_source(session, table, table_scheme, list(state.keys_of(table.name)), found)
+        out += [("" if table.name == state.target else f"{table.name} ") + p for p in found.problems]
+    return out
+
+
 SOURCE_MOVED = "changed since its gates compared it"  # a plan's partition whose source moved (`status` names reconcile)
 
 
