@@ -20,10 +20,10 @@ from typing import Protocol
 
 from backfill_assets.identifiers import quote
 from backfill_assets.partitions import PartitionScheme
-from backfill_assets.table import Metric, TableSpec
+from backfill_assets.table import TableSpec
 from backfill_assets.warehouse.engine import Session
 from backfill_assets.warehouse.fingerprints import EMPTY, Fingerprint, column_types, digest_sql
-from backfill_assets.warehouse.grouping import Grouping, grouping
+from backfill_assets.warehouse.grouping import grouping
 from backfill_assets.warehouse.key_compare import (
     key_text_sql,
     metric_differs_sql,
@@ -113,51 +113,6 @@ def check_schema(session: Session, spec: TableSpec, table: str | None = None) ->
          if c.lower() in found and canonical[t] != found[c.lower()]})
 
 
-def _source_groups_sql(session: Session, spec: TableSpec, source_group: Grouping, metrics: Sequence[Metric]) -> str:
-    """The source grouped by partition and business keys, one row a group (its rows, each metric,
-    its duplicated event ids): what the gates compare the target with, and what publish compares
-    with what they compared (`source_figures`), in one spelling."""
-    count = session.engine.builtin("count")
-    bkeys = list(spec.business_keys)
-    s_select = [f"{source_group.key_sql} AS pkey"]
-    s_select += [f"({spec.source_key_sql(k)}) AS k{i}" for i, k in enumerate(bkeys)]
-    s_select += [f"{count}(*) AS n"]
-    s_select += [f"({m.source_sql}) AS m{i}" for i, m in enumerate(metrics)]
-    s_select += [f"{count}(*) - {count}(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
-                 if spec.source_event_id else "0 AS dup"]
-    group_by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))
-    return (f"SELECT {', '.join(s_select)} FROM {quote(spec.source_table)} AS s{source_group.join_sql} "
-            f"WHERE {source_group.where_sql} GROUP BY {group_by}")
-
-
-@dataclass(frozen=True)
-class SourceFigures:
-    """The source's side of one partition's gates, as they recorded it: key groups (the row count
-    gate's expected figure), rows, duplicated event ids and each metric's total."""
-
-    groups: int
-    rows: int
-    duplicates: int
-    totals: dict[str, object]
-
-
-def source_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
-                   metric_names: Sequence[str]) -> dict[str, SourceFigures]:
-    """The source's figures of each key now, in one statement over the source alone (a key without
-    source rows gets zeros and no totals, as the gates record it)."""
-    engine = session.engine
-    count, total = engine.builtin("count"), engine.builtin("sum")
-    metrics = [spec.metric(n) for n in metric_names]
-    source_group = grouping(engine, scheme, f"s.{quote(spec.source_partition_column)}", keys)
-    sql = (f"WITH s AS ({_source_groups_sql(session, spec, source_group, metrics)}) "
-           f"SELECT pkey, {count}(*), coalesce({total}(n), 0), coalesce({total}(dup), 0)"
-           + "".join(f", {total}(m{i})" for i in range(len(metrics))) + " FROM s GROUP BY pkey")
-    out = {source_group.key(row[0]): SourceFigures(int(row[1]), int(row[2]), int(row[3]),
-                                                   dict(zip(metric_names, row[4:], strict=True)))
-           for row in session.rows(sql, source_group.params)}
-    return {k: out.get(k, SourceFigures(0, 0, 0, dict.fromkeys(metric_names))) for k in keys}
-
-
 def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Sequence[str],
                   thresholds: Tolerances, null_columns: Sequence[str]) -> dict[str, SliceFigures]:
     """Run the slice's one statement; every key gets figures (an empty partition gets zeros), and the
@@ -179,6 +134,12 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     t_select += [f"{engine.count_where_sql(f't.{quote(c)} IS NULL')} AS null_{i}"
                  for i, c in enumerate(null_columns)]
     t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    s_select = [f"{source_group.key_sql} AS pkey"]
+    s_select += [f"({spec.source_key_sql(k)}) AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
+    s_select += [f"{count}(*) AS n"]
+    s_select += [f"({m.source_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    s_select += [f"{count}(*) - {count}(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
+                 if spec.source_event_id else "0 AS dup"]
     group_by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))
 
     tolerance_params: list[object] = []
@@ -204,7 +165,9 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     WITH t AS (
         SELECT {', '.join(t_select)} FROM {quote(spec.table)} AS t{target_group.join_sql}
         WHERE {target_group.where_sql} GROUP BY {group_by}),
-    s AS ({_source_groups_sql(session, spec, source_group, metrics)}),
+    s AS (
+        SELECT {', '.join(s_select)} FROM {quote(spec.source_table)} AS s{source_group.join_sql}
+        WHERE {source_group.where_sql} GROUP BY {group_by}),
     {fp_cte}
     j AS (
         SELECT coalesce(t.pkey, s.pkey) AS pkey, {key_text} AS keytext, t.n AS tn, s.n AS sn,
