@@ -120,7 +120,7 @@ def change_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, p
         f"coalesce({text(f'o{i}')}, 'NULL') || ' -> ' || coalesce({text(f'n{i}')}, 'NULL') ELSE '' END"
         for i, c in enumerate(values)) or "''"
     same_key = engine.keys_match_sql("o", "n", bkeys, spec.key_types)
-    metric_cols = ", ".join(f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics))
+    metric_cols = ", ".join(f"({engine.team_sql(m.target_sql)}) AS m{i}" for i, m in enumerate(metrics))
     moved_count = [engine.count_where_sql(f"x{i}") for i in range(len(values))]
     worst = engine.joined_text_where_sql(
         f"CASE WHEN status = 'changed' THEN '(' || keytext || '):' || {shown} "

@@ -76,7 +76,8 @@ def dual_run_figures(session: Session, spec: TableSpec, scheme: PartitionScheme,
     def side(alias: str, table: str, group: Grouping) -> str:
         picked = [f"{group.key_sql} AS pkey"]
         picked += [f"{alias}.{quote(k)} AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
-        picked += ["count(*) AS n"] + [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+        picked += ["count(*) AS n"] + [f"({session.engine.team_sql(m.target_sql)}) AS m{i}"
+                                       for i, m in enumerate(metrics)]
         by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))
         return (f"SELECT {', '.join(picked)} FROM {table} AS {alias}{group.join_sql} "
                 f"WHERE {group.where_sql} GROUP BY {by}")

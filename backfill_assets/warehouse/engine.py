@@ -371,6 +371,12 @@ class Engine(ABC):
         """A fresh name, qualified by the engine's session-temporary schema, for a table that lives
         only in this session: never a user's table of the same name, never another use's."""
 
+    def team_sql(self, sql: str) -> str:
+        """The team's own SQL (`select_sql`, a metric, a key's source expression) as it goes into a
+        statement of the product's: left as the team wrote it where the engine names the product's
+        own operators and functions with its schema (PostgreSQL, `postgres_operators`)."""
+        return sql
+
     def named(self, sql: str) -> str:
         """A table's SQL with `$name` parameters, ready for a mapping of parameters."""
         return sql

@@ -133,11 +133,11 @@ def slice_figures(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     t_select += [f"{count}(*) AS n"]
     t_select += [f"{engine.count_where_sql(f't.{quote(c)} IS NULL')} AS null_{i}"
                  for i, c in enumerate(null_columns)]
-    t_select += [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    t_select += [f"({engine.team_sql(m.target_sql)}) AS m{i}" for i, m in enumerate(metrics)]
     s_select = [f"{source_group.key_sql} AS pkey"]
-    s_select += [f"({spec.source_key_sql(k)}) AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
+    s_select += [f"({engine.team_sql(spec.source_key_sql(k))}) AS {c}" for k, c in zip(bkeys, kcols, strict=True)]
     s_select += [f"{count}(*) AS n"]
-    s_select += [f"({m.source_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    s_select += [f"({engine.team_sql(m.source_sql)}) AS m{i}" for i, m in enumerate(metrics)]
     s_select += [f"{count}(*) - {count}(DISTINCT s.{quote(spec.source_event_id)}) AS dup"
                  if spec.source_event_id else "0 AS dup"]
     group_by = ", ".join(str(i + 1) for i in range(1 + len(bkeys)))

@@ -91,7 +91,7 @@ def changed_rows(session: Session, spec: TableSpec, scheme: PartitionScheme, bef
                              for k, c, t in zip(bkeys, kc, spec.key_types, strict=True))
         return f" JOIN impact_keys AS c ON c.pkey = {sides[alias][1].key_sql} AND {match}"
 
-    metric_cols = [f"({m.target_sql}) AS m{i}" for i, m in enumerate(metrics)]
+    metric_cols = [f"({engine.team_sql(m.target_sql)}) AS m{i}" for i, m in enumerate(metrics)]
     # per key, each value column's values as one figure (a sum of their hashes): a key whose only
     # change is a column no metric reads showed as changed with nothing said of what changed
     values = list(spec.value_columns)

@@ -35,6 +35,7 @@ from backfill_assets.identifiers import qualified, quote
 from backfill_assets.warehouse import kept as kept_scope
 from backfill_assets.warehouse import lock_wait
 from backfill_assets.warehouse.engine import Engine, Params, Session, raise_no_chain_key, type_family
+from backfill_assets.warehouse.postgres_operators import catalog_named, team
 from backfill_assets.warehouse.postgres_spelling import PostgresSpelling
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\?|\$([A-Za-z_][A-Za-z0-9_]*)|%",
@@ -357,7 +358,9 @@ class PostgresSession(Session):
         try:
             with self.con.cursor() as cur:
                 bound = params if isinstance(params, dict) else (list(params) or None)
-                # without parameters psycopg sends the text as it is: `%` stays single
+                # each operator and function named with pg_catalog (`catalog_named`); without
+                # parameters psycopg sends the text as it is: `%` stays single
+                sql = catalog_named(sql)
                 cur.execute(translate(sql) if bound else sql, bound)
                 return cur.fetchall() if fetch and cur.description is not None else []
         except psycopg.Error as exc:
@@ -680,6 +683,11 @@ class PostgresEngine(PostgresSpelling, Engine):
             _keep_or_close(self.url, con)
 
     # --- dialect --------------------------------------------------------------------------------
+    def team_sql(self, sql: str) -> str:
+        # marked so that `catalog_named`, which names each operator and function of the product's
+        # own statements with pg_catalog, leaves it as the team wrote it
+        return team(sql)
+
     def builtin(self, name: str) -> str:
         # a function of one's own named like pg_catalog's is the better match for a bare call where
         # pg_catalog's takes "any" or another type (`count(bigint)` over `count("any")`), and one made

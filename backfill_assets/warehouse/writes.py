@@ -68,7 +68,7 @@ def _stage(session: Session, spec: TableSpec, scheme: PartitionScheme, keys: Seq
     branches, params = [], {}
     for slot, key in enumerate(keys):
         lo, hi = scheme.bounds(key)
-        sql = session.engine.named(rename_partition_params(spec.select_sql, f"_{slot}"))
+        sql = session.engine.team_sql(session.engine.named(rename_partition_params(spec.select_sql, f"_{slot}")))
         params.update({f"{name}_{slot}": value for name, value in scheme.params_for(spec.select_sql, key).items()})
         params.update({f"{SLOT}_{slot}": slot, f"{LO}_{slot}": lo, f"{HI}_{slot}": hi})
         branches.append(f"SELECT {cols}, CAST(${SLOT}_{slot} AS INTEGER), CAST(${LO}_{slot} AS {kind}), "
@@ -93,7 +93,7 @@ def _stage_ranges(session: Session, spec: TableSpec, scheme: PartitionScheme, ke
     windows = session.engine.values_sql(values, (SLOT, LO, HI), "k")
     branches = []
     for n, (first, last) in enumerate(scheme.runs(keys)):
-        sql = session.engine.named(rename_partition_params(spec.select_sql, f"_r{n}"))
+        sql = session.engine.team_sql(session.engine.named(rename_partition_params(spec.select_sql, f"_r{n}")))
         params[f"partition_start_r{n}"] = scheme.params_for("$partition_start", first)["partition_start"]
         params[f"partition_end_r{n}"] = scheme.params_for("$partition_end", last)["partition_end"]
         inside = inside_sql(scheme, f"s.{part}", f"k.{LO}", f"k.{HI}")
