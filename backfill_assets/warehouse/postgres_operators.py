@@ -131,8 +131,9 @@ def _rewrite(sql: str) -> str:
             pending += text
             continue
         if kind == "op" and len(text) > 1 and text[-1] in "+-" and not set(text) & set("~!@#%^&|`"):
-            # PostgreSQL's lexer: a trailing + or - is an operator of its own (`=-1`)
-            stem = text.rstrip("+-")
+            # PostgreSQL's lexer: a trailing + or - is an operator of its own (`=-1`), and `+-` is
+            # `+` then `-` (an operator keeps its first character)
+            stem = text.rstrip("+-") or text[0]
             toks.append(_Tok("op", stem, pending))
             toks.extend(_Tok("op", ch, "") for ch in text[len(stem):])
         else:
@@ -258,7 +259,9 @@ def _rewrite_tokens(toks: list[_Tok], match: dict[int, int]) -> None:
         elif tok.kind == "op" and tok.binary and tok.orig in _ARITHMETIC:
             _bracketed(toks, match, i)
         elif tok.kind == "op" and tok.binary and tok.orig not in ("=>",):
-            tok.text = f"OPERATOR(pg_catalog.{tok.orig})"  # as tight as any other operator: no brackets
+            # as tight as any other operator: no brackets; apart from its operands (`t||'x'`)
+            apart = "" if tok.space else " ", "" if i + 1 < len(toks) and toks[i + 1].space else " "
+            tok.text = f"{apart[0]}OPERATOR(pg_catalog.{tok.orig}){apart[1]}"
         elif tok.up == "IN" and i + 1 < len(toks) and toks[i + 1].text == "(":
             _in_list(toks, match, i)
         elif tok.up == "IS" and _distinct_from(toks, i):
