@@ -1,7 +1,7 @@
 """Differential tests of `postgres_operators.catalog_named`, the rewrite of every statement the product
 sends to PostgreSQL: each expression or statement runs on a real server twice, as written and as
 rewritten, the way `PostgresSession._cursor_run` sends it (`translate` for bound parameters), and
-both must answer the same rows, or fail with the same SQLSTATE.
+both must answer the same rows, or both fail (the rewrite's text never a syntax error).
 
 A reviewer who distrusts a rewrite of SQL text by tokens: PostgreSQL's precedence (`OPERATOR(...)`
 binds as "any other operator", between arithmetic and IN/LIKE/BETWEEN, above comparison), the
@@ -72,7 +72,9 @@ def differs(con: Any, sql: str, params: list[Any] | dict[str, Any] = ()) -> str 
         original = _once(con, sql, params)
         return None if original[0] == "error" else f"{sql}\n  rewrite raised {exc}; original: {original}"
     before, after = _once(con, sql, params), _once(con, rewritten, params)
-    if before == after:
+    if before == after or (before[0] == after[0] == "error" and (after[1] != "42601" or before[1] == "42601")):
+        # alike, or refused alike: which of two faults PostgreSQL names first may change (an IN list of
+        # types it cannot match: 42883 or 42804), never into a syntax error of the rewrite's making
         return None
     return f"{sql}\n  -> {rewritten}\n  original:  {before}\n  rewritten: {after}"
 
@@ -155,6 +157,12 @@ def _mixed_cases() -> list[str]:
         "sum(i) OVER (PARTITION BY i > 0 ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)",
         "i*2+1", "i>=2", "t||'x'", "t||vc", "j->>'a'", "-i*-i", "i=-1", "i<>-3",
         "(SELECT count(*) FROM v AS x WHERE x.i = v.i) + 1",
+        "bo = NOT i = 2", "bo AND true <> NOT t LIKE 'a%'", "(b::int / b::int) NOT IN (NULL)",
+        "-(i)::numeric NOT IN (n, b, NULL)", "i IN (2, -i, CASE WHEN i > 0 THEN b ELSE -b END)",
+        "b IN (3000000000, i, ?)", "'ab' IN ('ab', 'x')", "NULL IN (1, 2)", "(i IN (2)) IN (true, NULL)",
+        "i IN (1 + 1, 2 IS DISTINCT FROM i::int)", "i IS DISTINCT FROM (i IS DISTINCT FROM 2)::int",
+        "(i IS DISTINCT FROM 2) IS DISTINCT FROM bo", "t LIKE 'a' || 'b' IS NULL", "i = 2 IS NOT NULL",
+        "i ISNULL = bo", "- - i", "i - - 1", "2 * - i ^ 2", "i::text::int IN (2)", "i = ANY (arr) = bo",
     ]
     return cases
 
@@ -257,7 +265,7 @@ def _tree(kind: str) -> st.SearchStrategy[str]:
     return {"numeric": numeric, "text": text, "boolean": boolean}[kind]
 
 
-@settings(max_examples=400, deadline=None, derandomize=True,
+@settings(max_examples=1000, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(expr=st.one_of(_tree("numeric"), _tree("text"), _tree("boolean")))
 def test_generated_expressions_answer_alike_as_written_and_as_rewritten(con, expr):
@@ -275,4 +283,65 @@ def test_an_operator_written_without_spaces_keeps_its_meaning(con, expr):
     with a syntax error (42601). Now the operator's name stands apart and `+-` is `+` then `-`, as
     PostgreSQL's lexer reads it. (found by an attack)"""
     sql = f"SELECT id, {expr} FROM v ORDER BY id"
+    assert differs(con, sql) is None, differs(con, sql)
+
+
+@pytest.mark.parametrize("expr", [
+    "true < false IN (false)", "bo > t LIKE 'a%'", "bo < i BETWEEN 1 AND 3", "bo <> i NOT IN (2, NULL)",
+    "t LIKE 'a!%c' ESCAPE '!' = bo", "i BETWEEN 1 AND 3 = bo", "i IS NULL = false", "t = vc IS NULL = bo",
+    "i = 2 IS DISTINCT FROM bo", "i IS DISTINCT FROM 2 = bo", "i + 1 IS NOT DISTINCT FROM b - 1 = bo",
+    "i < 2 = bo", "i = b = n", "bo = i IN (2) AND i BETWEEN 0 AND 7 = bo",
+])
+def test_a_comparison_keeps_its_operands_beside_in_like_between_and_is(con, expr):
+    """PostgreSQL binds IN, LIKE, ILIKE, SIMILAR and BETWEEN tighter than a comparison, and IS
+    looser: `true < false IN (false)` is `true < (false IN (false))`, `t LIKE 'a!%c' ESCAPE '!' = bo`
+    is `(t LIKE ...) = bo`, `i IS NULL = false` is `(i IS NULL) = false`. The rewrite ended a
+    comparison's operand at any of these words: `(true < false) IN (false)` answered true where the
+    statement said false, `ESCAPE ('!' = bo)` and `i IS ((NULL) = (false))` failed, and a chain
+    `i < 2 = bo`, which PostgreSQL refuses, ran. Now each operand spans what PostgreSQL gives it,
+    and a chain is sent as written (refused alike). (found by an attack)"""
+    sql = f"SELECT id, {expr} FROM v ORDER BY id"
+    assert differs(con, sql) is None, differs(con, sql)
+
+
+@pytest.mark.parametrize(("sql", "params"), [
+    ("SELECT id FROM v WHERE d IN (?, ?) ORDER BY id", ["2026-01-02", "2026-01-01"]),
+    ("SELECT id FROM v WHERE d NOT IN (?) ORDER BY id", ["2026-01-02"]),
+    ("SELECT id, i IN (NULL), d IN ('2026-01-02', NULL), i NOT IN (NULL) FROM v ORDER BY id", []),
+    ("SELECT id FROM v WHERE (i, t) IN ((?, ?), (?, ?)) ORDER BY id", [2, "ab", 0, ""]),
+    ("SELECT id, (i, t) IN ((2, 'ab'), (NULL, NULL)), (i, b) NOT IN ((2, 3000000000)) FROM v ORDER BY id", []),
+    ("SELECT id, (b::int / b::int) NOT IN (NULL) FROM v ORDER BY id", []),
+])
+def test_an_in_list_answers_as_postgresql_reads_it(con, sql, params):
+    """The product's IN lists bind their values (`partition_sql.many_predicate`, the state store's
+    `rows_in`): the rewrite made `d IN (?, ?)` `d = ANY (ARRAY[?, ?])`, whose untyped values
+    PostgreSQL types as text, no longer the column's: over a DATE column, the statement that
+    answered rows before failed (42883), and `i IN (NULL)` too; a list of rows became an array of
+    records (42804, 42P18), and `x NOT IN (NULL)`, which PostgreSQL answers without computing x, now
+    computed it (an overflow). Now the list is read as PostgreSQL's transformAExprIn reads it: its
+    values naming no column `x = ANY` an array typed with x (a `CASE WHEN false THEN x END` first,
+    sliced off, folded as it is planned: an index still answers it), a single value or one naming a
+    column `x = c`, rows a row comparison each. (found by an attack)"""
+    assert differs(con, sql, params) is None, differs(con, sql, params)
+
+
+@pytest.mark.parametrize("expr", [
+    "ROW(i, NULL) IS DISTINCT FROM ROW(i, NULL)", "(i, t) IS NOT DISTINCT FROM (NULL, NULL)",
+    "i IS DISTINCT FROM (i IS DISTINCT FROM 2)::int", "(i IS DISTINCT FROM 2) IS DISTINCT FROM bo",
+])
+def test_is_distinct_from_keeps_its_meaning_over_rows_and_nested(con, expr):
+    """`ROW(i, NULL) IS DISTINCT FROM ROW(i, NULL)` is false in PostgreSQL (field by field); the
+    rewrite's `NOT coalesce(a = b, a IS NULL AND b IS NULL)` said true (a row comparison with a NULL
+    field is NULL, and a row with one NULL field is not IS NULL); one IS DISTINCT FROM inside
+    another's operand was written twice over. Now rows compare field by field, `ROW(a) IS NULL`
+    asks whether a is the null value (a composite whose fields are all NULL is not), the innermost
+    first. (found by an attack)"""
+    sql = f"SELECT id, {expr} FROM v ORDER BY id"
+    assert differs(con, sql) is None, differs(con, sql)
+
+
+def test_a_star_after_distinct_on_is_no_multiplication(con):
+    """`SELECT DISTINCT ON (i > 0) * FROM v`: the rewrite read the star as a multiplication of `(i >
+    0)` by nothing and raised ValueError for a statement PostgreSQL runs. (found by an attack)"""
+    sql = "SELECT DISTINCT ON (i > 0) * FROM v ORDER BY i > 0, id"
     assert differs(con, sql) is None, differs(con, sql)

@@ -10,22 +10,33 @@ attack). So every statement the product sends is rewritten here before it runs, 
 
 - a comparison `a = b` (`<>`, `!=`, `<`, `>`, `<=`, `>=`) or arithmetic `a + b` (`-`, `*`, `/`, `%`,
   `^`) becomes `((a) OPERATOR(pg_catalog.=) (b))`, its operands and itself bracketed
-  (`OPERATOR(...)` binds as "any other operator", whatever it names); an assignment (`SET c = ...`,
-  `DO UPDATE SET c = excluded.c`) stays; `= ANY (...)` keeps its form;
+  (`OPERATOR(...)` binds as "any other operator", whatever it names), each operand spanning what
+  PostgreSQL's precedence gives it: IN, LIKE, ILIKE, SIMILAR and BETWEEN (its AND) bind tighter
+  than a comparison, IS looser (`a IS NULL = b` is `(a IS NULL) = b`), NOT's operand runs to AND
+  or OR (`a = NOT b = c`); a chain PostgreSQL refuses (`a < b = c`) is sent as written, refused
+  alike; an assignment (`SET c = ...`, `DO UPDATE SET c = excluded.c`) stays; `= ANY (...)` keeps
+  its form;
 - any other binary operator (`||`, `&`) becomes `OPERATOR(pg_catalog.||)`: the same precedence;
-- `a IN (x, y)` becomes `((a) OPERATOR(pg_catalog.=) ANY (ARRAY[x, y]))` (how PostgreSQL itself
-  reads an IN list), `IN (SELECT ...)` `= ANY (SELECT ...)`, and `NOT IN` `<> ALL`;
-- `a IS [NOT] DISTINCT FROM b` becomes `[NOT] coalesce((a) OPERATOR(pg_catalog.=) (b), (a) IS NULL
-  AND (b) IS NULL)` where its operands bind no `?` (they are named twice);
+- `a IN (x, y, c)` is read as PostgreSQL's transformAExprIn reads it: the values naming no column,
+  when more than one, `((a) OPERATOR(pg_catalog.=) ANY ((ARRAY[CASE WHEN false THEN a END, x,
+  y])[2:]))`, the array typed with a as PostgreSQL types an IN list (an untyped `?` or text takes
+  a's type; the CASE, sliced off, is a constant folded as the statement is planned), each other
+  value `a = c`, OR-ed; rows `(a, b) IN ((1, 2), ...)` a row comparison each; `IN (SELECT ...)`
+  `= ANY (SELECT ...)`; `NOT IN` `<> ALL`, `<>`, AND-ed; an operand binding a `?` (named twice)
+  stays as written;
+- `a IS [NOT] DISTINCT FROM b` becomes `[NOT] coalesce((a) OPERATOR(pg_catalog.=) (b), ROW(a) IS
+  NULL AND ROW(b) IS NULL)` (`ROW(a) IS NULL`: a is the null value, a composite of NULL fields is
+  not), rows field by field, where its operands bind no `?` (they are named twice);
 - a call of one of pg_catalog's functions (`_FUNCTIONS`) by its bare name is named `pg_catalog.`.
 
 The team's own SQL embedded in a statement (`select_sql`, a metric, a key's source expression) is
 its own and stays as written: `PostgresEngine.team_sql` marks it with this process's secret, which
 no text the team wrote can know, and the rewrite copies the marked text as it is. Unary operators
 (`-1`) stay: pg_catalog has the exact one for every numeric type. The rewritten text is remembered
-(runs of bound parameters, an IN list or a VALUES table, taken whole): ~0.05 ms a new statement
-text, ~0.6 ms for one of 8,000 parameters, under a microsecond for a text seen before; the server
-runs the same operators, so the statements' plans and their number do not change.
+(runs of bound parameters, an IN list or a VALUES table, taken whole; a list of rows after IN not):
+~0.05 ms a new statement text, ~0.6 ms for one of 8,000 parameters, under a microsecond for a text
+seen before; the server runs the same operators, so the statements' plans and their number do not
+change. `tests/test_attack_rewrite.py` runs each rewrite it names against the text as written.
 """
 
 from __future__ import annotations
@@ -80,6 +91,7 @@ var_pop""".split())
 
 # a run of bound parameters (`?, ?, ?`, `(?, ?), (?, ?)`: an IN list, a VALUES table of thousands
 # of rows) holds nothing to name: taken whole, it costs the rewrite one token, not thousands
+_IN_OPEN = re.compile(r"\bIN\s*\(\s*\Z", re.IGNORECASE)
 _PARAMS = re.compile(r"\?(?:\s*,\s*\?)+|\(\?(?:\s*,\s*\?)*\)(?:\s*,\s*\(\?(?:\s*,\s*\?)*\))+")
 
 
@@ -97,21 +109,34 @@ def catalog_named(sql: str) -> str:
     if "/*team{" in sql:
         sql = _TEAM.sub(hold("\x00"), sql)
     if "?" in sql:
-        sql = _PARAMS.sub(hold("\x01"), sql)
+        held = hold("\x01")
+        # a list of rows after IN is rewritten a row at a time (`_in_list`): not taken whole
+        sql = _PARAMS.sub(lambda m: m.group(0) if m.group(0).startswith("(") and _IN_OPEN.search(sql, 0, m.start())
+                          else held(m), sql)
     if not kept:
         return _rewrite(sql)
     return re.sub(r"[\x00\x01](\d+)[\x00\x01]", lambda m: kept[int(m.group(1))], _rewrite(sql))
 
 
+class _Unchanged(Exception):
+    """A statement PostgreSQL refuses as it parses it (a chain of comparisons, `a < b = c`): sent as
+    written, it is refused alike, before any operator is looked up."""
+
+
+Piece = tuple[int, str]  # text put beside a token by the operator at that index
+
+
 class _Tok:
-    __slots__ = ("after", "before", "binary", "kind", "orig", "space", "text", "up")
+    __slots__ = ("after", "before", "binary", "kind", "orig", "role", "space", "text", "up")
 
     def __init__(self, kind: str, text: str, space: str) -> None:
         self.kind, self.text, self.orig, self.space = kind, text, text, space
         self.up = text.upper() if kind == "word" else text
-        self.before = ""  # text put before it
-        self.after = ""   # text put after it
+        self.before: list[Piece] = []  # text put before it, outermost first
+        self.after: list[Piece] = []   # text put after it, innermost first
         self.binary = False  # an operator between two operands (not a prefix, not `count(*)`'s star)
+        self.role = ""  # "in": a word of IN, LIKE, ILIKE, SIMILAR, BETWEEN (its AND), ESCAPE; "is": of
+        # a postfix IS [NOT] NULL/TRUE/FALSE/UNKNOWN, ISNULL, NOTNULL; "distinct": of IS [NOT] DISTINCT FROM
 
 
 @functools.lru_cache(maxsize=1024)
@@ -130,6 +155,10 @@ def _rewrite(sql: str) -> str:
         if kind == "space":
             pending += text
             continue
+        if kind == "op" and ("--" in text[1:] or "/*" in text[1:]):
+            # PostgreSQL's lexer: a comment starts where `--` or `/*` does, inside an operator too
+            cut = min(n for n in (text.find("--", 1), text.find("/*", 1)) if n > 0)
+            text, pos = text[:cut], pos - len(text) + cut
         if kind == "op" and len(text) > 1 and text[-1] in "+-" and not set(text) & set("~!@#%^&|`"):
             # PostgreSQL's lexer: a trailing + or - is an operator of its own (`=-1`), and `+-` is
             # `+` then `-` (an operator keeps its first character)
@@ -140,9 +169,15 @@ def _rewrite(sql: str) -> str:
             toks.append(_Tok(kind, text, pending))
         pending = ""
     match = _brackets(toks)
+    _roles(toks, match)
     for i, tok in enumerate(toks):
-        tok.binary = tok.kind == "op" and i > 0 and _ends_operand(toks, match, i - 1)
-    _rewrite_tokens(toks, match)
+        tok.binary = tok.kind == "op" and i > 0 and _ends_operand(toks, match, i - 1) and not (
+            tok.text == "*" and (i + 1 == len(toks) or toks[i + 1].text in (",", ")", ";")
+                                 or (toks[i + 1].kind == "word" and toks[i + 1].up in _STOP)))  # `ON (a) *`
+    try:
+        _rewrite_tokens(toks, match)
+    except _Unchanged:
+        return sql
     return _text(toks, 0, len(toks) - 1) + pending
 
 
@@ -151,7 +186,7 @@ def _ends_operand(toks: list[_Tok], match: dict[int, int], j: int) -> bool:
     if tok.kind in ("string", "ident", "dollar", "param", "params", "number", "team"):
         return True
     if tok.kind == "word":
-        return tok.up not in _STOP or (tok.up == "END" and j in match)
+        return tok.up not in _STOP or (tok.up == "END" and j in match) or tok.role == "is"
     return tok.text in (")", "]")
 
 
@@ -178,16 +213,49 @@ def _brackets(toks: list[_Tok]) -> dict[int, int]:
     return match
 
 
+_LIKE = ("IN", "LIKE", "ILIKE", "SIMILAR", "BETWEEN")
+
+
+def _roles(toks: list[_Tok], match: dict[int, int]) -> None:
+    """The words of the constructs binding looser than any operator: IN, LIKE, ILIKE, SIMILAR and
+    BETWEEN (tighter than a comparison), IS (looser)."""
+    n = len(toks)
+    for i, tok in enumerate(toks):
+        if tok.kind != "word" or tok.role:
+            continue
+        nxt = toks[i + 1].up if i + 1 < n and toks[i + 1].kind == "word" else ""
+        if tok.up in _LIKE or tok.up == "ESCAPE" or (tok.up == "NOT" and nxt in _LIKE):
+            tok.role = "in"
+            if tok.up == "BETWEEN":  # its AND: the first at its depth
+                j, depth = i + 1, 0
+                while j < n and depth >= 0:
+                    if j in match and match[j] > j and toks[j].up != "OPERATOR":
+                        j = match[j] + 1
+                        continue
+                    if toks[j].text in (")", "]", ",", ";") or (toks[j].up == "END" and j in match):
+                        break
+                    if toks[j].up == "AND":
+                        toks[j].role = "in"
+                        break
+                    j += 1
+        elif tok.up in ("ISNULL", "NOTNULL"):
+            tok.role = "is"
+        elif tok.up == "IS":
+            words = [t.up for t in toks[i + 1:i + 4]]
+            negated = words[:1] == ["NOT"]
+            rest = words[1:] if negated else words
+            if rest[:2] == ["DISTINCT", "FROM"]:
+                for t in toks[i:i + (4 if negated else 3)]:
+                    t.role = "distinct"
+            elif rest[:1] and rest[0] in ("NULL", "TRUE", "FALSE", "UNKNOWN"):
+                for t in toks[i:i + (3 if negated else 2)]:
+                    t.role = "is"
+
+
 # PostgreSQL's precedence of the binary operators the rewrite brackets (`OPERATOR(...)` binds as
-# any other operator, level 4); IN, LIKE and BETWEEN bind at 3
+# any other operator, level 4); IN, LIKE and BETWEEN bind at 3, a comparison at 2, IS at 1
 _LEVEL = {"^": 7, "*": 6, "/": 6, "%": 6, "+": 5, "-": 5, **{c: 2 for c in _COMPARE}}
 _ARITHMETIC = {"^", "*", "/", "%", "+", "-"}
-
-
-def _level(tok: _Tok) -> int:
-    if tok.kind == "op" and tok.binary:
-        return _LEVEL.get(tok.orig, 4)
-    return 3 if tok.up in ("IN", "LIKE", "ILIKE", "SIMILAR", "BETWEEN") else 99
 
 
 def _called(toks: list[_Tok], j: int) -> bool:
@@ -203,14 +271,31 @@ def _stops(toks: list[_Tok], j: int) -> bool:
 def _left(toks: list[_Tok], match: dict[int, int], i: int, level: int = 2) -> int:
     """The first token of the left operand of the operator at i, of precedence `level` (i when
     there is none): the operators it holds bind tighter, or as tight (left to right)."""
-    j, start = i - 1, i
+    j, start, postfix = i - 1, i, False
     while j >= 0:
+        tok = toks[j]
         if j in match and match[j] < j:  # a closer: its whole group
             j = start = match[j]
             j -= 1
             continue
-        if j in match or toks[j].text in ("(", "[") or _stops(toks, j) or _level(toks[j]) < level or (
-                level == 2 and _level(toks[j]) == 2):
+        if j in match or tok.text in ("(", "["):
+            break
+        if tok.kind == "op" and tok.binary:
+            found = _LEVEL.get(tok.orig, 4)
+            if found == level == 2:
+                raise _Unchanged  # `a < b = c`: PostgreSQL refuses it
+            if found < level:
+                break
+        elif tok.role == "in":
+            if level >= 3:
+                break
+        elif tok.role == "is":
+            if level == 2:
+                level, postfix = 1, True  # `a = b IS NULL = c`: IS's left operand spans the comparison
+            elif not postfix:
+                break
+            postfix = postfix and tok.up not in ("IS", "ISNULL", "NOTNULL")
+        elif tok.role == "distinct" or _stops(toks, j):
             break
         start = j
         j -= 1
@@ -222,11 +307,30 @@ def _right(toks: list[_Tok], match: dict[int, int], i: int, level: int = 2) -> i
     there is none): the operators it holds bind tighter."""
     j, end = i + 1, i
     while j < len(toks):
+        tok = toks[j]
+        if tok.up == "NOT" and not tok.role and ((toks[j - 1].kind == "op" and toks[j - 1].binary)
+                                                 or toks[j - 1].role == "distinct"):
+            level, end, j = 0, j, j + 1  # `a = NOT b = c` is `a = (NOT (b = c))`: NOT's operand, to AND or OR
+            continue
         if j in match and match[j] > j:  # an opener: its whole group
             j = end = match[j]
             j += 1
             continue
-        if j in match or toks[j].text in (")", "]") or _stops(toks, j) or _level(toks[j]) <= level:
+        if j in match or tok.text in (")", "]"):
+            break
+        if tok.kind == "op" and tok.binary:
+            found = _LEVEL.get(tok.orig, 4)
+            if found == level == 2:
+                raise _Unchanged
+            if found <= level:
+                break
+        elif tok.role == "in":
+            if level >= 3:
+                break
+        elif tok.role in ("is", "distinct"):
+            if level > 0:
+                break
+        elif _stops(toks, j) and not (level == 0 and tok.up == "NOT"):
             break
         end = j
         j += 1
@@ -236,6 +340,7 @@ def _right(toks: list[_Tok], match: dict[int, int], i: int, level: int = 2) -> i
 def _rewrite_tokens(toks: list[_Tok], match: dict[int, int]) -> None:
     assigning: dict[int, bool] = {}  # per bracket depth: inside a SET list
     distinct: list[int] = []
+    deferred: list[tuple[Callable[..., None], tuple[int, ...]]] = []
     depth = 0
     i = 0
     while i < len(toks):
@@ -263,16 +368,25 @@ def _rewrite_tokens(toks: list[_Tok], match: dict[int, int]) -> None:
             apart = "" if tok.space else " ", "" if i + 1 < len(toks) and toks[i + 1].space else " "
             tok.text = f"{apart[0]}OPERATOR(pg_catalog.{tok.orig}){apart[1]}"
         elif tok.up == "IN" and i + 1 < len(toks) and toks[i + 1].text == "(":
-            _in_list(toks, match, i)
-        elif tok.up == "IS" and _distinct_from(toks, i):
+            listed = _in_list(toks, match, i)
+            if listed is not None:
+                deferred.append((_in_values, listed))
+        elif tok.up == "IS" and tok.role == "distinct":
             distinct.append(i)
         elif tok.kind == "word" and _called(toks, i) and not (i and (
                 toks[i - 1].text == "." or toks[i - 1].up in ("AS", "INTO", "TABLE", "JOIN", "UPDATE", "INDEX",
                                                               "REFERENCES", "EXISTS"))):
             tok.text = f"pg_catalog.{tok.text.lower()}"
         i += 1
-    for i in distinct:  # once their operands are rewritten
-        _is_distinct(toks, match, i)
+    deferred += [(_is_distinct, s) for s in (_distinct_span(toks, match, i) for i in distinct) if s is not None]
+    # once the operators they hold are named, the innermost first: each is written anew, whole
+    for rewrite, span in sorted(deferred, key=lambda d: d[1][-1] - d[1][0]):
+        rewrite(toks, match, *span)
+
+
+def _wrap(toks: list[_Tok], owner: int, first: int, last: int, opening: str, closing: str) -> None:
+    toks[first].before.insert(0, (owner, opening))
+    toks[last].after.append((owner, closing))
 
 
 def _bracketed(toks: list[_Tok], match: dict[int, int], i: int) -> None:
@@ -282,70 +396,175 @@ def _bracketed(toks: list[_Tok], match: dict[int, int], i: int) -> None:
     nxt = i + 1
     if toks[i].orig in _COMPARE and nxt + 1 < len(toks) and toks[nxt].up in ("ANY", "ALL", "SOME") \
             and toks[nxt + 1].text == "(":
-        last = nxt + 1  # `= ANY (array)` keeps its form
+        last = match.get(nxt + 1, nxt + 1)  # `= ANY (array)` keeps its form
         right = False
     else:
         last, right = _right(toks, match, i, level), True
     if first >= i or last <= i:
         raise ValueError(f"an operand of {toks[i].orig} is missing: {_text(toks, 0, len(toks) - 1)[:200]}")
     toks[i].text = f"OPERATOR(pg_catalog.{'<>' if toks[i].orig == '!=' else toks[i].orig})"
-    toks[first].before = "((" + toks[first].before
-    toks[i - 1].after += ")"
+    _wrap(toks, i, first, last, "(", ")")
+    _wrap(toks, i, first, i - 1, "(", ")")
     if right:
-        toks[nxt].before = "(" + toks[nxt].before
-        toks[last].after += "))"
-    else:
-        toks[match[nxt + 1]].after += ")"
+        _wrap(toks, i, nxt, last, "(", ")")
 
 
-def _in_list(toks: list[_Tok], match: dict[int, int], i: int) -> None:
+def _positional(toks: list[_Tok], first: int, last: int) -> bool:
+    """Tokens first..last bind a positional parameter (`?`), which cannot be named twice."""
+    return any(t.orig in ("?", "%s") or t.kind == "params" for t in toks[first:last + 1])
+
+
+def _fields(toks: list[_Tok], match: dict[int, int], first: int, last: int) -> list[tuple[int, int]] | None:
+    """The fields of a row constructor `(a, b)` or `ROW(a, ...)` spanning first..last, else None."""
+    if toks[first].up == "ROW" and first + 1 <= last:
+        first += 1
+    elif toks[first].text != "(":
+        return None
+    if match.get(first) != last:
+        return None
+    fields, start, j = [], first + 1, first + 1
+    while j < last:
+        if j in match and match[j] > j:
+            j = match[j] + 1
+            continue
+        if toks[j].text == ",":
+            fields.append((start, j - 1))
+            start = j + 1
+        j += 1
+    fields.append((start, last - 1))
+    return fields if len(fields) > 1 or toks[first - 1].up == "ROW" else None
+
+
+def _in_list(toks: list[_Tok], match: dict[int, int], i: int) -> tuple[int, int, int] | None:
+    """`a IN (SELECT ...)` as `a = ANY (SELECT ...)`, a row `(a, b) IN ((1, 2), ...)` a comparison of
+    rows a row (as PostgreSQL reads them; `NOT IN`: `<> ALL`, `NOT (...)`); a list of values is
+    written at the end (`_in_values`): its span, else None."""
     negated = i > 0 and toks[i - 1].up == "NOT"
     operator = i - 1 if negated else i
     first = _left(toks, match, operator, 3)
     opening, closing = i + 1, match.get(i + 1)
-    if closing is None or first >= operator:
-        return
-    toks[first].before = "((" + toks[first].before
-    toks[operator - 1].after += ")"
-    if negated:
-        toks[i - 1].text = ""
-    toks[i].text = "OPERATOR(pg_catalog.<>) ALL" if negated else "OPERATOR(pg_catalog.=) ANY"
-    toks[closing].after += ")"
-    inner = toks[opening + 1:closing]
-    if inner and all(t.orig.startswith("'") if n % 2 == 0 else t.orig == "," for n, t in enumerate(inner)) \
-            and len(inner) % 2:
-        # untyped texts take the other side's type, as in the IN list they were (`order_date IN
-        # ('2026-01-31', ...)`): one untyped array literal of them does too
-        items = ",".join('"' + t.orig[1:-1].replace("''", "'").replace("\\", "\\\\").replace('"', '\\"') + '"'
-                         for t in inner[::2])
-        for t in inner:
-            t.text = t.before = t.after = t.space = ""
-        inner[0].text = "'{" + items.replace("'", "''") + "}'"
-    elif inner and inner[0].up not in ("SELECT", "WITH", "VALUES"):
-        toks[opening].text = "(ARRAY["  # how PostgreSQL itself reads an IN list
-        toks[closing].text = "])"
+    if closing is None or first >= operator or closing == opening + 1:
+        return None
+    if toks[opening + 1].up in ("SELECT", "WITH", "VALUES"):  # `= ANY (SELECT ...)`, `<> ALL`
+        if negated:
+            toks[i - 1].text = ""
+        toks[i].text = "OPERATOR(pg_catalog.<>) ALL" if negated else "OPERATOR(pg_catalog.=) ANY"
+        _wrap(toks, operator, first, closing, "(", ")")
+        _wrap(toks, operator, first, operator - 1, "(", ")")
+        return None
+    if _positional(toks, first, operator - 1):
+        return None  # left as it is: an operand binding a positional parameter cannot be named twice
+    if _fields(toks, match, first, operator - 1) is not None:  # rows: one comparison a row
+        left = _core(toks, first, operator - 1).strip()
+        if negated:
+            toks[i - 1].text = ""
+        toks[i].text = "OPERATOR(pg_catalog.=)"
+        toks[opening].text = toks[closing].text = ""
+        for j in _commas(toks, match, opening, closing):
+            toks[j].text = f" OR {left} OPERATOR(pg_catalog.=)"
+        _wrap(toks, operator, first, closing, "(NOT (" if negated else "((", "))")
+        return None
+    return first, operator, closing
 
 
-def _distinct_from(toks: list[_Tok], i: int) -> bool:
-    words = [t.up for t in toks[i + 1:i + 4]]
-    return words[:2] == ["DISTINCT", "FROM"] or words[:3] == ["NOT", "DISTINCT", "FROM"]
+def _commas(toks: list[_Tok], match: dict[int, int], opening: int, closing: int) -> list[int]:
+    """The commas between opening and closing at their depth."""
+    found, j = [], opening + 1
+    while j < closing:
+        if j in match and match[j] > j:
+            j = match[j] + 1
+            continue
+        if toks[j].text == ",":
+            found.append(j)
+        j += 1
+    return found
 
 
-def _is_distinct(toks: list[_Tok], match: dict[int, int], i: int) -> None:
-    negated = toks[i + 1].up == "NOT"
-    after = i + (4 if negated else 3)  # the right operand's first token
-    first, last = _left(toks, match, i), _right(toks, match, after - 1)
-    if first >= i or last < after or any(t.orig in ("?", "%s") or t.kind == "params"
-                                                   for t in toks[first:last + 1]):
-        return  # left as it is: an operand binding a positional parameter cannot be named twice
-    left, right = _text(toks, first, i - 1).strip(), _text(toks, after, last).strip()
-    equal = f"coalesce(({left}) OPERATOR(pg_catalog.=) ({right}), ({left}) IS NULL AND ({right}) IS NULL)"
+# words of a value that names no column (`DATE '2026-01-01'`, `CAST(? AS numeric)`, `-1.5::float8`)
+_CONSTANT_WORDS = {"NULL", "TRUE", "FALSE", "ARRAY", "CAST", "AS", "INTERVAL", "DATE", "TIME", "TIMESTAMP",
+                   "WITH", "WITHOUT", "ZONE", "DOUBLE", "PRECISION", "CHARACTER", "VARYING"}
+
+
+def _constant(toks: list[_Tok], first: int, last: int) -> bool:
+    """Tokens first..last name no column (PostgreSQL's "holds no Var", as far as words tell)."""
+    for j in range(first, last + 1):
+        tok = toks[j]
+        if tok.kind == "word" and tok.up not in _CONSTANT_WORDS and not (j and toks[j - 1].kind == "cast"):
+            return False
+        if tok.kind in ("ident", "team", "other"):
+            return False
+    return True
+
+
+def _in_values(toks: list[_Tok], match: dict[int, int], first: int, operator: int, closing: int) -> None:
+    """`a IN (x, y, c)` as PostgreSQL reads it (transformAExprIn): the values naming no column, when
+    more than one, `a = ANY` an array of the type it finds for a and them together (`a`'s own where
+    they are untyped: a text, NULL, a parameter), which a `CASE WHEN false THEN a END` first in the
+    array gives it, sliced off again (`[2:]`; constants, folded as the statement is planned); each
+    other value `a = c`, OR-ed (`NOT IN`: `<> ALL`, `a <> c`, AND-ed)."""
+    negated = toks[operator].up == "NOT"
+    opening = operator + (2 if negated else 1)
+    left = _core(toks, first, operator - 1).strip()
+    # an untyped operand (`NULL`, a text) takes the values' type, as in PostgreSQL's IN: no CASE for it
+    typed = first != operator - 1 or toks[first].kind not in ("string", "param") and toks[first].up != "NULL"
+    bounds = [opening, *_commas(toks, match, opening, closing), closing]
+    items = [(a + 1, b - 1) for a, b in zip(bounds, bounds[1:], strict=False)]
+    constants = [(a, b) for a, b in items if _constant(toks, a, b)]
+    if len(constants) == 1 and toks[constants[0][0]].kind != "params":
+        constants = []
+    op = "<>" if negated else "="
+    parts = []
+    if constants:
+        values = ", ".join(_core(toks, a, b).strip() for a, b in constants)
+        parts.append(f"({left}) OPERATOR(pg_catalog.{op}) {'ALL' if negated else 'ANY'} "
+                     + (f"((ARRAY[CASE WHEN false THEN {left} END, {values}])[2:])" if typed else f"(ARRAY[{values}])"))
+    parts += [f"({left}) OPERATOR(pg_catalog.{op}) ({_core(toks, a, b).strip()})"
+              for a, b in items if (a, b) not in constants]
+    _replace(toks, first, closing, "(" + (" AND " if negated else " OR ").join(f"({p})" for p in parts) + ")")
+
+
+def _replace(toks: list[_Tok], first: int, last: int, text: str) -> None:
+    """Tokens first..last as `text`, what operators outside them put beside them kept."""
     space = toks[first].space
     for tok in toks[first:last + 1]:
-        tok.text = tok.before = tok.after = tok.space = ""
-    toks[first].space = space
-    toks[first].text = f"({equal})" if negated else f"(NOT {equal})"
+        tok.text = tok.space = ""
+        tok.before = [p for p in tok.before if not first <= p[0] <= last]
+        tok.after = [p for p in tok.after if not first <= p[0] <= last]
+    toks[first].space, toks[first].text = space, text
+
+
+def _distinct_span(toks: list[_Tok], match: dict[int, int], i: int) -> tuple[int, int, int, int] | None:
+    """The IS [NOT] DISTINCT FROM at i: its left operand's first token, i, its right operand's first
+    and last; None where it stays as written."""
+    after = i + (4 if toks[i + 1].up == "NOT" else 3)  # the right operand's first token
+    first, last = _left(toks, match, i, 1), _right(toks, match, after - 1, 1)
+    if first >= i or last < after or _positional(toks, first, last):
+        return None  # left as it is: an operand binding a positional parameter cannot be named twice
+    rows = _fields(toks, match, first, i - 1), _fields(toks, match, after, last)
+    if (rows[0] is None) != (rows[1] is None) or (rows[0] and rows[1] and len(rows[0]) != len(rows[1])):
+        return None  # a row beside a value: as written
+    return first, i, after, last
+
+
+def _is_distinct(toks: list[_Tok], match: dict[int, int], first: int, i: int, after: int, last: int) -> None:
+    """`a IS DISTINCT FROM b` as `NOT coalesce(a = b, a and b the null value)`; rows field by field."""
+    negated = toks[i + 1].up == "NOT"
+    rows = _fields(toks, match, first, i - 1), _fields(toks, match, after, last)
+    if rows[0] is not None and rows[1] is not None:
+        pairs = [(_core(toks, *lf).strip(), _core(toks, *rf).strip()) for lf, rf in zip(rows[0], rows[1], strict=True)]
+    else:
+        pairs = [(_core(toks, first, i - 1).strip(), _core(toks, after, last).strip())]
+    equal = [f"coalesce(({a}) OPERATOR(pg_catalog.=) ({b}), ROW({a}) IS NULL AND ROW({b}) IS NULL)" for a, b in pairs]
+    _replace(toks, first, last, f"({' AND '.join(equal)})" if negated else f"(NOT ({' AND '.join(equal)}))")
+
+
+def _core(toks: list[_Tok], first: int, last: int) -> str:
+    """Tokens first..last as rewritten, without what operators outside them put beside them."""
+    def inside(pieces: list[Piece]) -> str:
+        return "".join(text for owner, text in pieces if first <= owner <= last)
+    return "".join(t.space + inside(t.before) + t.text + inside(t.after) for t in toks[first:last + 1])
 
 
 def _text(toks: list[_Tok], first: int, last: int) -> str:
-    return "".join(t.space + t.before + t.text + t.after for t in toks[first:last + 1])
+    return "".join(t.space + "".join(p for _, p in t.before) + t.text + "".join(p for _, p in t.after)
+                   for t in toks[first:last + 1])
