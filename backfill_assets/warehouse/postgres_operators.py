@@ -98,9 +98,19 @@ _IN_OPEN = re.compile(r"\bIN\s*\(\s*\Z", re.IGNORECASE)
 _PARAMS = re.compile(r"\?(?:\s*,\s*\?)+|\(\?(?:\s*,\s*\?)*\)(?:\s*,\s*\(\?(?:\s*,\s*\?)*\))+")
 
 
+# statements that define code or types rather than compute: their `name = value` option lists
+# (`CREATE COLLATION c (provider = icu)`) are no comparisons, and the product sends none of them
+_DEFINITION = re.compile(r"""\s*(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:COLLATION|OPERATOR|FUNCTION|AGGREGATE|TYPE|DOMAIN
+    |CAST|TRIGGER|CONSTRAINT\s+TRIGGER|EVENT\s+TRIGGER|RULE|POLICY|PROCEDURE|EXTENSION|TEXT\s+SEARCH)
+    |ALTER\s+(?:COLLATION|OPERATOR|FUNCTION|AGGREGATE|TYPE|DOMAIN|POLICY|PROCEDURE|EXTENSION|TEXT\s+SEARCH)
+    |DO\b)""", re.IGNORECASE | re.VERBOSE)
+
+
 def catalog_named(sql: str) -> str:
     """`sql` (the product's statement) with each operator and function named with pg_catalog, the
-    team's marked SQL as written."""
+    team's marked SQL as written; a statement defining code or a type as it is (`_DEFINITION`)."""
+    if _DEFINITION.match(sql):
+        return sql
     kept: list[str] = []
 
     def hold(mark: str) -> Callable[[re.Match[str]], str]:
