@@ -17,6 +17,7 @@ from backfill_assets.execution.advance import advance, plan_tables
 from backfill_assets.execution.audit import judge
 from backfill_assets.gates.results import GATE_NAMES, UNCHANGED_SINCE_CHECKED, GateResult
 from backfill_assets.partitions import PartitionScheme
+from backfill_assets.publish.source_check import remember_compared
 from backfill_assets.table import TableSpec
 from backfill_assets.warehouse import SLICE_PARTITIONS
 from backfill_assets.warehouse.engine import Session
@@ -118,6 +119,9 @@ def _judged(session: Session, spec: TableSpec, scheme: PartitionScheme, state: P
         part = written[i:i + slice_size]
         results.update(judge(session, spec, scheme, state,
                              {k: (e.write_id, e.fingerprint) for k, e in part}, actor))
+        # the source as the gates just compared it: `run --and-publish`'s publish, next in this
+        # process, asks it again only if the process let go of the warehouse meanwhile
+        remember_compared(session, spec, {k: e.write_id for k, e in part})
     return results
 
 
