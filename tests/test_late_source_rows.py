@@ -12,6 +12,29 @@ def _published(world) -> list[tuple]:
     return world.sql("SELECT * FROM published_revenue ORDER BY ALL")
 
 
+def _reconciled(world) -> None:
+    assert world.cli("init") == 0
+    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
+    assert world.cli("run", str(path), "--proof") == 0
+    assert world.cli("run", "fix") == 0
+    assert world.cli("reconcile", "fix") == 0
+
+
+def _refused_over(world, capsys, change: str) -> None:
+    """`change` lands in the source after the reconcile: publish refuses in one line naming 01-03
+    and the reconcile that finds it, consumers keep the last good data, the plan stays reconciled."""
+    before = _published(world)
+    world.run_sql(change)
+    capsys.readouterr()
+    assert world.cli("publish", "fix") != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "2026-01-03: orders changed since its gates compared it" in err, err
+    assert "`backfill reconcile fix`" in err, err
+    assert _published(world) == before
+    assert world.phase() == "reconciled"
+
+
 def test_a_source_row_landing_after_reconcile_is_never_published_over(world, capsys):
     """The window ran and reconciled; an order for 01-03 landed in `orders` before the publish (late
     data, or a loader re-run). Publish checked the target's bytes only and copied the day its gates
@@ -19,22 +42,8 @@ def test_a_source_row_landing_after_reconcile_is_never_published_over(world, cap
     saying it matched the source, until someone happened to reconcile again (found by the seed
     round). Now publish refuses in one line naming the day and the reconcile that finds it; the
     re-run picks the late order up and the window publishes."""
-    assert world.cli("init") == 0
-    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
-    assert world.cli("run", str(path), "--proof") == 0
-    assert world.cli("run", "fix") == 0
-    assert world.cli("reconcile", "fix") == 0
-    before = _published(world)
-    world.run_sql(LATE_ORDER)
-    capsys.readouterr()
-
-    assert world.cli("publish", "fix") != 0
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1, err
-    assert "2026-01-03: orders changed since its gates compared it" in err, err
-    assert "`backfill reconcile fix`" in err, err
-    assert _published(world) == before  # consumers keep the last good data
-    assert world.phase() == "reconciled"
+    _reconciled(world)
+    _refused_over(world, capsys, LATE_ORDER)
 
     assert world.cli("reconcile", "fix") != 0  # the gates find the late order and name the re-run
     assert world.phase() == "running"  # not published: the window runs again where it failed
@@ -68,14 +77,6 @@ WHERE order_id = (SELECT min(order_id) FROM orders o WHERE order_date = DATE '20
 """
 
 
-def _reconciled(world) -> None:
-    assert world.cli("init") == 0
-    path = world.approved_plan("fix", start="2026-01-01", end="2026-01-06", proof=("2026-01-02",))
-    assert world.cli("run", str(path), "--proof") == 0
-    assert world.cli("run", "fix") == 0
-    assert world.cli("reconcile", "fix") == 0
-
-
 def test_a_late_restatement_moving_an_order_between_regions_is_not_published_over(world, capsys):
     """After reconcile, a correction loader moved one 01-03 order from one region to another: the
     day's rows, key groups, event ids and each metric's total stayed what the gates recorded, so
@@ -84,16 +85,7 @@ def test_a_late_restatement_moving_an_order_between_regions_is_not_published_ove
     region and a reconcile fails the day. Now publish compares the source's key groups too: it
     refuses in one line naming the day and `backfill reconcile fix` (found by an attack)."""
     _reconciled(world)
-    before = _published(world)
-    world.run_sql(MOVE_REGION)
-    capsys.readouterr()
-    assert world.cli("publish", "fix") != 0
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1, err
-    assert "2026-01-03: orders changed since its gates compared it" in err, err
-    assert "`backfill reconcile fix`" in err, err
-    assert _published(world) == before
-    assert world.phase() == "reconciled"
+    _refused_over(world, capsys, MOVE_REGION)
     assert world.cli("reconcile", "fix") != 0  # the gates see it too
 
 
