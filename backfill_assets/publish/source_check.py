@@ -73,8 +73,8 @@ def source_moved(session: Session, spec: TableSpec, scheme: PartitionScheme, hel
             if not (latest is not None and (entry := latest.get(k)) is not None
                     and compared.get((spec.name, k)) == entry.write_id)]
     for i in range(0, len(keys), SLICE_PARTITIONS):
-        latest = ledger.latest(session, spec.name, keys[i:i + SLICE_PARTITIONS])
-        recorded = {k: _recorded(e.gates) for k, e in latest.items() if e is not None}
+        read = ledger.latest(session, spec.name, keys[i:i + SLICE_PARTITIONS])
+        recorded = {k: _recorded(e.gates) for k, e in read.items() if e is not None}
         by_plan: dict[Thresholds, list[str]] = {}
         for key in recorded:
             by_plan.setdefault(held[key], []).append(key)
