@@ -490,7 +490,8 @@ def refuse_moved_source(session: Session, spec: TableSpec, scheme: PartitionSche
                        found: Blockers) -> None:
     """The partitions an active plan holds are published only while their source is what their gates
     compared (`source_check`), by its plan's thresholds; the bytes' checks passed."""
-    held = {k: Thresholds.from_plan(owner.approved.plan) for k in keys
+    thresholds = {p.plan_id: Thresholds.from_plan(p.approved.plan) for p in found.plans}
+    held = {k: thresholds[owner.plan_id] for k in keys
             if (owner := next((p for p in found.plans if p.covers(k, spec.name)), None)) is not None}
     found.source_moved = source_moved(session, spec, scheme, held, found.latest) if held else {}
     found.problems += [f"{key}: {spec.source_table} {SOURCE_MOVED} ({why})" for key, why in found.source_moved.items()]
